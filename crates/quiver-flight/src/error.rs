@@ -1,0 +1,145 @@
+//! The Flight service's error type and its one mapping to `tonic::Status`.
+
+use arrow::error::ArrowError;
+use arrow_flight::error::FlightError;
+use quiver_store::StoreError;
+use tonic::Status;
+
+/// Result alias for the Flight service.
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// Longest message put into a status; longer ones are cut.
+const MAX_STATUS_MESSAGE: usize = 4096;
+
+/// Everything a Flight RPC can fail with.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// From the table store.
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    /// The request itself is wrong (bad descriptor, ticket, options, action body).
+    #[error("{0}")]
+    InvalidArgument(String),
+    /// The client's data could not be decoded as Arrow IPC.
+    #[error("invalid Arrow data: {0}")]
+    Decode(String),
+    /// The table changed between GetFlightInfo and DoGet of a pinned ticket.
+    #[error("{0}")]
+    Aborted(String),
+    /// An RPC or action the server does not offer.
+    #[error("{0}")]
+    Unimplemented(String),
+    /// A status that should reach the client unchanged (e.g. the client cancelled).
+    #[error("{}", .0.message())]
+    Status(Box<Status>),
+    /// A bug or an unexpected failure on the server's side.
+    #[error("internal error: {0}")]
+    Internal(String),
+}
+
+impl Error {
+    /// An [`Error::InvalidArgument`] from anything printable.
+    pub fn invalid(message: impl Into<String>) -> Self {
+        Self::InvalidArgument(message.into())
+    }
+}
+
+/// The status for an error reading the client's request stream. tonic reports a
+/// message over the size limit as `OUT_OF_RANGE`; gRPC's convention (and
+/// quiver's) is `RESOURCE_EXHAUSTED`, naming the flag that sets the limit.
+pub(crate) fn inbound_status(status: Status) -> Status {
+    if status.code() == tonic::Code::OutOfRange && status.message().contains("too large") {
+        Status::resource_exhausted(format!(
+            "{} (raise the server's --max-message-size, or send smaller batches)",
+            status.message()
+        ))
+    } else {
+        status
+    }
+}
+
+impl From<FlightError> for Error {
+    fn from(e: FlightError) -> Self {
+        match e {
+            FlightError::Tonic(status) => Self::Status(status),
+            FlightError::DecodeError(m) | FlightError::ProtocolError(m) => Self::Decode(m),
+            FlightError::Arrow(e) => Self::Decode(e.to_string()),
+            FlightError::NotYetImplemented(m) => Self::Unimplemented(m),
+            FlightError::ExternalError(e) => Self::Internal(e.to_string()),
+        }
+    }
+}
+
+impl From<ArrowError> for Error {
+    fn from(e: ArrowError) -> Self {
+        Self::Internal(e.to_string())
+    }
+}
+
+impl From<Error> for Status {
+    fn from(e: Error) -> Self {
+        let code = match &e {
+            Error::Store(s) => match s {
+                StoreError::NotFound { .. } => tonic::Code::NotFound,
+                StoreError::AlreadyExists { .. } => tonic::Code::AlreadyExists,
+                StoreError::InvalidName { .. }
+                | StoreError::SchemaMismatch { .. }
+                | StoreError::InvalidPartition { .. } => tonic::Code::InvalidArgument,
+                StoreError::MemoryLimit { .. } => tonic::Code::ResourceExhausted,
+                StoreError::Arrow(_) => tonic::Code::Internal,
+            },
+            Error::InvalidArgument(_) | Error::Decode(_) => tonic::Code::InvalidArgument,
+            Error::Aborted(_) => tonic::Code::Aborted,
+            Error::Unimplemented(_) => tonic::Code::Unimplemented,
+            Error::Status(status) => return (**status).clone(),
+            Error::Internal(_) => tonic::Code::Internal,
+        };
+        let mut message = e.to_string();
+        if message.len() > MAX_STATUS_MESSAGE {
+            let mut cut = MAX_STATUS_MESSAGE;
+            while !message.is_char_boundary(cut) {
+                cut -= 1;
+            }
+            message.truncate(cut);
+            message.push('…');
+        }
+        if code == tonic::Code::Internal {
+            tracing::warn!(%message, "internal error");
+        }
+        Status::new(code, message)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn error_stays_small() {
+        // Errors travel through every Result on the data path.
+        assert!(
+            std::mem::size_of::<Error>() <= 64,
+            "{}",
+            std::mem::size_of::<Error>()
+        );
+    }
+
+    #[test]
+    fn codes() {
+        let s: Status = Error::Store(StoreError::NotFound { name: "t".into() }).into();
+        assert_eq!(s.code(), tonic::Code::NotFound);
+        assert_eq!(s.message(), "table 't' not found");
+        let s: Status = Error::Store(StoreError::MemoryLimit {
+            requested: 1,
+            would_use: 2,
+            limit: 1,
+        })
+        .into();
+        assert_eq!(s.code(), tonic::Code::ResourceExhausted);
+        let s: Status = Error::Decode("x".repeat(10_000)).into();
+        assert_eq!(s.code(), tonic::Code::InvalidArgument);
+        assert!(s.message().len() <= MAX_STATUS_MESSAGE + 4);
+        let s: Status = Error::from(FlightError::Tonic(Box::new(Status::cancelled("gone")))).into();
+        assert_eq!(s.code(), tonic::Code::Cancelled);
+    }
+}

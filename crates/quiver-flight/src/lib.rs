@@ -1,0 +1,29 @@
+//! quiver's Arrow Flight service.
+//!
+//! [`QuiverService`] implements every RPC of the standard `FlightService` over a
+//! [`quiver_store::TableStore`], so any Flight client (pyarrow, Java, Go, Rust,
+//! C++) works unchanged. [`server::serve`] runs it with quiver's transport
+//! settings. The wire conventions (names, tickets, put options, actions) are
+//! specified in `docs/protocol.md`.
+//!
+//! Errors of every kind meet in [`Error`], which becomes a `tonic::Status` in
+//! exactly one place (`impl From<Error> for tonic::Status`).
+#![warn(missing_docs)]
+
+pub mod actions;
+mod descriptor;
+mod error;
+mod guard;
+mod put_options;
+mod request_body;
+mod rpc_log;
+pub mod server;
+mod service;
+pub mod ticket;
+
+pub use descriptor::table_name;
+pub use error::{Error, Result};
+pub use put_options::{MAX_PARTITIONS, PutOptions};
+pub use request_body::{WatchBody, WatchBodyLayer};
+pub use server::{ServerConfig, serve};
+pub use service::{QuiverService, ServiceOptions};

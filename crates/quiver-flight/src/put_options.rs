@@ -1,0 +1,87 @@
+//! Options of a DoPut, carried as JSON in `app_metadata`.
+
+use quiver_store::WriteMode;
+use serde::Deserialize;
+
+use crate::{Error, Result};
+
+/// The most partitions a table may be split into.
+pub const MAX_PARTITIONS: usize = 1024;
+
+/// How a DoPut stores its stream.
+///
+/// Sent as a JSON object in the `app_metadata` of the first message of the
+/// stream that has any (the schema message, a metadata-only message, or the first
+/// record batch); later `app_metadata` is ignored. Example:
+/// `{"mode": "append"}` or `{"mode": "replace", "partitions": 4}`.
+/// Without options the table is replaced.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PutOptions {
+    /// `"replace"` (default) or `"append"`.
+    #[serde(default, deserialize_with = "mode")]
+    pub mode: WriteMode,
+    /// Endpoints GetFlightInfo splits this table over; default: the server's
+    /// `--partitions`.
+    #[serde(default)]
+    pub partitions: Option<usize>,
+}
+
+fn mode<'de, D: serde::Deserializer<'de>>(d: D) -> std::result::Result<WriteMode, D::Error> {
+    let s = String::deserialize(d)?;
+    match s.as_str() {
+        "replace" => Ok(WriteMode::Replace),
+        "append" => Ok(WriteMode::Append),
+        other => Err(serde::de::Error::custom(format!(
+            "unknown mode {other:?}: expected \"replace\" or \"append\""
+        ))),
+    }
+}
+
+impl PutOptions {
+    /// Parses options from `app_metadata`.
+    pub fn from_app_metadata(bytes: &[u8]) -> Result<Self> {
+        let options: Self = serde_json::from_slice(bytes).map_err(|e| {
+            Error::invalid(format!(
+                "DoPut app_metadata must be a JSON object like {{\"mode\": \"append\"}}: {e}"
+            ))
+        })?;
+        if let Some(p) = options.partitions
+            && (p == 0 || p > MAX_PARTITIONS)
+        {
+            return Err(Error::invalid(format!(
+                "partitions must be between 1 and {MAX_PARTITIONS}, got {p}"
+            )));
+        }
+        Ok(options)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses() {
+        assert_eq!(
+            PutOptions::from_app_metadata(br#"{"mode":"append"}"#)
+                .unwrap()
+                .mode,
+            WriteMode::Append
+        );
+        let o = PutOptions::from_app_metadata(br#"{"partitions":4}"#).unwrap();
+        assert_eq!((o.mode, o.partitions), (WriteMode::Replace, Some(4)));
+    }
+
+    #[test]
+    fn refuses_unknown() {
+        for bad in [
+            &br#"{"mode":"upsert"}"#[..],
+            br#"{"mood":"append"}"#,
+            br#"{"partitions":0}"#,
+            b"append",
+        ] {
+            assert!(PutOptions::from_app_metadata(bad).is_err());
+        }
+    }
+}

@@ -1,0 +1,92 @@
+//! Running the Flight service: transport settings, binding, graceful shutdown.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use arrow_flight::flight_service_server::FlightServiceServer;
+use quiver_store::TableStore;
+use tokio::net::TcpListener;
+use tonic::transport::Server;
+use tonic::transport::server::TcpIncoming;
+
+use crate::service::ServiceOptions;
+use crate::{QuiverService, WatchBodyLayer};
+
+/// Default largest gRPC message the server accepts (and sends): 1 GiB.
+///
+/// pyarrow sends each record batch as one message, however large, so the gRPC
+/// default of 4 MiB would refuse ordinary tables.
+pub const DEFAULT_MAX_MESSAGE_SIZE: usize = 1 << 30;
+
+/// Default largest FlightData message DoGet sends: 2 MiB, as arrow-flight's
+/// encoder recommends. Larger batches are split into slices.
+pub const DEFAULT_MAX_FLIGHT_DATA_SIZE: usize = 2 << 20;
+
+/// Everything `serve` needs besides the store and the listener.
+#[derive(Debug, Clone)]
+pub struct ServerConfig {
+    /// The URI put in endpoint locations; default `grpc+tcp://` + the bound address.
+    pub advertise: Option<String>,
+    /// Endpoints per table unless a put chose otherwise.
+    pub partitions: usize,
+    /// Largest gRPC message received or sent.
+    pub max_message_size: usize,
+    /// Largest FlightData message DoGet sends.
+    pub max_flight_data_size: usize,
+}
+
+impl Default for ServerConfig {
+    fn default() -> Self {
+        Self {
+            advertise: None,
+            partitions: 1,
+            max_message_size: DEFAULT_MAX_MESSAGE_SIZE,
+            max_flight_data_size: DEFAULT_MAX_FLIGHT_DATA_SIZE,
+        }
+    }
+}
+
+/// The location advertised for a server bound to `addr`.
+///
+/// An unspecified address (`0.0.0.0`, `::`) says nothing about how clients reach
+/// the server, so it advertises Flight's "reuse this connection" location.
+pub fn default_location(addr: SocketAddr) -> String {
+    if addr.ip().is_unspecified() {
+        "arrow-flight-reuse-connection://?".to_string()
+    } else {
+        format!("grpc+tcp://{addr}")
+    }
+}
+
+/// Serves Flight on `listener` until `shutdown` completes, then stops accepting
+/// connections and lets the RPCs in flight finish.
+pub async fn serve(
+    listener: TcpListener,
+    store: Arc<TableStore>,
+    config: ServerConfig,
+    shutdown: impl Future<Output = ()>,
+) -> Result<(), tonic::transport::Error> {
+    let addr = listener.local_addr().ok();
+    let location = config
+        .advertise
+        .clone()
+        .or_else(|| addr.map(default_location))
+        .unwrap_or_else(|| "arrow-flight-reuse-connection://?".to_string());
+    let service = QuiverService::new(
+        store,
+        ServiceOptions {
+            location,
+            default_partitions: config.partitions.max(1),
+            max_flight_data_size: config.max_flight_data_size,
+        },
+    );
+    let flight = FlightServiceServer::new(service)
+        .max_decoding_message_size(config.max_message_size)
+        .max_encoding_message_size(config.max_message_size);
+    let incoming = TcpIncoming::from(listener).with_nodelay(Some(true));
+    Server::builder()
+        .layer(WatchBodyLayer)
+        .add_service(flight)
+        .serve_with_incoming_shutdown(incoming, shutdown)
+        .await
+}

@@ -1,0 +1,450 @@
+//! `QuiverService`: every Flight RPC over the table store.
+
+use std::pin::Pin;
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+
+use arrow::datatypes::SchemaRef;
+use arrow::ipc::writer::IpcWriteOptions;
+use arrow_flight::decode::{DecodedPayload, FlightDataDecoder};
+use arrow_flight::encode::{DictionaryHandling, FlightDataEncoderBuilder};
+use arrow_flight::error::FlightError;
+use arrow_flight::flight_service_server::FlightService;
+use arrow_flight::{
+    Action, ActionType, Criteria, Empty, FlightData, FlightDescriptor, FlightEndpoint, FlightInfo,
+    HandshakeRequest, HandshakeResponse, PollInfo, PutResult, SchemaAsIpc, SchemaResult, Ticket,
+};
+use bytes::Bytes;
+use futures::stream::{self, BoxStream};
+use futures::{Stream, StreamExt, TryStreamExt};
+use quiver_store::{TableStore, TableVersion, batch_bytes};
+use serde_json::json;
+use tonic::{Request, Response, Status, Streaming};
+
+use crate::error::inbound_status;
+use crate::request_body::BodyOutcome;
+use crate::rpc_log::RpcLog;
+use crate::ticket::TableTicket;
+use crate::{Error, PutOptions, Result, actions, guard, table_name};
+
+/// Settings of the Flight service that do not belong to the transport.
+#[derive(Debug, Clone)]
+pub struct ServiceOptions {
+    /// The URI put in every endpoint's location, e.g. `grpc+tcp://127.0.0.1:8815`.
+    pub location: String,
+    /// Endpoints per table when the put chose none.
+    pub default_partitions: usize,
+    /// Largest FlightData message DoGet sends; larger batches are split.
+    pub max_flight_data_size: usize,
+}
+
+/// The Flight service: the standard RPCs over a [`TableStore`].
+#[derive(Debug, Clone)]
+pub struct QuiverService {
+    store: Arc<TableStore>,
+    options: Arc<ServiceOptions>,
+    started: Instant,
+}
+
+type BoxedStream<T> = Pin<Box<dyn Stream<Item = Result<T, Status>> + Send + 'static>>;
+
+impl QuiverService {
+    /// A service over `store`.
+    pub fn new(store: Arc<TableStore>, options: ServiceOptions) -> Self {
+        Self {
+            store,
+            options: Arc::new(options),
+            started: Instant::now(),
+        }
+    }
+
+    /// The store behind the service.
+    pub fn store(&self) -> &Arc<TableStore> {
+        &self.store
+    }
+
+    /// How many endpoints `table` is split over: its own setting or the
+    /// server's, never more than its rows, at least one.
+    fn partitions_for(&self, table: &TableVersion) -> usize {
+        let wanted = table
+            .partitions()
+            .unwrap_or(self.options.default_partitions);
+        let rows = usize::try_from(table.num_rows()).unwrap_or(usize::MAX);
+        wanted.min(rows).max(1)
+    }
+
+    fn flight_info(
+        &self,
+        table: &TableVersion,
+        descriptor: FlightDescriptor,
+    ) -> Result<FlightInfo> {
+        let partitions = self.partitions_for(table);
+        let endpoints = (0..partitions).map(|partition| {
+            let ticket = TableTicket {
+                table: table.name().to_string(),
+                version: Some(table.version()),
+                partition,
+                partitions,
+            };
+            FlightEndpoint::new()
+                .with_ticket(Ticket::new(ticket.encode()))
+                .with_location(self.options.location.clone())
+        });
+        let metadata = json!({"version": table.version(), "partitions": partitions});
+        Ok(FlightInfo::new()
+            .try_with_schema(table.schema())?
+            .with_descriptor(descriptor)
+            .with_endpoints(endpoints.collect())
+            .with_total_records(i64::try_from(table.num_rows()).unwrap_or(i64::MAX))
+            .with_total_bytes(i64::try_from(table.num_bytes()).unwrap_or(i64::MAX))
+            .with_ordered(true)
+            .with_app_metadata(metadata.to_string()))
+    }
+
+    fn info_for(&self, descriptor: FlightDescriptor, log: &mut RpcLog) -> Result<FlightInfo> {
+        let name = table_name(&descriptor)?;
+        log.table(&name);
+        let table = self.store.get(&name)?;
+        log.add(table.num_rows(), table.num_bytes());
+        self.flight_info(&table, descriptor)
+    }
+
+    /// Resolves a ticket to the batches it covers, checking a pinned version.
+    fn resolve_ticket(
+        &self,
+        ticket: &[u8],
+        log: &mut RpcLog,
+    ) -> Result<(SchemaRef, Vec<arrow::record_batch::RecordBatch>)> {
+        let ticket = TableTicket::decode(ticket)?;
+        log.table(&ticket.table);
+        let table = self.store.get(&ticket.table)?;
+        if let Some(version) = ticket.version
+            && version != table.version()
+        {
+            return Err(Error::Aborted(format!(
+                "table '{}' changed since GetFlightInfo (version {version}, now {}); \
+                 call GetFlightInfo again",
+                ticket.table,
+                table.version()
+            )));
+        }
+        let batches = table.partition(ticket.partition, ticket.partitions)?;
+        Ok((Arc::clone(table.schema()), batches))
+    }
+
+    async fn put(
+        &self,
+        mut input: Streaming<FlightData>,
+        outcome: Option<BodyOutcome>,
+        log: &mut RpcLog,
+    ) -> Result<PutResult> {
+        let first = input
+            .message()
+            .await
+            .map_err(|s| Error::Status(Box::new(inbound_status(s))))?
+            .ok_or_else(|| Error::invalid("DoPut stream is empty: expected a schema message"))?;
+        let descriptor = first.flight_descriptor.as_ref().ok_or_else(|| {
+            Error::invalid("the first DoPut message carries no flight descriptor")
+        })?;
+        let name = table_name(descriptor)?;
+        log.table(&name);
+
+        // Metadata-only messages (no IPC header: pyarrow's `write_metadata`) are
+        // not IPC messages; take their app_metadata aside before decoding.
+        let side_metadata: Arc<Mutex<Vec<Bytes>>> = Arc::default();
+        let sink = Arc::clone(&side_metadata);
+        let messages = stream::once(async { Ok(first) })
+            .chain(input.map_err(|s| FlightError::Tonic(Box::new(inbound_status(s)))))
+            .try_filter_map(move |data: FlightData| {
+                let keep = if data.data_header.is_empty() {
+                    if !data.app_metadata.is_empty() {
+                        sink.lock()
+                            .unwrap_or_else(|e| e.into_inner())
+                            .push(data.app_metadata);
+                    }
+                    None
+                } else {
+                    Some(data)
+                };
+                futures::future::ready(Ok(keep))
+            });
+        let mut decoder = FlightDataDecoder::new(messages);
+
+        let mut options: Option<PutOptions> = None;
+        let mut schema: Option<SchemaRef> = None;
+        let mut writer = None;
+        while let Some(decoded) = decoder.next().await {
+            let decoded = decoded?;
+            if writer.is_none() && options.is_none() {
+                let pending = side_metadata
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .drain(..)
+                    .next();
+                let metadata = pending
+                    .or_else(|| Some(decoded.inner.app_metadata.clone()).filter(|m| !m.is_empty()));
+                if let Some(metadata) = metadata {
+                    options = Some(PutOptions::from_app_metadata(&metadata)?);
+                }
+            }
+            match decoded.payload {
+                DecodedPayload::None => {}
+                DecodedPayload::Schema(s) => {
+                    if schema.as_ref().is_some_and(|existing| existing != &s) {
+                        return Err(Error::invalid(
+                            "a DoPut stream must carry one schema; it changed mid-stream",
+                        ));
+                    }
+                    schema = Some(s);
+                }
+                DecodedPayload::RecordBatch(batch) => {
+                    if writer.is_none() {
+                        let schema = schema
+                            .clone()
+                            .ok_or_else(|| Error::invalid("record batch before schema"))?;
+                        let options = options.unwrap_or_default();
+                        writer = Some(self.store.writer(
+                            &name,
+                            options.mode,
+                            schema,
+                            options.partitions,
+                        )?);
+                    }
+                    if let Some(writer) = writer.as_mut() {
+                        writer.push(batch)?;
+                    }
+                }
+            }
+        }
+        // tonic ends a cancelled request stream as if the client had finished it.
+        if outcome.is_some_and(|o| o.broken()) {
+            return Err(Error::Status(Box::new(Status::cancelled(
+                "the DoPut stream broke off before its end; nothing was stored",
+            ))));
+        }
+        let writer = match writer {
+            Some(writer) => writer,
+            None => {
+                let schema =
+                    schema.ok_or_else(|| Error::invalid("DoPut stream carried no schema"))?;
+                let options = options.unwrap_or_default();
+                self.store
+                    .writer(&name, options.mode, schema, options.partitions)?
+            }
+        };
+        let (rows, bytes) = (writer.num_rows(), writer.num_bytes());
+        let version = writer.commit()?;
+        log.add(rows, bytes);
+        let metadata = json!({
+            "table": name,
+            "version": version.version(),
+            "rows": version.num_rows(),
+            "bytes": version.num_bytes(),
+        });
+        Ok(PutResult {
+            app_metadata: metadata.to_string().into(),
+        })
+    }
+}
+
+#[tonic::async_trait]
+impl FlightService for QuiverService {
+    type HandshakeStream = BoxStream<'static, Result<HandshakeResponse, Status>>;
+    type ListFlightsStream = BoxStream<'static, Result<FlightInfo, Status>>;
+    type DoGetStream = BoxedStream<FlightData>;
+    type DoPutStream = BoxStream<'static, Result<PutResult, Status>>;
+    type DoExchangeStream = BoxedStream<FlightData>;
+    type DoActionStream = BoxStream<'static, Result<arrow_flight::Result, Status>>;
+    type ListActionsStream = BoxStream<'static, Result<ActionType, Status>>;
+
+    async fn handshake(
+        &self,
+        request: Request<Streaming<HandshakeRequest>>,
+    ) -> Result<Response<Self::HandshakeStream>, Status> {
+        let mut log = RpcLog::new("Handshake");
+        let responses = request.into_inner().map_ok(|req| HandshakeResponse {
+            protocol_version: req.protocol_version,
+            payload: Bytes::new(),
+        });
+        log.outcome(Ok(Response::new(
+            guard::stream("Handshake", responses).boxed(),
+        )))
+    }
+
+    async fn list_flights(
+        &self,
+        request: Request<Criteria>,
+    ) -> Result<Response<Self::ListFlightsStream>, Status> {
+        guard::handler("ListFlights", async {
+            let mut log = RpcLog::new("ListFlights");
+            let result = (|| {
+                let prefix = std::str::from_utf8(&request.get_ref().expression).map_err(|_| {
+                    Error::invalid("ListFlights criteria must be a UTF-8 name prefix")
+                })?;
+                let tables = self.store.list(prefix);
+                let infos = tables
+                    .iter()
+                    .map(|t| {
+                        log.add(t.num_rows(), t.num_bytes());
+                        let descriptor = FlightDescriptor::new_path(vec![t.name().to_string()]);
+                        self.flight_info(t, descriptor).map_err(Status::from)
+                    })
+                    .collect::<Vec<_>>();
+                Ok::<_, Error>(infos)
+            })();
+            let infos = log.outcome(result.map_err(Status::from))?;
+            Ok(Response::new(stream::iter(infos).boxed()))
+        })
+        .await
+    }
+
+    async fn get_flight_info(
+        &self,
+        request: Request<FlightDescriptor>,
+    ) -> Result<Response<FlightInfo>, Status> {
+        guard::handler("GetFlightInfo", async {
+            let mut log = RpcLog::new("GetFlightInfo");
+            let info = self
+                .info_for(request.into_inner(), &mut log)
+                .map_err(Status::from);
+            log.outcome(info).map(Response::new)
+        })
+        .await
+    }
+
+    async fn poll_flight_info(
+        &self,
+        request: Request<FlightDescriptor>,
+    ) -> Result<Response<PollInfo>, Status> {
+        guard::handler("PollFlightInfo", async {
+            let mut log = RpcLog::new("PollFlightInfo");
+            let info = self
+                .info_for(request.into_inner(), &mut log)
+                .map_err(Status::from);
+            let info = log.outcome(info)?;
+            Ok(Response::new(
+                PollInfo::new()
+                    .with_info(info)
+                    .try_with_progress(1.0)
+                    .map_err(|e| Status::from(Error::Internal(e.to_string())))?,
+            ))
+        })
+        .await
+    }
+
+    async fn get_schema(
+        &self,
+        request: Request<FlightDescriptor>,
+    ) -> Result<Response<SchemaResult>, Status> {
+        guard::handler("GetSchema", async {
+            let mut log = RpcLog::new("GetSchema");
+            let result = (|| {
+                let name = table_name(request.get_ref())?;
+                log.table(&name);
+                let table = self.store.get(&name)?;
+                let options = IpcWriteOptions::default();
+                Ok::<_, Error>(SchemaResult::try_from(SchemaAsIpc::new(
+                    table.schema(),
+                    &options,
+                ))?)
+            })();
+            log.outcome(result.map_err(Status::from)).map(Response::new)
+        })
+        .await
+    }
+
+    async fn do_get(
+        &self,
+        request: Request<Ticket>,
+    ) -> Result<Response<Self::DoGetStream>, Status> {
+        guard::handler("DoGet", async {
+            let mut log = RpcLog::new("DoGet");
+            let resolved = self.resolve_ticket(&request.get_ref().ticket, &mut log);
+            let (schema, batches) = log.outcome(resolved.map_err(Status::from))?;
+            let rows: u64 = batches.iter().map(|b| b.num_rows() as u64).sum();
+            log.add(rows, batches.iter().map(batch_bytes).sum());
+            let encoded = FlightDataEncoderBuilder::new()
+                .with_schema(schema)
+                .with_max_flight_data_size(self.options.max_flight_data_size)
+                .with_dictionary_handling(DictionaryHandling::Resend)
+                .build(stream::iter(batches.into_iter().map(Ok)));
+            // The log moves into the stream: its line is written when the stream
+            // ends or the client goes away.
+            let responses = encoded.map(move |item| {
+                let item = item.map_err(|e| Status::from(Error::from(e)));
+                log.outcome(item)
+            });
+            Ok(Response::new(
+                Box::pin(guard::stream("DoGet", responses)) as Self::DoGetStream
+            ))
+        })
+        .await
+    }
+
+    async fn do_put(
+        &self,
+        request: Request<Streaming<FlightData>>,
+    ) -> Result<Response<Self::DoPutStream>, Status> {
+        guard::handler("DoPut", async {
+            let mut log = RpcLog::new("DoPut");
+            let outcome = request.extensions().get::<BodyOutcome>().cloned();
+            let result = self
+                .put(request.into_inner(), outcome, &mut log)
+                .await
+                .map_err(Status::from);
+            let result = log.outcome(result)?;
+            Ok(Response::new(stream::once(async { Ok(result) }).boxed()))
+        })
+        .await
+    }
+
+    async fn do_exchange(
+        &self,
+        request: Request<Streaming<FlightData>>,
+    ) -> Result<Response<Self::DoExchangeStream>, Status> {
+        let mut log = RpcLog::new("DoExchange");
+        let echoed = request.into_inner().map(move |item| {
+            let item = item.map_err(inbound_status).map(|mut data| {
+                data.flight_descriptor = None;
+                log.add(0, data.data_body.len() as u64);
+                data
+            });
+            log.outcome(item)
+        });
+        Ok(Response::new(
+            Box::pin(guard::stream("DoExchange", echoed)) as Self::DoExchangeStream
+        ))
+    }
+
+    async fn do_action(
+        &self,
+        request: Request<Action>,
+    ) -> Result<Response<Self::DoActionStream>, Status> {
+        guard::handler("DoAction", async {
+            let action = request.into_inner();
+            let mut log = RpcLog::new("DoAction");
+            let result = actions::run(&self.store, self.started, &action.r#type, &action.body);
+            if let Ok(outcome) = &result {
+                if let Some(table) = &outcome.table {
+                    log.table(table);
+                }
+                log.add(outcome.rows, outcome.bytes);
+            }
+            tracing::debug!(action = %action.r#type, "action");
+            let outcome = log.outcome(result.map_err(Status::from))?;
+            let body = arrow_flight::Result { body: outcome.body };
+            Ok(Response::new(stream::once(async { Ok(body) }).boxed()))
+        })
+        .await
+    }
+
+    async fn list_actions(
+        &self,
+        _request: Request<Empty>,
+    ) -> Result<Response<Self::ListActionsStream>, Status> {
+        let _log = RpcLog::new("ListActions");
+        Ok(Response::new(
+            stream::iter(actions::action_types().into_iter().map(Ok)).boxed(),
+        ))
+    }
+}

@@ -1,0 +1,28 @@
+//! Named, versioned Arrow tables held in memory.
+//!
+//! The store maps a table name to an immutable [`TableVersion`]. Writers build
+//! a new version off to the side ([`TableWriter`]) and publish it atomically on
+//! [`TableWriter::commit`]; readers take an `Arc` snapshot and keep seeing that
+//! version however the table changes afterwards.
+//!
+//! Batches are kept as plain [`arrow::record_batch::RecordBatch`]es whose buffers
+//! may live anywhere arrow's [`arrow::buffer::Buffer`] can point: the body of a
+//! received wire message (no copy on put), a memory-mapped file, or shared
+//! memory. Nothing in the store assumes heap allocation.
+//!
+//! Every byte a version holds is charged to a [`MemoryPool`]; a write that would
+//! pass the limit fails with [`StoreError::MemoryLimit`] before anything is
+//! published.
+#![warn(missing_docs)]
+
+mod error;
+mod memory;
+mod name;
+mod store;
+mod version;
+
+pub use error::{Result, StoreError};
+pub use memory::{MemoryCharge, MemoryPool, batch_bytes};
+pub use name::{MAX_NAME_LEN, validate_name};
+pub use store::{StoreStats, TableStore, TableWriter, WriteMode};
+pub use version::{Segment, TableVersion};

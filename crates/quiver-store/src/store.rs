@@ -1,0 +1,612 @@
+//! The table store: a map from names to the current version of each table.
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, RwLock, RwLockReadGuard, RwLockWriteGuard};
+
+use arrow::datatypes::{Schema, SchemaRef};
+use arrow::record_batch::RecordBatch;
+
+use crate::{MemoryCharge, MemoryPool, Result, Segment, StoreError, TableVersion};
+use crate::{batch_bytes, validate_name};
+
+/// How a write treats an existing table of the same name.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum WriteMode {
+    /// Publish the written batches as the whole table, replacing any previous
+    /// version (creating the table if it does not exist).
+    #[default]
+    Replace,
+    /// Add the written batches after the existing table's rows. The table must
+    /// exist and its schema must have exactly the written fields.
+    Append,
+}
+
+/// Totals over the whole store.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StoreStats {
+    /// Number of tables.
+    pub tables: usize,
+    /// Rows over all tables.
+    pub rows: u64,
+    /// Bytes over all tables.
+    pub bytes: u64,
+    /// Bytes charged to the memory pool: stored tables, writes in progress, and
+    /// old versions still held by readers.
+    pub memory_used: u64,
+    /// The memory limit.
+    pub memory_limit: u64,
+}
+
+/// Named Arrow tables, each an immutable [`TableVersion`] replaced atomically.
+///
+/// # Example
+/// ```
+/// # use std::sync::Arc;
+/// # use arrow::array::Int64Array;
+/// # use arrow::record_batch::RecordBatch;
+/// use quiver_store::{TableStore, WriteMode};
+///
+/// let store = TableStore::new(1 << 20);
+/// let batch = RecordBatch::try_from_iter([("x", Arc::new(Int64Array::from(vec![1, 2])) as _)])?;
+/// store.put("numbers", WriteMode::Replace, batch.schema(), [batch.clone()])?;
+/// store.put("numbers", WriteMode::Append, batch.schema(), [batch])?;
+/// assert_eq!(store.get("numbers")?.num_rows(), 4);
+/// # Ok::<_, Box<dyn std::error::Error>>(())
+/// ```
+#[derive(Debug)]
+pub struct TableStore {
+    tables: RwLock<BTreeMap<String, Arc<TableVersion>>>,
+    pool: MemoryPool,
+    next_version: AtomicU64,
+}
+
+impl TableStore {
+    /// An empty store that holds at most `max_memory` bytes of table data.
+    pub fn new(max_memory: u64) -> Self {
+        Self {
+            tables: RwLock::new(BTreeMap::new()),
+            pool: MemoryPool::new(max_memory),
+            next_version: AtomicU64::new(1),
+        }
+    }
+
+    /// The memory pool every table is charged to.
+    pub fn memory(&self) -> &MemoryPool {
+        &self.pool
+    }
+
+    /// The current version of `name`.
+    pub fn get(&self, name: &str) -> Result<Arc<TableVersion>> {
+        self.read()
+            .get(name)
+            .cloned()
+            .ok_or_else(|| StoreError::NotFound {
+                name: name.to_string(),
+            })
+    }
+
+    /// The current version of every table whose name starts with `prefix`, by name.
+    pub fn list(&self, prefix: &str) -> Vec<Arc<TableVersion>> {
+        self.read()
+            .range(prefix.to_string()..)
+            .take_while(|(name, _)| name.starts_with(prefix))
+            .map(|(_, v)| Arc::clone(v))
+            .collect()
+    }
+
+    /// Starts writing `name`. Nothing is visible until [`TableWriter::commit`];
+    /// dropping the writer discards what it holds.
+    ///
+    /// `partitions` is stored with the table and tells readers how many
+    /// endpoints to split it over (`None`: the server's default).
+    pub fn writer(
+        &self,
+        name: &str,
+        mode: WriteMode,
+        schema: SchemaRef,
+        partitions: Option<usize>,
+    ) -> Result<TableWriter<'_>> {
+        validate_name(name)?;
+        if mode == WriteMode::Append {
+            let current = self.get(name)?;
+            check_schema(name, current.schema(), &schema)?;
+        }
+        Ok(TableWriter {
+            store: self,
+            name: name.to_string(),
+            mode,
+            schema,
+            partitions,
+            batches: Vec::new(),
+            charge: self.pool.charge(),
+        })
+    }
+
+    /// Writes `batches` under `name` in one step.
+    pub fn put(
+        &self,
+        name: &str,
+        mode: WriteMode,
+        schema: SchemaRef,
+        batches: impl IntoIterator<Item = RecordBatch>,
+    ) -> Result<Arc<TableVersion>> {
+        let mut writer = self.writer(name, mode, schema, None)?;
+        for batch in batches {
+            writer.push(batch)?;
+        }
+        writer.commit()
+    }
+
+    /// Drops `name`, returning its last version.
+    pub fn remove(&self, name: &str) -> Result<Arc<TableVersion>> {
+        self.write()
+            .remove(name)
+            .ok_or_else(|| StoreError::NotFound {
+                name: name.to_string(),
+            })
+    }
+
+    /// Renames `from` to `to`. Fails with [`StoreError::AlreadyExists`] if `to`
+    /// exists, unless `overwrite` is set.
+    pub fn rename(&self, from: &str, to: &str, overwrite: bool) -> Result<Arc<TableVersion>> {
+        validate_name(to)?;
+        let mut tables = self.write();
+        if !tables.contains_key(from) {
+            return Err(StoreError::NotFound {
+                name: from.to_string(),
+            });
+        }
+        if from == to {
+            return Ok(Arc::clone(&tables[from]));
+        }
+        if tables.contains_key(to) && !overwrite {
+            return Err(StoreError::AlreadyExists {
+                name: to.to_string(),
+            });
+        }
+        let old = tables.remove(from).expect("checked above");
+        let renamed = Arc::new(old.renamed(to.to_string(), self.next_version()));
+        tables.insert(to.to_string(), Arc::clone(&renamed));
+        Ok(renamed)
+    }
+
+    /// Totals over the store.
+    pub fn stats(&self) -> StoreStats {
+        let tables = self.read();
+        StoreStats {
+            tables: tables.len(),
+            rows: tables.values().map(|t| t.num_rows()).sum(),
+            bytes: tables.values().map(|t| t.num_bytes()).sum(),
+            memory_used: self.pool.used(),
+            memory_limit: self.pool.limit(),
+        }
+    }
+
+    fn next_version(&self) -> u64 {
+        self.next_version.fetch_add(1, Ordering::Relaxed)
+    }
+
+    // The map only ever holds complete `Arc`s, so a panic elsewhere while a lock
+    // was held cannot leave it half-written: recover from poisoning.
+    fn read(&self) -> RwLockReadGuard<'_, BTreeMap<String, Arc<TableVersion>>> {
+        self.tables.read().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn write(&self) -> RwLockWriteGuard<'_, BTreeMap<String, Arc<TableVersion>>> {
+        self.tables.write().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+/// A write in progress: batches charged to the memory pool, not yet visible.
+#[derive(Debug)]
+pub struct TableWriter<'a> {
+    store: &'a TableStore,
+    name: String,
+    mode: WriteMode,
+    schema: SchemaRef,
+    partitions: Option<usize>,
+    batches: Vec<RecordBatch>,
+    charge: MemoryCharge,
+}
+
+impl TableWriter<'_> {
+    /// The schema every pushed batch must have.
+    pub fn schema(&self) -> &SchemaRef {
+        &self.schema
+    }
+
+    /// Rows pushed so far.
+    pub fn num_rows(&self) -> u64 {
+        self.batches.iter().map(|b| b.num_rows() as u64).sum()
+    }
+
+    /// Bytes charged so far.
+    pub fn num_bytes(&self) -> u64 {
+        self.charge.bytes()
+    }
+
+    /// Adds a batch. Fails if its fields differ from the writer's schema or if
+    /// it would pass the memory limit; the writer is then best dropped.
+    pub fn push(&mut self, batch: RecordBatch) -> Result<()> {
+        if batch.schema_ref().fields() != self.schema.fields() {
+            check_schema(&self.name, &self.schema, batch.schema_ref())?;
+        }
+        self.charge.try_grow(batch_bytes(&batch))?;
+        self.batches.push(batch);
+        Ok(())
+    }
+
+    /// Publishes the write atomically and returns the new version.
+    pub fn commit(self) -> Result<Arc<TableVersion>> {
+        let store = self.store;
+        let segment = Arc::new(Segment::new(self.batches, self.charge));
+        let mut tables = store.write();
+        let version = match self.mode {
+            WriteMode::Replace => TableVersion::new(
+                self.name.clone(),
+                store.next_version(),
+                self.schema,
+                vec![segment],
+                self.partitions,
+            ),
+            WriteMode::Append => {
+                // Re-checked under the lock: the table may have been replaced or
+                // dropped since the writer started.
+                let current = tables.get(&self.name).ok_or_else(|| StoreError::NotFound {
+                    name: self.name.clone(),
+                })?;
+                check_schema(&self.name, current.schema(), &self.schema)?;
+                let mut segments = current.segments().to_vec();
+                segments.push(segment);
+                TableVersion::new(
+                    self.name.clone(),
+                    store.next_version(),
+                    Arc::clone(current.schema()),
+                    segments,
+                    self.partitions.or(current.partitions()),
+                )
+            }
+        };
+        let version = Arc::new(version);
+        tables.insert(self.name, Arc::clone(&version));
+        Ok(version)
+    }
+}
+
+/// Checks that `actual` has exactly the fields of `expected` (names, types,
+/// nullability, field metadata). Schema-level metadata is not compared.
+fn check_schema(name: &str, expected: &Schema, actual: &Schema) -> Result<()> {
+    if expected.fields() == actual.fields() {
+        return Ok(());
+    }
+    let mismatch = |detail: String| StoreError::SchemaMismatch {
+        name: name.to_string(),
+        detail,
+    };
+    if expected.fields().len() != actual.fields().len() {
+        return Err(mismatch(format!(
+            "expected {} columns ({}), got {} ({})",
+            expected.fields().len(),
+            field_names(expected),
+            actual.fields().len(),
+            field_names(actual)
+        )));
+    }
+    for (e, a) in expected.fields().iter().zip(actual.fields()) {
+        if e != a {
+            return Err(mismatch(format!(
+                "column '{}' expected {}{}, got '{}' {}{}",
+                e.name(),
+                e.data_type(),
+                if e.is_nullable() { "" } else { " NOT NULL" },
+                a.name(),
+                a.data_type(),
+                if a.is_nullable() { "" } else { " NOT NULL" },
+            )));
+        }
+    }
+    Err(mismatch("field metadata differs".to_string()))
+}
+
+fn field_names(schema: &Schema) -> String {
+    let names: Vec<&str> = schema.fields().iter().map(|f| f.name().as_str()).collect();
+    names.join(", ")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use arrow::array::{ArrayRef, Int64Array, StringArray};
+    use arrow::datatypes::{DataType, Field};
+    use std::thread;
+
+    fn batch(values: &[i64]) -> RecordBatch {
+        RecordBatch::try_from_iter([("x", Arc::new(Int64Array::from(values.to_vec())) as ArrayRef)])
+            .unwrap()
+    }
+
+    fn values(version: &TableVersion) -> Vec<i64> {
+        version
+            .batches()
+            .flat_map(|b| {
+                let col = b.column(0).as_any().downcast_ref::<Int64Array>().unwrap();
+                col.values().to_vec()
+            })
+            .collect()
+    }
+
+    #[test]
+    fn replace_publishes_whole_table() {
+        let store = TableStore::new(1 << 20);
+        let b = batch(&[1, 2, 3]);
+        store
+            .put("t", WriteMode::Replace, b.schema(), [b.clone(), b.clone()])
+            .unwrap();
+        let v1 = store.get("t").unwrap();
+        assert_eq!(v1.num_rows(), 6);
+        assert_eq!(v1.num_bytes(), 48);
+        store
+            .put("t", WriteMode::Replace, b.schema(), [batch(&[9])])
+            .unwrap();
+        let v2 = store.get("t").unwrap();
+        assert_eq!(values(&v2), vec![9]);
+        assert!(v2.version() > v1.version());
+    }
+
+    #[test]
+    fn append_adds_rows_after_existing() {
+        let store = TableStore::new(1 << 20);
+        let b = batch(&[1, 2]);
+        store
+            .put("t", WriteMode::Replace, b.schema(), [b.clone()])
+            .unwrap();
+        store
+            .put("t", WriteMode::Append, b.schema(), [batch(&[3])])
+            .unwrap();
+        assert_eq!(values(&store.get("t").unwrap()), vec![1, 2, 3]);
+    }
+
+    #[test]
+    fn append_to_missing_table_is_not_found() {
+        let store = TableStore::new(1 << 20);
+        let b = batch(&[1]);
+        let err = store
+            .put("nope", WriteMode::Append, b.schema(), [b])
+            .unwrap_err();
+        assert!(matches!(err, StoreError::NotFound { name } if name == "nope"));
+        assert_eq!(store.stats().tables, 0);
+    }
+
+    #[test]
+    fn append_with_other_schema_is_refused_and_table_unchanged() {
+        let store = TableStore::new(1 << 20);
+        let b = batch(&[1, 2]);
+        store.put("t", WriteMode::Replace, b.schema(), [b]).unwrap();
+        let other =
+            RecordBatch::try_from_iter([("x", Arc::new(StringArray::from(vec!["a"])) as ArrayRef)])
+                .unwrap();
+        let err = store
+            .put("t", WriteMode::Append, other.schema(), [other])
+            .unwrap_err();
+        let message = err.to_string();
+        assert!(matches!(err, StoreError::SchemaMismatch { .. }));
+        assert!(message.contains("column 'x' expected Int64"), "{message}");
+        assert_eq!(values(&store.get("t").unwrap()), vec![1, 2]);
+    }
+
+    #[test]
+    fn batch_that_does_not_match_writer_schema_is_refused() {
+        let store = TableStore::new(1 << 20);
+        let schema = Arc::new(Schema::new(vec![Field::new("x", DataType::Int64, false)]));
+        let mut writer = store.writer("t", WriteMode::Replace, schema, None).unwrap();
+        writer.push(batch(&[1])).unwrap();
+        let other =
+            RecordBatch::try_from_iter([("y", Arc::new(Int64Array::from(vec![1])) as ArrayRef)])
+                .unwrap();
+        assert!(matches!(
+            writer.push(other),
+            Err(StoreError::SchemaMismatch { .. })
+        ));
+        drop(writer);
+        assert!(matches!(store.get("t"), Err(StoreError::NotFound { .. })));
+        assert_eq!(store.memory().used(), 0);
+    }
+
+    #[test]
+    fn reader_keeps_its_version_during_replace_and_delete() {
+        let store = Arc::new(TableStore::new(1 << 24));
+        let b = batch(&[1, 2, 3]);
+        store
+            .put("t", WriteMode::Replace, b.schema(), [b.clone()])
+            .unwrap();
+        let snapshot = store.get("t").unwrap();
+
+        let writers: Vec<_> = (0..4)
+            .map(|i| {
+                let store = Arc::clone(&store);
+                thread::spawn(move || {
+                    for j in 0..50 {
+                        let b = batch(&[i * 1000 + j; 10]);
+                        store.put("t", WriteMode::Replace, b.schema(), [b]).unwrap();
+                    }
+                })
+            })
+            .collect();
+        let readers: Vec<_> = (0..4)
+            .map(|_| {
+                let store = Arc::clone(&store);
+                thread::spawn(move || {
+                    for _ in 0..200 {
+                        let v = store.get("t").unwrap();
+                        let vals = values(&v);
+                        // Every version is whole: one writer's ten equal values,
+                        // or the original three.
+                        assert!(
+                            vals == vec![1, 2, 3]
+                                || (vals.len() == 10 && vals.iter().all(|x| *x == vals[0])),
+                            "torn read: {vals:?}"
+                        );
+                    }
+                })
+            })
+            .collect();
+        for t in writers.into_iter().chain(readers) {
+            t.join().unwrap();
+        }
+        store.remove("t").unwrap();
+        assert_eq!(values(&snapshot), vec![1, 2, 3]);
+        assert_eq!(
+            store.memory().used(),
+            24,
+            "only the held snapshot is charged"
+        );
+        drop(snapshot);
+        assert_eq!(store.memory().used(), 0);
+    }
+
+    #[test]
+    fn concurrent_appends_all_land() {
+        let store = Arc::new(TableStore::new(1 << 24));
+        let b = batch(&[]);
+        store.put("t", WriteMode::Replace, b.schema(), [b]).unwrap();
+        let threads: Vec<_> = (0..8)
+            .map(|i| {
+                let store = Arc::clone(&store);
+                thread::spawn(move || {
+                    for j in 0..25 {
+                        let b = batch(&[i * 100 + j]);
+                        store.put("t", WriteMode::Append, b.schema(), [b]).unwrap();
+                    }
+                })
+            })
+            .collect();
+        for t in threads {
+            t.join().unwrap();
+        }
+        let mut vals = values(&store.get("t").unwrap());
+        vals.sort();
+        let mut expected: Vec<i64> = (0..8)
+            .flat_map(|i| (0..25).map(move |j| i * 100 + j))
+            .collect();
+        expected.sort();
+        assert_eq!(vals, expected);
+    }
+
+    #[test]
+    fn memory_limit_refuses_put_and_keeps_previous_version() {
+        let store = TableStore::new(100);
+        let small = batch(&[1, 2, 3, 4, 5]); // 40 bytes
+        store
+            .put("t", WriteMode::Replace, small.schema(), [small.clone()])
+            .unwrap();
+        let big = batch(&[7; 8]); // 64 bytes: 40 + 64 > 100 while both are held
+        let err = store
+            .put("t", WriteMode::Replace, big.schema(), [big])
+            .unwrap_err();
+        assert!(
+            matches!(err, StoreError::MemoryLimit { limit: 100, .. }),
+            "{err}"
+        );
+        assert_eq!(values(&store.get("t").unwrap()), vec![1, 2, 3, 4, 5]);
+        assert_eq!(store.memory().used(), 40);
+        // Deleting frees the memory for the next put.
+        store.remove("t").unwrap();
+        assert_eq!(store.memory().used(), 0);
+        let big = batch(&[7; 12]);
+        store
+            .put("t", WriteMode::Replace, big.schema(), [big])
+            .unwrap();
+    }
+
+    #[test]
+    fn append_shares_segments_and_charges_only_new_rows() {
+        let store = TableStore::new(1 << 20);
+        let b = batch(&[1, 2]);
+        store
+            .put("t", WriteMode::Replace, b.schema(), [b.clone()])
+            .unwrap();
+        store.put("t", WriteMode::Append, b.schema(), [b]).unwrap();
+        assert_eq!(store.memory().used(), 32);
+        assert_eq!(store.get("t").unwrap().num_bytes(), 32);
+    }
+
+    #[test]
+    fn rename_moves_and_refuses_to_clobber() {
+        let store = TableStore::new(1 << 20);
+        let b = batch(&[1]);
+        store
+            .put("a", WriteMode::Replace, b.schema(), [b.clone()])
+            .unwrap();
+        store
+            .put("b", WriteMode::Replace, b.schema(), [batch(&[2])])
+            .unwrap();
+        assert!(matches!(
+            store.rename("a", "b", false),
+            Err(StoreError::AlreadyExists { .. })
+        ));
+        assert_eq!(values(&store.get("b").unwrap()), vec![2]);
+        store.rename("a", "c", false).unwrap();
+        assert!(store.get("a").is_err());
+        assert_eq!(values(&store.get("c").unwrap()), vec![1]);
+        store.rename("c", "b", true).unwrap();
+        assert_eq!(values(&store.get("b").unwrap()), vec![1]);
+        assert!(matches!(
+            store.rename("zz", "y", false),
+            Err(StoreError::NotFound { .. })
+        ));
+    }
+
+    #[test]
+    fn list_filters_by_prefix_in_name_order() {
+        let store = TableStore::new(1 << 20);
+        let b = batch(&[1]);
+        for name in ["taxi/2024", "taxi/2023", "weather", "tax"] {
+            store
+                .put(name, WriteMode::Replace, b.schema(), [b.clone()])
+                .unwrap();
+        }
+        let names: Vec<String> = store
+            .list("taxi/")
+            .iter()
+            .map(|t| t.name().to_string())
+            .collect();
+        assert_eq!(names, vec!["taxi/2023", "taxi/2024"]);
+        assert_eq!(store.list("").len(), 4);
+        let stats = store.stats();
+        assert_eq!((stats.tables, stats.rows, stats.bytes), (4, 4, 32));
+    }
+
+    #[test]
+    fn partitions_cover_every_row_once() {
+        let store = TableStore::new(1 << 20);
+        let b = batch(&[0, 1, 2, 3, 4, 5, 6]);
+        store
+            .put(
+                "t",
+                WriteMode::Replace,
+                b.schema(),
+                [b.clone(), batch(&[7, 8]), batch(&[]), batch(&[9])],
+            )
+            .unwrap();
+        let table = store.get("t").unwrap();
+        for count in 1..=12 {
+            let mut all = Vec::new();
+            for index in 0..count {
+                for part in table.partition(index, count).unwrap() {
+                    let col = part
+                        .column(0)
+                        .as_any()
+                        .downcast_ref::<Int64Array>()
+                        .unwrap();
+                    all.extend(col.values().iter().copied());
+                }
+            }
+            assert_eq!(all, (0..10).collect::<Vec<i64>>(), "count {count}");
+        }
+        assert!(matches!(
+            table.partition(3, 3),
+            Err(StoreError::InvalidPartition { .. })
+        ));
+    }
+}

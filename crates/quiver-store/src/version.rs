@@ -1,0 +1,181 @@
+//! Immutable table versions and the segments they share.
+
+use std::sync::Arc;
+use std::time::SystemTime;
+
+use arrow::datatypes::SchemaRef;
+use arrow::record_batch::RecordBatch;
+
+use crate::{MemoryCharge, Result, StoreError};
+
+/// The batches written by one put or append, with the memory they are charged.
+///
+/// A segment is shared by every version that contains it (an append makes a new
+/// version holding the old segments plus one new one), and its memory returns to
+/// the pool when the last such version is dropped.
+#[derive(Debug)]
+pub struct Segment {
+    batches: Vec<RecordBatch>,
+    rows: u64,
+    _charge: MemoryCharge,
+}
+
+impl Segment {
+    pub(crate) fn new(batches: Vec<RecordBatch>, charge: MemoryCharge) -> Self {
+        let rows = batches.iter().map(|b| b.num_rows() as u64).sum();
+        Self {
+            batches,
+            rows,
+            _charge: charge,
+        }
+    }
+
+    /// The segment's batches, in write order.
+    pub fn batches(&self) -> &[RecordBatch] {
+        &self.batches
+    }
+
+    /// Rows in this segment.
+    pub fn num_rows(&self) -> u64 {
+        self.rows
+    }
+
+    /// Bytes charged for this segment.
+    pub fn num_bytes(&self) -> u64 {
+        self._charge.bytes()
+    }
+}
+
+/// One immutable version of a named table.
+///
+/// Held through an `Arc`: a reader that took a version keeps it, unchanged, for
+/// as long as it likes, while writers publish newer versions.
+#[derive(Debug)]
+pub struct TableVersion {
+    name: String,
+    version: u64,
+    schema: SchemaRef,
+    segments: Vec<Arc<Segment>>,
+    rows: u64,
+    bytes: u64,
+    partitions: Option<usize>,
+    created: SystemTime,
+}
+
+impl TableVersion {
+    pub(crate) fn new(
+        name: String,
+        version: u64,
+        schema: SchemaRef,
+        segments: Vec<Arc<Segment>>,
+        partitions: Option<usize>,
+    ) -> Self {
+        let rows = segments.iter().map(|s| s.num_rows()).sum();
+        let bytes = segments.iter().map(|s| s.num_bytes()).sum();
+        Self {
+            name,
+            version,
+            schema,
+            segments,
+            rows,
+            bytes,
+            partitions,
+            created: SystemTime::now(),
+        }
+    }
+
+    /// The same data under another name and version number.
+    pub(crate) fn renamed(&self, name: String, version: u64) -> Self {
+        Self {
+            name,
+            version,
+            schema: Arc::clone(&self.schema),
+            segments: self.segments.clone(),
+            rows: self.rows,
+            bytes: self.bytes,
+            partitions: self.partitions,
+            created: SystemTime::now(),
+        }
+    }
+
+    /// The table's name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// A number that changes with every write to the table (unique in the store).
+    pub fn version(&self) -> u64 {
+        self.version
+    }
+
+    /// The table's schema.
+    pub fn schema(&self) -> &SchemaRef {
+        &self.schema
+    }
+
+    /// Total rows.
+    pub fn num_rows(&self) -> u64 {
+        self.rows
+    }
+
+    /// Total bytes of the table's buffers (see [`crate::batch_bytes`]).
+    pub fn num_bytes(&self) -> u64 {
+        self.bytes
+    }
+
+    /// The partition count chosen when the table was written, if any.
+    pub fn partitions(&self) -> Option<usize> {
+        self.partitions
+    }
+
+    /// When this version was published.
+    pub fn created(&self) -> SystemTime {
+        self.created
+    }
+
+    pub(crate) fn segments(&self) -> &[Arc<Segment>] {
+        &self.segments
+    }
+
+    /// Every batch, in order.
+    pub fn batches(&self) -> impl Iterator<Item = &RecordBatch> + '_ {
+        self.segments.iter().flat_map(|s| s.batches().iter())
+    }
+
+    /// Number of batches.
+    pub fn num_batches(&self) -> usize {
+        self.segments.iter().map(|s| s.batches().len()).sum()
+    }
+
+    /// The batches of partition `index` of `count`: the rows
+    /// `[index * rows / count, (index + 1) * rows / count)`, as zero-copy
+    /// slices of the stored batches. Together the partitions hold every row
+    /// exactly once, in order.
+    pub fn partition(&self, index: usize, count: usize) -> Result<Vec<RecordBatch>> {
+        if count == 0 || index >= count {
+            return Err(StoreError::InvalidPartition { index, count });
+        }
+        let (count, index) = (count as u128, index as u128);
+        let rows = self.rows as u128;
+        let start = (index * rows / count) as u64;
+        let end = ((index + 1) * rows / count) as u64;
+        let mut out = Vec::new();
+        let mut offset = 0u64;
+        for batch in self.batches() {
+            let len = batch.num_rows() as u64;
+            let (lo, hi) = (offset, offset + len);
+            offset = hi;
+            if hi <= start || lo >= end {
+                continue;
+            }
+            let from = start.max(lo) - lo;
+            let to = end.min(hi) - lo;
+            if from == 0 && to == len {
+                out.push(batch.clone());
+            } else {
+                out.push(batch.slice(from as usize, (to - from) as usize));
+            }
+        }
+        Ok(out)
+    }
+}

@@ -1,0 +1,139 @@
+//! Command-line arguments. Every flag can also be set through its `QUIVER_...`
+//! environment variable.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+use clap::{Args, Parser, Subcommand};
+
+use crate::size::ByteSize;
+
+/// quiver: a wire-speed Apache Arrow table store over Arrow Flight.
+#[derive(Debug, Parser)]
+#[command(name = "quiver", version, about, long_about = None)]
+pub(crate) struct Cli {
+    /// Server to talk to (client commands).
+    #[arg(
+        long,
+        global = true,
+        env = "QUIVER_SERVER",
+        default_value = "grpc+tcp://127.0.0.1:8815"
+    )]
+    pub(crate) server: String,
+
+    #[command(subcommand)]
+    pub(crate) command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+pub(crate) enum Command {
+    /// Run the server.
+    Serve(ServeArgs),
+    /// Store a Parquet, CSV or Arrow IPC file as a table.
+    Put(PutArgs),
+    /// Fetch a table into a Parquet, CSV or Arrow IPC file.
+    Get(GetArgs),
+    /// List tables.
+    Ls(LsArgs),
+    /// Show a table's schema, size and endpoints.
+    Info(NameArg),
+    /// Delete a table.
+    Rm(NameArg),
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct ServeArgs {
+    /// Address to listen on (HOST:PORT; port 0 picks a free port).
+    #[arg(long, env = "QUIVER_LISTEN", default_value = "127.0.0.1:8815")]
+    pub(crate) listen: SocketAddr,
+
+    /// URI clients are told to fetch from (endpoint locations). Default:
+    /// grpc+tcp:// and the bound address; for 0.0.0.0 or [::], Flight's
+    /// "reuse this connection" location.
+    #[arg(long, env = "QUIVER_ADVERTISE")]
+    pub(crate) advertise: Option<String>,
+
+    /// Endpoints each table is split over for parallel reads, unless a put
+    /// chooses its own.
+    #[arg(long, env = "QUIVER_PARTITIONS", default_value_t = 1,
+          value_parser = clap::value_parser!(u32).range(1..=1024))]
+    pub(crate) partitions: u32,
+
+    /// Memory for stored tables (e.g. 8GiB, 512MiB, 1000000). Default: half
+    /// the machine's RAM.
+    #[arg(long, env = "QUIVER_MAX_MEMORY")]
+    pub(crate) max_memory: Option<ByteSize>,
+
+    /// Largest gRPC message accepted or sent. pyarrow sends a whole record
+    /// batch as one message.
+    #[arg(long, env = "QUIVER_MAX_MESSAGE_SIZE", default_value = "1GiB")]
+    pub(crate) max_message_size: ByteSize,
+
+    /// Largest FlightData message DoGet sends; larger batches are split.
+    #[arg(long, env = "QUIVER_MAX_FLIGHT_DATA_SIZE", default_value = "2MiB")]
+    pub(crate) max_flight_data_size: ByteSize,
+
+    /// Log filter (tracing's EnvFilter syntax), e.g. info, quiver_flight=debug.
+    #[arg(long, env = "QUIVER_LOG", default_value = "info")]
+    pub(crate) log: String,
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct PutArgs {
+    /// Table name.
+    pub(crate) name: String,
+    /// Input file: .parquet/.pq, .csv, .arrow/.feather/.ipc (IPC file) or
+    /// .arrows (IPC stream).
+    pub(crate) file: PathBuf,
+    /// Append to the existing table instead of replacing it.
+    #[arg(long)]
+    pub(crate) append: bool,
+    /// Endpoints to split this table over for parallel reads.
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..=1024))]
+    pub(crate) partitions: Option<u32>,
+    /// Input format, when the extension does not tell.
+    #[arg(long, value_enum)]
+    pub(crate) format: Option<crate::files::Format>,
+    /// Rows per batch read from CSV and Parquet.
+    #[arg(long, default_value_t = 65536)]
+    pub(crate) batch_size: usize,
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct GetArgs {
+    /// Table name.
+    pub(crate) name: String,
+    /// Output file (.parquet/.pq, .csv, .arrow/.feather/.ipc, .arrows).
+    #[arg(short, long)]
+    pub(crate) output: PathBuf,
+    /// Output format, when the extension does not tell.
+    #[arg(long, value_enum)]
+    pub(crate) format: Option<crate::files::Format>,
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct LsArgs {
+    /// Only tables whose name starts with this.
+    #[arg(default_value = "")]
+    pub(crate) prefix: String,
+    /// Print JSON lines instead of a table.
+    #[arg(long)]
+    pub(crate) json: bool,
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct NameArg {
+    /// Table name.
+    pub(crate) name: String,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+
+    #[test]
+    fn cli_is_well_formed() {
+        Cli::command().debug_assert();
+    }
+}

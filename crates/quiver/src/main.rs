@@ -1,0 +1,38 @@
+//! The `quiver` binary: the server (`quiver serve`) and a command-line client.
+#![warn(missing_docs)]
+
+mod cli;
+mod client;
+mod commands;
+mod files;
+mod serve;
+mod size;
+
+use clap::Parser;
+
+fn main() -> std::process::ExitCode {
+    let cli = cli::Cli::parse();
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("error: cannot start the async runtime: {e}");
+            return std::process::ExitCode::FAILURE;
+        }
+    };
+    let result = runtime.block_on(async move {
+        match cli.command {
+            cli::Command::Serve(args) => serve::run(args).await,
+            command => commands::run(cli.server, command).await,
+        }
+    });
+    match result {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}

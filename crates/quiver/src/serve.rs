@@ -1,0 +1,88 @@
+//! `quiver serve`.
+
+use std::io::Write;
+use std::sync::Arc;
+
+use quiver_flight::server::{ServerConfig, default_location, serve};
+use quiver_store::TableStore;
+use tokio::net::TcpListener;
+use tracing_subscriber::EnvFilter;
+
+use crate::cli::ServeArgs;
+use crate::size::{ByteSize, machine_memory};
+
+/// Memory limit when neither the flag nor /proc/meminfo says: 4 GiB.
+const FALLBACK_MAX_MEMORY: u64 = 4 << 30;
+
+pub(crate) async fn run(args: ServeArgs) -> Result<(), Box<dyn std::error::Error>> {
+    tracing_subscriber::fmt()
+        .with_env_filter(EnvFilter::try_new(&args.log)?)
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+        .init();
+
+    let max_memory = args
+        .max_memory
+        .map(|s| s.0)
+        .or_else(|| machine_memory().map(|m| m / 2))
+        .unwrap_or(FALLBACK_MAX_MEMORY);
+    let store = Arc::new(TableStore::new(max_memory));
+    let listener = TcpListener::bind(args.listen)
+        .await
+        .map_err(|e| format!("cannot listen on {}: {e}", args.listen))?;
+    let addr = listener.local_addr()?;
+    let config = ServerConfig {
+        advertise: args.advertise,
+        partitions: args.partitions as usize,
+        max_message_size: usize::try_from(args.max_message_size.0).unwrap_or(usize::MAX),
+        max_flight_data_size: usize::try_from(args.max_flight_data_size.0).unwrap_or(usize::MAX),
+    };
+    tracing::info!(
+        %addr,
+        max_memory = %ByteSize(max_memory),
+        partitions = config.partitions,
+        max_message_size = %args.max_message_size,
+        "quiver serving"
+    );
+    // The one line on stdout: tools and tests read the address from it.
+    {
+        let mut out = std::io::stdout().lock();
+        writeln!(out, "quiver listening on grpc+tcp://{addr}")?;
+        out.flush()?;
+    }
+    if config.advertise.is_none() {
+        tracing::debug!(location = %default_location(addr), "advertised location");
+    }
+    serve(listener, store, config, shutdown_signal()).await?;
+    tracing::info!("quiver stopped");
+    Ok(())
+}
+
+/// Completes on SIGINT or SIGTERM.
+async fn shutdown_signal() {
+    let ctrl_c = async {
+        if let Err(e) = tokio::signal::ctrl_c().await {
+            tracing::error!("cannot listen for SIGINT: {e}");
+            std::future::pending::<()>().await;
+        }
+    };
+    #[cfg(unix)]
+    let terminate = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(e) => {
+                tracing::error!("cannot listen for SIGTERM: {e}");
+                std::future::pending::<()>().await;
+            }
+        }
+    };
+    #[cfg(not(unix))]
+    let terminate = std::future::pending::<()>();
+    tokio::select! {
+        () = ctrl_c => {},
+        () = terminate => {},
+    }
+    tracing::info!("shutting down: no new connections, finishing RPCs in flight");
+}
