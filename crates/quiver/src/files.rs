@@ -72,7 +72,11 @@ pub(crate) fn open(
         }
         Format::Csv => {
             let mut file = BufReader::new(file);
-            let format = arrow::csv::reader::Format::default().with_header(true);
+            // An empty field is null, as pandas and pyarrow read it.
+            let empty = regex::Regex::new("^$").expect("valid regex");
+            let format = arrow::csv::reader::Format::default()
+                .with_header(true)
+                .with_null_regex(empty);
             let (schema, _) = format.infer_schema(&mut file, Some(10_000))?;
             file.rewind()?;
             let reader = arrow::csv::ReaderBuilder::new(Arc::new(schema))

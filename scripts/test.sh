@@ -1,0 +1,59 @@
+#!/usr/bin/env bash
+# Runs every test of quiver, setting up what they need:
+#   1. Rust: cargo fmt --check, clippy -D warnings, unit and integration tests;
+#   2. the release `quiver` binary the Python tests start;
+#   3. a Python venv with the pinned dependencies (python/requirements-dev.txt),
+#      reused while those pins do not change;
+#   4. ruff, and pytest against the real server binary.
+#
+# Environment:
+#   CARGO_TARGET_DIR  where cargo builds (default: ./target)
+#   QUIVER_VENV       the Python venv to create or reuse (default: ./.venv)
+#   PYTHON            the interpreter for the venv (default: python3)
+#   PYTEST_ARGS       extra pytest arguments, e.g. "-k put -x"
+set -euo pipefail
+
+repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$repo"
+export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$repo/target}"
+venv="${QUIVER_VENV:-$repo/.venv}"
+python="${PYTHON:-python3}"
+
+step() { printf '\n==> %s\n' "$*"; }
+
+command -v cargo >/dev/null || { echo "cargo not found: install Rust (https://rustup.rs) first" >&2; exit 1; }
+command -v "$python" >/dev/null || { echo "$python not found: install Python 3.10 or newer" >&2; exit 1; }
+
+step "cargo fmt --check"
+cargo fmt --all -- --check
+
+step "cargo clippy -D warnings"
+cargo clippy --release --workspace --all-targets --locked -- -D warnings
+
+step "cargo test (unit and integration)"
+cargo test --release --workspace --locked
+
+step "build the quiver binary"
+cargo build --release --locked --bin quiver
+export QUIVER_BIN="$CARGO_TARGET_DIR/release/quiver"
+
+step "Python venv ($venv)"
+stamp="$venv/.quiver-deps"
+want="$(cat python/requirements-dev.txt python/pyproject.toml | sha256sum | cut -d' ' -f1)"
+if [ ! -x "$venv/bin/python" ] || [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
+    rm -rf "$venv"
+    "$python" -m venv "$venv"
+    "$venv/bin/python" -m pip install --quiet --upgrade pip
+    "$venv/bin/python" -m pip install --quiet -r python/requirements-dev.txt
+    echo "$want" > "$stamp"
+fi
+# The package itself is installed afresh every run: it is the code under test.
+"$venv/bin/python" -m pip install --quiet --no-deps -e python
+
+step "ruff"
+"$venv/bin/ruff" check python
+"$venv/bin/ruff" format --check python
+
+step "pytest"
+# shellcheck disable=SC2086
+"$venv/bin/python" -m pytest python/tests ${PYTEST_ARGS:-}
