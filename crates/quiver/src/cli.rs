@@ -39,6 +39,9 @@ pub(crate) enum Command {
     Info(NameArg),
     /// Delete a table.
     Rm(NameArg),
+    /// Measure throughput: a Rust Flight client, loopback TCP, memcpy (one JSON
+    /// line per measurement; the harness in bench/ drives it).
+    Bench(crate::bench::BenchArgs),
 }
 
 #[derive(Debug, Args)]

@@ -1,6 +1,7 @@
 //! The `quiver` binary: the server (`quiver serve`) and a command-line client.
 #![warn(missing_docs)]
 
+mod bench;
 mod cli;
 mod client;
 mod commands;
@@ -25,6 +26,7 @@ fn main() -> std::process::ExitCode {
     let result = runtime.block_on(async move {
         match cli.command {
             cli::Command::Serve(args) => serve::run(args).await,
+            cli::Command::Bench(args) => bench::run(args).await,
             command => commands::run(cli.server, command).await,
         }
     });

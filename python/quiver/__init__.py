@@ -1,0 +1,42 @@
+"""quiver: a client for the quiver Arrow Flight table store.
+
+quiver keeps named Arrow tables in a server's memory and serves them over Arrow
+Flight. This package wraps :mod:`pyarrow.flight` with quiver's conventions:
+
+>>> import pyarrow as pa, quiver
+>>> client = quiver.connect("127.0.0.1:8815")  # doctest: +SKIP
+>>> client.put("trips", pa.table({"fare": [7.5, 12.0]}))  # doctest: +SKIP
+PutResult(table='trips', version=1, rows=2, bytes=16)
+>>> client.get("trips")  # doctest: +SKIP
+pyarrow.Table
+fare: double
+"""
+
+from .client import Client, connect
+from .errors import (
+    AlreadyExistsError,
+    InvalidArgumentError,
+    QuiverError,
+    ResourceExhaustedError,
+    ServerUnavailableError,
+    TableNotFoundError,
+    VersionConflictError,
+)
+from .results import PutResult, TableInfo
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "AlreadyExistsError",
+    "Client",
+    "InvalidArgumentError",
+    "PutResult",
+    "QuiverError",
+    "ResourceExhaustedError",
+    "ServerUnavailableError",
+    "TableInfo",
+    "TableNotFoundError",
+    "VersionConflictError",
+    "__version__",
+    "connect",
+]

@@ -1,0 +1,507 @@
+"""The quiver client: named Arrow tables over Arrow Flight."""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+import uuid
+from collections.abc import Iterator
+from types import TracebackType
+from typing import TYPE_CHECKING, Any
+
+import pyarrow as pa
+import pyarrow.flight as flight
+
+from . import _protocol
+from ._convert import BatchSource, batch_source
+from ._endpoints import read_endpoints
+from ._progress import RowCounter, row_progress
+from ._protocol import DEFAULT_URI, JsonObject, PutMode
+from .errors import TableNotFoundError, VersionConflictError, translated_errors
+from .results import PutResult, TableInfo
+
+if TYPE_CHECKING:
+    import pandas
+    import polars
+
+__all__ = ["Client", "connect"]
+
+#: How many times :meth:`Client.get` asks for a new FlightInfo when the table
+#: changed under it.
+GET_RETRIES = 3
+
+#: Where a replace from a stream that can fail is written before it is renamed
+#: over the target (see :meth:`Client.put`).
+STAGING_PREFIX = ".quiver-staging/"
+
+
+def connect(
+    uri: str = DEFAULT_URI, *, timeout: float | None = None, **flight_kwargs: Any
+) -> Client:
+    """Connect to a quiver server.
+
+    Parameters
+    ----------
+    uri : str, default "grpc+tcp://127.0.0.1:8815"
+        The server's address: a Flight URI (``grpc+tcp://host:port``,
+        ``grpc+tls://host:port``) or a bare ``host:port``.
+    timeout : float, optional
+        Seconds each call may take; no limit by default.
+    **flight_kwargs
+        Keyword arguments of :class:`pyarrow.flight.FlightClient`
+        (``tls_root_certs``, ``generic_options``, ...).
+
+    Returns
+    -------
+    Client
+        A client; no connection is made until the first call.
+
+    Examples
+    --------
+    >>> import pyarrow as pa, quiver
+    >>> with quiver.connect("127.0.0.1:8815") as client:  # doctest: +SKIP
+    ...     client.put("trips", pa.table({"fare": [7.5, 12.0]}))
+    ...     client.get("trips").num_rows
+    2
+    """
+    return Client(uri, timeout=timeout, **flight_kwargs)
+
+
+class Client:
+    """A connection to a quiver server.
+
+    Thread-safe: calls may be made from several threads at once. Use it as a
+    context manager, or call :meth:`close`, to release its connections.
+
+    Parameters
+    ----------
+    uri : str, default "grpc+tcp://127.0.0.1:8815"
+        The server's address, as for :func:`connect`.
+    timeout : float, optional
+        Seconds each call may take; no limit by default.
+    **flight_kwargs
+        Keyword arguments of :class:`pyarrow.flight.FlightClient`, used for the
+        connection to ``uri`` and for any other location an endpoint names.
+    """
+
+    def __init__(
+        self, uri: str = DEFAULT_URI, *, timeout: float | None = None, **flight_kwargs: Any
+    ) -> None:
+        self._uri = _protocol.normalize_uri(uri)
+        self._flight_kwargs: dict[str, Any] = flight_kwargs
+        self._options = flight.FlightCallOptions(timeout=timeout)
+        with translated_errors():
+            self._flight = flight.FlightClient(self._uri, **flight_kwargs)
+        self._peers: dict[str, flight.FlightClient] = {}
+        self._peers_lock = threading.Lock()
+
+    @property
+    def uri(self) -> str:
+        """The server's URI, with its scheme."""
+        return self._uri
+
+    @property
+    def flight_client(self) -> flight.FlightClient:
+        """The underlying :class:`pyarrow.flight.FlightClient`, for calls quiver does not wrap."""
+        return self._flight
+
+    def __repr__(self) -> str:
+        """Return ``Client('grpc+tcp://host:port')``."""
+        return f"{type(self).__name__}({self._uri!r})"
+
+    def __enter__(self) -> Client:
+        """Return the client itself."""
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        """Close the client."""
+        self.close()
+
+    def close(self) -> None:
+        """Close the connection to the server and to any other endpoint location."""
+        with self._peers_lock:
+            peers, self._peers = list(self._peers.values()), {}
+        for peer in peers:
+            peer.close()
+        self._flight.close()
+
+    # -- writing ----------------------------------------------------------------------------
+
+    def put(
+        self,
+        name: str,
+        data: object,
+        mode: PutMode = "replace",
+        *,
+        partitions: int | None = None,
+        progress: bool = False,
+    ) -> PutResult:
+        """Store ``data`` as table ``name``, replacing it or appending to it.
+
+        The batches are streamed to the server as they are read; a reader is
+        never loaded into memory whole. The put is atomic: readers see the
+        table as it was until the server has received the whole stream.
+
+        Parameters
+        ----------
+        name : str
+            The table's name (1 to 1024 bytes of UTF-8; ``/`` is allowed).
+        data : table-like
+            A :class:`pyarrow.Table`, :class:`pyarrow.RecordBatch` or
+            :class:`pyarrow.RecordBatchReader`; a pandas DataFrame (its index is
+            dropped); a polars DataFrame or LazyFrame; any object with
+            ``__arrow_c_stream__`` or ``__arrow_c_array__``; or an iterable of
+            record batches sharing one schema.
+        mode : {"replace", "append"}, default "replace"
+            ``"replace"`` makes ``data`` the whole table, creating it if
+            missing. ``"append"`` adds the rows after the table's rows; the
+            schemas' fields must be equal.
+        partitions : int, optional
+            How many endpoints reads of this table are split over (1 to 1024).
+            By default the server's setting for a new table; an append keeps
+            the table's.
+        progress : bool, default False
+            Show a tqdm progress bar counting rows sent.
+
+        Returns
+        -------
+        PutResult
+            The table's new version and size.
+
+        Raises
+        ------
+        TableNotFoundError
+            ``mode="append"`` and the table does not exist.
+        InvalidArgumentError
+            A bad name or option, or an append whose schema does not match.
+        ResourceExhaustedError
+            The server's memory limit would be passed; nothing was stored.
+        TypeError
+            ``data`` is not table-like.
+
+        Notes
+        -----
+        pyarrow cannot cancel a DoPut: ending the stream early commits what was
+        sent. So when ``data`` is a stream that may fail while being read (a
+        reader, an iterator, a C stream) and ``mode="replace"``, the batches are
+        first stored under a name beginning with ``.quiver-staging/`` and then
+        renamed over ``name``; if reading ``data`` fails, the staged table is
+        deleted and ``name`` is left as it was. An append from such a stream
+        that fails half-way, or any put interrupted by a signal
+        (``KeyboardInterrupt``) while sending in-memory data, keeps the batches
+        sent before the failure.
+        """
+        options = _protocol.put_options(mode, partitions)
+        source = batch_source(data)
+        with row_progress(progress, total=source.num_rows, description=f"put {name}") as count:
+            if mode == "replace" and source.may_fail:
+                return self._put_staged(name, source, options, count)
+            result, error = self._put_stream(name, source, options, count)
+            if error is not None:
+                raise error
+            return result
+
+    def _put_staged(
+        self, name: str, source: BatchSource, options: bytes, count: RowCounter
+    ) -> PutResult:
+        staging = f"{STAGING_PREFIX}{uuid.uuid4().hex}"
+        try:
+            staged, error = self._put_stream(staging, source, options, count)
+            if error is not None:
+                raise error
+            version = self.rename(staging, name, overwrite=True)
+        except BaseException:
+            with contextlib.suppress(TableNotFoundError):
+                self.delete(staging)
+            raise
+        return PutResult(table=name, version=version, rows=staged.rows, bytes=staged.bytes)
+
+    def _put_stream(
+        self, name: str, source: BatchSource, options: bytes, count: RowCounter
+    ) -> tuple[PutResult, BaseException | None]:
+        """Send one DoPut; return its result and the error reading ``source`` raised, if any."""
+        reader = source.reader
+        with translated_errors():
+            writer, results = self._flight.do_put(
+                _protocol.descriptor(name), reader.schema, self._options
+            )
+            source_error: BaseException | None = None
+            try:
+                writer.write_metadata(options)
+                batches = iter(reader)
+                while True:
+                    try:
+                        batch = next(batches)
+                    except StopIteration:
+                        break
+                    except BaseException as error:  # the caller's stream failed
+                        source_error = error
+                        break
+                    writer.write_batch(batch)
+                    count(batch.num_rows)
+                writer.done_writing()
+                answer = results.read()
+            except pa.ArrowException:
+                # The server ended the call; closing the writer yields its status.
+                writer.close()
+                raise
+            writer.close()
+        return PutResult.from_json(_protocol.json_object(_buffer_bytes(answer))), source_error
+
+    # -- reading ----------------------------------------------------------------------------
+
+    def get(self, name: str, *, progress: bool = False, max_workers: int | None = None) -> pa.Table:
+        """Read the whole of table ``name``.
+
+        Asks for the table's FlightInfo, then reads its endpoints in parallel
+        threads, each from its own location, and concatenates them in endpoint
+        order, which is the table's row order. If the table changes between
+        the two steps, the read starts again (up to 3 times), so the result is
+        always one version of the table.
+
+        Parameters
+        ----------
+        name : str
+            The table's name.
+        progress : bool, default False
+            Show a tqdm progress bar counting rows received.
+        max_workers : int, optional
+            Most endpoints read at once; by default up to 16.
+
+        Returns
+        -------
+        pyarrow.Table
+            The table.
+
+        Raises
+        ------
+        TableNotFoundError
+            The table does not exist.
+        VersionConflictError
+            The table kept changing during 4 attempts.
+        """
+        for attempt in range(GET_RETRIES + 1):
+            info = self._flight_info(name)
+            with row_progress(progress, total=info.total_records, description=f"get {name}") as c:
+                try:
+                    return read_endpoints(
+                        info.endpoints, info.schema, self._client_for, self._options, c, max_workers
+                    )
+                except VersionConflictError:
+                    if attempt == GET_RETRIES:
+                        raise
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    def get_reader(self, name: str) -> pa.RecordBatchReader:
+        """Stream table ``name`` batch by batch, over one connection.
+
+        The stream is one consistent version of the table, even if it is
+        replaced while being read.
+
+        Parameters
+        ----------
+        name : str
+            The table's name.
+
+        Returns
+        -------
+        pyarrow.RecordBatchReader
+            The table's batches, in order.
+
+        Raises
+        ------
+        TableNotFoundError
+            The table does not exist.
+        """
+        with translated_errors():
+            stream = self._flight.do_get(flight.Ticket(name.encode()), self._options)
+
+        def batches() -> Iterator[pa.RecordBatch]:
+            with translated_errors():
+                while True:
+                    try:
+                        chunk = stream.read_chunk()
+                    except StopIteration:
+                        return
+                    if chunk.data is not None:
+                        yield chunk.data
+
+        return pa.RecordBatchReader.from_batches(stream.schema, batches())
+
+    def to_pandas(self, name: str, **kwargs: Any) -> pandas.DataFrame:
+        """Read table ``name`` into a pandas DataFrame.
+
+        Parameters
+        ----------
+        name : str
+            The table's name.
+        **kwargs
+            Passed to :meth:`pyarrow.Table.to_pandas`.
+
+        Returns
+        -------
+        pandas.DataFrame
+            The table.
+        """
+        return self.get(name).to_pandas(**kwargs)
+
+    def to_polars(self, name: str) -> polars.DataFrame:
+        """Read table ``name`` into a polars DataFrame.
+
+        Parameters
+        ----------
+        name : str
+            The table's name.
+
+        Returns
+        -------
+        polars.DataFrame
+            The table.
+        """
+        try:
+            import polars
+        except ImportError as error:
+            raise ImportError(
+                "to_polars needs polars: pip install 'quiver-client[polars]'"
+            ) from error
+        frame = polars.from_arrow(self.get(name))
+        assert isinstance(frame, polars.DataFrame)
+        return frame
+
+    # -- metadata ---------------------------------------------------------------------------
+
+    def info(self, name: str) -> TableInfo:
+        """Describe table ``name``: schema, size, version and endpoints.
+
+        Raises
+        ------
+        TableNotFoundError
+            The table does not exist.
+        """
+        return TableInfo.from_flight_info(self._flight_info(name))
+
+    def exists(self, name: str) -> bool:
+        """Return whether table ``name`` exists."""
+        try:
+            self._flight_info(name)
+        except TableNotFoundError:
+            return False
+        return True
+
+    def delete(self, name: str) -> None:
+        """Delete table ``name``.
+
+        Raises
+        ------
+        TableNotFoundError
+            The table does not exist.
+        """
+        self._action(_protocol.ACTION_DELETE, name.encode())
+
+    def rename(self, old: str, new: str, *, overwrite: bool = False) -> int:
+        """Rename table ``old`` to ``new``.
+
+        Parameters
+        ----------
+        old : str
+            The table's current name.
+        new : str
+            Its new name.
+        overwrite : bool, default False
+            Replace a table already named ``new``.
+
+        Returns
+        -------
+        int
+            The version of the table under its new name.
+
+        Raises
+        ------
+        TableNotFoundError
+            ``old`` does not exist.
+        AlreadyExistsError
+            ``new`` exists and ``overwrite`` is false.
+        """
+        body = _protocol.rename_body(old, new, overwrite)
+        result = self._action(_protocol.ACTION_RENAME, body)
+        return _protocol.json_int(result, "version") or 0
+
+    def stats(self) -> JsonObject:
+        """Return the server's counters.
+
+        Returns
+        -------
+        dict
+            ``tables``, ``rows``, ``bytes``, ``memory_used``, ``memory_limit``,
+            ``uptime_seconds`` and the server's ``version``.
+        """
+        return self._action(_protocol.ACTION_STATS)
+
+    def health(self) -> JsonObject:
+        """Check that the server answers.
+
+        Returns
+        -------
+        dict
+            ``{"status": "ok", "uptime_seconds": ...}``.
+
+        Raises
+        ------
+        ServerUnavailableError
+            The server cannot be reached.
+        """
+        return self._action(_protocol.ACTION_HEALTH)
+
+    def list(self, prefix: str = "") -> list[TableInfo]:
+        """List the tables whose names start with ``prefix``, ordered by name.
+
+        Parameters
+        ----------
+        prefix : str, default ""
+            A name prefix, e.g. ``"taxi/"``; all tables when empty.
+
+        Returns
+        -------
+        list of TableInfo
+            One description per table.
+        """
+        with translated_errors():
+            infos = self._flight.list_flights(prefix.encode(), self._options)
+            return [TableInfo.from_flight_info(info) for info in infos]
+
+    # -- helpers ----------------------------------------------------------------------------
+
+    def _flight_info(self, name: str) -> flight.FlightInfo:
+        with translated_errors():
+            return self._flight.get_flight_info(_protocol.descriptor(name), self._options)
+
+    def _action(self, kind: str, body: bytes = b"") -> JsonObject:
+        with translated_errors():
+            results = self._flight.do_action(flight.Action(kind, body), self._options)
+            bodies = [result.body.to_pybytes() for result in results]
+        return _protocol.json_object(bodies[0] if bodies else b"")
+
+    def _client_for(self, endpoint: flight.FlightEndpoint) -> flight.FlightClient:
+        """Return the client for an endpoint's first location (this one's if it has none)."""
+        if not endpoint.locations:
+            return self._flight
+        location = endpoint.locations[0].uri
+        uri = location.decode() if isinstance(location, bytes) else str(location)
+        if uri in (self._uri, _protocol.REUSE_CONNECTION_URI):
+            return self._flight
+        with self._peers_lock:
+            peer = self._peers.get(uri)
+            if peer is None:
+                with translated_errors():
+                    peer = flight.FlightClient(uri, **self._flight_kwargs)
+                self._peers[uri] = peer
+            return peer
+
+
+def _buffer_bytes(buffer: pa.Buffer | None) -> bytes:
+    return buffer.to_pybytes() if buffer is not None else b""

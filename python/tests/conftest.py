@@ -1,0 +1,63 @@
+"""Fixtures that run the real quiver server binary (never a mock).
+
+The binary is ``$QUIVER_BIN``, else ``$CARGO_TARGET_DIR/release/quiver``, else
+``<repo>/target/release/quiver``. A missing binary fails the tests that need it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pyarrow.flight as flight
+import pytest
+
+import quiver
+from server_process import Server, ServerFactory, start_server
+
+
+@pytest.fixture
+def start_quiver(tmp_path: Path) -> Iterator[ServerFactory]:
+    """Start servers with extra flags; stop them at teardown and check they exited with 0."""
+    servers: list[Server] = []
+
+    def start(*flags: str) -> Server:
+        server = start_server(*flags, log_dir=tmp_path)
+        servers.append(server)
+        return server
+
+    yield start
+    failures = []
+    for server in servers:
+        code = server.stop()
+        if code != 0:
+            failures.append(f"quiver {' '.join(server.flags)} exited with {code}:\n{server.log()}")
+    if failures:
+        pytest.fail("\n".join(failures), pytrace=False)
+
+
+@pytest.fixture
+def server(start_quiver: ServerFactory) -> Server:
+    """A fresh server with default settings."""
+    return start_quiver()
+
+
+@pytest.fixture
+def uri(server: Server) -> str:
+    """The URI of a fresh server with default settings."""
+    return server.uri
+
+
+@pytest.fixture
+def flight_client(uri: str) -> Iterator[flight.FlightClient]:
+    """A plain ``pyarrow.flight`` client of a fresh server."""
+    client = flight.FlightClient(uri)
+    yield client
+    client.close()
+
+
+@pytest.fixture
+def client(uri: str) -> Iterator[quiver.Client]:
+    """A quiver client of a fresh server."""
+    with quiver.connect(uri) as c:
+        yield c
