@@ -25,3 +25,14 @@ def test_sigterm_lets_a_get_in_flight_finish(server: Server) -> None:
     assert rows == table.num_rows
     assert server.process.wait(timeout=30) == 0
     assert "shutting down" in server.log()
+
+
+def test_sigterm_closes_streams_left_open_after_the_grace_period(start_quiver) -> None:
+    server = start_quiver("--shutdown-timeout", "1")
+    client = flight.connect(server.uri)
+    # A DoExchange the client never finishes.
+    writer, _reader = client.do_exchange(flight.FlightDescriptor.for_path("x"))
+    writer.begin(pa.schema([("a", pa.int64())]))
+    server.process.send_signal(signal.SIGTERM)
+    assert server.process.wait(timeout=20) == 0
+    assert "grace period" in server.log()

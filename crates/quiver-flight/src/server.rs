@@ -2,6 +2,7 @@
 
 use std::net::SocketAddr;
 use std::sync::Arc;
+use std::time::Duration;
 
 use arrow_flight::flight_service_server::FlightServiceServer;
 use quiver_store::TableStore;
@@ -22,6 +23,9 @@ pub const DEFAULT_MAX_MESSAGE_SIZE: usize = 1 << 30;
 /// encoder recommends. Larger batches are split into slices.
 pub const DEFAULT_MAX_FLIGHT_DATA_SIZE: usize = 2 << 20;
 
+/// Default time RPCs in flight get to finish after shutdown begins: 30 s.
+pub const DEFAULT_SHUTDOWN_TIMEOUT: Duration = Duration::from_secs(30);
+
 /// Everything `serve` needs besides the store and the listener.
 #[derive(Debug, Clone)]
 pub struct ServerConfig {
@@ -33,6 +37,9 @@ pub struct ServerConfig {
     pub max_message_size: usize,
     /// Largest FlightData message DoGet sends.
     pub max_flight_data_size: usize,
+    /// How long RPCs in flight may take to finish once shutdown begins; then
+    /// the server closes the connections still open.
+    pub shutdown_timeout: Duration,
 }
 
 impl Default for ServerConfig {
@@ -42,6 +49,7 @@ impl Default for ServerConfig {
             partitions: 1,
             max_message_size: DEFAULT_MAX_MESSAGE_SIZE,
             max_flight_data_size: DEFAULT_MAX_FLIGHT_DATA_SIZE,
+            shutdown_timeout: DEFAULT_SHUTDOWN_TIMEOUT,
         }
     }
 }
@@ -59,7 +67,8 @@ pub fn default_location(addr: SocketAddr) -> String {
 }
 
 /// Serves Flight on `listener` until `shutdown` completes, then stops accepting
-/// connections and lets the RPCs in flight finish.
+/// connections and lets the RPCs in flight finish, for at most
+/// `config.shutdown_timeout`.
 pub async fn serve(
     listener: TcpListener,
     store: Arc<TableStore>,
@@ -84,9 +93,31 @@ pub async fn serve(
         .max_decoding_message_size(config.max_message_size)
         .max_encoding_message_size(config.max_message_size);
     let incoming = TcpIncoming::from(listener).with_nodelay(Some(true));
-    Server::builder()
+    let (began, mut beginning) = tokio::sync::watch::channel(false);
+    let signal = async move {
+        shutdown.await;
+        let _ = began.send(true);
+    };
+    let server = Server::builder()
         .layer(WatchBodyLayer)
         .add_service(flight)
-        .serve_with_incoming_shutdown(incoming, shutdown)
-        .await
+        .serve_with_incoming_shutdown(incoming, signal);
+    let grace = config.shutdown_timeout;
+    let deadline = async move {
+        if beginning.wait_for(|began| *began).await.is_ok() {
+            tokio::time::sleep(grace).await;
+        } else {
+            std::future::pending::<()>().await;
+        }
+    };
+    tokio::select! {
+        result = server => result,
+        () = deadline => {
+            tracing::warn!(
+                grace_seconds = grace.as_secs_f64(),
+                "RPCs still in flight after the shutdown grace period; closing their connections"
+            );
+            Ok(())
+        }
+    }
 }

@@ -403,14 +403,23 @@ impl FlightService for QuiverService {
         request: Request<Streaming<FlightData>>,
     ) -> Result<Response<Self::DoExchangeStream>, Status> {
         let mut log = RpcLog::new("DoExchange");
-        let echoed = request.into_inner().map(move |item| {
-            let item = item.map_err(inbound_status).map(|mut data| {
+        let echoed = request
+            .into_inner()
+            // A message that carried only the descriptor has nothing to echo;
+            // sent back empty, clients would read it as the end of the stream.
+            .try_filter_map(|mut data| {
                 data.flight_descriptor = None;
-                log.add(0, data.data_body.len() as u64);
-                data
+                let empty = data.data_header.is_empty()
+                    && data.data_body.is_empty()
+                    && data.app_metadata.is_empty();
+                futures::future::ready(Ok((!empty).then_some(data)))
+            })
+            .map(move |item| {
+                let item = item.map_err(inbound_status).inspect(|data| {
+                    log.add(0, data.data_body.len() as u64);
+                });
+                log.outcome(item)
             });
-            log.outcome(item)
-        });
         Ok(Response::new(
             Box::pin(guard::stream("DoExchange", echoed)) as Self::DoExchangeStream
         ))

@@ -76,6 +76,11 @@ pub(crate) struct ServeArgs {
     #[arg(long, env = "QUIVER_MAX_FLIGHT_DATA_SIZE", default_value = "2MiB")]
     pub(crate) max_flight_data_size: ByteSize,
 
+    /// Seconds RPCs in flight may take to finish after SIGINT/SIGTERM; then the
+    /// connections still open are closed.
+    #[arg(long, env = "QUIVER_SHUTDOWN_TIMEOUT", default_value_t = 30.0)]
+    pub(crate) shutdown_timeout: f64,
+
     /// Log filter (tracing's EnvFilter syntax), e.g. info, quiver_flight=debug.
     #[arg(long, env = "QUIVER_LOG", default_value = "info")]
     pub(crate) log: String,
