@@ -147,9 +147,9 @@ def test_polars_round_trip(client: quiver.Client) -> None:
         {
             "i": list(range(500)),
             "s": [f"s{i}" if i % 7 else None for i in range(500)],
-            # A list column would be large_list here: see test_flight_protocol's
-            # test_more_types_round_trip for the server bug that breaks it.
             "d": [None if i % 5 == 0 else float(i) for i in range(500)],
+            # polars sends list columns as large_list.
+            "l": [None if i % 6 == 0 else [i, i + 1] for i in range(500)],
             "f": [i / 3 for i in range(500)],
         }
     )

@@ -47,27 +47,11 @@ def test_many_types_round_trip_over_four_partitions(start_quiver: ServerFactory)
     client.close()
 
 
-_LARGE_LIST_BUG = pytest.mark.xfail(
-    strict=True,
-    reason="server bug (arrow-flight 59 prepare_field_for_flight): DoGet's schema says "
-    "list<...> for a large_list<...> column while its offsets stay 64-bit",
-)
-_UNION_BUG = pytest.mark.xfail(
-    strict=True,
-    reason="server bug (arrow-flight prepare_field_for_flight): DoGet's schema marks a "
-    "nullable union column `not null`",
-)
-
-
 @pytest.mark.parametrize(
     "column",
     [
-        pytest.param(
-            pa.array([[1, 2], None, [3]], pa.large_list(pa.int64())), marks=_LARGE_LIST_BUG
-        ),
-        pytest.param(
-            pa.array([["a"], None, []], pa.large_list(pa.string())), marks=_LARGE_LIST_BUG
-        ),
+        pa.array([[1, 2], None, [3]], pa.large_list(pa.int64())),
+        pa.array([["a"], None, []], pa.large_list(pa.string())),
         pa.array([b"ab", None, b"cde"], pa.large_binary()),
         pa.array(["ab", None, "long enough to leave the view"], pa.string_view()),
         pa.array([b"ab", None, b"long enough to leave the view"], pa.binary_view()),
@@ -75,11 +59,8 @@ _UNION_BUG = pytest.mark.xfail(
         pa.array([[("a", 1)], None, [("b", 2), ("c", 3)]], pa.map_(pa.string(), pa.int32())),
         pa.array([[1, 2], None, [3, 4]], pa.list_(pa.int32(), 2)),
         pa.array([b"ab", None, b"cd"], pa.binary(2)),
-        pytest.param(
-            pa.UnionArray.from_sparse(
-                pa.array([0, 1, 0], pa.int8()), [pa.array([1, 2, 3]), pa.array(["x", "y", "z"])]
-            ),
-            marks=_UNION_BUG,
+        pa.UnionArray.from_sparse(
+            pa.array([0, 1, 0], pa.int8()), [pa.array([1, 2, 3]), pa.array(["x", "y", "z"])]
         ),
         pa.array([1, None, 3], pa.duration("ms")),
         pa.array([1, None, 3], pa.time64("us")),

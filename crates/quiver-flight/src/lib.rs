@@ -20,10 +20,11 @@ mod rpc_log;
 pub mod server;
 mod service;
 pub mod ticket;
+pub mod wire;
 
 pub use descriptor::table_name;
 pub use error::{Error, Result};
 pub use put_options::{MAX_PARTITIONS, PutOptions};
 pub use request_body::{WatchBody, WatchBodyLayer};
-pub use server::{ServerConfig, serve};
+pub use server::{Http2Config, ServerConfig, serve};
 pub use service::{QuiverService, ServiceOptions};

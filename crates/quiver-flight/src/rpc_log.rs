@@ -35,13 +35,18 @@ impl RpcLog {
         self.bytes += bytes;
     }
 
+    /// Records that the RPC failed with `status`.
+    pub(crate) fn failed(&mut self, status: &tonic::Status) {
+        self.error = Some((status.code(), status.message().to_string()));
+    }
+
     /// Records the outcome of `result` and passes it through.
     pub(crate) fn outcome<T>(
         &mut self,
         result: Result<T, tonic::Status>,
     ) -> Result<T, tonic::Status> {
         if let Err(status) = &result {
-            self.error = Some((status.code(), status.message().to_string()));
+            self.failed(status);
         }
         result
     }

@@ -11,6 +11,7 @@ use tonic::transport::Server;
 use tonic::transport::server::TcpIncoming;
 
 use crate::service::ServiceOptions;
+use crate::wire::DirectGetLayer;
 use crate::{QuiverService, WatchBodyLayer};
 
 /// Default largest gRPC message the server accepts (and sends): 1 GiB.
@@ -22,6 +23,13 @@ pub const DEFAULT_MAX_MESSAGE_SIZE: usize = 1 << 30;
 /// Default largest FlightData message DoGet sends: 2 MiB, as arrow-flight's
 /// encoder recommends. Larger batches are split into slices.
 pub const DEFAULT_MAX_FLIGHT_DATA_SIZE: usize = 2 << 20;
+
+/// Default HTTP/2 stream window (see docs/performance.md for the measurements).
+pub const DEFAULT_STREAM_WINDOW: u32 = 1 << 20;
+/// Default HTTP/2 connection window.
+pub const DEFAULT_CONNECTION_WINDOW: u32 = 1 << 20;
+/// Default largest HTTP/2 frame accepted (the protocol's minimum, 16 KiB).
+pub const DEFAULT_MAX_FRAME_SIZE: u32 = 16 << 10;
 
 /// Default time RPCs in flight get to finish after shutdown begins: 30 s.
 pub const DEFAULT_SHUTDOWN_TIMEOUT: Duration = Duration::from_secs(30);
@@ -40,6 +48,32 @@ pub struct ServerConfig {
     /// How long RPCs in flight may take to finish once shutdown begins; then
     /// the server closes the connections still open.
     pub shutdown_timeout: Duration,
+    /// HTTP/2 transport settings.
+    pub http2: Http2Config,
+    /// Serve DoGet through quiver's zero-copy path ([`crate::wire`]) rather
+    /// than arrow-flight's encoder and tonic's codec.
+    pub direct_get: bool,
+}
+
+/// HTTP/2 flow control and framing, as the server advertises them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Http2Config {
+    /// Bytes a client may send on one stream before the server acknowledges.
+    pub stream_window: u32,
+    /// Bytes a client may send on one connection before the server acknowledges.
+    pub connection_window: u32,
+    /// Largest HTTP/2 frame the server accepts.
+    pub max_frame_size: u32,
+}
+
+impl Default for Http2Config {
+    fn default() -> Self {
+        Self {
+            stream_window: DEFAULT_STREAM_WINDOW,
+            connection_window: DEFAULT_CONNECTION_WINDOW,
+            max_frame_size: DEFAULT_MAX_FRAME_SIZE,
+        }
+    }
 }
 
 impl Default for ServerConfig {
@@ -50,6 +84,8 @@ impl Default for ServerConfig {
             max_message_size: DEFAULT_MAX_MESSAGE_SIZE,
             max_flight_data_size: DEFAULT_MAX_FLIGHT_DATA_SIZE,
             shutdown_timeout: DEFAULT_SHUTDOWN_TIMEOUT,
+            http2: Http2Config::default(),
+            direct_get: true,
         }
     }
 }
@@ -89,6 +125,9 @@ pub async fn serve(
             max_flight_data_size: config.max_flight_data_size,
         },
     );
+    let direct_get = config
+        .direct_get
+        .then(|| DirectGetLayer::new(service.clone()));
     let flight = FlightServiceServer::new(service)
         .max_decoding_message_size(config.max_message_size)
         .max_encoding_message_size(config.max_message_size);
@@ -99,7 +138,11 @@ pub async fn serve(
         let _ = began.send(true);
     };
     let server = Server::builder()
+        .initial_stream_window_size(config.http2.stream_window)
+        .initial_connection_window_size(config.http2.connection_window)
+        .max_frame_size(config.http2.max_frame_size)
         .layer(WatchBodyLayer)
+        .layer(tower::util::option_layer(direct_get))
         .add_service(flight)
         .serve_with_incoming_shutdown(incoming, signal);
     let grace = config.shutdown_timeout;

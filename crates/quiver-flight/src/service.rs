@@ -109,8 +109,13 @@ impl QuiverService {
         self.flight_info(&table, descriptor)
     }
 
+    /// Largest FlightData message DoGet sends.
+    pub(crate) fn max_flight_data_size(&self) -> usize {
+        self.options.max_flight_data_size
+    }
+
     /// Resolves a ticket to the batches it covers, checking a pinned version.
-    fn resolve_ticket(
+    pub(crate) fn resolve_ticket(
         &self,
         ticket: &[u8],
         log: &mut RpcLog,

@@ -155,6 +155,26 @@ async fn put_then_get_round_trips_every_type_over_partitions() {
 }
 
 #[tokio::test]
+async fn stock_get_path_round_trips_too() {
+    let server = TestServer::start_with(
+        1 << 30,
+        ServerConfig {
+            direct_get: false,
+            partitions: 3,
+            ..Default::default()
+        },
+    )
+    .await;
+    let mut client = server.client().await;
+    let batches: Vec<RecordBatch> = (0..5).map(|i| sample(i * 1000, 1000)).collect();
+    put(&mut client, "typed", batches.clone()).await;
+    let got = get_all(&mut client, "typed").await.expect("get");
+    assert_eq!(concat(&got), concat(&batches));
+    let (c, _) = status(client.do_get(Ticket::new("nope")).await.unwrap_err());
+    assert_eq!(c, Code::NotFound);
+}
+
+#[tokio::test]
 async fn path_and_command_name_the_same_table() {
     let server = TestServer::start().await;
     let mut client = server.client().await;

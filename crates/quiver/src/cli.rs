@@ -81,9 +81,36 @@ pub(crate) struct ServeArgs {
     #[arg(long, env = "QUIVER_SHUTDOWN_TIMEOUT", default_value_t = 30.0)]
     pub(crate) shutdown_timeout: f64,
 
+    /// HTTP/2 stream flow-control window the server advertises.
+    #[arg(long, env = "QUIVER_H2_STREAM_WINDOW", default_value = "1MiB")]
+    pub(crate) h2_stream_window: ByteSize,
+
+    /// HTTP/2 connection flow-control window the server advertises.
+    #[arg(long, env = "QUIVER_H2_CONNECTION_WINDOW", default_value = "1MiB")]
+    pub(crate) h2_connection_window: ByteSize,
+
+    /// Largest HTTP/2 frame the server accepts (16KiB to 16MiB-1).
+    #[arg(long, env = "QUIVER_H2_MAX_FRAME_SIZE", default_value = "16KiB")]
+    pub(crate) h2_max_frame_size: ByteSize,
+
+    /// How DoGet encodes: `direct` sends Arrow buffers to the socket by
+    /// reference; `stock` uses arrow-flight's encoder and tonic's codec (two
+    /// copies per body). For comparisons; see docs/performance.md.
+    #[arg(long, env = "QUIVER_GET_PATH", value_enum, default_value_t = GetPath::Direct)]
+    pub(crate) get_path: GetPath,
+
     /// Log filter (tracing's EnvFilter syntax), e.g. info, quiver_flight=debug.
     #[arg(long, env = "QUIVER_LOG", default_value = "info")]
     pub(crate) log: String,
+}
+
+/// DoGet's encoder.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub(crate) enum GetPath {
+    /// Zero-copy: Arrow buffers by reference into the HTTP/2 body.
+    Direct,
+    /// arrow-flight's FlightDataEncoder and tonic's prost codec.
+    Stock,
 }
 
 #[derive(Debug, Args)]

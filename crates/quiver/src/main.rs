@@ -11,6 +11,13 @@ mod size;
 
 use clap::Parser;
 
+/// jemalloc keeps freed pages for reuse (10 s dirty decay) where glibc returns
+/// large blocks to the kernel at once: on these machines a first-touched page
+/// costs more than the copy into it (docs/performance.md).
+#[cfg(all(unix, not(target_env = "musl")))]
+#[global_allocator]
+static GLOBAL: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
+
 fn main() -> std::process::ExitCode {
     let cli = cli::Cli::parse();
     let runtime = match tokio::runtime::Builder::new_multi_thread()

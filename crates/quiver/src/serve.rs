@@ -3,12 +3,12 @@
 use std::io::Write;
 use std::sync::Arc;
 
-use quiver_flight::server::{ServerConfig, default_location, serve};
+use quiver_flight::server::{Http2Config, ServerConfig, default_location, serve};
 use quiver_store::TableStore;
 use tokio::net::TcpListener;
 use tracing_subscriber::EnvFilter;
 
-use crate::cli::ServeArgs;
+use crate::cli::{GetPath, ServeArgs};
 use crate::size::{ByteSize, machine_memory};
 
 /// Memory limit when neither the flag nor /proc/meminfo says: 4 GiB.
@@ -38,6 +38,12 @@ pub(crate) async fn run(args: ServeArgs) -> Result<(), Box<dyn std::error::Error
         max_flight_data_size: usize::try_from(args.max_flight_data_size.0).unwrap_or(usize::MAX),
         shutdown_timeout: std::time::Duration::try_from_secs_f64(args.shutdown_timeout)
             .map_err(|e| format!("--shutdown-timeout {}: {e}", args.shutdown_timeout))?,
+        direct_get: args.get_path == GetPath::Direct,
+        http2: Http2Config {
+            stream_window: window("--h2-stream-window", args.h2_stream_window)?,
+            connection_window: window("--h2-connection-window", args.h2_connection_window)?,
+            max_frame_size: frame_size(args.h2_max_frame_size)?,
+        },
     };
     tracing::info!(
         %addr,
@@ -58,6 +64,22 @@ pub(crate) async fn run(args: ServeArgs) -> Result<(), Box<dyn std::error::Error
     serve(listener, store, config, shutdown_signal()).await?;
     tracing::info!("quiver stopped");
     Ok(())
+}
+
+/// An HTTP/2 window: at most 2^31-1 bytes.
+fn window(flag: &str, size: ByteSize) -> Result<u32, String> {
+    u32::try_from(size.0)
+        .ok()
+        .filter(|w| *w < 1 << 31)
+        .ok_or_else(|| format!("{flag} {size}: an HTTP/2 window is at most 2 GiB - 1"))
+}
+
+/// An HTTP/2 frame size: 16 KiB to 16 MiB - 1.
+fn frame_size(size: ByteSize) -> Result<u32, String> {
+    u32::try_from(size.0)
+        .ok()
+        .filter(|f| (1 << 14..1 << 24).contains(f))
+        .ok_or_else(|| format!("--h2-max-frame-size {size}: must be between 16 KiB and 16 MiB - 1"))
 }
 
 /// Completes on SIGINT or SIGTERM.
