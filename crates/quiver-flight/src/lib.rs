@@ -14,6 +14,7 @@ pub mod actions;
 mod descriptor;
 mod error;
 mod guard;
+pub mod lingering;
 mod put_options;
 mod request_body;
 mod rpc_log;

@@ -11,7 +11,10 @@ use tonic::transport::Server;
 use tonic::transport::server::TcpIncoming;
 
 use crate::service::ServiceOptions;
-use crate::wire::DirectGetLayer;
+use futures::TryStreamExt;
+
+use crate::lingering::{Closes, LINGER, LingeringStream};
+use crate::wire::DirectLayer;
 use crate::{QuiverService, WatchBodyLayer};
 
 /// Default largest gRPC message the server accepts (and sends): 1 GiB.
@@ -50,9 +53,9 @@ pub struct ServerConfig {
     pub shutdown_timeout: Duration,
     /// HTTP/2 transport settings.
     pub http2: Http2Config,
-    /// Serve DoGet through quiver's zero-copy path ([`crate::wire`]) rather
-    /// than arrow-flight's encoder and tonic's codec.
-    pub direct_get: bool,
+    /// Serve DoGet and DoPut through quiver's own wire paths ([`crate::wire`])
+    /// rather than arrow-flight's encoder/decoder and tonic's codec.
+    pub direct_wire: bool,
 }
 
 /// HTTP/2 flow control and framing, as the server advertises them.
@@ -85,7 +88,7 @@ impl Default for ServerConfig {
             max_flight_data_size: DEFAULT_MAX_FLIGHT_DATA_SIZE,
             shutdown_timeout: DEFAULT_SHUTDOWN_TIMEOUT,
             http2: Http2Config::default(),
-            direct_get: true,
+            direct_wire: true,
         }
     }
 }
@@ -123,15 +126,20 @@ pub async fn serve(
             location,
             default_partitions: config.partitions.max(1),
             max_flight_data_size: config.max_flight_data_size,
+            max_message_size: config.max_message_size,
         },
     );
-    let direct_get = config
-        .direct_get
-        .then(|| DirectGetLayer::new(service.clone()));
+    let direct = config
+        .direct_wire
+        .then(|| DirectLayer::new(service.clone()));
     let flight = FlightServiceServer::new(service)
         .max_decoding_message_size(config.max_message_size)
         .max_encoding_message_size(config.max_message_size);
-    let incoming = TcpIncoming::from(listener).with_nodelay(Some(true));
+    let closes = Closes::default();
+    let counted = closes.clone();
+    let incoming = TcpIncoming::from(listener)
+        .with_nodelay(Some(true))
+        .map_ok(move |stream| LingeringStream::new(stream, counted.clone()));
     let (began, mut beginning) = tokio::sync::watch::channel(false);
     let signal = async move {
         shutdown.await;
@@ -142,7 +150,7 @@ pub async fn serve(
         .initial_connection_window_size(config.http2.connection_window)
         .max_frame_size(config.http2.max_frame_size)
         .layer(WatchBodyLayer)
-        .layer(tower::util::option_layer(direct_get))
+        .layer(tower::util::option_layer(direct))
         .add_service(flight)
         .serve_with_incoming_shutdown(incoming, signal);
     let grace = config.shutdown_timeout;
@@ -153,7 +161,7 @@ pub async fn serve(
             std::future::pending::<()>().await;
         }
     };
-    tokio::select! {
+    let result = tokio::select! {
         result = server => result,
         () = deadline => {
             tracing::warn!(
@@ -162,5 +170,8 @@ pub async fn serve(
             );
             Ok(())
         }
-    }
+    };
+    // Let the last connections finish closing, so clients read all they were sent.
+    let _ = tokio::time::timeout(LINGER, closes.wait()).await;
+    result
 }

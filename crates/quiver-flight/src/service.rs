@@ -36,6 +36,8 @@ pub struct ServiceOptions {
     pub default_partitions: usize,
     /// Largest FlightData message DoGet sends; larger batches are split.
     pub max_flight_data_size: usize,
+    /// Largest gRPC message accepted.
+    pub max_message_size: usize,
 }
 
 /// The Flight service: the standard RPCs over a [`TableStore`].
@@ -114,6 +116,11 @@ impl QuiverService {
         self.options.max_flight_data_size
     }
 
+    /// Largest gRPC message accepted.
+    pub(crate) fn max_message_size(&self) -> usize {
+        self.options.max_message_size
+    }
+
     /// Resolves a ticket to the batches it covers, checking a pinned version.
     pub(crate) fn resolve_ticket(
         &self,
@@ -137,15 +144,19 @@ impl QuiverService {
         Ok((Arc::clone(table.schema()), batches))
     }
 
-    async fn put(
+    /// Stores a DoPut stream. `outcome` tells whether the transport broke the
+    /// stream off (tonic reports that as a clean end); `None` when `input`
+    /// reports it as an error itself.
+    pub(crate) async fn put(
         &self,
-        mut input: Streaming<FlightData>,
+        mut input: impl Stream<Item = Result<FlightData, Status>> + Send + Unpin + 'static,
         outcome: Option<BodyOutcome>,
         log: &mut RpcLog,
     ) -> Result<PutResult> {
         let first = input
-            .message()
+            .next()
             .await
+            .transpose()
             .map_err(|s| Error::Status(Box::new(inbound_status(s))))?
             .ok_or_else(|| Error::invalid("DoPut stream is empty: expected a schema message"))?;
         let descriptor = first.flight_descriptor.as_ref().ok_or_else(|| {

@@ -155,11 +155,11 @@ async fn put_then_get_round_trips_every_type_over_partitions() {
 }
 
 #[tokio::test]
-async fn stock_get_path_round_trips_too() {
+async fn stock_wire_path_round_trips_too() {
     let server = TestServer::start_with(
         1 << 30,
         ServerConfig {
-            direct_get: false,
+            direct_wire: false,
             partitions: 3,
             ..Default::default()
         },
@@ -693,4 +693,20 @@ async fn reader_sees_one_version_while_a_writer_replaces() {
         );
     }
     writing.await.expect("writer");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shutdown_lets_a_stream_in_flight_finish() {
+    let mut server = TestServer::start().await;
+    let mut client = server.client().await;
+    let batches: Vec<RecordBatch> = (0..50).map(|i| sample(i * 2000, 2000)).collect();
+    put(&mut client, "t", batches).await;
+    let mut stream = client.do_get(Ticket::new("t")).await.expect("get");
+    let first = stream.next().await.expect("one batch").expect("ok");
+    server.shutdown_in_background();
+    let mut rows = first.num_rows();
+    while let Some(batch) = stream.next().await {
+        rows += batch.expect("batch after shutdown began").num_rows();
+    }
+    assert_eq!(rows, 100_000);
 }

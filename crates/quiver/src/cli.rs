@@ -93,23 +93,24 @@ pub(crate) struct ServeArgs {
     #[arg(long, env = "QUIVER_H2_MAX_FRAME_SIZE", default_value = "16KiB")]
     pub(crate) h2_max_frame_size: ByteSize,
 
-    /// How DoGet encodes: `direct` sends Arrow buffers to the socket by
-    /// reference; `stock` uses arrow-flight's encoder and tonic's codec (two
-    /// copies per body). For comparisons; see docs/performance.md.
-    #[arg(long, env = "QUIVER_GET_PATH", value_enum, default_value_t = GetPath::Direct)]
-    pub(crate) get_path: GetPath,
+    /// How DoGet and DoPut meet the wire: `direct` sends Arrow buffers to the
+    /// socket by reference and copies each received body once, into aligned
+    /// memory; `stock` uses arrow-flight's encoder/decoder and tonic's codec
+    /// (two copies per body each way). For comparisons; see docs/performance.md.
+    #[arg(long, env = "QUIVER_WIRE_PATH", value_enum, default_value_t = WirePath::Direct)]
+    pub(crate) wire_path: WirePath,
 
     /// Log filter (tracing's EnvFilter syntax), e.g. info, quiver_flight=debug.
     #[arg(long, env = "QUIVER_LOG", default_value = "info")]
     pub(crate) log: String,
 }
 
-/// DoGet's encoder.
+/// How DoGet and DoPut meet the wire.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
-pub(crate) enum GetPath {
-    /// Zero-copy: Arrow buffers by reference into the HTTP/2 body.
+pub(crate) enum WirePath {
+    /// quiver's own: buffers by reference out, one aligned copy in.
     Direct,
-    /// arrow-flight's FlightDataEncoder and tonic's prost codec.
+    /// arrow-flight's encoder and decoder over tonic's prost codec.
     Stock,
 }
 

@@ -18,6 +18,23 @@ use clap::Parser;
 #[global_allocator]
 static GLOBAL: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 
+/// jemalloc's options, read at its start (`_RJEM_MALLOC_CONF` in the
+/// environment overrides them). A background thread purges freed pages after
+/// the decay time even while the server is idle, so memory goes back to the
+/// system after deletes instead of waiting for the next allocation.
+#[cfg(all(unix, not(target_env = "musl")))]
+#[unsafe(export_name = "_rjem_malloc_conf")]
+static MALLOC_CONF: MallocConf = MallocConf(c"background_thread:true".as_ptr());
+
+/// A C string pointer jemalloc can read as `const char *malloc_conf`.
+#[cfg(all(unix, not(target_env = "musl")))]
+#[repr(transparent)]
+struct MallocConf(*const std::ffi::c_char);
+
+// SAFETY: the pointer is to a static, immutable C string.
+#[cfg(all(unix, not(target_env = "musl")))]
+unsafe impl Sync for MallocConf {}
+
 fn main() -> std::process::ExitCode {
     let cli = cli::Cli::parse();
     let runtime = match tokio::runtime::Builder::new_multi_thread()

@@ -8,7 +8,7 @@ use quiver_store::TableStore;
 use tokio::net::TcpListener;
 use tracing_subscriber::EnvFilter;
 
-use crate::cli::{GetPath, ServeArgs};
+use crate::cli::{ServeArgs, WirePath};
 use crate::size::{ByteSize, machine_memory};
 
 /// Memory limit when neither the flag nor /proc/meminfo says: 4 GiB.
@@ -38,7 +38,7 @@ pub(crate) async fn run(args: ServeArgs) -> Result<(), Box<dyn std::error::Error
         max_flight_data_size: usize::try_from(args.max_flight_data_size.0).unwrap_or(usize::MAX),
         shutdown_timeout: std::time::Duration::try_from_secs_f64(args.shutdown_timeout)
             .map_err(|e| format!("--shutdown-timeout {}: {e}", args.shutdown_timeout))?,
-        direct_get: args.get_path == GetPath::Direct,
+        direct_wire: args.wire_path == WirePath::Direct,
         http2: Http2Config {
             stream_window: window("--h2-stream-window", args.h2_stream_window)?,
             connection_window: window("--h2-connection-window", args.h2_connection_window)?,

@@ -2,18 +2,15 @@
 
 use std::future::poll_fn;
 use std::pin::Pin;
-use std::task::{Context, Poll};
 
 use arrow::record_batch::RecordBatch;
 use arrow_flight::Ticket;
 use bytes::{Buf, Bytes, BytesMut};
-use futures::future::BoxFuture;
 use futures::{StreamExt, stream};
 use http_body::Body as _;
 use prost::Message;
 use tonic::Status;
 use tonic::body::Body;
-use tower::{Layer, Service};
 
 use super::frames::FlightMessageEncoder;
 use super::grpc_body::{GrpcBody, grpc_frame};
@@ -26,66 +23,10 @@ pub const DO_GET_PATH: &str = "/arrow.flight.protocol.FlightService/DoGet";
 /// Largest DoGet request (a ticket) read: 1 MiB.
 const MAX_TICKET_REQUEST: usize = 1 << 20;
 
-/// Routes DoGet to the zero-copy path of `service`; everything else to the
-/// inner service.
-///
-/// # Caveats
-/// Anything that must apply to every RPC (authentication, for one) has to be
-/// applied here too: this layer answers DoGet before tonic's interceptors run.
-#[derive(Debug, Clone)]
-pub struct DirectGetLayer {
+pub(super) async fn respond(
     service: QuiverService,
-}
-
-impl DirectGetLayer {
-    /// A layer answering DoGet from `service`'s store.
-    pub fn new(service: QuiverService) -> Self {
-        Self { service }
-    }
-}
-
-impl<S> Layer<S> for DirectGetLayer {
-    type Service = DirectGet<S>;
-
-    fn layer(&self, inner: S) -> Self::Service {
-        DirectGet {
-            inner,
-            service: self.service.clone(),
-        }
-    }
-}
-
-/// The service [`DirectGetLayer`] makes.
-#[derive(Debug, Clone)]
-pub struct DirectGet<S> {
-    inner: S,
-    service: QuiverService,
-}
-
-impl<S> Service<http::Request<Body>> for DirectGet<S>
-where
-    S: Service<http::Request<Body>, Response = http::Response<Body>>,
-    S::Future: Send + 'static,
-{
-    type Response = http::Response<Body>;
-    type Error = S::Error;
-    type Future = BoxFuture<'static, Result<Self::Response, Self::Error>>;
-
-    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
-        self.inner.poll_ready(cx)
-    }
-
-    fn call(&mut self, request: http::Request<Body>) -> Self::Future {
-        if request.uri().path() == DO_GET_PATH {
-            let service = self.service.clone();
-            Box::pin(async move { Ok(respond(service, request).await) })
-        } else {
-            Box::pin(self.inner.call(request))
-        }
-    }
-}
-
-async fn respond(service: QuiverService, request: http::Request<Body>) -> http::Response<Body> {
+    request: http::Request<Body>,
+) -> http::Response<Body> {
     let mut log = RpcLog::new("DoGet");
     let ticket = match read_ticket(request.into_body()).await {
         Ok(ticket) => ticket,
@@ -127,13 +68,7 @@ async fn respond(service: QuiverService, request: http::Request<Body>) -> http::
         // The log lives as long as the stream: its line is written at the end.
         log.outcome(framed)
     });
-    let body = GrpcBody::new(guard::stream("DoGet", frames).boxed());
-    let mut response = http::Response::new(Body::new(body));
-    response.headers_mut().insert(
-        http::header::CONTENT_TYPE,
-        http::HeaderValue::from_static("application/grpc"),
-    );
-    response
+    super::grpc_response(GrpcBody::new(guard::stream("DoGet", frames).boxed()))
 }
 
 /// Reads the one gRPC message of a DoGet request: a `Ticket`.

@@ -123,29 +123,65 @@ fn messages(buffers: Vec<Buffer>) -> Result<Vec<FlightMessage>, ArrowError> {
 }
 
 /// A sequence of `Bytes` read front to back without copying.
-struct Rope {
+#[derive(Debug, Default)]
+pub(crate) struct Rope {
     parts: VecDeque<Bytes>,
+    len: usize,
 }
 
 impl Rope {
-    fn new(parts: impl IntoIterator<Item = Bytes>) -> Self {
-        Self {
-            parts: parts.into_iter().filter(|b| !b.is_empty()).collect(),
+    pub(crate) fn new(parts: impl IntoIterator<Item = Bytes>) -> Self {
+        let mut rope = Self::default();
+        for part in parts {
+            rope.push(part);
+        }
+        rope
+    }
+
+    /// Appends `part` at the end.
+    pub(crate) fn push(&mut self, part: Bytes) {
+        if !part.is_empty() {
+            self.len += part.len();
+            self.parts.push_back(part);
         }
     }
 
-    fn is_empty(&self) -> bool {
-        self.parts.is_empty()
+    /// Bytes left.
+    pub(crate) fn len(&self) -> usize {
+        self.len
+    }
+
+    pub(crate) fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// A copy of the first `n` bytes, not consumed (None if fewer are left).
+    pub(crate) fn peek(&self, n: usize) -> Option<Vec<u8>> {
+        if self.len < n {
+            return None;
+        }
+        let mut out = Vec::with_capacity(n);
+        for part in &self.parts {
+            let want = n - out.len();
+            out.extend_from_slice(&part[..want.min(part.len())]);
+            if out.len() == n {
+                break;
+            }
+        }
+        Some(out)
     }
 
     /// The next `n` bytes as chunks of the parts.
-    fn take(&mut self, mut n: usize) -> Result<Vec<Bytes>, ArrowError> {
+    pub(crate) fn take(&mut self, mut n: usize) -> Result<Vec<Bytes>, ArrowError> {
+        if n > self.len {
+            return Err(ArrowError::IpcError("stream ended inside a message".into()));
+        }
+        self.len -= n;
         let mut out = Vec::new();
         while n > 0 {
-            let mut part = self
-                .parts
-                .pop_front()
-                .ok_or_else(|| ArrowError::IpcError("IPC stream ended inside a message".into()))?;
+            let Some(mut part) = self.parts.pop_front() else {
+                break;
+            };
             if part.len() > n {
                 let rest = part.split_off(n);
                 self.parts.push_front(rest);
@@ -156,8 +192,13 @@ impl Rope {
         Ok(out)
     }
 
+    /// The next `n` bytes as a rope of their own.
+    pub(crate) fn split_to(&mut self, n: usize) -> Result<Rope, ArrowError> {
+        Ok(Rope::new(self.take(n)?))
+    }
+
     /// The next `n` bytes in one piece (copied only if they span parts).
-    fn take_contiguous(&mut self, n: usize) -> Result<Bytes, ArrowError> {
+    pub(crate) fn take_contiguous(&mut self, n: usize) -> Result<Bytes, ArrowError> {
         let mut chunks = self.take(n)?;
         if chunks.len() == 1 {
             return Ok(chunks.remove(0));

@@ -41,6 +41,15 @@ fn put_varint(buf: &mut BytesMut, mut v: u64) {
     buf.put_u8(v as u8);
 }
 
+/// One gRPC length-prefixed message around an encoded protobuf message.
+pub(crate) fn grpc_message(encoded: &[u8]) -> Bytes {
+    let mut frame = BytesMut::with_capacity(5 + encoded.len());
+    frame.put_u8(0);
+    frame.put_u32(encoded.len() as u32);
+    frame.put_slice(encoded);
+    frame.freeze()
+}
+
 /// One gRPC length-prefixed message holding `message` as a FlightData: a small
 /// prefix (gRPC header, protobuf tags and lengths, the IPC header), then the
 /// body chunks untouched.

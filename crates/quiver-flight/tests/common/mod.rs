@@ -82,3 +82,12 @@ impl Drop for TestServer {
         }
     }
 }
+
+impl TestServer {
+    /// Signals shutdown without waiting for it.
+    pub fn shutdown_in_background(&mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+    }
+}

@@ -1,0 +1,272 @@
+//! DoPut read below tonic: each body copied once, into aligned memory.
+//!
+//! tonic assembles every gRPC message into one contiguous buffer (a copy), and
+//! the IPC decoder copies a body again unless it starts on a 64-byte boundary,
+//! which a body inside a received message almost never does. Here the received
+//! HTTP/2 frames stay as they arrived (references), the protobuf fields around
+//! the body are read off them, and the body is copied once into a 64-byte
+//! aligned buffer that the decoded arrays then use as it is.
+
+use std::future::poll_fn;
+use std::pin::Pin;
+
+use arrow::buffer::{Buffer, MutableBuffer};
+use arrow_flight::{FlightData, FlightDescriptor};
+use bytes::Bytes;
+use futures::{Stream, StreamExt, stream};
+use http_body::Body as _;
+use prost::Message;
+use tonic::Status;
+use tonic::body::Body;
+
+use super::frames::{Rope, to_bytes};
+use super::grpc_body::{GrpcBody, grpc_message};
+use crate::QuiverService;
+use crate::rpc_log::RpcLog;
+
+/// The HTTP/2 path of Flight's DoPut.
+pub const DO_PUT_PATH: &str = "/arrow.flight.protocol.FlightService/DoPut";
+
+pub(super) async fn respond(
+    service: QuiverService,
+    request: http::Request<Body>,
+) -> http::Response<Body> {
+    let mut log = RpcLog::new("DoPut");
+    let messages =
+        FlightDataReader::new(request.into_body(), service.max_message_size()).into_stream();
+    let result = service
+        .put(Box::pin(messages), None, &mut log)
+        .await
+        .map_err(Status::from);
+    match log.outcome(result) {
+        Ok(put_result) => {
+            let frame = grpc_message(&put_result.encode_to_vec());
+            let body = GrpcBody::new(stream::iter([Ok(vec![frame])]).boxed());
+            super::grpc_response(body)
+        }
+        Err(status) => status.into_http(),
+    }
+}
+
+/// FlightData messages parsed off a request body as its frames arrive.
+struct FlightDataReader {
+    body: Body,
+    received: Rope,
+    max_message_size: usize,
+    done: bool,
+}
+
+impl FlightDataReader {
+    fn new(body: Body, max_message_size: usize) -> Self {
+        Self {
+            body,
+            received: Rope::default(),
+            max_message_size,
+            done: false,
+        }
+    }
+
+    fn into_stream(self) -> impl Stream<Item = Result<FlightData, Status>> + Send + 'static {
+        stream::unfold(self, |mut reader| async move {
+            let next = reader.next_message().await;
+            if next.as_ref().is_some_and(|r| r.is_err()) {
+                reader.done = true;
+            }
+            next.map(|item| (item, reader))
+        })
+    }
+
+    async fn next_message(&mut self) -> Option<Result<FlightData, Status>> {
+        if self.done {
+            return None;
+        }
+        loop {
+            match self.parse_one() {
+                Ok(Some(message)) => return Some(Ok(message)),
+                Ok(None) => {}
+                Err(status) => return Some(Err(status)),
+            }
+            match poll_fn(|cx| Pin::new(&mut self.body).poll_frame(cx)).await {
+                Some(Ok(frame)) => {
+                    if let Ok(data) = frame.into_data() {
+                        self.received.push(data);
+                    }
+                }
+                Some(Err(e)) => {
+                    return Some(Err(Status::cancelled(format!(
+                        "the DoPut stream broke off before its end; nothing was stored ({e})"
+                    ))));
+                }
+                None if self.received.is_empty() => return None,
+                None => {
+                    return Some(Err(Status::invalid_argument(
+                        "the DoPut stream ended inside a gRPC message",
+                    )));
+                }
+            }
+        }
+    }
+
+    /// The next whole message, if it has arrived.
+    fn parse_one(&mut self) -> Result<Option<FlightData>, Status> {
+        let Some(prefix) = self.received.peek(5) else {
+            return Ok(None);
+        };
+        if prefix[0] != 0 {
+            return Err(Status::unimplemented(
+                "compressed gRPC messages are not supported",
+            ));
+        }
+        let len = u32::from_be_bytes([prefix[1], prefix[2], prefix[3], prefix[4]]) as usize;
+        if len > self.max_message_size {
+            return Err(Status::resource_exhausted(format!(
+                "a message of {len} bytes is over the {}-byte limit (raise the server's \
+                 --max-message-size, or send smaller batches)",
+                self.max_message_size
+            )));
+        }
+        if self.received.len() < 5 + len {
+            return Ok(None);
+        }
+        let _ = self.received.take(5).map_err(malformed)?;
+        let message = self.received.split_to(len).map_err(malformed)?;
+        parse_flight_data(message).map(Some)
+    }
+}
+
+fn malformed(e: impl std::fmt::Display) -> Status {
+    Status::invalid_argument(format!("malformed FlightData: {e}"))
+}
+
+fn read_varint(rope: &mut Rope) -> Result<u64, Status> {
+    let mut value = 0u64;
+    for shift in (0..64).step_by(7) {
+        let byte = rope.take_contiguous(1).map_err(malformed)?[0];
+        value |= u64::from(byte & 0x7f) << shift;
+        if byte & 0x80 == 0 {
+            return Ok(value);
+        }
+    }
+    Err(malformed("varint longer than 10 bytes"))
+}
+
+fn read_len(rope: &mut Rope) -> Result<usize, Status> {
+    let len = usize::try_from(read_varint(rope)?).map_err(malformed)?;
+    if len > rope.len() {
+        return Err(malformed("field longer than its message"));
+    }
+    Ok(len)
+}
+
+/// Decodes one FlightData; `data_body` lands in a fresh 64-byte aligned buffer.
+fn parse_flight_data(mut rope: Rope) -> Result<FlightData, Status> {
+    let mut data = FlightData::default();
+    while !rope.is_empty() {
+        let key = read_varint(&mut rope)?;
+        let (field, wire_type) = (key >> 3, key & 7);
+        match (field, wire_type) {
+            (1, 2) => {
+                let len = read_len(&mut rope)?;
+                let bytes = rope.take_contiguous(len).map_err(malformed)?;
+                data.flight_descriptor = Some(FlightDescriptor::decode(bytes).map_err(malformed)?);
+            }
+            (2, 2) => {
+                let len = read_len(&mut rope)?;
+                data.data_header = rope.take_contiguous(len).map_err(malformed)?;
+            }
+            (3, 2) => {
+                let len = read_len(&mut rope)?;
+                data.app_metadata = rope.take_contiguous(len).map_err(malformed)?;
+            }
+            (1000, 2) => {
+                let len = read_len(&mut rope)?;
+                data.data_body = aligned(rope.take(len).map_err(malformed)?, len);
+            }
+            (_, 0) => {
+                read_varint(&mut rope)?;
+            }
+            (_, 1) => {
+                rope.take(8).map_err(malformed)?;
+            }
+            (_, 2) => {
+                let len = read_len(&mut rope)?;
+                rope.take(len).map_err(malformed)?;
+            }
+            (_, 5) => {
+                rope.take(4).map_err(malformed)?;
+            }
+            (field, wire_type) => {
+                return Err(malformed(format!(
+                    "field {field} has unknown wire type {wire_type}"
+                )));
+            }
+        }
+    }
+    Ok(data)
+}
+
+/// `chunks` copied into one 64-byte aligned allocation: the one copy of a body.
+fn aligned(chunks: Vec<Bytes>, len: usize) -> Bytes {
+    let mut buffer = MutableBuffer::with_capacity(len);
+    for chunk in &chunks {
+        buffer.extend_from_slice(chunk);
+    }
+    to_bytes(Buffer::from(buffer))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn rope_of(bytes: &[u8], piece: usize) -> Rope {
+        Rope::new(bytes.chunks(piece).map(Bytes::copy_from_slice))
+    }
+
+    #[test]
+    fn parses_what_prost_encodes_in_any_chunking() {
+        let original = FlightData {
+            flight_descriptor: Some(FlightDescriptor::new_path(vec!["a".into(), "b".into()])),
+            data_header: Bytes::from(vec![7u8; 300]),
+            app_metadata: Bytes::from_static(br#"{"mode":"append"}"#),
+            data_body: Bytes::from((0..100_000u32).map(|i| i as u8).collect::<Vec<_>>()),
+        };
+        let encoded = original.encode_to_vec();
+        for piece in [1, 7, 4096, encoded.len()] {
+            let parsed = parse_flight_data(rope_of(&encoded, piece)).unwrap();
+            assert_eq!(parsed, original, "pieces of {piece}");
+            assert_eq!(
+                parsed.data_body.as_ptr() as usize % 64,
+                0,
+                "body is 64-byte aligned"
+            );
+        }
+    }
+
+    #[test]
+    fn skips_unknown_fields_and_refuses_garbage() {
+        let mut encoded = FlightData {
+            data_header: Bytes::from_static(b"h"),
+            ..Default::default()
+        }
+        .encode_to_vec();
+        // field 9 varint 150, field 10 fixed32, field 11 fixed64, field 12 bytes
+        encoded.extend_from_slice(&[
+            0x48, 0x96, 0x01, 0x55, 1, 2, 3, 4, 0x59, 1, 2, 3, 4, 5, 6, 7, 8, 0x62, 2, 9, 9,
+        ]);
+        assert_eq!(
+            parse_flight_data(rope_of(&encoded, 3)).unwrap().data_header,
+            Bytes::from_static(b"h")
+        );
+        for garbage in [
+            &[0x12, 0x05, 1][..],
+            &[0x0b],
+            &[0xff; 11],
+            &[0xc2, 0x3e, 0xff, 0xff, 0xff, 0xff, 0x0f],
+        ] {
+            assert!(
+                parse_flight_data(rope_of(garbage, 2)).is_err(),
+                "{garbage:?}"
+            );
+        }
+    }
+}
