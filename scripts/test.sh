@@ -2,9 +2,10 @@
 # Runs every test of quiver, setting up what they need:
 #   1. Rust: cargo fmt --check, clippy -D warnings, unit and integration tests;
 #   2. the release `quiver` binary the Python tests start;
-#   3. a Python venv with the pinned dependencies (python/requirements-dev.txt),
-#      reused while those pins do not change;
-#   4. ruff, and pytest against the real server binary.
+#   3. a Python venv with the pinned dependencies (python/requirements-dev.txt
+#      and bench/requirements.txt), reused while those pins do not change;
+#   4. ruff, and pytest against the real server binary: the client's tests and
+#      the benchmark harness's smoke tests (tiny sizes; never the benchmarks).
 #
 # Environment:
 #   CARGO_TARGET_DIR  where cargo builds (default: ./target)
@@ -39,21 +40,21 @@ export QUIVER_BIN="$CARGO_TARGET_DIR/release/quiver"
 
 step "Python venv ($venv)"
 stamp="$venv/.quiver-deps"
-want="$(cat python/requirements-dev.txt python/pyproject.toml | sha256sum | cut -d' ' -f1)"
+want="$(cat python/requirements-dev.txt bench/requirements.txt python/pyproject.toml | sha256sum | cut -d' ' -f1)"
 if [ ! -x "$venv/bin/python" ] || [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
     rm -rf "$venv"
     "$python" -m venv "$venv"
     "$venv/bin/python" -m pip install --quiet --upgrade pip
-    "$venv/bin/python" -m pip install --quiet -r python/requirements-dev.txt
+    "$venv/bin/python" -m pip install --quiet -r python/requirements-dev.txt -r bench/requirements.txt
     echo "$want" > "$stamp"
 fi
 # The package itself is installed afresh every run: it is the code under test.
 "$venv/bin/python" -m pip install --quiet --no-deps -e python
 
 step "ruff"
-"$venv/bin/ruff" check python
-"$venv/bin/ruff" format --check python
+"$venv/bin/ruff" check python bench
+"$venv/bin/ruff" format --check python bench
 
 step "pytest"
 # shellcheck disable=SC2086
-"$venv/bin/python" -m pytest python/tests ${PYTEST_ARGS:-}
+"$venv/bin/python" -m pytest python/tests bench/tests ${PYTEST_ARGS:-}

@@ -8,8 +8,8 @@ use arrow::array::{ArrayRef, Int64Array};
 use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
 use arrow::record_batch::RecordBatch;
 use arrow_flight::encode::FlightDataEncoderBuilder;
-use arrow_flight::{FlightDescriptor, FlightInfo};
-use futures::{TryStreamExt, stream};
+use arrow_flight::{FlightData, FlightDescriptor, FlightInfo};
+use futures::{StreamExt, TryStreamExt, stream};
 use serde_json::json;
 
 use super::{ClientArgs, Op, gbps};
@@ -59,10 +59,25 @@ async fn put_table(
     let encoded = FlightDataEncoderBuilder::new()
         .with_schema(schema())
         .with_flight_descriptor(Some(FlightDescriptor::new_path(vec![name])))
-        .with_metadata(options.to_string().into())
         .build(stream::iter(batches.into_iter().map(Ok)));
+    // The options travel in a metadata-only message right after the schema, as
+    // pyarrow's `write_metadata` sends them: servers built on Arrow C++ never see
+    // the schema message's app_metadata.
+    let options = FlightData {
+        app_metadata: options.to_string().into(),
+        ..Default::default()
+    };
+    let mut options = Some(options);
+    let with_options = encoded.flat_map(move |item| {
+        let extra = if item.is_ok() {
+            options.take().map(Ok)
+        } else {
+            None
+        };
+        stream::iter(std::iter::once(item).chain(extra))
+    });
     client
-        .do_put(encoded)
+        .do_put(with_options)
         .await
         .map_err(describe)?
         .try_collect::<Vec<_>>()

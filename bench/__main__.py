@@ -1,0 +1,220 @@
+"""``python -m bench``: run the benchmark suite and regenerate BENCHMARKS.md.
+
+From the repository root, with the venv of ``bench/requirements.txt``::
+
+    python -m bench --quick            # under 2 minutes
+    python -m bench --full             # the paper's grid, 5 repetitions
+    python -m bench --only get,small   # some suites
+    python -m bench --report-only      # redraw and rewrite from bench/out/
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import platform
+import shutil
+import sys
+import time
+from pathlib import Path
+
+import pandas as pd
+import pyarrow as pa
+
+from . import plots, report, servers
+from .plan import SUITES, plan_for
+from .results import ResultsFile, git_revision, machine_info, now, read_results, read_run_info
+from .results import write_run_info as save_run_info
+from .suites import SUITE_FUNCTIONS, Run, log
+
+DEFAULT_OUT = servers.REPO / "bench" / "out"
+DEFAULT_REPORT = servers.REPO / "BENCHMARKS.md"
+DEFAULT_PLOTS = servers.REPO / "bench" / "plots"
+
+
+def parse_args(argv: list[str]) -> argparse.Namespace:
+    """Parse the command line."""
+    parser = argparse.ArgumentParser(
+        prog="python -m bench",
+        description="quiver's benchmark suite: Flight throughput vs the Arrow C++ server and "
+        "the ceilings, small-object latency, JSON over a socket.",
+    )
+    mode = parser.add_mutually_exclusive_group()
+    mode.add_argument(
+        "--quick",
+        dest="mode",
+        action="store_const",
+        const="quick",
+        help="small sizes, 3 repetitions, under 2 minutes (the default)",
+    )
+    mode.add_argument(
+        "--full",
+        dest="mode",
+        action="store_const",
+        const="full",
+        help="1-16 streams, up to 30M records per stream, 5 repetitions",
+    )
+    mode.add_argument(
+        "--smoke",
+        dest="mode",
+        action="store_const",
+        const="smoke",
+        help="tiny sizes, 1 repetition: checks that the harness works",
+    )
+    parser.set_defaults(mode="quick")
+    parser.add_argument(
+        "--out",
+        type=Path,
+        default=DEFAULT_OUT,
+        help="where results.csv, run.json, plots and logs go (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--only",
+        default=",".join(SUITES),
+        help=f"comma-separated suites to run, of: {','.join(SUITES)}",
+    )
+    parser.add_argument("--reps", type=int, help="repetitions (default: the mode's)")
+    parser.add_argument(
+        "--report",
+        type=Path,
+        default=DEFAULT_REPORT,
+        help="the markdown report to write (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--plots-dir",
+        type=Path,
+        default=DEFAULT_PLOTS,
+        help="where the report's figures are copied (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--no-report", action="store_true", help="write results.csv and plots into --out only"
+    )
+    parser.add_argument(
+        "--report-only",
+        action="store_true",
+        help="measure nothing: redraw and rewrite the report from --out",
+    )
+    args = parser.parse_args(argv)
+    args.only = [s.strip() for s in args.only.split(",") if s.strip()]
+    unknown = sorted(set(args.only) - set(SUITES))
+    if unknown:
+        parser.error(f"unknown suite(s) {', '.join(unknown)}: expected some of {', '.join(SUITES)}")
+    return args
+
+
+def measure(args: argparse.Namespace, argv: list[str]) -> tuple[dict[str, object], int]:
+    """Start the servers, run the suites, stop the servers; return the run info and failures."""
+    started = time.monotonic()
+    machine = machine_info()
+    plan = plan_for(args.mode, int(float(machine["ram_gib"]) * 2**30))
+    if args.reps:
+        plan = dataclasses.replace(plan, reps=args.reps)
+    binary = servers.quiver_bin()
+    if not binary.is_file():
+        raise SystemExit(
+            f"quiver binary not found at {binary}: build it with `cargo build --release` "
+            "or set QUIVER_BIN"
+        )
+    out: Path = args.out
+    out.mkdir(parents=True, exist_ok=True)
+    run_columns = {"mode": plan.mode, **machine}
+    results = ResultsFile(out / "results.csv", run_columns)
+    log(f"{plan.mode} mode: suites {','.join(args.only)}; results in {out / 'results.csv'}")
+
+    running: list[servers.ServerProcess] = []
+    notes: list[str] = []
+    try:
+        flight_servers = [servers.start_quiver(binary, out / "logs")]
+        running += flight_servers
+        flight_servers.append(servers.start_arrow_cpp(out / "logs"))
+        running.append(flight_servers[-1])
+        json_server = None
+        if "json" in args.only:
+            json_server = servers.start_json_socket(out / "logs")
+            running.append(json_server)
+        log("servers: " + ", ".join(f"{s.name} {s.uri} (pid {s.pid})" for s in running))
+        run = Run(
+            plan=plan,
+            flight_servers=flight_servers,
+            json_server=json_server,
+            results=results,
+            binary=binary,
+            quiver_bench=servers.quiver_bench_available(binary),
+            log_dir=out / "logs",
+            notes=notes,
+        )
+        for suite in SUITES:
+            if suite in args.only:
+                with run.attempt(f"suite {suite}"):
+                    SUITE_FUNCTIONS[suite](run)
+        failures = run.failures
+    finally:
+        for server in running:
+            code = server.stop()
+            if code != 0:
+                notes.append(f"{server.name} exited with code {code} after SIGTERM")
+    elapsed = time.monotonic() - started
+    log(f"measured in {elapsed:.0f} s")
+    info: dict[str, object] = {
+        "mode": plan.mode,
+        "date": now(),
+        "reps": plan.reps,
+        "plan": dataclasses.asdict(plan),
+        "suites": args.only,
+        "command": " ".join(["python -m bench", *argv]).strip(),
+        "elapsed": f"measured in {elapsed:.0f} s",
+        "machine": machine,
+        "quiver_version": servers.quiver_version(binary),
+        "git": git_revision(servers.REPO),
+        "pyarrow": pa.__version__,
+        "pandas": pd.__version__,
+        "python": platform.python_version(),
+        "notes": notes,
+    }
+    save_run_info(out / "run.json", info)
+    return info, failures
+
+
+def write_report(args: argparse.Namespace, info: dict[str, object]) -> None:
+    """Draw the figures into ``--out`` and, unless ``--no-report``, write the report."""
+    out: Path = args.out
+    rows = read_results(out / "results.csv")
+    plan = info["plan"]
+    assert isinstance(plan, dict)
+    drawn = plots.draw_all(rows, plan, out / "plots")
+    log(f"plots: {', '.join(p.name for p in drawn)} in {out / 'plots'}")
+    if args.no_report:
+        return
+    plots_dir: Path = args.plots_dir
+    plots_dir.mkdir(parents=True, exist_ok=True)
+    linked = {}
+    for path in drawn:
+        target = plots_dir / path.name
+        if target.resolve() != path.resolve():
+            shutil.copyfile(path, target)
+        linked[path.stem] = target
+    report_path: Path = args.report
+    report_path.write_text(report.render(rows, info, linked, report_path))
+    log(f"report: {report_path}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the suite; exit with 1 if a measurement failed."""
+    argv = sys.argv[1:] if argv is None else argv
+    args = parse_args(argv)
+    if args.report_only:
+        info = read_run_info(args.out / "run.json")
+        failures = 0
+    else:
+        info, failures = measure(args, argv)
+    write_report(args, info)
+    for goal in report.goals(read_results(args.out / "results.csv")):
+        log(f"goal: {goal.text}: {goal.shown} (target {goal.target}) {goal.verdict}")
+    if failures:
+        log(f"{failures} measurement(s) failed: see the notes in run.json and the report")
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,165 @@
+"""The pyarrow Flight client side of the measurements: the same code for every Flight server."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+
+import pyarrow as pa
+import pyarrow.flight as flight
+
+#: gRPC channel options of every client: its own TCP connection (by default gRPC shares one
+#: connection between the channels of a process that go to the same address).
+CHANNEL_OPTIONS = [("grpc.use_local_subchannel_pool", 1)]
+
+
+def connect(uri: str) -> flight.FlightClient:
+    """Return a client on its own connection, already connected."""
+    client = flight.FlightClient(uri, generic_options=CHANNEL_OPTIONS)
+    list(client.list_actions())
+    return client
+
+
+def connect_many(uri: str, count: int) -> list[flight.FlightClient]:
+    """Return ``count`` clients, each on its own connection."""
+    return [connect(uri) for _ in range(count)]
+
+
+def close_all(clients: list[flight.FlightClient]) -> None:
+    """Close every client."""
+    for client in clients:
+        client.close()
+
+
+def descriptor(name: str) -> flight.FlightDescriptor:
+    """Return the path descriptor of a table."""
+    return flight.FlightDescriptor.for_path(name)
+
+
+def put(
+    client: flight.FlightClient,
+    name: str,
+    table: pa.Table,
+    batch_rows: int,
+    options: dict | None = None,
+) -> None:
+    """DoPut ``table`` as ``name``, options in a metadata message before the first batch."""
+    writer, _ = client.do_put(descriptor(name), table.schema)
+    writer.write_metadata(json.dumps(options or {"mode": "replace"}).encode())
+    writer.write_table(table, max_chunksize=batch_rows)
+    writer.close()
+
+
+def delete(client: flight.FlightClient, name: str) -> None:
+    """Delete a table; one that is not there is no error."""
+    with contextlib.suppress(flight.FlightError):
+        list(client.do_action(flight.Action("delete", name.encode())))
+
+
+@dataclass
+class GetResult:
+    """What one timed get read.
+
+    Attributes
+    ----------
+    seconds : float
+        From GetFlightInfo to the last batch of the last endpoint.
+    ttfb_seconds : float
+        From GetFlightInfo to the first record batch of any endpoint.
+    rows : int
+        Rows read.
+    nbytes : int
+        Arrow bytes read.
+    endpoints : int
+        Endpoints read in parallel.
+    table : pyarrow.Table or None
+        The first endpoint's data, when asked for.
+    """
+
+    seconds: float
+    ttfb_seconds: float
+    rows: int
+    nbytes: int
+    endpoints: int
+    table: pa.Table | None = None
+
+
+def _read_endpoint(client: flight.FlightClient, ticket: flight.Ticket) -> tuple[float, pa.Table]:
+    reader = client.do_get(ticket)
+    first_batch = None
+    first_at = time.perf_counter()
+    while True:
+        try:
+            chunk = reader.read_chunk()
+        except StopIteration:
+            break
+        if chunk.data is not None:
+            first_at = time.perf_counter()
+            first_batch = chunk.data
+            break
+    rest = reader.read_all()
+    if first_batch is None:
+        return first_at, rest
+    return first_at, pa.Table.from_batches([first_batch, *rest.to_batches()], rest.schema)
+
+
+def timed_get(
+    clients: list[flight.FlightClient],
+    name: str,
+    keep: bool = False,
+    pool: ThreadPoolExecutor | None = None,
+) -> GetResult:
+    """GetFlightInfo, then DoGet every endpoint in parallel (one thread and client each).
+
+    Parameters
+    ----------
+    clients : list of pyarrow.flight.FlightClient
+        Endpoint ``i`` is read with ``clients[i % len(clients)]``.
+    name : str
+        The table.
+    keep : bool
+        Return the table read (one endpoint only) in :attr:`GetResult.table`.
+    pool : concurrent.futures.ThreadPoolExecutor, optional
+        Threads for more than one endpoint.
+    """
+    started = time.perf_counter()
+    info = clients[0].get_flight_info(descriptor(name))
+    endpoints = info.endpoints
+    if len(endpoints) == 1:
+        parts = [_read_endpoint(clients[0], endpoints[0].ticket)]
+    else:
+        assert pool is not None, "a get over several endpoints needs a thread pool"
+        futures = [
+            pool.submit(_read_endpoint, clients[i % len(clients)], e.ticket)
+            for i, e in enumerate(endpoints)
+        ]
+        parts = [f.result() for f in futures]
+    seconds = time.perf_counter() - started
+    ttfb = min(first for first, _ in parts) - started
+    rows = sum(t.num_rows for _, t in parts)
+    nbytes = sum(t.nbytes for _, t in parts)
+    table = parts[0][1] if keep and len(parts) == 1 else None
+    return GetResult(seconds, ttfb, rows, nbytes, len(endpoints), table)
+
+
+def timed_put(
+    clients: list[flight.FlightClient],
+    table: pa.Table,
+    batch_rows: int,
+    pool: ThreadPoolExecutor | None = None,
+) -> float:
+    """DoPut ``table`` as ``t0``, ``t1``... in parallel, one per client; return the seconds."""
+    started = time.perf_counter()
+    if len(clients) == 1:
+        put(clients[0], "t0", table, batch_rows)
+    else:
+        assert pool is not None, "parallel puts need a thread pool"
+        futures = [
+            pool.submit(put, client, f"t{i}", table, batch_rows) for i, client in enumerate(clients)
+        ]
+        for f in futures:
+            f.result()
+    return time.perf_counter() - started

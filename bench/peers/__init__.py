@@ -1,0 +1,1 @@
+"""The servers quiver is compared against, each run as a separate process."""

@@ -1,0 +1,168 @@
+r"""A minimal in-memory Flight table store on the Arrow C++ Flight server that pyarrow ships.
+
+It is the peer quiver is measured against: the same clients talk to both, so it follows
+quiver's conventions (``docs/protocol.md``) as far as the benchmarks use them:
+
+- a table is named by its descriptor: path segments joined with ``/``, or the command bytes;
+- DoPut options are JSON in the ``app_metadata`` of the first message that carries any
+  (``{"mode": "replace" | "append", "partitions": N}``);
+- GetFlightInfo splits the rows evenly over ``partitions`` endpoints, whose tickets are
+  ``name\0i\0n``; a plain table name is also a ticket (the whole table);
+- the ``delete`` and ``stats`` actions.
+
+Run it as ``python -m bench.peers.cpp_flight_server --port 0``: it prints
+``listening on grpc+tcp://127.0.0.1:PORT`` once bound and stops on SIGTERM or SIGINT.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import signal
+import sys
+import threading
+
+import pyarrow as pa
+import pyarrow.flight as flight
+
+#: What the first line on stdout starts with once the server listens.
+LISTENING = "listening on "
+
+
+def table_name(descriptor: flight.FlightDescriptor) -> str:
+    """Return the table a descriptor names, as quiver reads it."""
+    if descriptor.descriptor_type == flight.DescriptorType.PATH:
+        return "/".join(p.decode() if isinstance(p, bytes) else p for p in descriptor.path)
+    return descriptor.command.decode()
+
+
+def partition_bounds(rows: int, index: int, count: int) -> tuple[int, int]:
+    """Return the row range ``[start, end)`` of partition ``index`` of ``count``."""
+    return index * rows // count, (index + 1) * rows // count
+
+
+class InMemoryFlightServer(flight.FlightServerBase):
+    """Named Arrow tables in a dict, put and got over Flight.
+
+    Parameters
+    ----------
+    location : str
+        The URI to bind, e.g. ``grpc+tcp://127.0.0.1:0``.
+    """
+
+    def __init__(self, location: str) -> None:
+        super().__init__(location)
+        self._tables: dict[str, tuple[pa.Table, int]] = {}
+        self._lock = threading.Lock()
+        self.uri = f"grpc+tcp://127.0.0.1:{self.port}"
+
+    def _lookup(self, name: str) -> tuple[pa.Table, int]:
+        with self._lock:
+            found = self._tables.get(name)
+        if found is None:
+            raise flight.FlightServerError(f"table not found: {name!r}")
+        return found
+
+    def do_put(self, context, descriptor, reader, writer):
+        """Store the stream as a table, replacing or appending as its options say."""
+        name = table_name(descriptor)
+        options: dict = {}
+        batches: list[pa.RecordBatch] = []
+        try:
+            first = reader.read_chunk()
+        except StopIteration:
+            first = None
+        if first is not None:
+            if first.app_metadata is not None:
+                options = json.loads(first.app_metadata.to_pybytes() or b"{}")
+            if first.data is not None:
+                batches.append(first.data)
+        batches.extend(reader.read_all().to_batches())
+        table = pa.Table.from_batches(batches, schema=reader.schema)
+        mode = options.get("mode", "replace")
+        if mode not in ("replace", "append"):
+            raise flight.FlightServerError(f"unknown mode: {mode!r}")
+        with self._lock:
+            old = self._tables.get(name)
+            partitions = options.get("partitions", old[1] if old else 1)
+            if mode == "append" and old is not None:
+                table = pa.concat_tables([old[0], table])
+            self._tables[name] = (table, int(partitions))
+
+    def get_flight_info(self, context, descriptor):
+        """Describe a table: its schema, size and one endpoint per partition."""
+        name = table_name(descriptor)
+        table, partitions = self._lookup(name)
+        count = max(1, min(partitions, table.num_rows))
+        endpoints = [
+            flight.FlightEndpoint(f"{name}\0{i}\0{count}".encode(), [self.uri])
+            for i in range(count)
+        ]
+        return flight.FlightInfo(table.schema, descriptor, endpoints, table.num_rows, table.nbytes)
+
+    def get_schema(self, context, descriptor):
+        """Return a table's schema."""
+        return flight.SchemaResult(self._lookup(table_name(descriptor))[0].schema)
+
+    def do_get(self, context, ticket):
+        r"""Stream a partition (``name\0i\0n`` ticket) or a whole table (its name)."""
+        parts = ticket.ticket.split(b"\0")
+        table, _ = self._lookup(parts[0].decode())
+        if len(parts) == 3:
+            start, end = partition_bounds(table.num_rows, int(parts[1]), int(parts[2]))
+            table = table.slice(start, end - start)
+        return flight.RecordBatchStream(table)
+
+    def list_flights(self, context, criteria):
+        """List the tables whose name starts with the criteria's expression."""
+        prefix = criteria.decode() if criteria else ""
+        with self._lock:
+            names = sorted(n for n in self._tables if n.startswith(prefix))
+        for name in names:
+            yield self.get_flight_info(context, flight.FlightDescriptor.for_path(name))
+
+    def list_actions(self, context):
+        """List the actions this server knows."""
+        return [("delete", "Delete a table"), ("stats", "Tables, rows and bytes stored")]
+
+    def do_action(self, context, action):
+        """Run ``delete`` (body: the table name) or ``stats``."""
+        if action.type == "delete":
+            name = action.body.to_pybytes().decode()
+            with self._lock:
+                found = self._tables.pop(name, None)
+            if found is None:
+                raise flight.FlightServerError(f"table not found: {name!r}")
+            table = found[0]
+            result = {"deleted": name, "rows": table.num_rows, "bytes": table.nbytes}
+        elif action.type == "stats":
+            with self._lock:
+                tables = [t for t, _ in self._tables.values()]
+            result = {
+                "tables": len(tables),
+                "rows": sum(t.num_rows for t in tables),
+                "bytes": sum(t.nbytes for t in tables),
+            }
+        else:
+            raise flight.FlightServerError(f"unknown action: {action.type!r}")
+        return [json.dumps(result).encode()]
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Serve until SIGTERM or SIGINT."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--port", type=int, default=0, help="port on 127.0.0.1 (0: any free)")
+    args = parser.parse_args(argv)
+    server = InMemoryFlightServer(f"grpc+tcp://127.0.0.1:{args.port}")
+    stop = threading.Event()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(signum, lambda *_: stop.set())
+    print(f"{LISTENING}{server.uri}", flush=True)
+    while not stop.wait(0.5):
+        pass
+    server.shutdown()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,152 @@
+"""What each mode measures: the shapes, sizes and repetitions, scaled to the machine."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .data import RECORD_BYTES
+
+KI = 1024
+MI = 1024 * 1024
+GIB = 1024**3
+
+#: The suites ``--only`` can choose from, in the order they run.
+SUITES = ("ceilings", "get", "put", "memory", "rust", "small", "json")
+
+
+@dataclass(frozen=True)
+class Plan:
+    """The measurements of one run.
+
+    Attributes
+    ----------
+    mode : str
+        ``quick``, ``full`` or ``smoke``.
+    reps : int
+        Repetitions of every throughput measurement.
+    streams : tuple of int
+        Parallel streams of the grid (the paper's 1, 2, 4, 8, 16).
+    rows_per_stream : tuple of int
+        Records per stream of the grid.
+    batch_rows : int
+        Rows per record batch of the grid.
+    batch_sweep : tuple of int
+        Rows per batch swept at one stream of ``batch_sweep_rows`` records.
+    batch_sweep_rows : int
+        Records of the batch-size sweep.
+    max_table_bytes : int
+        Largest table one measurement holds in a server (grid shapes above it are skipped).
+    headline_bytes : int
+        The single-stream table the goals are measured on (1 GiB in full mode).
+    small_rows : int
+        Rows of the small-object table (32 rows of 32 bytes: 1 KiB).
+    small_gets : int
+        Gets timed one by one for the small-object latency, per server.
+    json_rows : tuple of int
+        Rows of the mixed table sent as JSON and over Flight.
+    ceiling_reps : int
+        Repetitions of each ceiling.
+    tcp_seconds : float
+        How long each loopback TCP measurement sends.
+    memcpy_bytes : int
+        Bytes copied by each memcpy measurement.
+    """
+
+    mode: str
+    reps: int
+    streams: tuple[int, ...]
+    rows_per_stream: tuple[int, ...]
+    batch_rows: int
+    batch_sweep: tuple[int, ...]
+    batch_sweep_rows: int
+    max_table_bytes: int
+    headline_bytes: int
+    small_rows: int
+    small_gets: int
+    json_rows: tuple[int, ...]
+    ceiling_reps: int
+    tcp_seconds: float
+    memcpy_bytes: int
+
+    @property
+    def headline_rows(self) -> int:
+        """Records in the headline table."""
+        return self.headline_bytes // RECORD_BYTES
+
+    def grid(self) -> list[tuple[int, int, int]]:
+        """Return the ``(streams, rows_per_stream, batch_rows)`` shapes to measure.
+
+        The streams x records grid at the default batch size, then the batch-size sweep;
+        shapes whose table would pass ``max_table_bytes`` are left out.
+        """
+        shapes = [
+            (s, r, self.batch_rows)
+            for r in self.rows_per_stream
+            for s in self.streams
+            if s * r * RECORD_BYTES <= self.max_table_bytes
+        ]
+        shapes += [(1, self.batch_sweep_rows, b) for b in self.batch_sweep]
+        return list(dict.fromkeys(shapes))
+
+
+def plan_for(mode: str, ram_bytes: int) -> Plan:
+    """Return the plan of ``mode`` (``quick``, ``full`` or ``smoke``) for a machine's RAM.
+
+    Full mode keeps each table under a sixth of the RAM and at most 4 GiB: a get holds it in
+    the client, in each server and once more as it is read.
+    """
+    if mode == "smoke":
+        return Plan(
+            mode="smoke",
+            reps=1,
+            streams=(1,),
+            rows_per_stream=(10_000,),
+            batch_rows=4096,
+            batch_sweep=(4096,),
+            batch_sweep_rows=10_000,
+            max_table_bytes=64 * MI,
+            headline_bytes=10_000 * RECORD_BYTES,
+            small_rows=32,
+            small_gets=10,
+            json_rows=(1000,),
+            ceiling_reps=1,
+            tcp_seconds=0.2,
+            memcpy_bytes=16 * MI,
+        )
+    if mode == "quick":
+        return Plan(
+            mode="quick",
+            reps=3,
+            streams=(1, 4),
+            rows_per_stream=(1_000_000, 4_000_000),
+            batch_rows=64 * KI,
+            batch_sweep=(8 * KI, 64 * KI, 1 * MI),
+            batch_sweep_rows=4_000_000,
+            max_table_bytes=512 * MI,
+            headline_bytes=256 * MI,
+            small_rows=32,
+            small_gets=100,
+            json_rows=(100_000,),
+            ceiling_reps=3,
+            tcp_seconds=1.0,
+            memcpy_bytes=256 * MI,
+        )
+    if mode == "full":
+        return Plan(
+            mode="full",
+            reps=5,
+            streams=(1, 2, 4, 8, 16),
+            rows_per_stream=(1_000_000, 8_000_000, 30_000_000),
+            batch_rows=64 * KI,
+            batch_sweep=(4 * KI, 16 * KI, 64 * KI, 256 * KI, 1 * MI),
+            batch_sweep_rows=8_000_000,
+            max_table_bytes=min(4 * GIB, ram_bytes // 6),
+            headline_bytes=1 * GIB,
+            small_rows=32,
+            small_gets=200,
+            json_rows=(100_000, 1_000_000),
+            ceiling_reps=5,
+            tcp_seconds=3.0,
+            memcpy_bytes=1 * GIB,
+        )
+    raise ValueError(f"unknown mode {mode!r}: expected quick, full or smoke")

@@ -1,0 +1,302 @@
+"""The figures: throughput vs streams, records and batch size (the paper's Figure 2, with the
+ceilings drawn), small-object latency, and JSON vs Flight.
+"""  # noqa: D205
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+
+import matplotlib.pyplot as plt
+from matplotlib.axes import Axes
+
+from .results import ARROW_CPP, JSON_SOCKET, QUIVER
+from .summary import Row, ceiling, percentile, select, spread
+
+COLORS = {QUIVER: "tab:blue", ARROW_CPP: "tab:orange", JSON_SOCKET: "tab:gray"}
+LABELS = {QUIVER: "quiver", ARROW_CPP: "Arrow C++ (pyarrow)", JSON_SOCKET: "JSON over a socket"}
+CLIENT_STYLE = {"pyarrow": "-", "rust": "--"}
+MARKERS = ("o", "s", "^", "D", "v", "P")
+CEILINGS = (
+    ("tcp", "loopback TCP", "black", "--"),
+    ("iperf3", "iperf3", "dimgray", ":"),
+    ("memcpy_warm", "memcpy (warm)", "tab:red", "-."),
+)
+SERVERS = (QUIVER, ARROW_CPP)
+DPI = 110
+
+
+def _throughput_rows(rows: list[Row], op: str) -> list[Row]:
+    return [
+        r
+        for r in select(rows, suite=("get", "put", "rust", "headline"), op=op)
+        if not r.get("note")
+    ]
+
+
+def _draw_ceilings(ax: Axes, rows: list[Row]) -> None:
+    """Draw the ceilings as horizontal lines; one far above the data is written at the top."""
+    top = max(ax.get_ylim()[1], 0.1)
+    found = [(ceiling(rows, op), label, color, style) for op, label, color, style in CEILINGS]
+    shown = [f for f in found if f[0] is not None]
+    in_range = [f[0].median for f in shown if f[0].median <= 3 * top]
+    limit = max([top, *in_range]) * 1.15
+    for spread_, label, color, style in shown:
+        value = spread_.median
+        if value <= limit:
+            ax.axhline(
+                value, color=color, linestyle=style, linewidth=1, label=f"{label} {value:.1f} GB/s"
+            )
+        else:
+            ax.annotate(
+                f"{label}: {value:.1f} GB/s (above)",
+                xy=(0.01, 0.97),
+                xycoords="axes fraction",
+                va="top",
+                fontsize=7,
+                color=color,
+            )
+    ax.set_ylim(0, limit)
+
+
+def _line(ax: Axes, points: list[tuple[float, list[Row]]], **style: object) -> None:
+    xs, medians, lows, highs = [], [], [], []
+    for x, group in sorted(points, key=lambda p: p[0]):
+        found = spread(group)
+        if found is None:
+            continue
+        xs.append(x)
+        medians.append(found.median)
+        lows.append(found.median - found.low)
+        highs.append(found.high - found.median)
+    if xs:
+        ax.errorbar(xs, medians, yerr=[lows, highs], capsize=3, **style)
+
+
+def _finish(ax: Axes, title: str, xlabel: str) -> None:
+    ax.set_title(title, fontsize=10)
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel("GB/s")
+    ax.grid(True, alpha=0.3)
+
+
+def _save(fig: plt.Figure, path: Path) -> Path:
+    fig.tight_layout()
+    fig.savefig(path, dpi=DPI)
+    plt.close(fig)
+    return path
+
+
+def throughput_vs_streams(rows: list[Row], batch_rows: int, path: Path) -> Path:
+    """Throughput vs parallel streams, a line per server and records per stream."""
+    clients = [
+        c for c in ("pyarrow", "rust") if select(rows, client=c, suite=("get", "put", "rust"))
+    ]
+    clients = clients or ["pyarrow"]
+    fig, axes = plt.subplots(
+        2, len(clients), figsize=(6.5 * len(clients), 8), squeeze=False, sharey="row"
+    )
+    for i, op in enumerate(("get", "put")):
+        for j, client in enumerate(clients):
+            ax = axes[i][j]
+            measured = select(
+                _throughput_rows(rows, op),
+                client=client,
+                batch_rows=batch_rows,
+                suite=("get", "put", "rust"),
+            )
+            records = sorted({r["rows_per_stream"] for r in measured})
+            for server in SERVERS:
+                for k, count in enumerate(records):
+                    group = select(measured, server=server, rows_per_stream=count)
+                    streams = sorted({r["streams"] for r in group})
+                    _line(
+                        ax,
+                        [(s, select(group, streams=s)) for s in streams],
+                        color=COLORS[server],
+                        marker=MARKERS[k % len(MARKERS)],
+                        linestyle="-" if server == QUIVER else "--",
+                        label=f"{LABELS[server]}, {count / 1e6:g}M records/stream",
+                    )
+            _draw_ceilings(ax, rows)
+            ax.set_xscale("log", base=2)
+            ticks = sorted({int(r["streams"]) for r in measured}) or [1]
+            ax.set_xticks(ticks, labels=[str(t) for t in ticks])
+            _finish(ax, f"Do{op.capitalize()}, {client} client", "parallel streams")
+            ax.legend(fontsize=7)
+    fig.suptitle(f"Throughput vs parallel streams (batches of {batch_rows:,} rows)")
+    return _save(fig, path)
+
+
+def _count(value: float) -> str:
+    """Write a count the short way: 8Ki, 1Mi for powers of two, 4M, 100k otherwise."""
+    value = int(value)
+    for unit, scale in (("Mi", 2**20), ("Ki", 2**10)):
+        if value >= scale and value % scale == 0:
+            return f"{value // scale}{unit}"
+    for unit, scale in (("M", 10**6), ("k", 10**3)):
+        if value >= scale:
+            return f"{value / scale:g}{unit}"
+    return str(value)
+
+
+def _sweep(
+    rows: list[Row], x_key: str, fixed: dict[str, object], title: str, xlabel: str, path: Path
+) -> Path:
+    fig, axes = plt.subplots(1, 2, figsize=(13, 4.8), squeeze=False, sharey=True)
+    for j, op in enumerate(("get", "put")):
+        ax = axes[0][j]
+        measured = select(_throughput_rows(rows, op), **fixed)
+        for server in SERVERS:
+            for client, style in CLIENT_STYLE.items():
+                group = select(measured, server=server, client=client)
+                xs = sorted({r[x_key] for r in group})
+                _line(
+                    ax,
+                    [(x, select(group, **{x_key: x})) for x in xs],
+                    color=COLORS[server],
+                    marker="o" if client == "pyarrow" else "s",
+                    linestyle=style,
+                    label=f"{LABELS[server]}, {client} client",
+                )
+        _draw_ceilings(ax, rows)
+        ax.set_xscale("log")
+        ticks = sorted({int(r[x_key]) for r in measured})
+        if ticks:
+            ax.set_xticks(ticks, labels=[_count(t) for t in ticks])
+            ax.minorticks_off()
+        _finish(ax, f"Do{op.capitalize()}", xlabel)
+        ax.legend(fontsize=7)
+    fig.suptitle(title)
+    return _save(fig, path)
+
+
+def throughput_vs_records(rows: list[Row], batch_rows: int, path: Path) -> Path:
+    """Throughput of one stream vs records per stream."""
+    return _sweep(
+        rows,
+        "rows_per_stream",
+        {"streams": 1, "batch_rows": batch_rows},
+        f"One stream: throughput vs records (batches of {batch_rows:,} rows)",
+        "records per stream",
+        path,
+    )
+
+
+def throughput_vs_batch(rows: list[Row], records: int, path: Path) -> Path:
+    """Throughput of one stream vs rows per record batch."""
+    return _sweep(
+        rows,
+        "batch_rows",
+        {"streams": 1, "rows_per_stream": records, "suite": ("get", "put", "rust")},
+        f"One stream of {records:,} records: throughput vs batch size",
+        "rows per record batch (32 bytes each)",
+        path,
+    )
+
+
+def headline(rows: list[Row], path: Path) -> Path:
+    """Draw the headline table's throughput, one stream: a bar per server and client."""
+    fig, ax = plt.subplots(figsize=(8, 4.8))
+    groups = [(op, client) for op in ("get", "put") for client in ("pyarrow", "rust")]
+    width = 0.38
+    for k, server in enumerate(SERVERS):
+        xs, heights, errors = [], [], [[], []]
+        for i, (op, client) in enumerate(groups):
+            found = spread(
+                select(rows, suite="headline", server=server, op=op, client=client, note="")
+            )
+            if found is None:
+                continue
+            xs.append(i + (k - 0.5) * width)
+            heights.append(found.median)
+            errors[0].append(found.median - found.low)
+            errors[1].append(found.high - found.median)
+        ax.bar(
+            xs, heights, width, yerr=errors, capsize=3, color=COLORS[server], label=LABELS[server]
+        )
+    _draw_ceilings(ax, rows)
+    ax.set_xticks(range(len(groups)), [f"Do{op.capitalize()}\n{c} client" for op, c in groups])
+    headline_rows = select(rows, suite="headline")
+    size = headline_rows[0]["bytes"] if headline_rows else 0
+    ax.set_title(f"One stream, {int(size) / 2**20:,.0f} MiB table", fontsize=10)
+    ax.set_ylabel("GB/s")
+    ax.legend(fontsize=8)
+    ax.grid(True, axis="y", alpha=0.3)
+    return _save(fig, path)
+
+
+def small_latency(rows: list[Row], path: Path) -> Path:
+    """Latency of a 1 KiB get (GetFlightInfo + DoGet): p50 and p99 per server."""
+    fig, ax = plt.subplots(figsize=(6.5, 4.2))
+    labels, p50s, p99s = [], [], []
+    for server in SERVERS:
+        seconds = [float(r["seconds"]) for r in select(rows, suite="small", server=server)]
+        if not seconds:
+            continue
+        labels.append(LABELS[server])
+        p50s.append(percentile(seconds, 50) * 1e6)
+        p99s.append(percentile(seconds, 99) * 1e6)
+    xs = range(len(labels))
+    ax.bar([x - 0.2 for x in xs], p50s, 0.4, label="p50", color="tab:blue")
+    ax.bar([x + 0.2 for x in xs], p99s, 0.4, label="p99", color="tab:cyan")
+    ax.set_xticks(list(xs), labels)
+    ax.set_ylabel("microseconds")
+    ax.set_title("Get of a 1 KiB table (GetFlightInfo + DoGet), pyarrow client", fontsize=10)
+    ax.legend()
+    ax.grid(True, axis="y", alpha=0.3)
+    return _save(fig, path)
+
+
+def json_vs_flight(rows: list[Row], path: Path) -> Path:
+    """Seconds to get a mixed table into a pandas DataFrame: JSON over a socket vs Flight."""
+    fig, ax = plt.subplots(figsize=(7.5, 4.5))
+    measured = select(rows, suite="json")
+    sizes = sorted({r["rows_per_stream"] for r in measured})
+    order = (JSON_SOCKET, ARROW_CPP, QUIVER)
+    width = 0.8 / len(order)
+    for k, server in enumerate(order):
+        xs, heights, errors = [], [], [[], []]
+        for i, size in enumerate(sizes):
+            found = spread(select(measured, server=server, rows_per_stream=size), "seconds")
+            if found is None:
+                continue
+            xs.append(i + (k - 1) * width)
+            heights.append(found.median)
+            errors[0].append(found.median - found.low)
+            errors[1].append(found.high - found.median)
+        ax.bar(
+            xs, heights, width, yerr=errors, capsize=3, color=COLORS[server], label=LABELS[server]
+        )
+    ax.set_xticks(range(len(sizes)), [f"{s:,} rows" for s in sizes])
+    ax.set_yscale("log")
+    ax.set_ylabel("seconds (log scale)")
+    ax.set_title("Mixed table into a pandas DataFrame: request to DataFrame", fontsize=10)
+    ax.legend(fontsize=8)
+    ax.grid(True, axis="y", alpha=0.3)
+    return _save(fig, path)
+
+
+def draw_all(rows: list[Row], plan: dict[str, object], out_dir: Path) -> list[Path]:
+    """Draw every figure the rows allow into ``out_dir``; return their paths."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    batch_rows = int(plan["batch_rows"])
+    drawn = []
+    if select(rows, suite=("get", "put", "rust")):
+        drawn.append(throughput_vs_streams(rows, batch_rows, out_dir / "throughput_vs_streams.png"))
+        drawn.append(throughput_vs_records(rows, batch_rows, out_dir / "throughput_vs_records.png"))
+        drawn.append(
+            throughput_vs_batch(
+                rows, int(plan["batch_sweep_rows"]), out_dir / "throughput_vs_batch.png"
+            )
+        )
+    if select(rows, suite="headline"):
+        drawn.append(headline(rows, out_dir / "headline.png"))
+    if select(rows, suite="small"):
+        drawn.append(small_latency(rows, out_dir / "small_latency.png"))
+    if select(rows, suite="json"):
+        drawn.append(json_vs_flight(rows, out_dir / "json_vs_flight.png"))
+    return drawn

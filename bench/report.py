@@ -1,0 +1,412 @@
+"""BENCHMARKS.md: the run's medians, spreads, ratios and goals, generated from results.csv."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from .results import ARROW_CPP, JSON_SOCKET, QUIVER
+from .summary import Row, Spread, ceiling, comparable, percentile, select, shapes, spread
+
+#: The issue's goals: thresholds the report checks.
+GET_VS_CPP = 1.3
+PUT_VS_CPP = 1.3
+SINGLE_STREAM_VS_TCP = 0.9
+RSS_VS_STORED = 1.2
+
+
+@dataclass(frozen=True)
+class Goal:
+    """One goal, its measured value and whether it was met.
+
+    Attributes
+    ----------
+    text : str
+        What is measured.
+    target : str
+        The threshold, as text.
+    value : float or None
+        The measured value (``None``: not measured in this run).
+    passed : bool or None
+        Whether the value meets the target.
+    shown : str
+        The value, as text.
+    """
+
+    text: str
+    target: str
+    value: float | None
+    passed: bool | None
+    shown: str
+
+    @property
+    def verdict(self) -> str:
+        """PASS, FAIL, or n/a (not measured)."""
+        if self.passed is None:
+            return "n/a (not measured)"
+        return "PASS" if self.passed else "FAIL"
+
+
+def _gbps(found: Spread | None) -> str:
+    if found is None:
+        return "—"
+    return f"{found.median:.2f} ({found.low:.2f}–{found.high:.2f})"
+
+
+def _ratio(a: Spread | None, b: Spread | None) -> float | None:
+    if a is None or b is None or b.median == 0:
+        return None
+    return a.median / b.median
+
+
+def _times(value: float | None) -> str:
+    return "—" if value is None else f"{value:.2f}×"
+
+
+def _size(nbytes: float) -> str:
+    for unit, scale in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if nbytes >= scale:
+            return f"{nbytes / scale:,.1f} {unit}".replace(".0 ", " ")
+    return f"{int(nbytes)} B"
+
+
+def _headline(rows: list[Row], server: str, op: str, client: str = "pyarrow") -> Spread | None:
+    return spread(comparable(select(rows, suite="headline", server=server, op=op, client=client)))
+
+
+def goals(rows: list[Row]) -> list[Goal]:
+    """Evaluate the issue's goals on the rows of one run."""
+    out = []
+    headline_rows = select(rows, suite="headline")
+    size = _size(float(headline_rows[0]["bytes"])) if headline_rows else "headline"
+    tcp = ceiling(rows, "tcp")
+    for op, threshold in (("get", GET_VS_CPP), ("put", PUT_VS_CPP)):
+        ratio = _ratio(_headline(rows, QUIVER, op), _headline(rows, ARROW_CPP, op))
+        out.append(
+            Goal(
+                f"Do{op.capitalize()}, one stream, {size} table, pyarrow client: "
+                "quiver / Arrow C++",
+                f"≥ {threshold}×",
+                ratio,
+                None if ratio is None else ratio >= threshold,
+                _times(ratio),
+            )
+        )
+    for op in ("get", "put"):
+        ratio = _ratio(_headline(rows, QUIVER, op), tcp)
+        out.append(
+            Goal(
+                f"Do{op.capitalize()}, one stream, {size} table, pyarrow client: "
+                "quiver / raw loopback TCP",
+                f"≥ {SINGLE_STREAM_VS_TCP:.0%}",
+                ratio,
+                None if ratio is None else ratio >= SINGLE_STREAM_VS_TCP,
+                "—" if ratio is None else f"{ratio:.0%}",
+            )
+        )
+    memory = select(rows, suite="memory", server=QUIVER, op="rss")
+    ratio_rss = spread(memory, lambda r: float(r["rss_bytes"]) / float(r["bytes"]))
+    out.append(
+        Goal(
+            f"quiver's RSS while serving gets of the {size} table / stored bytes",
+            f"≤ {RSS_VS_STORED}×",
+            None if ratio_rss is None else ratio_rss.median,
+            None if ratio_rss is None else ratio_rss.median <= RSS_VS_STORED,
+            _times(None if ratio_rss is None else ratio_rss.median),
+        )
+    )
+    p50 = {
+        server: [float(r["seconds"]) for r in select(rows, suite="small", server=server)]
+        for server in (QUIVER, ARROW_CPP)
+    }
+    if p50[QUIVER] and p50[ARROW_CPP]:
+        ours, theirs = percentile(p50[QUIVER], 50), percentile(p50[ARROW_CPP], 50)
+        ratio_small: float | None = ours / theirs
+        shown = f"{ours * 1e6:.0f} µs vs {theirs * 1e6:.0f} µs ({ratio_small:.2f}×)"
+    else:
+        ratio_small, shown = None, "—"
+    out.append(
+        Goal(
+            "1 KiB table, get latency p50 (GetFlightInfo + DoGet): quiver / Arrow C++",
+            "≤ 1.0×",
+            ratio_small,
+            None if ratio_small is None else ratio_small <= 1.0,
+            shown,
+        )
+    )
+    return out
+
+
+def _goals_section(rows: list[Row], mode: str) -> list[str]:
+    lines = [
+        "## Goals",
+        "",
+        "Measured in this run, against the Arrow C++ server and the ceilings measured in the "
+        "same run.",
+    ]
+    if mode != "full":
+        lines += [
+            "",
+            f"> This is a **{mode}** run: the headline table is smaller than the 1 GiB of the "
+            "goals. Run `python -m bench --full` for the numbers that count.",
+        ]
+    lines += ["", "| goal | target | measured | result |", "| --- | --- | --- | --- |"]
+    for goal in goals(rows):
+        verdict = goal.verdict if goal.passed is None else f"**{goal.verdict}**"
+        lines.append(f"| {goal.text} | {goal.target} | {goal.shown} | {verdict} |")
+    return lines
+
+
+def _headline_section(rows: list[Row]) -> list[str]:
+    tcp = ceiling(rows, "tcp")
+    memcpy = ceiling(rows, "memcpy_warm")
+    lines = [
+        "## Headline: one stream",
+        "",
+        "GB/s, median (min–max) of the repetitions; the ratios compare medians.",
+        "",
+        "| op | client | quiver | Arrow C++ | quiver / C++ | quiver / TCP | quiver / memcpy | "
+        "time to first batch, quiver / C++ |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- |",
+    ]
+    for op in ("get", "put"):
+        for client in ("pyarrow", "rust"):
+            ours = _headline(rows, QUIVER, op, client)
+            theirs = _headline(rows, ARROW_CPP, op, client)
+            if ours is None and theirs is None:
+                continue
+            ttfb = "—"
+            if op == "get" and client == "pyarrow":
+                spreads = [
+                    spread(
+                        select(rows, suite="headline", server=s, op="get", client=client),
+                        "ttfb_seconds",
+                    )
+                    for s in (QUIVER, ARROW_CPP)
+                ]
+                if all(spreads):
+                    ttfb = " / ".join(f"{s.median * 1e3:.1f} ms" for s in spreads if s)
+            lines.append(
+                f"| Do{op.capitalize()} | {client} | {_gbps(ours)} | {_gbps(theirs)} | "
+                f"{_times(_ratio(ours, theirs))} | {_times(_ratio(ours, tcp))} | "
+                f"{_times(_ratio(ours, memcpy))} | {ttfb} |"
+            )
+    return lines
+
+
+def _ceilings_section(rows: list[Row]) -> list[str]:
+    names = {
+        "tcp": "raw loopback TCP, 1 MiB writes (`quiver bench tcp`)",
+        "iperf3": "loopback TCP, iperf3 `-l 1M`",
+        "memcpy_warm": "memcpy into warm pages (`quiver bench memcpy`)",
+        "memcpy_fresh": "memcpy into freshly mapped pages",
+    }
+    lines = ["## Ceilings", "", "| ceiling | GB/s, median (min–max) | n |", "| --- | --- | --- |"]
+    for op, text in names.items():
+        found = ceiling(rows, op)
+        if found is not None:
+            lines.append(f"| {text} | {_gbps(found)} | {found.n} |")
+    return lines
+
+
+def _throughput_section(rows: list[Row]) -> list[str]:
+    tcp = ceiling(rows, "tcp")
+    lines = [
+        "## Throughput: streams × records × batch size",
+        "",
+        "GB/s, median (min–max). A get is GetFlightInfo then DoGet of every endpoint in "
+        "parallel (one connection and thread each); a put with N streams is N parallel DoPuts "
+        "of N tables. Bytes are Arrow bytes (32 per record).",
+        "",
+        "| op | client | streams | records/stream | rows/batch | quiver | Arrow C++ | "
+        "quiver / C++ | quiver / TCP |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+    ]
+    for op in ("get", "put"):
+        for client, suite in (("pyarrow", op), ("rust", "rust")):
+            measured = comparable(select(rows, suite=suite, op=op, client=client))
+            for streams, count, batch in shapes(measured):
+                shape = select(measured, streams=streams, rows_per_stream=count, batch_rows=batch)
+                ours = spread(select(shape, server=QUIVER))
+                theirs = spread(select(shape, server=ARROW_CPP))
+                lines.append(
+                    f"| Do{op.capitalize()} | {client} | {streams} | {count:,} | {batch:,} | "
+                    f"{_gbps(ours)} | {_gbps(theirs)} | {_times(_ratio(ours, theirs))} | "
+                    f"{_times(_ratio(ours, tcp))} |"
+                )
+    return lines
+
+
+def _small_section(rows: list[Row]) -> list[str]:
+    lines = [
+        "## Small objects",
+        "",
+        "A 1 KiB table (32 records), got one at a time by one pyarrow client: GetFlightInfo "
+        "then DoGet, on a warm connection.",
+        "",
+        "| server | p50 | p99 | mean | gets |",
+        "| --- | --- | --- | --- | --- |",
+    ]
+    for server in (QUIVER, ARROW_CPP):
+        seconds = [float(r["seconds"]) for r in select(rows, suite="small", server=server)]
+        if seconds:
+            lines.append(
+                f"| {server} | {percentile(seconds, 50) * 1e6:.0f} µs | "
+                f"{percentile(seconds, 99) * 1e6:.0f} µs | "
+                f"{sum(seconds) / len(seconds) * 1e6:.0f} µs | {len(seconds)} |"
+            )
+    return lines
+
+
+def _json_section(rows: list[Row]) -> list[str]:
+    lines = [
+        "## JSON over a socket vs Flight (the blog's comparison)",
+        "",
+        "A mixed table (2 int64, 2 float64, 2 string columns) from the request to a pandas "
+        "DataFrame in the client. JSON: the server serializes it with "
+        '`to_json(orient="records")` for each request, the client parses it with '
+        "`pd.read_json`. Flight: GetFlightInfo + DoGet, then `to_pandas()`.",
+        "",
+        "| rows | Arrow size | path | seconds, median (min–max) | bytes on the wire | "
+        "speed-up over JSON |",
+        "| --- | --- | --- | --- | --- | --- |",
+    ]
+    measured = select(rows, suite="json")
+    for count in sorted({int(r["rows_per_stream"]) for r in measured}):
+        sized = select(measured, rows_per_stream=count)
+        base = spread(select(sized, server=JSON_SOCKET), "seconds")
+        for server, text in (
+            (JSON_SOCKET, "JSON over a socket"),
+            (ARROW_CPP, "Arrow C++ Flight"),
+            (QUIVER, "quiver Flight"),
+        ):
+            group = select(sized, server=server)
+            found = spread(group, "seconds")
+            if found is None:
+                continue
+            wire = group[0]["wire_bytes"] or group[0]["bytes"]
+            speedup = _ratio(base, found)
+            lines.append(
+                f"| {count:,} | {_size(float(group[0]['bytes']))} | {text} | "
+                f"{found.median:.3f} ({found.low:.3f}–{found.high:.3f}) | "
+                f"{_size(float(wire))} | {_times(speedup)} |"
+            )
+    return lines
+
+
+def _memory_section(rows: list[Row]) -> list[str]:
+    lines = [
+        "## Server memory",
+        "",
+        "Resident memory (VmRSS, from `/proc/PID/status`) of a server of each kind started for "
+        "this measurement alone: when started, after the pyarrow client put the headline table, "
+        "the largest sampled every 10 ms while it served gets of it, and after the table was "
+        "deleted. VmHWM is the peak since the server started. The Arrow C++ peer's RSS "
+        "includes the Python interpreter.",
+        "",
+        "| server | stored | started | after the put | during gets | during gets / stored "
+        "| after delete | VmHWM |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- |",
+    ]
+    for server in (QUIVER, ARROW_CPP):
+        during = select(rows, suite="memory", server=server, op="rss")
+        if not during:
+            continue
+
+        def at(op: str, server: str = server) -> str:
+            found = select(rows, suite="memory", server=server, op=op)
+            return _size(float(found[0]["rss_bytes"])) if found else "—"
+
+        stored = float(during[0]["bytes"])
+        rss = spread(during, "rss_bytes")
+        hwm = max(float(r["hwm_bytes"]) for r in select(rows, suite="memory", server=server))
+        assert rss is not None
+        lines.append(
+            f"| {server} | {_size(stored)} | {at('rss_started')} | {at('rss_after_put')} | "
+            f"{_size(rss.median)} | {rss.median / stored:.2f}× | {at('rss_after_delete')} | "
+            f"{_size(hwm)} |"
+        )
+    return lines
+
+
+def _figure(title: str, plot: Path | None, report_dir: Path) -> list[str]:
+    if plot is None:
+        return []
+    link = Path(os.path.relpath(plot, report_dir)).as_posix()
+    return [f"![{title}]({link})", ""]
+
+
+def render(
+    rows: list[Row], run: dict[str, object], plots: dict[str, Path], report_path: Path
+) -> str:
+    """Return the text of BENCHMARKS.md.
+
+    Parameters
+    ----------
+    rows : list of dict
+        The rows of results.csv.
+    run : dict
+        The run's description (mode, machine, versions, command, notes).
+    plots : dict of str to pathlib.Path
+        The figures, by file stem, where the report can link them.
+    report_path : pathlib.Path
+        Where the report will be written (links are relative to it).
+    """
+    machine = run["machine"]
+    assert isinstance(machine, dict)
+    mode = str(run["mode"])
+    report_dir = report_path.resolve().parent
+    lines = [
+        "<!-- Generated by `python -m bench` (bench/report.py) from bench/out/results.csv. "
+        "Do not edit by hand: regenerate it. -->",
+        "# quiver benchmarks",
+        "",
+        "Generated file: do not edit. Regenerate it from the repository root with "
+        "`python -m bench --full` (about 15 minutes) or `python -m bench --quick` (under 2 "
+        "minutes), using the venv of `bench/requirements.txt` and a release build of quiver "
+        "(`cargo build --release`; or set `QUIVER_BIN`). `python -m bench --report-only` "
+        "rebuilds this file and the plots from `bench/out/` without measuring.",
+        "",
+        "It reproduces *Benchmarking Apache Arrow Flight* (Ahmad et al., BID'22) on one "
+        "machine: DoGet/DoPut throughput of records of four int64 columns (32 bytes) over "
+        "1 to 16 parallel streams on loopback, for quiver and for the Arrow C++ Flight server "
+        "that pyarrow ships (a minimal in-memory `FlightServerBase`, `bench/peers/`), measured "
+        "by the same clients in the same run, next to the ceilings: raw loopback TCP and "
+        "memcpy. Repetitions alternate between the servers.",
+        "",
+        f"- **Run**: {mode} mode, {run['date']}, {run['reps']} repetitions per measurement "
+        f"(median and min–max shown); command `{run['command']}`; {run['elapsed']}",
+        f"- **Machine**: {machine['nproc']} CPUs ({machine['cpu_model']}), "
+        f"{machine['ram_gib']} GiB RAM, {machine['kernel']}",
+        f"- **Software**: {run['quiver_version']} (git {run['git']}), "
+        f"pyarrow {run['pyarrow']}, pandas {run['pandas']}, Python {run['python']}",
+        "",
+        *_goals_section(rows, mode),
+        "",
+        *_headline_section(rows),
+        "",
+        *_figure("Headline", plots.get("headline"), report_dir),
+        *_ceilings_section(rows),
+        "",
+        *_figure("Throughput vs streams", plots.get("throughput_vs_streams"), report_dir),
+        *_figure("Throughput vs records", plots.get("throughput_vs_records"), report_dir),
+        *_figure("Throughput vs batch size", plots.get("throughput_vs_batch"), report_dir),
+        *_throughput_section(rows),
+        "",
+        *_small_section(rows),
+        "",
+        *_figure("Small-object latency", plots.get("small_latency"), report_dir),
+        *_json_section(rows),
+        "",
+        *_figure("JSON vs Flight", plots.get("json_vs_flight"), report_dir),
+        *_memory_section(rows),
+        "",
+    ]
+    notes = run.get("notes") or []
+    assert isinstance(notes, list)
+    if notes:
+        lines += ["## Notes from this run", ""]
+        lines += [f"- {note}" for note in notes]
+        lines.append("")
+    return "\n".join(lines)

@@ -1,0 +1,194 @@
+"""One row per measurement: the CSV the plots and BENCHMARKS.md are made from."""
+
+from __future__ import annotations
+
+import csv
+import dataclasses
+import json
+import os
+import platform
+import subprocess
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+
+#: Server labels, as they appear in the CSV.
+QUIVER = "quiver"
+ARROW_CPP = "arrow-cpp"
+JSON_SOCKET = "json-socket"
+
+
+@dataclass
+class Measurement:
+    """One repetition of one benchmark.
+
+    Attributes
+    ----------
+    suite : str
+        ``get``, ``put``, ``headline``, ``rust``, ``small``, ``json``, ``memory``, ``ceilings``.
+    server : str
+        ``quiver``, ``arrow-cpp``, ``json-socket``, or empty for ceilings.
+    client : str
+        ``pyarrow``, ``rust``, ``socket``; for ceilings the tool that measured.
+    op : str
+        ``get``, ``put``, ``get+to_pandas``, ``rss``; for ceilings which one (``tcp``...).
+    streams, rows_per_stream, batch_rows : int
+        The shape: parallel streams, records per stream, rows per record batch.
+    bytes : int
+        Arrow bytes moved (the table's ``nbytes``), or stored bytes for ``memory``.
+    seconds : float
+        Wall time of the repetition.
+    rep : int
+        Repetition number, from 0.
+    ttfb_seconds : float or None
+        Gets: time from the request to the first record batch.
+    wire_bytes : int or None
+        Bytes on the wire when they differ from ``bytes`` (JSON).
+    endpoints : int or None
+        Endpoints the server split a get over.
+    rss_bytes, hwm_bytes : int or None
+        ``memory``: the server's largest VmRSS seen during the repetition, and its VmHWM.
+    note : str
+        Anything that makes the row not comparable.
+    """
+
+    suite: str
+    server: str
+    client: str
+    op: str
+    streams: int = 1
+    rows_per_stream: int = 0
+    batch_rows: int = 0
+    bytes: int = 0
+    seconds: float = 0.0
+    rep: int = 0
+    ttfb_seconds: float | None = None
+    wire_bytes: int | None = None
+    endpoints: int | None = None
+    rss_bytes: int | None = None
+    hwm_bytes: int | None = None
+    note: str = ""
+    gbps: float = field(init=False)
+
+    def __post_init__(self) -> None:
+        """Derive the throughput, GB/s (1e9 bytes per second)."""
+        self.gbps = self.bytes / self.seconds / 1e9 if self.seconds > 0 else 0.0
+
+
+#: CSV columns, in order: the measurement, then the run and the machine.
+RUN_COLUMNS = ("mode", "timestamp", "nproc", "ram_gib", "cpu_model", "kernel")
+COLUMNS = (
+    *[f.name for f in dataclasses.fields(Measurement) if f.name != "gbps"][:9],
+    "gbps",
+    *[f.name for f in dataclasses.fields(Measurement) if f.name != "gbps"][9:],
+    *RUN_COLUMNS,
+)
+
+
+def machine_info() -> dict[str, object]:
+    """Return what the numbers depend on: CPUs, RAM, CPU model, kernel."""
+    cpu_model = platform.processor() or "unknown"
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu_model = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    ram_gib = 0.0
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemTotal:"):
+                ram_gib = round(int(line.split()[1]) * 1024 / 2**30, 1)
+                break
+    except OSError:
+        pass
+    return {
+        "nproc": os.cpu_count() or 0,
+        "ram_gib": ram_gib,
+        "cpu_model": cpu_model,
+        "kernel": f"{platform.system()} {platform.release()}",
+    }
+
+
+def git_revision(repo: Path) -> str:
+    """Return the repository's commit, with ``+dirty`` when the work tree has changes."""
+    try:
+        head = subprocess.run(
+            ["git", "-C", str(repo), "rev-parse", "--short", "HEAD"],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.strip()
+        dirty = subprocess.run(
+            ["git", "-C", str(repo), "status", "--porcelain", "--untracked-files=no"],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+    return head + ("+dirty" if dirty else "")
+
+
+def now() -> str:
+    """Return the current UTC time, ISO 8601, to the second."""
+    return datetime.now(timezone.utc).replace(microsecond=0).isoformat()
+
+
+class ResultsFile:
+    """Appends measurements to ``results.csv`` as they are made.
+
+    Parameters
+    ----------
+    path : pathlib.Path
+        The CSV to create (an existing one is replaced).
+    run : dict
+        The run's columns (``RUN_COLUMNS`` but ``timestamp``), repeated on every row.
+    """
+
+    def __init__(self, path: Path, run: dict[str, object]) -> None:
+        self.path = path
+        self.run = run
+        self.rows: list[dict[str, object]] = []
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with path.open("w", newline="") as f:
+            csv.writer(f).writerow(COLUMNS)
+
+    def add(self, measurement: Measurement) -> None:
+        """Write one row (flushed at once: a run that dies keeps what it measured)."""
+        row = {**dataclasses.asdict(measurement), **self.run, "timestamp": now()}
+        self.rows.append(row)
+        with self.path.open("a", newline="") as f:
+            csv.writer(f).writerow(["" if row[c] is None else row[c] for c in COLUMNS])
+
+
+def read_results(path: Path) -> list[dict[str, object]]:
+    """Read ``results.csv`` back, numbers as numbers and empty fields as ``None``."""
+    numeric = {f.name: f.type for f in dataclasses.fields(Measurement)}
+    rows = []
+    with path.open(newline="") as f:
+        for raw in csv.DictReader(f):
+            row: dict[str, object] = {}
+            for key, value in raw.items():
+                kind = str(numeric.get(key, "str"))
+                if value == "":
+                    row[key] = None if key != "note" else ""
+                elif kind.startswith("int"):
+                    row[key] = int(value)
+                elif kind.startswith("float"):
+                    row[key] = float(value)
+                else:
+                    row[key] = value
+            rows.append(row)
+    return rows
+
+
+def write_run_info(path: Path, info: dict[str, object]) -> None:
+    """Write the run's description (mode, machine, versions, notes) as JSON."""
+    path.write_text(json.dumps(info, indent=2) + "\n")
+
+
+def read_run_info(path: Path) -> dict[str, object]:
+    """Read what :func:`write_run_info` wrote."""
+    return json.loads(path.read_text())

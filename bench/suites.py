@@ -1,0 +1,584 @@
+"""The measurements: each suite runs its shapes against every server and records the rows.
+
+Repetitions alternate between the servers (quiver, then the Arrow C++ peer, then quiver...)
+so that a noisy moment of the machine does not favour one of them.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import gc
+import io
+import sys
+import threading
+import time
+import traceback
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pandas as pd
+import pyarrow as pa
+import pyarrow.flight as flight
+
+from . import ceilings, data, flight_client, rust_client, servers
+from .peers import json_socket
+from .plan import Plan
+from .results import ARROW_CPP, JSON_SOCKET, QUIVER, Measurement, ResultsFile
+from .servers import ServerProcess
+
+
+@dataclass
+class Run:
+    """Everything the suites share: the plan, the servers, the CSV and the notes.
+
+    Attributes
+    ----------
+    plan : Plan
+        What to measure.
+    flight_servers : list of ServerProcess
+        quiver and the Arrow C++ peer.
+    json_server : ServerProcess or None
+        The JSON-over-socket peer.
+    results : ResultsFile
+        Where measurements go.
+    binary : pathlib.Path
+        The quiver binary (for ``quiver bench``).
+    quiver_bench : bool
+        Whether ``quiver bench`` is available.
+    log_dir : pathlib.Path
+        Where servers started by a suite write their logs.
+    notes : list of str
+        What was skipped, what failed, what is not comparable: printed in BENCHMARKS.md.
+    failures : int
+        Measurements that raised.
+    """
+
+    plan: Plan
+    flight_servers: list[ServerProcess]
+    json_server: ServerProcess | None
+    results: ResultsFile
+    binary: Path
+    quiver_bench: bool
+    log_dir: Path
+    notes: list[str] = field(default_factory=list)
+    failures: int = 0
+
+    def add(self, measurement: Measurement) -> None:
+        """Record a measurement."""
+        self.results.add(measurement)
+
+    def note(self, text: str) -> None:
+        """Record a note for the report (once) and print it."""
+        if text in self.notes:
+            return
+        self.notes.append(text)
+        log(f"note: {text}")
+
+    @contextlib.contextmanager
+    def attempt(self, what: str) -> Iterator[None]:
+        """Run a measurement; if it raises, note the failure and go on with the next one."""
+        try:
+            yield
+        except Exception as e:
+            self.failures += 1
+            first_line = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+            self.note(f"FAILED: {what}: {type(e).__name__}: {first_line[:300]}")
+            traceback.print_exc(file=sys.stderr)
+
+    def servers_alive(self) -> list[ServerProcess]:
+        """Return the Flight servers still running (a dead one is noted once)."""
+        alive = []
+        for server in self.flight_servers:
+            if server.alive():
+                alive.append(server)
+            elif not any(n.startswith(f"{server.name} exited") for n in self.notes):
+                self.note(
+                    f"{server.name} exited with code {server.process.returncode} during the "
+                    f"run; its log: {server.log_path}"
+                )
+        return alive
+
+
+def log(text: str) -> None:
+    """Print progress to stderr."""
+    print(f"[bench {time.strftime('%H:%M:%S')}] {text}", file=sys.stderr, flush=True)
+
+
+def _order(group: list[ServerProcess], rep: int) -> list[ServerProcess]:
+    """Return the servers in an order that alternates with the repetition."""
+    return group if rep % 2 == 0 else list(reversed(group))
+
+
+def _shape_text(streams: int, rows: int, batch_rows: int) -> str:
+    return f"{streams} stream(s) x {rows:,} rows, batches of {batch_rows:,}"
+
+
+# --- ceilings -------------------------------------------------------------------------------
+
+
+def run_ceilings(run: Run) -> None:
+    """Loopback TCP (``quiver bench tcp``, iperf3) and memcpy: what the Flight numbers are
+    read against.
+    """  # noqa: D205
+    plan = run.plan
+    if not run.quiver_bench:
+        run.note("ceilings tcp/memcpy skipped: quiver bench not available")
+    else:
+        for rep in range(plan.ceiling_reps):
+            with run.attempt("ceiling tcp"):
+                line = ceilings.quiver_tcp(run.binary, plan.tcp_seconds)
+                run.add(
+                    Measurement(
+                        "ceilings",
+                        "",
+                        "quiver-bench",
+                        "tcp",
+                        bytes=line["bytes"],
+                        seconds=line["seconds"],
+                        rep=rep,
+                    )
+                )
+            with run.attempt("ceiling memcpy"):
+                for line in ceilings.quiver_memcpy(run.binary, plan.memcpy_bytes):
+                    run.add(
+                        Measurement(
+                            "ceilings",
+                            "",
+                            "quiver-bench",
+                            line["ceiling"],
+                            bytes=line["bytes"],
+                            seconds=line["seconds"],
+                            rep=rep,
+                        )
+                    )
+    if not ceilings.iperf3_available():
+        run.note("ceiling iperf3 skipped: iperf3 is not installed")
+        return
+    for rep in range(plan.ceiling_reps):
+        with run.attempt("ceiling iperf3"):
+            line = ceilings.iperf3_tcp(max(1.0, plan.tcp_seconds))
+            run.add(
+                Measurement(
+                    "ceilings",
+                    "",
+                    "iperf3",
+                    "iperf3",
+                    bytes=line["bytes"],
+                    seconds=line["seconds"],
+                    rep=rep,
+                )
+            )
+
+
+# --- pyarrow client throughput ----------------------------------------------------------------
+
+
+class _Clients:
+    """Per server, ``count`` pyarrow clients on their own connections, and a thread pool."""
+
+    def __init__(self, group: list[ServerProcess], count: int) -> None:
+        self.by_server = {s.name: flight_client.connect_many(s.uri, count) for s in group}
+        self.pool = ThreadPoolExecutor(max_workers=count) if count > 1 else None
+
+    def __enter__(self) -> _Clients:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for clients in self.by_server.values():
+            flight_client.close_all(clients)
+        if self.pool is not None:
+            self.pool.shutdown()
+
+
+def measure_get(
+    run: Run, suite: str, table: pa.Table, streams: int, rows: int, batch_rows: int
+) -> None:
+    """Put ``table`` split into ``streams`` partitions on every server, then time gets of it."""
+    alive = run.servers_alive()
+    name = "bench-get"
+    with _Clients(alive, streams) as clients:
+        stored = []
+        for server in alive:
+            with run.attempt(f"{suite} put before get, {server.name}"):
+                control = clients.by_server[server.name][0]
+                options = {"mode": "replace", "partitions": streams}
+                flight_client.put(control, name, table, batch_rows, options)
+                stored.append(server)
+        for rep in range(run.plan.reps):
+            for server in _order(stored, rep):
+                shape = _shape_text(streams, rows, batch_rows)
+                with run.attempt(f"{suite} get {server.name} {shape}"):
+                    got = flight_client.timed_get(
+                        clients.by_server[server.name], name, pool=clients.pool
+                    )
+                    if got.rows != table.num_rows:
+                        raise RuntimeError(f"got {got.rows} rows, expected {table.num_rows}")
+                    note = "" if got.endpoints == streams else f"{got.endpoints} endpoint(s)"
+                    run.add(
+                        Measurement(
+                            suite,
+                            server.name,
+                            "pyarrow",
+                            "get",
+                            streams,
+                            rows,
+                            batch_rows,
+                            bytes=table.nbytes,
+                            seconds=got.seconds,
+                            rep=rep,
+                            ttfb_seconds=got.ttfb_seconds,
+                            endpoints=got.endpoints,
+                            note=note,
+                        )
+                    )
+                    del got
+        for server in stored:
+            flight_client.delete(clients.by_server[server.name][0], name)
+
+
+def measure_put(
+    run: Run, suite: str, table: pa.Table, streams: int, rows: int, batch_rows: int
+) -> None:
+    """Time ``streams`` parallel puts of ``table`` (as ``t0``, ``t1``...) to every server."""
+    alive = run.servers_alive()
+    with _Clients(alive, streams) as clients:
+        for rep in range(run.plan.reps):
+            for server in _order(alive, rep):
+                with run.attempt(
+                    f"{suite} put {server.name} {_shape_text(streams, rows, batch_rows)}"
+                ):
+                    seconds = flight_client.timed_put(
+                        clients.by_server[server.name], table, batch_rows, pool=clients.pool
+                    )
+                    run.add(
+                        Measurement(
+                            suite,
+                            server.name,
+                            "pyarrow",
+                            "put",
+                            streams,
+                            rows,
+                            batch_rows,
+                            bytes=table.nbytes * streams,
+                            seconds=seconds,
+                            rep=rep,
+                        )
+                    )
+        for server in alive:
+            for i in range(streams):
+                flight_client.delete(clients.by_server[server.name][0], f"t{i}")
+
+
+def run_get(run: Run) -> None:
+    """Time the pyarrow client's gets over the grid, then of the headline table."""
+    for streams, rows, batch_rows in run.plan.grid():
+        log(f"get: {_shape_text(streams, rows, batch_rows)}")
+        table = data.records(streams * rows, batch_rows)
+        measure_get(run, "get", table, streams, rows, batch_rows)
+        del table
+        gc.collect()
+    rows = run.plan.headline_rows
+    log(f"get: headline, {_shape_text(1, rows, run.plan.batch_rows)}")
+    table = data.records(rows, run.plan.batch_rows)
+    measure_get(run, "headline", table, 1, rows, run.plan.batch_rows)
+
+
+def run_put(run: Run) -> None:
+    """Time the pyarrow client's puts over the grid, then of the headline table."""
+    for streams, rows, batch_rows in run.plan.grid():
+        log(f"put: {_shape_text(streams, rows, batch_rows)}")
+        table = data.records(rows, batch_rows)
+        measure_put(run, "put", table, streams, rows, batch_rows)
+    rows = run.plan.headline_rows
+    log(f"put: headline, {_shape_text(1, rows, run.plan.batch_rows)}")
+    table = data.records(rows, run.plan.batch_rows)
+    measure_put(run, "headline", table, 1, rows, run.plan.batch_rows)
+
+
+def run_memory(run: Run) -> None:
+    """Resident memory of a fresh server of each kind holding the headline table.
+
+    Each server is started for this alone, so that what earlier measurements left in its
+    allocator does not count: its RSS when started, after the put, during gets (sampled), and
+    after the table is deleted.
+    """
+    plan = run.plan
+    rows = plan.headline_rows
+    table = data.records(rows, plan.batch_rows)
+    log(f"memory: fresh servers holding {table.nbytes / 2**20:,.0f} MiB")
+    starters = {
+        QUIVER: lambda: servers.start_quiver(run.binary, run.log_dir / "memory"),
+        ARROW_CPP: lambda: servers.start_arrow_cpp(run.log_dir / "memory"),
+    }
+    for name, start in starters.items():
+        with run.attempt(f"memory {name}"):
+            server = start()
+            try:
+                _measure_memory(run, server, table, rows)
+            finally:
+                code = server.stop()
+            if code != 0:
+                run.note(f"{name} (memory suite) exited with code {code} after SIGTERM")
+
+
+def _measure_memory(run: Run, server: ServerProcess, table: pa.Table, rows: int) -> None:
+    batch_rows = run.plan.batch_rows
+
+    def record(op: str, rss: int, hwm: int, rep: int = 0, seconds: float = 0.0) -> None:
+        run.add(
+            Measurement(
+                "memory",
+                server.name,
+                "pyarrow",
+                op,
+                1,
+                rows,
+                batch_rows,
+                bytes=table.nbytes,
+                seconds=seconds,
+                rep=rep,
+                rss_bytes=rss,
+                hwm_bytes=hwm,
+            )
+        )
+
+    record("rss_started", *server.memory())
+    client = flight_client.connect(server.uri)
+    try:
+        flight_client.put(client, "memory", table, batch_rows, {"partitions": 1})
+        record("rss_after_put", *server.memory())
+        for rep in range(run.plan.reps):
+            sampler = _MemorySampler(server)
+            got = flight_client.timed_get([client], "memory")
+            rss, hwm = sampler.stop()
+            if got.rows != table.num_rows:
+                raise RuntimeError(f"got {got.rows} rows, expected {table.num_rows}")
+            del got
+            record("rss", rss, hwm, rep)
+        flight_client.delete(client, "memory")
+        time.sleep(0.2)
+        record("rss_after_delete", *server.memory())
+    finally:
+        client.close()
+
+
+class _MemorySampler:
+    """Samples a server's VmRSS every few milliseconds in a thread, until stopped."""
+
+    INTERVAL_S = 0.01
+
+    def __init__(self, server: ServerProcess) -> None:
+        self.server = server
+        self.peak = server.memory()[0]
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._sample, daemon=True)
+        self._thread.start()
+
+    def _sample(self) -> None:
+        while not self._stop.wait(self.INTERVAL_S):
+            with contextlib.suppress(OSError):
+                self.peak = max(self.peak, self.server.memory()[0])
+
+    def stop(self) -> tuple[int, int]:
+        """Stop sampling; return the largest VmRSS seen and the VmHWM now."""
+        self._stop.set()
+        self._thread.join()
+        rss, hwm = self.server.memory()
+        return max(self.peak, rss), hwm
+
+
+# --- Rust client ------------------------------------------------------------------------------
+
+
+def run_rust(run: Run) -> None:
+    """``quiver bench client`` (arrow-rs) over the grid and the headline, against each server."""
+    if not run.quiver_bench:
+        run.note("Rust client skipped: quiver bench not available")
+        return
+    plan = run.plan
+    shapes = [("rust", *shape) for shape in plan.grid()]
+    shapes.append(("headline", 1, plan.headline_rows, plan.batch_rows))
+    for op in ("get", "put"):
+        for suite, streams, rows, batch_rows in shapes:
+            log(f"rust {op}: {_shape_text(streams, rows, batch_rows)}")
+            for server in run.servers_alive():
+                what = f"rust {op} {server.name} {_shape_text(streams, rows, batch_rows)}"
+                with run.attempt(what):
+                    lines = rust_client.measure(
+                        run.binary, server.uri, op, streams, rows, batch_rows, plan.reps
+                    )
+                    odd_endpoints = set()
+                    for line in lines:
+                        endpoints = line.get("endpoints")
+                        note = ""
+                        if op == "get" and endpoints is not None and endpoints != streams:
+                            note = f"{endpoints} endpoint(s)"
+                            odd_endpoints.add(endpoints)
+                        run.add(
+                            Measurement(
+                                suite,
+                                server.name,
+                                "rust",
+                                op,
+                                streams,
+                                rows,
+                                batch_rows,
+                                bytes=line["bytes"],
+                                seconds=line["seconds"],
+                                rep=line.get("rep", 0),
+                                endpoints=endpoints,
+                                note=note,
+                            )
+                        )
+                    if odd_endpoints:
+                        run.note(
+                            f"rust get from {server.name}, {streams} streams: the server split "
+                            f"the table into {sorted(odd_endpoints)} endpoint(s), not {streams} "
+                            "(it did not see the partitions option); excluded from the ratios"
+                        )
+                with run.attempt(f"rust cleanup {server.name}"):
+                    client = flight_client.connect(server.uri)
+                    for name in rust_client.table_names(op, streams):
+                        flight_client.delete(client, name)
+                    client.close()
+
+
+# --- small objects ----------------------------------------------------------------------------
+
+
+def run_small(run: Run) -> None:
+    """Latency of GetFlightInfo + DoGet of a 1 KiB table, one get at a time."""
+    plan = run.plan
+    alive = run.servers_alive()
+    table = data.records(plan.small_rows, plan.small_rows)
+    clients = {}
+    for server in alive:
+        with run.attempt(f"small put {server.name}"):
+            client = flight_client.connect(server.uri)
+            flight_client.put(client, "small", table, plan.small_rows, {"partitions": 1})
+            for _ in range(10):  # warm up
+                flight_client.timed_get([client], "small")
+            clients[server.name] = client
+    log(f"small: {plan.small_gets} gets of a {table.nbytes} B table per server")
+    for rep in range(plan.small_gets):
+        for server in _order([s for s in alive if s.name in clients], rep):
+            with run.attempt(f"small get {server.name}"):
+                got = flight_client.timed_get([clients[server.name]], "small")
+                run.add(
+                    Measurement(
+                        "small",
+                        server.name,
+                        "pyarrow",
+                        "get",
+                        1,
+                        plan.small_rows,
+                        plan.small_rows,
+                        bytes=table.nbytes,
+                        seconds=got.seconds,
+                        rep=rep,
+                        ttfb_seconds=got.ttfb_seconds,
+                        endpoints=got.endpoints,
+                    )
+                )
+    for client in clients.values():
+        flight_client.delete(client, "small")
+        client.close()
+
+
+# --- JSON over a socket -----------------------------------------------------------------------
+
+
+def run_json(run: Run) -> None:
+    """Compare, as the blog did, a mixed table as JSON over a socket and over Flight."""
+    if run.json_server is None:
+        run.note("JSON comparison skipped: the JSON peer did not start")
+        return
+    port = int(run.json_server.uri.rsplit(":", 1)[1])
+    for rows in run.plan.json_rows:
+        log(f"json: {rows:,} rows of a mixed table")
+        table = data.mixed_table(rows)
+        clients = {}
+        for server in run.servers_alive():
+            with run.attempt(f"json put {server.name}"):
+                client = flight_client.connect(server.uri)
+                flight_client.put(client, "mixed", table, 64 * 1024, {"partitions": 1})
+                clients[server.name] = client
+        json_socket.fetch(port, rows, prepare=True)
+        for rep in range(run.plan.reps):
+            for name in _order([JSON_SOCKET, *clients], rep):
+                with run.attempt(f"json {name} {rows} rows"):
+                    if name == JSON_SOCKET:
+                        _json_get(run, port, table, rows, rep)
+                    else:
+                        _flight_get_pandas(run, name, clients[name], table, rows, rep)
+        for client in clients.values():
+            flight_client.delete(client, "mixed")
+            client.close()
+
+
+def _json_get(run: Run, port: int, table: pa.Table, rows: int, rep: int) -> None:
+    started = time.perf_counter()
+    body, first_byte_at = json_socket.fetch(port, rows)
+    frame = pd.read_json(io.BytesIO(body), orient="records")
+    seconds = time.perf_counter() - started
+    if len(frame) != rows:
+        raise RuntimeError(f"got {len(frame)} rows, expected {rows}")
+    run.add(
+        Measurement(
+            "json",
+            JSON_SOCKET,
+            "socket",
+            "get+to_pandas",
+            1,
+            rows,
+            rows,
+            bytes=table.nbytes,
+            seconds=seconds,
+            rep=rep,
+            ttfb_seconds=first_byte_at - started,
+            wire_bytes=len(body),
+        )
+    )
+
+
+def _flight_get_pandas(
+    run: Run, server: str, client: flight.FlightClient, table: pa.Table, rows: int, rep: int
+) -> None:
+    started = time.perf_counter()
+    got = flight_client.timed_get([client], "mixed", keep=True)
+    assert got.table is not None
+    frame = got.table.to_pandas()
+    seconds = time.perf_counter() - started
+    if len(frame) != rows:
+        raise RuntimeError(f"got {len(frame)} rows, expected {rows}")
+    run.add(
+        Measurement(
+            "json",
+            server,
+            "pyarrow",
+            "get+to_pandas",
+            1,
+            rows,
+            rows,
+            bytes=table.nbytes,
+            seconds=seconds,
+            rep=rep,
+            ttfb_seconds=got.ttfb_seconds,
+        )
+    )
+
+
+#: The suites by name, in the order they run.
+SUITE_FUNCTIONS = {
+    "ceilings": run_ceilings,
+    "get": run_get,
+    "put": run_put,
+    "memory": run_memory,
+    "rust": run_rust,
+    "small": run_small,
+    "json": run_json,
+}
+
+__all__ = ["ARROW_CPP", "QUIVER", "SUITE_FUNCTIONS", "Run", "log"]
