@@ -184,6 +184,12 @@ def test_broken_off_put_stores_nothing(
     try:
         assert writer.stdout is not None
         assert writer.stdout.readline() == b"written\n"
+        # Kill only once the server holds the put in progress: otherwise a
+        # server that committed it a moment later would still pass.
+        deadline = time.monotonic() + 10
+        while _store(flight_client)[3] == before[3] and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert _store(flight_client)[3] > before[3], "the put never reached the server"
     finally:
         writer.kill()
         writer.wait()

@@ -125,3 +125,22 @@ def test_batches_past_max_message_size_are_resource_exhausted(
     put(client, "t", big, max_chunksize=64 * 1024)  # the same rows in small batches fit
     assert get(client, "t").equals(big)
     client.close()
+
+
+def test_a_dictionary_sent_once_is_charged_once(flight_client: flight.FlightClient) -> None:
+    # 200 batches share one 1 MiB dictionary; pyarrow sends it once. The store
+    # charges the bytes it holds, not the dictionary once per batch.
+    words = pa.array([f"{i:08d}" * 16 for i in range(8192)])
+    batches = [
+        pa.record_batch(
+            [pa.DictionaryArray.from_arrays(pa.array(range(i, i + 100), pa.int32()), words)],
+            names=["w"],
+        )
+        for i in range(200)
+    ]
+    table = pa.Table.from_batches(batches)
+    put(flight_client, "dict", table)
+    stats = action(flight_client, "stats")
+    assert stats["bytes"] < 3 * words.nbytes, stats
+    assert stats["memory_used"] == stats["bytes"]
+    assert get(flight_client, "dict").equals(table)

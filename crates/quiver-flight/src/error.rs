@@ -26,9 +26,22 @@ pub enum Error {
     /// The table changed between GetFlightInfo and DoGet of a pinned ticket.
     #[error("{0}")]
     Aborted(String),
-    /// An RPC or action the server does not offer.
+    /// An RPC, action or encoding the server does not offer.
     #[error("{0}")]
     Unimplemented(String),
+    /// A message over a configured size limit.
+    #[error("a message of {len} bytes is over the {limit}-byte limit ({flag})")]
+    MessageTooLarge {
+        /// Declared length of the message.
+        len: usize,
+        /// The limit.
+        limit: usize,
+        /// The flag that sets the limit.
+        flag: &'static str,
+    },
+    /// The client's request stream broke off (reset, cancelled, connection lost).
+    #[error("{0}")]
+    Cancelled(String),
     /// A status that should reach the client unchanged (e.g. the client cancelled).
     #[error("{}", .0.message())]
     Status(Box<Status>),
@@ -86,11 +99,12 @@ impl From<Error> for Status {
                 | StoreError::SchemaMismatch { .. }
                 | StoreError::InvalidPartition { .. } => tonic::Code::InvalidArgument,
                 StoreError::MemoryLimit { .. } => tonic::Code::ResourceExhausted,
-                StoreError::Arrow(_) => tonic::Code::Internal,
             },
             Error::InvalidArgument(_) | Error::Decode(_) => tonic::Code::InvalidArgument,
             Error::Aborted(_) => tonic::Code::Aborted,
             Error::Unimplemented(_) => tonic::Code::Unimplemented,
+            Error::MessageTooLarge { .. } => tonic::Code::ResourceExhausted,
+            Error::Cancelled(_) => tonic::Code::Cancelled,
             Error::Status(status) => return (**status).clone(),
             Error::Internal(_) => tonic::Code::Internal,
         };

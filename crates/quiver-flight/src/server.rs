@@ -93,13 +93,16 @@ impl Default for ServerConfig {
     }
 }
 
+/// Flight's location meaning "fetch from the server you asked".
+pub const REUSE_CONNECTION: &str = "arrow-flight-reuse-connection://?";
+
 /// The location advertised for a server bound to `addr`.
 ///
 /// An unspecified address (`0.0.0.0`, `::`) says nothing about how clients reach
 /// the server, so it advertises Flight's "reuse this connection" location.
 pub fn default_location(addr: SocketAddr) -> String {
     if addr.ip().is_unspecified() {
-        "arrow-flight-reuse-connection://?".to_string()
+        REUSE_CONNECTION.to_string()
     } else {
         format!("grpc+tcp://{addr}")
     }
@@ -119,7 +122,7 @@ pub async fn serve(
         .advertise
         .clone()
         .or_else(|| addr.map(default_location))
-        .unwrap_or_else(|| "arrow-flight-reuse-connection://?".to_string());
+        .unwrap_or_else(|| REUSE_CONNECTION.to_string());
     let service = QuiverService::new(
         store,
         ServiceOptions {

@@ -1,7 +1,8 @@
 //! `QuiverService`: every Flight RPC over the table store.
 
 use std::pin::Pin;
-use std::sync::{Arc, Mutex};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, OnceLock};
 use std::time::Instant;
 
 use arrow::datatypes::SchemaRef;
@@ -121,15 +122,25 @@ impl QuiverService {
         self.options.max_message_size
     }
 
-    /// Resolves a ticket to the batches it covers, checking a pinned version.
+    /// Resolves a ticket to the version it reads and the batches it covers,
+    /// checking a pinned version. The caller holds the version for as long as
+    /// it streams the batches: that keeps its memory charged to the pool.
     pub(crate) fn resolve_ticket(
         &self,
         ticket: &[u8],
         log: &mut RpcLog,
-    ) -> Result<(SchemaRef, Vec<arrow::record_batch::RecordBatch>)> {
+    ) -> Result<(Arc<TableVersion>, Vec<arrow::record_batch::RecordBatch>)> {
         let ticket = TableTicket::decode(ticket)?;
         log.table(&ticket.table);
-        let table = self.store.get(&ticket.table)?;
+        let table = match self.store.get(&ticket.table) {
+            Err(quiver_store::StoreError::NotFound { name }) if ticket.version.is_some() => {
+                return Err(Error::Aborted(format!(
+                    "table '{name}' was deleted or renamed since GetFlightInfo; \
+                     call GetFlightInfo again"
+                )));
+            }
+            other => other?,
+        };
         if let Some(version) = ticket.version
             && version != table.version()
         {
@@ -141,7 +152,7 @@ impl QuiverService {
             )));
         }
         let batches = table.partition(ticket.partition, ticket.partitions)?;
-        Ok((Arc::clone(table.schema()), batches))
+        Ok((table, batches))
     }
 
     /// Stores a DoPut stream. `outcome` tells whether the transport broke the
@@ -165,50 +176,45 @@ impl QuiverService {
         let name = table_name(descriptor)?;
         log.table(&name);
 
-        // Metadata-only messages (no IPC header: pyarrow's `write_metadata`) are
-        // not IPC messages; take their app_metadata aside before decoding.
-        let side_metadata: Arc<Mutex<Vec<Bytes>>> = Arc::default();
-        let sink = Arc::clone(&side_metadata);
+        // What the input carried, seen as the messages arrive: the first
+        // app_metadata of any message (the put's options) and the body bytes
+        // received, which is what the stored batches hold in memory (dictionary
+        // bodies included, each once).
+        let first_metadata: Arc<OnceLock<Bytes>> = Arc::default();
+        let received_bytes = Arc::new(AtomicU64::new(0));
+        let (metadata_seen, bytes_seen) =
+            (Arc::clone(&first_metadata), Arc::clone(&received_bytes));
         let messages = stream::once(async { Ok(first) })
             .chain(input.map_err(|s| FlightError::Tonic(Box::new(inbound_status(s)))))
             .try_filter_map(move |data: FlightData| {
-                let keep = if data.data_header.is_empty() {
-                    if !data.app_metadata.is_empty() {
-                        sink.lock()
-                            .unwrap_or_else(|e| e.into_inner())
-                            .push(data.app_metadata);
-                    }
-                    None
-                } else {
-                    Some(data)
-                };
+                if !data.app_metadata.is_empty() {
+                    let _ = metadata_seen.set(data.app_metadata.clone());
+                }
+                bytes_seen.fetch_add(data.data_body.len() as u64, Ordering::Relaxed);
+                // Metadata-only messages (pyarrow's `write_metadata`) are no IPC
+                // messages: the decoder must not see them.
+                let keep = (!data.data_header.is_empty()).then_some(data);
                 futures::future::ready(Ok(keep))
             });
         let mut decoder = FlightDataDecoder::new(messages);
+        let options = || {
+            first_metadata
+                .get()
+                .map(|m| PutOptions::from_app_metadata(m))
+                .transpose()
+                .map(Option::unwrap_or_default)
+        };
 
-        let mut options: Option<PutOptions> = None;
         let mut schema: Option<SchemaRef> = None;
         let mut writer = None;
+        let mut charged = 0u64;
         while let Some(decoded) = decoder.next().await {
-            let decoded = decoded?;
-            if writer.is_none() && options.is_none() {
-                let pending = side_metadata
-                    .lock()
-                    .unwrap_or_else(|e| e.into_inner())
-                    .drain(..)
-                    .next();
-                let metadata = pending
-                    .or_else(|| Some(decoded.inner.app_metadata.clone()).filter(|m| !m.is_empty()));
-                if let Some(metadata) = metadata {
-                    options = Some(PutOptions::from_app_metadata(&metadata)?);
-                }
-            }
-            match decoded.payload {
+            match decoded?.payload {
                 DecodedPayload::None => {}
                 DecodedPayload::Schema(s) => {
-                    if schema.as_ref().is_some_and(|existing| existing != &s) {
+                    if schema.is_some() {
                         return Err(Error::invalid(
-                            "a DoPut stream must carry one schema; it changed mid-stream",
+                            "a DoPut stream must carry one schema message",
                         ));
                     }
                     schema = Some(s);
@@ -218,7 +224,7 @@ impl QuiverService {
                         let schema = schema
                             .clone()
                             .ok_or_else(|| Error::invalid("record batch before schema"))?;
-                        let options = options.unwrap_or_default();
+                        let options = options()?;
                         writer = Some(self.store.writer(
                             &name,
                             options.mode,
@@ -226,9 +232,11 @@ impl QuiverService {
                             options.partitions,
                         )?);
                     }
+                    let received = received_bytes.load(Ordering::Relaxed);
                     if let Some(writer) = writer.as_mut() {
-                        writer.push(batch)?;
+                        writer.push_charged(batch, received - charged)?;
                     }
+                    charged = received;
                 }
             }
         }
@@ -243,7 +251,7 @@ impl QuiverService {
             None => {
                 let schema =
                     schema.ok_or_else(|| Error::invalid("DoPut stream carried no schema"))?;
-                let options = options.unwrap_or_default();
+                let options = options()?;
                 self.store
                     .writer(&name, options.mode, schema, options.partitions)?
             }
@@ -376,7 +384,8 @@ impl FlightService for QuiverService {
         guard::handler("DoGet", async {
             let mut log = RpcLog::new("DoGet");
             let resolved = self.resolve_ticket(&request.get_ref().ticket, &mut log);
-            let (schema, batches) = log.outcome(resolved.map_err(Status::from))?;
+            let (table, batches) = log.outcome(resolved.map_err(Status::from))?;
+            let schema = Arc::clone(table.schema());
             let rows: u64 = batches.iter().map(|b| b.num_rows() as u64).sum();
             log.add(rows, batches.iter().map(batch_bytes).sum());
             let encoded = FlightDataEncoderBuilder::new()
@@ -387,6 +396,7 @@ impl FlightService for QuiverService {
             // The log moves into the stream: its line is written when the stream
             // ends or the client goes away.
             let responses = encoded.map(move |item| {
+                let _reading = &table;
                 let item = item.map_err(|e| Status::from(Error::from(e)));
                 log.outcome(item)
             });

@@ -258,8 +258,15 @@ async fn bad_options_are_invalid_argument() {
 /// A client sends two batches and then goes away mid-stream: its task is
 /// aborted, which resets the HTTP/2 stream (RST_STREAM CANCEL) and, when
 /// `close_connection`, also drops its last handle to the connection.
-async fn put_that_breaks_off(close_connection: bool) {
-    let server = TestServer::start().await;
+async fn put_that_breaks_off(close_connection: bool, direct_wire: bool) {
+    let server = TestServer::start_with(
+        1 << 30,
+        ServerConfig {
+            direct_wire,
+            ..Default::default()
+        },
+    )
+    .await;
     let mut client = server.client().await;
     put(&mut client, "t", vec![sample(0, 10)]).await;
     let version = server.store.get("t").expect("t").version();
@@ -304,12 +311,108 @@ async fn put_that_breaks_off(close_connection: bool) {
 
 #[tokio::test]
 async fn cancelled_put_stores_nothing_and_keeps_previous_version() {
-    put_that_breaks_off(false).await;
+    put_that_breaks_off(false, true).await;
 }
 
 #[tokio::test]
 async fn put_whose_connection_closes_stores_nothing() {
-    put_that_breaks_off(true).await;
+    put_that_breaks_off(true, true).await;
+}
+
+/// The stock path: tonic reports the cancel as a clean end of stream, and only
+/// the WatchBodyLayer below it tells the handler not to commit.
+#[tokio::test]
+async fn cancelled_put_stores_nothing_on_the_stock_path() {
+    put_that_breaks_off(false, false).await;
+    put_that_breaks_off(true, false).await;
+}
+
+#[tokio::test]
+async fn append_of_no_batches_with_options_in_a_metadata_message_keeps_the_table() {
+    let server = TestServer::start().await;
+    let mut client = server.client().await;
+    put(&mut client, "t", vec![sample(0, 10)]).await;
+    // Schema, then a metadata-only message with the options, then no batch:
+    // what pyarrow sends for `write_metadata` and an empty table.
+    let schema_only = FlightDataEncoderBuilder::new()
+        .with_schema(sample(0, 1).schema())
+        .with_dictionary_handling(DictionaryHandling::Resend)
+        .with_flight_descriptor(Some(path("t")))
+        .build(stream::empty());
+    let options = FlightData {
+        app_metadata: Bytes::from_static(br#"{"mode":"append","partitions":3}"#),
+        ..Default::default()
+    };
+    let messages = schema_only.chain(stream::iter([Ok(options)]));
+    client
+        .do_put(messages)
+        .await
+        .expect("put")
+        .try_collect::<Vec<_>>()
+        .await
+        .expect("result");
+    let table = server.store.get("t").expect("t");
+    assert_eq!(table.num_rows(), 10, "an empty append keeps the rows");
+    assert_eq!(table.partitions(), Some(3), "the options were read");
+}
+
+#[tokio::test]
+async fn a_stream_in_flight_keeps_its_version_charged() {
+    let server = TestServer::start().await;
+    let mut client = server.client().await;
+    let batches: Vec<RecordBatch> = (0..40).map(|i| sample(i * 5000, 5000)).collect();
+    put(&mut client, "t", batches).await;
+    let charged = server.store.memory().used();
+    let mut reading = client.do_get(Ticket::new("t")).await.expect("get");
+    reading.next().await.expect("a batch").expect("ok");
+    let mut other = server.client().await;
+    async {
+        other
+            .do_action(Action::new("delete", "t"))
+            .await?
+            .try_collect::<Vec<_>>()
+            .await
+    }
+    .await
+    .expect("delete");
+    assert_eq!(
+        server.store.memory().used(),
+        charged,
+        "the reader still holds the version"
+    );
+    while let Some(batch) = reading.next().await {
+        batch.expect("the stream finishes after the delete");
+    }
+    drop(reading);
+    for _ in 0..100 {
+        if server.store.memory().used() == 0 {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    assert_eq!(
+        server.store.memory().used(),
+        0,
+        "released when the reader is done"
+    );
+}
+
+#[tokio::test]
+async fn pinned_ticket_of_a_deleted_table_is_aborted() {
+    let server = TestServer::start().await;
+    let mut client = server.client().await;
+    put(&mut client, "t", vec![sample(0, 10)]).await;
+    let info = client.get_flight_info(path("t")).await.expect("info");
+    server.store.remove("t").expect("delete");
+    let ticket = info.endpoint[0].ticket.clone().expect("ticket");
+    assert_eq!(
+        status(client.do_get(ticket).await.unwrap_err()).0,
+        Code::Aborted
+    );
+    assert_eq!(
+        status(client.do_get(Ticket::new("t")).await.unwrap_err()).0,
+        Code::NotFound
+    );
 }
 
 #[tokio::test]

@@ -1,7 +1,5 @@
 //! The store's error type.
 
-use arrow::error::ArrowError;
-
 /// Result alias for store operations.
 pub type Result<T, E = StoreError> = std::result::Result<T, E>;
 
@@ -59,7 +57,4 @@ pub enum StoreError {
         /// Number of partitions.
         count: usize,
     },
-    /// An Arrow error while handling a batch.
-    #[error(transparent)]
-    Arrow(#[from] ArrowError),
 }

@@ -25,4 +25,5 @@ pub use error::{Result, StoreError};
 pub use memory::{MemoryCharge, MemoryPool, batch_bytes};
 pub use name::{MAX_NAME_LEN, validate_name};
 pub use store::{StoreStats, TableStore, TableWriter, WriteMode};
-pub use version::{Segment, TableVersion};
+use version::Segment;
+pub use version::TableVersion;

@@ -99,6 +99,13 @@ impl MemoryCharge {
     pub fn bytes(&self) -> u64 {
         self.bytes
     }
+
+    /// Returns everything this charge holds to the pool, keeping the charge
+    /// for reuse.
+    pub fn release(&mut self) {
+        self.pool.release(self.bytes);
+        self.bytes = 0;
+    }
 }
 
 impl Drop for MemoryCharge {

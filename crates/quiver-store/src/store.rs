@@ -226,13 +226,23 @@ impl TableWriter<'_> {
         self.charge.bytes()
     }
 
-    /// Adds a batch. Fails if its fields differ from the writer's schema or if
-    /// it would pass the memory limit; the writer is then best dropped.
+    /// Adds a batch, charged its buffers' bytes ([`batch_bytes`]). Fails if its
+    /// fields differ from the writer's schema or if it would pass the memory
+    /// limit; the writer is then best dropped.
     pub fn push(&mut self, batch: RecordBatch) -> Result<()> {
+        let bytes = batch_bytes(&batch);
+        self.push_charged(batch, bytes)
+    }
+
+    /// Adds a batch charged `bytes`: the memory it holds, when the caller knows
+    /// it better than the batch's buffer lengths tell. A batch decoded from a
+    /// wire message holds the whole message body, however little of it its
+    /// arrays reference, and a dictionary sent once serves many batches.
+    pub fn push_charged(&mut self, batch: RecordBatch, bytes: u64) -> Result<()> {
         if batch.schema_ref().fields() != self.schema.fields() {
             check_schema(&self.name, &self.schema, batch.schema_ref())?;
         }
-        self.charge.try_grow(batch_bytes(&batch))?;
+        self.charge.try_grow(bytes)?;
         self.batches.push(batch);
         Ok(())
     }

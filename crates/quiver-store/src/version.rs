@@ -1,7 +1,6 @@
 //! Immutable table versions and the segments they share.
 
 use std::sync::Arc;
-use std::time::SystemTime;
 
 use arrow::datatypes::SchemaRef;
 use arrow::record_batch::RecordBatch;
@@ -14,7 +13,7 @@ use crate::{MemoryCharge, Result, StoreError};
 /// version holding the old segments plus one new one), and its memory returns to
 /// the pool when the last such version is dropped.
 #[derive(Debug)]
-pub struct Segment {
+pub(crate) struct Segment {
     batches: Vec<RecordBatch>,
     rows: u64,
     _charge: MemoryCharge,
@@ -31,17 +30,17 @@ impl Segment {
     }
 
     /// The segment's batches, in write order.
-    pub fn batches(&self) -> &[RecordBatch] {
+    pub(crate) fn batches(&self) -> &[RecordBatch] {
         &self.batches
     }
 
     /// Rows in this segment.
-    pub fn num_rows(&self) -> u64 {
+    pub(crate) fn num_rows(&self) -> u64 {
         self.rows
     }
 
     /// Bytes charged for this segment.
-    pub fn num_bytes(&self) -> u64 {
+    pub(crate) fn num_bytes(&self) -> u64 {
         self._charge.bytes()
     }
 }
@@ -59,7 +58,6 @@ pub struct TableVersion {
     rows: u64,
     bytes: u64,
     partitions: Option<usize>,
-    created: SystemTime,
 }
 
 impl TableVersion {
@@ -80,7 +78,6 @@ impl TableVersion {
             rows,
             bytes,
             partitions,
-            created: SystemTime::now(),
         }
     }
 
@@ -94,7 +91,6 @@ impl TableVersion {
             rows: self.rows,
             bytes: self.bytes,
             partitions: self.partitions,
-            created: SystemTime::now(),
         }
     }
 
@@ -128,11 +124,6 @@ impl TableVersion {
         self.partitions
     }
 
-    /// When this version was published.
-    pub fn created(&self) -> SystemTime {
-        self.created
-    }
-
     pub(crate) fn segments(&self) -> &[Arc<Segment>] {
         &self.segments
     }
@@ -140,11 +131,6 @@ impl TableVersion {
     /// Every batch, in order.
     pub fn batches(&self) -> impl Iterator<Item = &RecordBatch> + '_ {
         self.segments.iter().flat_map(|s| s.batches().iter())
-    }
-
-    /// Number of batches.
-    pub fn num_batches(&self) -> usize {
-        self.segments.iter().map(|s| s.batches().len()).sum()
     }
 
     /// The batches of partition `index` of `count`: the rows

@@ -5,17 +5,20 @@ use std::pin::Pin;
 
 use arrow::record_batch::RecordBatch;
 use arrow_flight::Ticket;
-use bytes::{Buf, Bytes, BytesMut};
+use std::sync::Arc;
+
+use bytes::BytesMut;
 use futures::{StreamExt, stream};
 use http_body::Body as _;
 use prost::Message;
+use quiver_store::TableVersion;
 use tonic::Status;
 use tonic::body::Body;
 
 use super::frames::FlightMessageEncoder;
-use super::grpc_body::{GrpcBody, grpc_frame};
+use super::grpc_body::{GrpcBody, grpc_frame, message_length};
 use crate::rpc_log::RpcLog;
-use crate::{QuiverService, guard};
+use crate::{Error, QuiverService, guard};
 
 /// The HTTP/2 path of Flight's DoGet.
 pub const DO_GET_PATH: &str = "/arrow.flight.protocol.FlightService/DoGet";
@@ -26,38 +29,27 @@ const MAX_TICKET_REQUEST: usize = 1 << 20;
 pub(super) async fn respond(
     service: QuiverService,
     request: http::Request<Body>,
-) -> http::Response<Body> {
+) -> Result<http::Response<Body>, Status> {
     let mut log = RpcLog::new("DoGet");
-    let ticket = match read_ticket(request.into_body()).await {
-        Ok(ticket) => ticket,
-        Err(status) => {
-            log.failed(&status);
-            return status.into_http();
-        }
-    };
-    let resolved = service
-        .resolve_ticket(&ticket.ticket, &mut log)
+    let prepared = prepare(&service, request, &mut log)
+        .await
         .map_err(Status::from);
-    let (schema, batches) = match log.outcome(resolved) {
-        Ok(resolved) => resolved,
-        Err(status) => return status.into_http(),
-    };
-    let mut encoder = match FlightMessageEncoder::try_new(&schema, service.max_flight_data_size()) {
-        Ok(encoder) => encoder,
-        Err(e) => return Status::internal(format!("cannot encode the schema: {e}")).into_http(),
-    };
+    let (table, batches, mut encoder) = log.outcome(prepared)?;
     let rows: u64 = batches.iter().map(|b| b.num_rows() as u64).sum();
     log.add(rows, batches.iter().map(quiver_store::batch_bytes).sum());
     // An empty table still sends its schema (and one empty batch).
     let batches = if batches.is_empty() {
-        vec![RecordBatch::new_empty(schema)]
+        vec![RecordBatch::new_empty(Arc::clone(table.schema()))]
     } else {
         batches
     };
     let frames = stream::iter(batches).map(move |batch| {
+        // The stream holds the version it reads (its memory stays charged) and
+        // the log, whose line is written when the stream ends.
+        let _reading = &table;
         let framed = encoder
             .encode(&batch)
-            .map_err(|e| Status::internal(format!("cannot encode a batch: {e}")))
+            .map_err(|e| Status::from(Error::Internal(format!("cannot encode a batch: {e}"))))
             .and_then(|messages| {
                 let mut chunks = Vec::new();
                 for message in messages {
@@ -65,40 +57,48 @@ pub(super) async fn respond(
                 }
                 Ok(chunks)
             });
-        // The log lives as long as the stream: its line is written at the end.
         log.outcome(framed)
     });
-    super::grpc_response(GrpcBody::new(guard::stream("DoGet", frames).boxed()))
+    Ok(super::grpc_response(GrpcBody::new(
+        guard::stream("DoGet", frames).boxed(),
+    )))
+}
+
+async fn prepare(
+    service: &QuiverService,
+    request: http::Request<Body>,
+    log: &mut RpcLog,
+) -> Result<(Arc<TableVersion>, Vec<RecordBatch>, FlightMessageEncoder), Error> {
+    let ticket = read_ticket(request.into_body()).await?;
+    let (table, batches) = service.resolve_ticket(&ticket.ticket, log)?;
+    let encoder = FlightMessageEncoder::try_new(table.schema(), service.max_flight_data_size())
+        .map_err(|e| Error::Internal(format!("cannot encode the schema: {e}")))?;
+    Ok((table, batches, encoder))
 }
 
 /// Reads the one gRPC message of a DoGet request: a `Ticket`.
-async fn read_ticket(mut body: Body) -> Result<Ticket, Status> {
+async fn read_ticket(mut body: Body) -> Result<Ticket, Error> {
     let mut buf = BytesMut::new();
     while let Some(frame) = poll_fn(|cx| Pin::new(&mut body).poll_frame(cx)).await {
         let frame =
-            frame.map_err(|e| Status::cancelled(format!("reading the DoGet request: {e}")))?;
+            frame.map_err(|e| Error::Cancelled(format!("reading the DoGet request: {e}")))?;
         if let Ok(data) = frame.into_data() {
             buf.extend_from_slice(&data);
-            if buf.len() > MAX_TICKET_REQUEST {
-                return Err(Status::resource_exhausted("DoGet request over 1 MiB"));
+            if buf.len() > 5 + MAX_TICKET_REQUEST {
+                break;
             }
         }
     }
-    let mut buf: Bytes = buf.freeze();
-    if buf.len() < 5 {
-        return Err(Status::invalid_argument("DoGet request carries no message"));
-    }
-    let compressed = buf.get_u8();
-    let len = buf.get_u32() as usize;
-    if compressed != 0 {
-        return Err(Status::unimplemented(
-            "compressed requests are not supported",
-        ));
-    }
-    if len != buf.len() {
-        return Err(Status::invalid_argument(
+    let prefix: [u8; 5] = buf
+        .get(..5)
+        .and_then(|p| p.try_into().ok())
+        .ok_or_else(|| Error::invalid("DoGet request carries no message"))?;
+    let len = message_length(&prefix, MAX_TICKET_REQUEST, "tickets are at most 1 MiB")?;
+    let message = buf.freeze().slice(5..);
+    if len != message.len() {
+        return Err(Error::invalid(
             "DoGet request must hold exactly one message",
         ));
     }
-    Ticket::decode(buf).map_err(|e| Status::invalid_argument(format!("malformed Ticket: {e}")))
+    Ticket::decode(message).map_err(|e| Error::invalid(format!("malformed Ticket: {e}")))
 }

@@ -20,9 +20,10 @@ use tonic::Status;
 use tonic::body::Body;
 
 use super::frames::{Rope, to_bytes};
-use super::grpc_body::{GrpcBody, grpc_message};
-use crate::QuiverService;
+use super::grpc_body::{GrpcBody, grpc_message, message_length};
 use crate::rpc_log::RpcLog;
+use crate::{Error, QuiverService};
+use quiver_store::MemoryCharge;
 
 /// The HTTP/2 path of Flight's DoPut.
 pub const DO_PUT_PATH: &str = "/arrow.flight.protocol.FlightService/DoPut";
@@ -30,22 +31,21 @@ pub const DO_PUT_PATH: &str = "/arrow.flight.protocol.FlightService/DoPut";
 pub(super) async fn respond(
     service: QuiverService,
     request: http::Request<Body>,
-) -> http::Response<Body> {
+) -> Result<http::Response<Body>, Status> {
     let mut log = RpcLog::new("DoPut");
-    let messages =
-        FlightDataReader::new(request.into_body(), service.max_message_size()).into_stream();
+    let reader = FlightDataReader::new(
+        request.into_body(),
+        service.max_message_size(),
+        service.store().memory().charge(),
+    );
     let result = service
-        .put(Box::pin(messages), None, &mut log)
-        .await
-        .map_err(Status::from);
-    match log.outcome(result) {
-        Ok(put_result) => {
-            let frame = grpc_message(&put_result.encode_to_vec());
-            let body = GrpcBody::new(stream::iter([Ok(vec![frame])]).boxed());
-            super::grpc_response(body)
-        }
-        Err(status) => status.into_http(),
-    }
+        .put(Box::pin(reader.into_stream()), None, &mut log)
+        .await;
+    let put_result = log.outcome(result.map_err(Status::from))?;
+    let frame = grpc_message(&put_result.encode_to_vec());
+    Ok(super::grpc_response(GrpcBody::new(
+        stream::iter([Ok(vec![frame])]).boxed(),
+    )))
 }
 
 /// FlightData messages parsed off a request body as its frames arrive.
@@ -53,22 +53,26 @@ struct FlightDataReader {
     body: Body,
     received: Rope,
     max_message_size: usize,
+    /// The message being received, charged to the memory pool from the moment
+    /// its length is known until it is parsed (then the writer charges it).
+    in_flight: MemoryCharge,
     done: bool,
 }
 
 impl FlightDataReader {
-    fn new(body: Body, max_message_size: usize) -> Self {
+    fn new(body: Body, max_message_size: usize, in_flight: MemoryCharge) -> Self {
         Self {
             body,
             received: Rope::default(),
             max_message_size,
+            in_flight,
             done: false,
         }
     }
 
     fn into_stream(self) -> impl Stream<Item = Result<FlightData, Status>> + Send + 'static {
         stream::unfold(self, |mut reader| async move {
-            let next = reader.next_message().await;
+            let next = reader.next_message().await.map(|r| r.map_err(Status::from));
             if next.as_ref().is_some_and(|r| r.is_err()) {
                 reader.done = true;
             }
@@ -76,7 +80,7 @@ impl FlightDataReader {
         })
     }
 
-    async fn next_message(&mut self) -> Option<Result<FlightData, Status>> {
+    async fn next_message(&mut self) -> Option<Result<FlightData, Error>> {
         if self.done {
             return None;
         }
@@ -84,7 +88,7 @@ impl FlightDataReader {
             match self.parse_one() {
                 Ok(Some(message)) => return Some(Ok(message)),
                 Ok(None) => {}
-                Err(status) => return Some(Err(status)),
+                Err(e) => return Some(Err(e)),
             }
             match poll_fn(|cx| Pin::new(&mut self.body).poll_frame(cx)).await {
                 Some(Ok(frame)) => {
@@ -93,13 +97,13 @@ impl FlightDataReader {
                     }
                 }
                 Some(Err(e)) => {
-                    return Some(Err(Status::cancelled(format!(
+                    return Some(Err(Error::Cancelled(format!(
                         "the DoPut stream broke off before its end; nothing was stored ({e})"
                     ))));
                 }
                 None if self.received.is_empty() => return None,
                 None => {
-                    return Some(Err(Status::invalid_argument(
+                    return Some(Err(Error::invalid(
                         "the DoPut stream ended inside a gRPC message",
                     )));
                 }
@@ -108,40 +112,38 @@ impl FlightDataReader {
     }
 
     /// The next whole message, if it has arrived.
-    fn parse_one(&mut self) -> Result<Option<FlightData>, Status> {
+    fn parse_one(&mut self) -> Result<Option<FlightData>, Error> {
         let Some(prefix) = self.received.peek(5) else {
             return Ok(None);
         };
-        if prefix[0] != 0 {
-            return Err(Status::unimplemented(
-                "compressed gRPC messages are not supported",
-            ));
-        }
-        let len = u32::from_be_bytes([prefix[1], prefix[2], prefix[3], prefix[4]]) as usize;
-        if len > self.max_message_size {
-            return Err(Status::resource_exhausted(format!(
-                "a message of {len} bytes is over the {}-byte limit (raise the server's \
-                 --max-message-size, or send smaller batches)",
-                self.max_message_size
-            )));
+        let prefix: [u8; 5] = prefix.try_into().map_err(|_| malformed("short prefix"))?;
+        let len = message_length(&prefix, self.max_message_size, "--max-message-size")?;
+        if self.in_flight.bytes() < len as u64 {
+            self.in_flight
+                .try_grow(len as u64 - self.in_flight.bytes())?;
         }
         if self.received.len() < 5 + len {
             return Ok(None);
         }
-        let _ = self.received.take(5).map_err(malformed)?;
+        self.received.take(5).map_err(malformed)?;
         let message = self.received.split_to(len).map_err(malformed)?;
-        parse_flight_data(message).map(Some)
+        let parsed = parse_flight_data(message)?;
+        self.in_flight.release();
+        Ok(Some(parsed))
     }
 }
 
-fn malformed(e: impl std::fmt::Display) -> Status {
-    Status::invalid_argument(format!("malformed FlightData: {e}"))
+fn malformed(e: impl std::fmt::Display) -> Error {
+    Error::invalid(format!("malformed FlightData: {e}"))
 }
 
-fn read_varint(rope: &mut Rope) -> Result<u64, Status> {
+fn read_varint(rope: &mut Rope) -> Result<u64, Error> {
     let mut value = 0u64;
     for shift in (0..64).step_by(7) {
         let byte = rope.take_contiguous(1).map_err(malformed)?[0];
+        if shift == 63 && byte > 1 {
+            return Err(malformed("varint overflows 64 bits"));
+        }
         value |= u64::from(byte & 0x7f) << shift;
         if byte & 0x80 == 0 {
             return Ok(value);
@@ -150,7 +152,7 @@ fn read_varint(rope: &mut Rope) -> Result<u64, Status> {
     Err(malformed("varint longer than 10 bytes"))
 }
 
-fn read_len(rope: &mut Rope) -> Result<usize, Status> {
+fn read_len(rope: &mut Rope) -> Result<usize, Error> {
     let len = usize::try_from(read_varint(rope)?).map_err(malformed)?;
     if len > rope.len() {
         return Err(malformed("field longer than its message"));
@@ -159,7 +161,7 @@ fn read_len(rope: &mut Rope) -> Result<usize, Status> {
 }
 
 /// Decodes one FlightData; `data_body` lands in a fresh 64-byte aligned buffer.
-fn parse_flight_data(mut rope: Rope) -> Result<FlightData, Status> {
+fn parse_flight_data(mut rope: Rope) -> Result<FlightData, Error> {
     let mut data = FlightData::default();
     while !rope.is_empty() {
         let key = read_varint(&mut rope)?;
@@ -181,6 +183,12 @@ fn parse_flight_data(mut rope: Rope) -> Result<FlightData, Status> {
             (1000, 2) => {
                 let len = read_len(&mut rope)?;
                 data.data_body = aligned(rope.take(len).map_err(malformed)?, len);
+            }
+            (0, _) => return Err(malformed("field number 0")),
+            (1 | 2 | 3 | 1000, wire_type) => {
+                return Err(malformed(format!(
+                    "field {field} with wire type {wire_type}, not bytes"
+                )));
             }
             (_, 0) => {
                 read_varint(&mut rope)?;

@@ -18,6 +18,7 @@ use http_body::{Body, Frame};
 use tonic::Status;
 
 use super::frames::FlightMessage;
+use crate::Error;
 
 /// Protobuf tag of `FlightData.data_header` (field 2, length-delimited).
 const DATA_HEADER_TAG: &[u8] = &[0x12];
@@ -39,6 +40,25 @@ fn put_varint(buf: &mut BytesMut, mut v: u64) {
         v >>= 7;
     }
     buf.put_u8(v as u8);
+}
+
+/// The length of the gRPC message whose 5-byte prefix is `prefix`, refusing
+/// compressed messages and lengths over `limit` (set by `flag`).
+pub(crate) fn message_length(
+    prefix: &[u8; 5],
+    limit: usize,
+    flag: &'static str,
+) -> Result<usize, Error> {
+    if prefix[0] != 0 {
+        return Err(Error::Unimplemented(
+            "compressed gRPC messages are not supported".into(),
+        ));
+    }
+    let len = u32::from_be_bytes([prefix[1], prefix[2], prefix[3], prefix[4]]) as usize;
+    if len > limit {
+        return Err(Error::MessageTooLarge { len, limit, flag });
+    }
+    Ok(len)
 }
 
 /// One gRPC length-prefixed message around an encoded protobuf message.

@@ -35,8 +35,9 @@ use tower::{Layer, Service};
 pub use do_get::DO_GET_PATH;
 pub use do_put::DO_PUT_PATH;
 
-use crate::QuiverService;
+use crate::{QuiverService, guard};
 use grpc_body::GrpcBody;
+use tonic::Status;
 
 /// Routes DoGet and DoPut to the direct paths of `service`; everything else to
 /// the inner service.
@@ -90,8 +91,14 @@ where
     fn call(&mut self, request: http::Request<Body>) -> Self::Future {
         let service = self.service.clone();
         match request.uri().path() {
-            DO_GET_PATH => Box::pin(async move { Ok(do_get::respond(service, request).await) }),
-            DO_PUT_PATH => Box::pin(async move { Ok(do_put::respond(service, request).await) }),
+            DO_GET_PATH => Box::pin(async move {
+                let response = guard::handler("DoGet", do_get::respond(service, request)).await;
+                Ok(response.unwrap_or_else(Status::into_http))
+            }),
+            DO_PUT_PATH => Box::pin(async move {
+                let response = guard::handler("DoPut", do_put::respond(service, request)).await;
+                Ok(response.unwrap_or_else(Status::into_http))
+            }),
             _ => Box::pin(self.inner.call(request)),
         }
     }
