@@ -43,7 +43,9 @@ def iperf3_tcp(seconds: float) -> dict:
     """
     port = _free_port()
     server = subprocess.Popen(
-        ["iperf3", "-s", "-1", "-B", "127.0.0.1", "-p", str(port)],
+        # Not one-off (-1): a client attempt made before the server listens would
+        # use up its one session; the server is terminated below instead.
+        ["iperf3", "-s", "-B", "127.0.0.1", "-p", str(port)],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )
@@ -59,7 +61,12 @@ def iperf3_tcp(seconds: float) -> dict:
             time.sleep(0.1)  # the server is not listening yet
         if result.returncode != 0:
             raise RuntimeError(f"iperf3 failed: {result.stdout[-1000:]}{result.stderr[-1000:]}")
-        received = json.loads(result.stdout)["end"]["sum_received"]
+        report = json.loads(result.stdout)
+        received = report.get("end", {}).get("sum_received")
+        if received is None:
+            raise RuntimeError(
+                f"iperf3 reported no result: {report.get('error', result.stdout[-500:])}"
+            )
         nbytes, secs = int(received["bytes"]), float(received["seconds"])
         return {"ceiling": "iperf3", "bytes": nbytes, "seconds": secs, "gbps": nbytes / secs / 1e9}
     finally:

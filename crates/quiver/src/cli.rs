@@ -82,11 +82,11 @@ pub(crate) struct ServeArgs {
     pub(crate) shutdown_timeout: f64,
 
     /// HTTP/2 stream flow-control window the server advertises.
-    #[arg(long, env = "QUIVER_H2_STREAM_WINDOW", default_value = "1MiB")]
+    #[arg(long, env = "QUIVER_H2_STREAM_WINDOW", default_value = "16MiB")]
     pub(crate) h2_stream_window: ByteSize,
 
     /// HTTP/2 connection flow-control window the server advertises.
-    #[arg(long, env = "QUIVER_H2_CONNECTION_WINDOW", default_value = "1MiB")]
+    #[arg(long, env = "QUIVER_H2_CONNECTION_WINDOW", default_value = "64MiB")]
     pub(crate) h2_connection_window: ByteSize,
 
     /// Largest HTTP/2 frame the server accepts (16KiB to 16MiB-1).
