@@ -46,3 +46,37 @@ pub(crate) fn stream<T: Send + 'static>(
             futures::future::ready(go)
         })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use futures::stream;
+
+    #[tokio::test]
+    async fn a_panicking_handler_is_internal() {
+        let result: Result<(), Status> = handler("DoPut", async { panic!("decoder bug") }).await;
+        let status = result.unwrap_err();
+        assert_eq!(status.code(), tonic::Code::Internal);
+        assert!(status.message().contains("DoPut") && status.message().contains("decoder bug"));
+        assert_eq!(
+            handler("DoPut", async { Ok::<_, Status>(7) })
+                .await
+                .unwrap(),
+            7
+        );
+    }
+
+    #[tokio::test]
+    async fn a_panicking_stream_ends_with_internal() {
+        let items = stream::iter(0..5).map(|i| {
+            assert!(i < 2, "encoder bug at {i}");
+            Ok::<_, Status>(i)
+        });
+        let out: Vec<Result<i32, Status>> = stream("DoGet", items).collect().await;
+        assert_eq!(out.len(), 3, "two items, then the error, then nothing");
+        assert_eq!(out[1].as_ref().unwrap(), &1);
+        let status = out[2].as_ref().unwrap_err();
+        assert_eq!(status.code(), tonic::Code::Internal);
+        assert!(status.message().contains("encoder bug at 2"));
+    }
+}
