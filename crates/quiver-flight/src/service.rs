@@ -152,6 +152,10 @@ impl QuiverService {
             )));
         }
         let batches = table.partition(ticket.partition, ticket.partitions)?;
+        log.add(
+            batches.iter().map(|b| b.num_rows() as u64).sum(),
+            batches.iter().map(batch_bytes).sum(),
+        );
         Ok((table, batches))
     }
 
@@ -197,14 +201,22 @@ impl QuiverService {
                 futures::future::ready(Ok(keep))
             });
         let mut decoder = FlightDataDecoder::new(messages);
-        let options = || {
-            first_metadata
+        // The writer opens at the first batch (or at the end, for a table of no
+        // rows): by then the options have arrived, wherever the client put them.
+        let open = |schema: &Option<SchemaRef>| {
+            let schema = schema
+                .clone()
+                .ok_or_else(|| Error::invalid("DoPut stream carried no schema before its data"))?;
+            let options = first_metadata
                 .get()
                 .map(|m| PutOptions::from_app_metadata(m))
-                .transpose()
-                .map(Option::unwrap_or_default)
+                .transpose()?
+                .unwrap_or_default();
+            Ok::<_, Error>(
+                self.store
+                    .writer(&name, options.mode, schema, options.partitions)?,
+            )
         };
-
         let mut schema: Option<SchemaRef> = None;
         let mut writer = None;
         let mut charged = 0u64;
@@ -220,41 +232,25 @@ impl QuiverService {
                     schema = Some(s);
                 }
                 DecodedPayload::RecordBatch(batch) => {
-                    if writer.is_none() {
-                        let schema = schema
-                            .clone()
-                            .ok_or_else(|| Error::invalid("record batch before schema"))?;
-                        let options = options()?;
-                        writer = Some(self.store.writer(
-                            &name,
-                            options.mode,
-                            schema,
-                            options.partitions,
-                        )?);
-                    }
+                    let writer = match &mut writer {
+                        Some(writer) => writer,
+                        None => writer.insert(open(&schema)?),
+                    };
                     let received = received_bytes.load(Ordering::Relaxed);
-                    if let Some(writer) = writer.as_mut() {
-                        writer.push_charged(batch, received - charged)?;
-                    }
+                    writer.push_charged(batch, received - charged)?;
                     charged = received;
                 }
             }
         }
         // tonic ends a cancelled request stream as if the client had finished it.
         if outcome.is_some_and(|o| o.broken()) {
-            return Err(Error::Status(Box::new(Status::cancelled(
-                "the DoPut stream broke off before its end; nothing was stored",
-            ))));
+            return Err(Error::Cancelled(
+                "the DoPut stream broke off before its end; nothing was stored".into(),
+            ));
         }
         let writer = match writer {
             Some(writer) => writer,
-            None => {
-                let schema =
-                    schema.ok_or_else(|| Error::invalid("DoPut stream carried no schema"))?;
-                let options = options()?;
-                self.store
-                    .writer(&name, options.mode, schema, options.partitions)?
-            }
+            None => open(&schema)?,
         };
         let (rows, bytes) = (writer.num_rows(), writer.num_bytes());
         let version = writer.commit()?;
@@ -386,8 +382,6 @@ impl FlightService for QuiverService {
             let resolved = self.resolve_ticket(&request.get_ref().ticket, &mut log);
             let (table, batches) = log.outcome(resolved.map_err(Status::from))?;
             let schema = Arc::clone(table.schema());
-            let rows: u64 = batches.iter().map(|b| b.num_rows() as u64).sum();
-            log.add(rows, batches.iter().map(batch_bytes).sum());
             let encoded = FlightDataEncoderBuilder::new()
                 .with_schema(schema)
                 .with_max_flight_data_size(self.options.max_flight_data_size)

@@ -35,8 +35,6 @@ pub(super) async fn respond(
         .await
         .map_err(Status::from);
     let (table, batches, mut encoder) = log.outcome(prepared)?;
-    let rows: u64 = batches.iter().map(|b| b.num_rows() as u64).sum();
-    log.add(rows, batches.iter().map(quiver_store::batch_bytes).sum());
     // An empty table still sends its schema (and one empty batch).
     let batches = if batches.is_empty() {
         vec![RecordBatch::new_empty(Arc::clone(table.schema()))]

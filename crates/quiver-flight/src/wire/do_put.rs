@@ -113,10 +113,9 @@ impl FlightDataReader {
 
     /// The next whole message, if it has arrived.
     fn parse_one(&mut self) -> Result<Option<FlightData>, Error> {
-        let Some(prefix) = self.received.peek(5) else {
+        let Some(prefix) = self.received.peek::<5>() else {
             return Ok(None);
         };
-        let prefix: [u8; 5] = prefix.try_into().map_err(|_| malformed("short prefix"))?;
         let len = message_length(&prefix, self.max_message_size, "--max-message-size")?;
         if self.in_flight.bytes() < len as u64 {
             self.in_flight
@@ -140,7 +139,9 @@ fn malformed(e: impl std::fmt::Display) -> Error {
 fn read_varint(rope: &mut Rope) -> Result<u64, Error> {
     let mut value = 0u64;
     for shift in (0..64).step_by(7) {
-        let byte = rope.take_contiguous(1).map_err(malformed)?[0];
+        let byte = rope
+            .take_byte()
+            .ok_or_else(|| malformed("message ends inside a varint"))?;
         if shift == 63 && byte > 1 {
             return Err(malformed("varint overflows 64 bits"));
         }

@@ -155,20 +155,35 @@ impl Rope {
         self.len == 0
     }
 
-    /// A copy of the first `n` bytes, not consumed (None if fewer are left).
-    pub(crate) fn peek(&self, n: usize) -> Option<Vec<u8>> {
-        if self.len < n {
+    /// The first `N` bytes, not consumed (None if fewer are left).
+    pub(crate) fn peek<const N: usize>(&self) -> Option<[u8; N]> {
+        if self.len < N {
             return None;
         }
-        let mut out = Vec::with_capacity(n);
+        let mut out = [0u8; N];
+        let mut filled = 0;
         for part in &self.parts {
-            let want = n - out.len();
-            out.extend_from_slice(&part[..want.min(part.len())]);
-            if out.len() == n {
+            let n = (N - filled).min(part.len());
+            out[filled..filled + n].copy_from_slice(&part[..n]);
+            filled += n;
+            if filled == N {
                 break;
             }
         }
         Some(out)
+    }
+
+    /// The next byte, consumed.
+    pub(crate) fn take_byte(&mut self) -> Option<u8> {
+        let part = self.parts.front_mut()?;
+        let byte = part[0];
+        if part.len() == 1 {
+            self.parts.pop_front();
+        } else {
+            bytes::Buf::advance(part, 1);
+        }
+        self.len -= 1;
+        Some(byte)
     }
 
     /// The next `n` bytes as chunks of the parts.
@@ -319,7 +334,9 @@ mod tests {
             Bytes::new(),
             Bytes::from_static(b"defg"),
         ]);
-        assert_eq!(rope.take_contiguous(2).unwrap(), Bytes::from_static(b"ab"));
+        assert_eq!(rope.peek::<4>(), Some(*b"abcd"));
+        assert_eq!(rope.take_byte(), Some(b'a'));
+        assert_eq!(rope.take_contiguous(1).unwrap(), Bytes::from_static(b"b"));
         assert_eq!(rope.take_contiguous(3).unwrap(), Bytes::from_static(b"cde"));
         assert_eq!(rope.take(2).unwrap(), vec![Bytes::from_static(b"fg")]);
         assert!(rope.is_empty());
