@@ -4,8 +4,12 @@
 #   2. the release `quiver` binary the Python tests start;
 #   3. a Python venv with the pinned dependencies (python/requirements-dev.txt
 #      and bench/requirements.txt), reused while those pins do not change;
-#   4. ruff, and pytest against the real server binary: the client's tests and
-#      the benchmark harness's smoke tests (tiny sizes; never the benchmarks).
+#   4. Java (JDK 17 and Maven from Debian's packages if missing) and Apache Arrow's
+#      Flight SQL JDBC driver, for python/tests/test_jdbc.py (scripts/setup-java.sh;
+#      cached outside the repository, in ~/.cache/quiver/java);
+#   5. ruff, and pytest against the real server binary: the client's tests (Flight,
+#      Flight SQL through ADBC and JDBC, the sqllogictest files) and the benchmark
+#      harness's smoke tests (tiny sizes; never the benchmarks).
 #
 # Environment:
 #   CARGO_TARGET_DIR  where cargo builds (default: ./target)
@@ -54,6 +58,9 @@ fi
 step "ruff"
 "$venv/bin/ruff" check python bench
 "$venv/bin/ruff" format --check python bench
+
+step "Java and the Flight SQL JDBC driver (python/tests/test_jdbc.py)"
+bash scripts/setup-java.sh
 
 step "pytest"
 # shellcheck disable=SC2086

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 import pyarrow.flight as flight
 
-from . import _protocol
+from . import _protocol, _sql
 from ._convert import BatchSource, batch_source
 from ._endpoints import read_endpoints
 from ._progress import RowCounter, row_progress
@@ -332,6 +332,110 @@ class Client:
                         yield chunk.data
 
         return pa.RecordBatchReader.from_batches(stream.schema, batches())
+
+    # -- SQL ------------------------------------------------------------------------------
+
+    def sql(
+        self, query: str, *, progress: bool = False, max_workers: int | None = None
+    ) -> pa.Table:
+        """Run a SQL query (Flight SQL) and read its whole result.
+
+        Stored tables are SQL tables of the same name; so are tables over files
+        the server registered. The result's partitions are read in parallel, in
+        endpoint order.
+
+        Parameters
+        ----------
+        query : str
+            The query, e.g. ``SELECT VendorID, avg(fare_amount) FROM taxi GROUP BY 1``.
+            Names are as stored (case-sensitive); quote those that are not plain
+            identifiers: ``SELECT * FROM "taxi/2024"``.
+        progress : bool, default False
+            Show a tqdm progress bar counting rows received.
+        max_workers : int, optional
+            Most partitions read at once; by default up to 16.
+
+        Returns
+        -------
+        pyarrow.Table
+            The result.
+
+        Raises
+        ------
+        InvalidArgumentError
+            The query does not parse, names what does not exist, or fails on the data.
+        ResourceExhaustedError
+            The query needed more memory than the server's per-query limit.
+        """
+        info = self._sql_info(query)
+        with row_progress(progress, total=None, description="sql") as counter:
+            return read_endpoints(
+                info.endpoints, info.schema, self._client_for, self._options, counter, max_workers
+            )
+
+    def sql_reader(self, query: str) -> pa.RecordBatchReader:
+        """Run a SQL query and stream its result batch by batch, as the server makes it.
+
+        Partitions are read one after another, so nothing is held whole; use
+        :meth:`sql` to read them in parallel.
+
+        Parameters
+        ----------
+        query : str
+            The query.
+
+        Returns
+        -------
+        pyarrow.RecordBatchReader
+            The result's batches.
+        """
+        info = self._sql_info(query)
+
+        def batches() -> Iterator[pa.RecordBatch]:
+            for endpoint in info.endpoints:
+                with translated_errors():
+                    reader = self._client_for(endpoint).do_get(endpoint.ticket, self._options)
+                    while True:
+                        try:
+                            chunk = reader.read_chunk()
+                        except StopIteration:
+                            break
+                        if chunk.data is not None:
+                            yield chunk.data
+
+        return pa.RecordBatchReader.from_batches(info.schema, batches())
+
+    def execute(self, statement: str) -> int:
+        """Run a SQL statement that changes tables and return the rows it wrote.
+
+        ``CREATE TABLE t AS SELECT ...`` and ``INSERT INTO t ...`` write stored
+        tables and count the rows written; ``DROP TABLE t`` and ``CREATE EXTERNAL
+        TABLE`` write no rows (0).
+
+        Parameters
+        ----------
+        statement : str
+            The statement.
+
+        Returns
+        -------
+        int
+            Rows written.
+        """
+        descriptor = flight.FlightDescriptor.for_command(_sql.statement_update(statement))
+        with translated_errors():
+            writer, reader = self._flight.do_put(descriptor, pa.schema([]), self._options)
+            writer.done_writing()
+            answer = reader.read()
+            writer.close()
+        return _sql.update_count(_buffer_bytes(answer))
+
+    def _sql_info(self, query: str) -> flight.FlightInfo:
+        if not isinstance(query, str):
+            raise TypeError(f"a query is a str, not {type(query).__name__}")
+        descriptor = flight.FlightDescriptor.for_command(_sql.statement_query(query))
+        with translated_errors():
+            return self._flight.get_flight_info(descriptor, self._options)
 
     def to_pandas(self, name: str, **kwargs: Any) -> pandas.DataFrame:
         """Read table ``name`` into a pandas DataFrame.

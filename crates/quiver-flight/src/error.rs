@@ -2,6 +2,7 @@
 
 use arrow::error::ArrowError;
 use arrow_flight::error::FlightError;
+use quiver_sql::SqlError;
 use quiver_store::StoreError;
 use tonic::Status;
 
@@ -20,6 +21,15 @@ pub enum Error {
     /// The request itself is wrong (bad descriptor, ticket, options, action body).
     #[error("{0}")]
     InvalidArgument(String),
+    /// From the SQL engine (a statement that fails to plan or run).
+    #[error(transparent)]
+    Sql(SqlError),
+    /// A handle (query result, prepared statement) that is gone or never was.
+    #[error("{0}")]
+    NotFound(String),
+    /// Too many of something held for clients at once.
+    #[error("{0}")]
+    ResourceExhausted(String),
     /// The client's data could not be decoded as Arrow IPC.
     #[error("invalid Arrow data: {0}")]
     Decode(String),
@@ -83,23 +93,47 @@ impl From<FlightError> for Error {
     }
 }
 
+impl From<SqlError> for Error {
+    fn from(e: SqlError) -> Self {
+        match e {
+            SqlError::Store(s) => Self::Store(s),
+            other => Self::Sql(other),
+        }
+    }
+}
+
 impl From<ArrowError> for Error {
     fn from(e: ArrowError) -> Self {
         Self::Internal(e.to_string())
     }
 }
 
+fn store_code(e: &StoreError) -> tonic::Code {
+    match e {
+        StoreError::NotFound { .. } => tonic::Code::NotFound,
+        StoreError::AlreadyExists { .. } => tonic::Code::AlreadyExists,
+        StoreError::InvalidName { .. }
+        | StoreError::SchemaMismatch { .. }
+        | StoreError::InvalidPartition { .. } => tonic::Code::InvalidArgument,
+        StoreError::MemoryLimit { .. } => tonic::Code::ResourceExhausted,
+    }
+}
+
 impl From<Error> for Status {
     fn from(e: Error) -> Self {
         let code = match &e {
-            Error::Store(s) => match s {
-                StoreError::NotFound { .. } => tonic::Code::NotFound,
-                StoreError::AlreadyExists { .. } => tonic::Code::AlreadyExists,
-                StoreError::InvalidName { .. }
-                | StoreError::SchemaMismatch { .. }
-                | StoreError::InvalidPartition { .. } => tonic::Code::InvalidArgument,
-                StoreError::MemoryLimit { .. } => tonic::Code::ResourceExhausted,
+            Error::Store(s) => store_code(s),
+            Error::Sql(s) => match s {
+                SqlError::Invalid(_) | SqlError::File(_) => tonic::Code::InvalidArgument,
+                SqlError::Unsupported(_) => tonic::Code::Unimplemented,
+                SqlError::ResourcesExhausted(_) => tonic::Code::ResourceExhausted,
+                SqlError::Timeout(_) => tonic::Code::DeadlineExceeded,
+                SqlError::Cancelled => tonic::Code::Cancelled,
+                SqlError::Store(s) => store_code(s),
+                SqlError::Internal(_) => tonic::Code::Internal,
             },
+            Error::NotFound(_) => tonic::Code::NotFound,
+            Error::ResourceExhausted(_) => tonic::Code::ResourceExhausted,
             Error::InvalidArgument(_) | Error::Decode(_) => tonic::Code::InvalidArgument,
             Error::Aborted(_) => tonic::Code::Aborted,
             Error::Unimplemented(_) => tonic::Code::Unimplemented,

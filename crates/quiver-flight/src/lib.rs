@@ -6,6 +6,10 @@
 //! settings. The wire conventions (names, tickets, put options, actions) are
 //! specified in `docs/protocol.md`.
 //!
+//! Flight SQL shares the port: a descriptor, ticket or action that carries a
+//! Flight SQL message goes to the SQL side (`sql`), which runs statements on
+//! [`quiver_sql::SqlEngine`] over the same store.
+//!
 //! Errors of every kind meet in [`Error`], which becomes a `tonic::Status` in
 //! exactly one place (`impl From<Error> for tonic::Status`).
 #![warn(missing_docs)]
@@ -20,6 +24,7 @@ mod request_body;
 mod rpc_log;
 pub mod server;
 mod service;
+mod sql;
 pub mod ticket;
 pub mod wire;
 
@@ -27,5 +32,5 @@ pub use descriptor::table_name;
 pub use error::{Error, Result};
 pub use put_options::{MAX_PARTITIONS, PutOptions};
 pub use request_body::{WatchBody, WatchBodyLayer};
-pub use server::{Http2Config, ServerConfig, serve};
+pub use server::{Http2Config, ServeError, ServerConfig, serve};
 pub use service::{QuiverService, ServiceOptions};

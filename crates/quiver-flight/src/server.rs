@@ -5,6 +5,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use arrow_flight::flight_service_server::FlightServiceServer;
+use std::path::PathBuf;
+
+use quiver_sql::EngineOptions;
 use quiver_store::TableStore;
 use tokio::net::TcpListener;
 use tonic::transport::Server;
@@ -58,6 +61,29 @@ pub struct ServerConfig {
     /// Serve DoGet and DoPut through quiver's own wire paths ([`crate::wire`])
     /// rather than arrow-flight's encoder/decoder and tonic's codec.
     pub direct_wire: bool,
+    /// The SQL engine's limits.
+    pub sql: EngineOptions,
+    /// Tables over files, registered before the server accepts connections:
+    /// (name, path of a Parquet, CSV or Arrow IPC file or directory).
+    pub tables: Vec<(String, PathBuf)>,
+}
+
+/// Why the server could not start or stopped with an error.
+#[derive(Debug, thiserror::Error)]
+pub enum ServeError {
+    /// A `--table` could not be registered.
+    #[error("--table {name}={path}: {source}")]
+    Table {
+        /// The table's name.
+        name: String,
+        /// The path given.
+        path: String,
+        /// What went wrong.
+        source: quiver_sql::SqlError,
+    },
+    /// The transport failed.
+    #[error(transparent)]
+    Transport(#[from] tonic::transport::Error),
 }
 
 /// HTTP/2 flow control and framing, as the server advertises them.
@@ -91,6 +117,8 @@ impl Default for ServerConfig {
             shutdown_timeout: DEFAULT_SHUTDOWN_TIMEOUT,
             http2: Http2Config::default(),
             direct_wire: true,
+            sql: EngineOptions::default(),
+            tables: Vec::new(),
         }
     }
 }
@@ -118,7 +146,7 @@ pub async fn serve(
     store: Arc<TableStore>,
     config: ServerConfig,
     shutdown: impl Future<Output = ()>,
-) -> Result<(), tonic::transport::Error> {
+) -> Result<(), ServeError> {
     let addr = listener.local_addr().ok();
     let location = config
         .advertise
@@ -132,8 +160,20 @@ pub async fn serve(
             default_partitions: config.partitions.max(1),
             max_flight_data_size: config.max_flight_data_size,
             max_message_size: config.max_message_size,
+            sql: config.sql.clone(),
         },
     );
+    for (name, path) in &config.tables {
+        service
+            .sql_engine()
+            .register_file(name, path)
+            .await
+            .map_err(|source| ServeError::Table {
+                name: name.clone(),
+                path: path.display().to_string(),
+                source,
+            })?;
+    }
     let direct = config
         .direct_wire
         .then(|| DirectLayer::new(service.clone()));
@@ -178,5 +218,5 @@ pub async fn serve(
     };
     // Let the last connections finish closing, so clients read all they were sent.
     let _ = tokio::time::timeout(LINGER, closes.wait()).await;
-    result
+    Ok(result?)
 }

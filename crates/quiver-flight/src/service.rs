@@ -18,13 +18,15 @@ use arrow_flight::{
 use bytes::Bytes;
 use futures::stream::{self, BoxStream};
 use futures::{Stream, StreamExt, TryStreamExt};
-use quiver_store::{TableStore, TableVersion, batch_bytes};
+use quiver_sql::{EngineOptions, SqlEngine};
+use quiver_store::{TableStore, TableVersion, TableWriter, batch_bytes};
 use serde_json::json;
 use tonic::{Request, Response, Status, Streaming};
 
 use crate::error::inbound_status;
 use crate::request_body::BodyOutcome;
 use crate::rpc_log::RpcLog;
+use crate::sql::{self, Batches, FlightSql};
 use crate::ticket::TableTicket;
 use crate::{Error, PutOptions, Result, actions, guard, table_name};
 
@@ -39,6 +41,8 @@ pub struct ServiceOptions {
     pub max_flight_data_size: usize,
     /// Largest gRPC message accepted.
     pub max_message_size: usize,
+    /// The SQL engine's limits.
+    pub sql: EngineOptions,
 }
 
 /// The Flight service: the standard RPCs over a [`TableStore`].
@@ -46,6 +50,7 @@ pub struct ServiceOptions {
 pub struct QuiverService {
     store: Arc<TableStore>,
     options: Arc<ServiceOptions>,
+    sql: Arc<FlightSql>,
     started: Instant,
 }
 
@@ -54,11 +59,18 @@ type BoxedStream<T> = Pin<Box<dyn Stream<Item = Result<T, Status>> + Send + 'sta
 impl QuiverService {
     /// A service over `store`.
     pub fn new(store: Arc<TableStore>, options: ServiceOptions) -> Self {
+        let engine = Arc::new(SqlEngine::new(Arc::clone(&store), options.sql.clone()));
         Self {
             store,
             options: Arc::new(options),
+            sql: Arc::new(FlightSql::new(engine)),
             started: Instant::now(),
         }
+    }
+
+    /// The SQL engine: every stored table, and tables over files.
+    pub fn sql_engine(&self) -> &Arc<SqlEngine> {
+        self.sql.engine()
     }
 
     /// The store behind the service.
@@ -104,7 +116,10 @@ impl QuiverService {
             .with_app_metadata(metadata.to_string()))
     }
 
-    fn info_for(&self, descriptor: FlightDescriptor, log: &mut RpcLog) -> Result<FlightInfo> {
+    async fn info_for(&self, descriptor: FlightDescriptor, log: &mut RpcLog) -> Result<FlightInfo> {
+        if let Some(command) = sql::descriptor_command(&descriptor)? {
+            return self.sql.flight_info(command, descriptor, log).await;
+        }
         let name = table_name(&descriptor)?;
         log.table(&name);
         let table = self.store.get(&name)?;
@@ -122,14 +137,18 @@ impl QuiverService {
         self.options.max_message_size
     }
 
-    /// Resolves a ticket to the version it reads and the batches it covers,
-    /// checking a pinned version. The caller holds the version for as long as
-    /// it streams the batches: that keeps its memory charged to the pool.
-    pub(crate) fn resolve_ticket(
+    /// What a DoGet ticket reads: the schema and the batches, produced as the
+    /// stream is read. A table ticket's stream holds the version it reads (its
+    /// memory stays charged) and checks a pinned version; a Flight SQL ticket
+    /// runs its part of a query.
+    pub(crate) fn open_ticket(
         &self,
         ticket: &[u8],
         log: &mut RpcLog,
-    ) -> Result<(Arc<TableVersion>, Vec<arrow::record_batch::RecordBatch>)> {
+    ) -> Result<(SchemaRef, Batches)> {
+        if let Some(command) = sql::command(ticket)? {
+            return self.sql.open(command);
+        }
         let ticket = TableTicket::decode(ticket)?;
         log.table(&ticket.table);
         let table = match self.store.get(&ticket.table) {
@@ -152,16 +171,18 @@ impl QuiverService {
             )));
         }
         let batches = table.partition(ticket.partition, ticket.partitions)?;
-        log.add(
-            batches.iter().map(|b| b.num_rows() as u64).sum(),
-            batches.iter().map(batch_bytes).sum(),
-        );
-        Ok((table, batches))
+        let schema = Arc::clone(table.schema());
+        let batches = stream::iter(batches).map(move |batch| {
+            let _reading = &table;
+            Ok(batch)
+        });
+        Ok((schema, batches.boxed()))
     }
 
-    /// Stores a DoPut stream. `outcome` tells whether the transport broke the
-    /// stream off (tonic reports that as a clean end); `None` when `input`
-    /// reports it as an error itself.
+    /// Stores a DoPut stream (or hands a Flight SQL command to the SQL side).
+    /// `outcome` tells whether the transport broke the stream off (tonic
+    /// reports that as a clean end); `None` when `input` reports it as an
+    /// error itself.
     pub(crate) async fn put(
         &self,
         mut input: impl Stream<Item = Result<FlightData, Status>> + Send + Unpin + 'static,
@@ -177,9 +198,46 @@ impl QuiverService {
         let descriptor = first.flight_descriptor.as_ref().ok_or_else(|| {
             Error::invalid("the first DoPut message carries no flight descriptor")
         })?;
+        if let Some(command) = sql::descriptor_command(descriptor)? {
+            return self
+                .sql
+                .put(self, command, first, input, outcome, log)
+                .await;
+        }
         let name = table_name(descriptor)?;
         log.table(&name);
+        let writer = self
+            .receive(first, input, outcome, |schema, options| {
+                Ok(self
+                    .store
+                    .writer(&name, options.mode, schema, options.partitions)?)
+            })
+            .await?;
+        let (rows, bytes) = (writer.num_rows(), writer.num_bytes());
+        let version = writer.commit()?;
+        log.add(rows, bytes);
+        let metadata = json!({
+            "table": name,
+            "version": version.version(),
+            "rows": version.num_rows(),
+            "bytes": version.num_bytes(),
+        });
+        Ok(PutResult {
+            app_metadata: metadata.to_string().into(),
+        })
+    }
 
+    /// Reads the batches of a DoPut stream whose first message is `first`
+    /// into the writer `open` makes, and returns it uncommitted. `open` runs at
+    /// the first batch (or at the end, for a table of no rows): by then the
+    /// put's options have arrived, wherever the client put them.
+    pub(crate) async fn receive<'a>(
+        &self,
+        first: FlightData,
+        input: impl Stream<Item = Result<FlightData, Status>> + Send + Unpin + 'static,
+        outcome: Option<BodyOutcome>,
+        open: impl FnOnce(SchemaRef, PutOptions) -> Result<TableWriter<'a>>,
+    ) -> Result<TableWriter<'a>> {
         // What the input carried, seen as the messages arrive: the first
         // app_metadata of any message (the put's options) and the body bytes
         // received, which is what the stored batches hold in memory (dictionary
@@ -201,9 +259,8 @@ impl QuiverService {
                 futures::future::ready(Ok(keep))
             });
         let mut decoder = FlightDataDecoder::new(messages);
-        // The writer opens at the first batch (or at the end, for a table of no
-        // rows): by then the options have arrived, wherever the client put them.
-        let open = |schema: &Option<SchemaRef>| {
+        let mut open = Some(open);
+        let mut open_writer = |schema: &Option<SchemaRef>| {
             let schema = schema
                 .clone()
                 .ok_or_else(|| Error::invalid("DoPut stream carried no schema before its data"))?;
@@ -212,10 +269,10 @@ impl QuiverService {
                 .map(|m| PutOptions::from_app_metadata(m))
                 .transpose()?
                 .unwrap_or_default();
-            Ok::<_, Error>(
-                self.store
-                    .writer(&name, options.mode, schema, options.partitions)?,
-            )
+            let open = open
+                .take()
+                .ok_or_else(|| Error::Internal("a put's writer opened twice".into()))?;
+            open(schema, options)
         };
         let mut schema: Option<SchemaRef> = None;
         let mut writer = None;
@@ -234,7 +291,7 @@ impl QuiverService {
                 DecodedPayload::RecordBatch(batch) => {
                     let writer = match &mut writer {
                         Some(writer) => writer,
-                        None => writer.insert(open(&schema)?),
+                        None => writer.insert(open_writer(&schema)?),
                     };
                     let received = received_bytes.load(Ordering::Relaxed);
                     writer.push_charged(batch, received - charged)?;
@@ -248,22 +305,10 @@ impl QuiverService {
                 "the DoPut stream broke off before its end; nothing was stored".into(),
             ));
         }
-        let writer = match writer {
-            Some(writer) => writer,
-            None => open(&schema)?,
-        };
-        let (rows, bytes) = (writer.num_rows(), writer.num_bytes());
-        let version = writer.commit()?;
-        log.add(rows, bytes);
-        let metadata = json!({
-            "table": name,
-            "version": version.version(),
-            "rows": version.num_rows(),
-            "bytes": version.num_bytes(),
-        });
-        Ok(PutResult {
-            app_metadata: metadata.to_string().into(),
-        })
+        match writer {
+            Some(writer) => Ok(writer),
+            None => open_writer(&schema),
+        }
     }
 }
 
@@ -326,6 +371,7 @@ impl FlightService for QuiverService {
             let mut log = RpcLog::new("GetFlightInfo");
             let info = self
                 .info_for(request.into_inner(), &mut log)
+                .await
                 .map_err(Status::from);
             log.outcome(info).map(Response::new)
         })
@@ -340,6 +386,7 @@ impl FlightService for QuiverService {
             let mut log = RpcLog::new("PollFlightInfo");
             let info = self
                 .info_for(request.into_inner(), &mut log)
+                .await
                 .map_err(Status::from);
             let info = log.outcome(info)?;
             Ok(Response::new(
@@ -358,16 +405,19 @@ impl FlightService for QuiverService {
     ) -> Result<Response<SchemaResult>, Status> {
         guard::handler("GetSchema", async {
             let mut log = RpcLog::new("GetSchema");
-            let result = (|| {
-                let name = table_name(request.get_ref())?;
-                log.table(&name);
-                let table = self.store.get(&name)?;
+            let result = async {
+                let schema = match sql::descriptor_command(request.get_ref())? {
+                    Some(command) => self.sql.schema(command).await?,
+                    None => {
+                        let name = table_name(request.get_ref())?;
+                        log.table(&name);
+                        Arc::clone(self.store.get(&name)?.schema())
+                    }
+                };
                 let options = IpcWriteOptions::default();
-                Ok::<_, Error>(SchemaResult::try_from(SchemaAsIpc::new(
-                    table.schema(),
-                    &options,
-                ))?)
-            })();
+                Ok::<_, Error>(SchemaResult::try_from(SchemaAsIpc::new(&schema, &options))?)
+            }
+            .await;
             log.outcome(result.map_err(Status::from)).map(Response::new)
         })
         .await
@@ -379,19 +429,35 @@ impl FlightService for QuiverService {
     ) -> Result<Response<Self::DoGetStream>, Status> {
         guard::handler("DoGet", async {
             let mut log = RpcLog::new("DoGet");
-            let resolved = self.resolve_ticket(&request.get_ref().ticket, &mut log);
-            let (table, batches) = log.outcome(resolved.map_err(Status::from))?;
-            let schema = Arc::clone(table.schema());
+            let opened = self.open_ticket(&request.get_ref().ticket, &mut log);
+            let (schema, batches) = log.outcome(opened.map_err(Status::from))?;
+            // Rows and bytes are logged as they go; the log moves into the
+            // stream, and its line is written when the stream ends or the
+            // client goes away.
+            let counted = Arc::new(std::sync::Mutex::new((0u64, 0u64)));
+            let counting = Arc::clone(&counted);
+            let batches = batches
+                .inspect_ok(move |batch| {
+                    let mut c = counting
+                        .lock()
+                        .unwrap_or_else(std::sync::PoisonError::into_inner);
+                    c.0 += batch.num_rows() as u64;
+                    c.1 += batch_bytes(batch);
+                })
+                .map_err(|e| FlightError::Tonic(Box::new(Status::from(e))));
             let encoded = FlightDataEncoderBuilder::new()
                 .with_schema(schema)
                 .with_max_flight_data_size(self.options.max_flight_data_size)
                 .with_dictionary_handling(DictionaryHandling::Resend)
-                .build(stream::iter(batches.into_iter().map(Ok)));
-            // The log moves into the stream: its line is written when the stream
-            // ends or the client goes away.
+                .build(batches);
             let responses = encoded.map(move |item| {
-                let _reading = &table;
                 let item = item.map_err(|e| Status::from(Error::from(e)));
+                let (rows, bytes) = std::mem::take(
+                    &mut *counted
+                        .lock()
+                        .unwrap_or_else(std::sync::PoisonError::into_inner),
+                );
+                log.add(rows, bytes);
                 log.outcome(item)
             });
             Ok(Response::new(
@@ -452,6 +518,14 @@ impl FlightService for QuiverService {
         guard::handler("DoAction", async {
             let action = request.into_inner();
             let mut log = RpcLog::new("DoAction");
+            if let Some(result) = self.sql.action(&action.r#type, &action.body).await {
+                log.table(&action.r#type);
+                let bodies = log.outcome(result.map_err(Status::from))?;
+                let results = bodies
+                    .into_iter()
+                    .map(|body| Ok(arrow_flight::Result { body }));
+                return Ok(Response::new(stream::iter(results).boxed()));
+            }
             let result = actions::run(&self.store, self.started, &action.r#type, &action.body);
             if let Ok(outcome) = &result {
                 if let Some(table) = &outcome.table {
@@ -473,7 +547,13 @@ impl FlightService for QuiverService {
     ) -> Result<Response<Self::ListActionsStream>, Status> {
         let _log = RpcLog::new("ListActions");
         Ok(Response::new(
-            stream::iter(actions::action_types().into_iter().map(Ok)).boxed(),
+            stream::iter(
+                actions::action_types()
+                    .into_iter()
+                    .chain(sql::action_types())
+                    .map(Ok),
+            )
+            .boxed(),
         ))
     }
 }

@@ -647,7 +647,20 @@ async fn actions_delete_rename_stats_health() {
         .try_collect()
         .await
         .expect("types");
-    assert_eq!(types, ["delete", "rename", "stats", "health"]);
+    assert_eq!(
+        types,
+        [
+            "delete",
+            "rename",
+            "stats",
+            "health",
+            // Flight SQL's
+            "CreatePreparedStatement",
+            "ClosePreparedStatement",
+            "CancelFlightInfo",
+            "CancelQuery"
+        ]
+    );
 
     let (c, m) = status(
         action(&mut client, "rename", r#"{"from":"a","to":"b"}"#)

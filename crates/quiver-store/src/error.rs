@@ -6,7 +6,7 @@ pub type Result<T, E = StoreError> = std::result::Result<T, E>;
 /// Everything that can go wrong in the table store.
 ///
 /// Each variant maps to one gRPC status code in `quiver-flight`.
-#[derive(Debug, thiserror::Error)]
+#[derive(Debug, Clone, thiserror::Error)]
 pub enum StoreError {
     /// No table of that name.
     #[error("table '{name}' not found")]

@@ -20,6 +20,10 @@ pub enum WriteMode {
     /// Add the written batches after the existing table's rows. The table must
     /// exist and its schema must have exactly the written fields.
     Append,
+    /// Publish the written batches as a new table: fails with
+    /// [`StoreError::AlreadyExists`] if the name is taken when the write starts
+    /// or when it commits.
+    Create,
 }
 
 /// Totals over the whole store.
@@ -108,9 +112,17 @@ impl TableStore {
         partitions: Option<usize>,
     ) -> Result<TableWriter<'_>> {
         validate_name(name)?;
-        if mode == WriteMode::Append {
-            let current = self.get(name)?;
-            check_schema(name, current.schema(), &schema)?;
+        match mode {
+            WriteMode::Append => {
+                let current = self.get(name)?;
+                check_schema(name, current.schema(), &schema)?;
+            }
+            WriteMode::Create if self.read().contains_key(name) => {
+                return Err(StoreError::AlreadyExists {
+                    name: name.to_string(),
+                });
+            }
+            WriteMode::Create | WriteMode::Replace => {}
         }
         Ok(TableWriter {
             store: self,
@@ -252,8 +264,11 @@ impl TableWriter<'_> {
         let store = self.store;
         let segment = Arc::new(Segment::new(self.batches, self.charge));
         let mut tables = store.write();
+        if self.mode == WriteMode::Create && tables.contains_key(&self.name) {
+            return Err(StoreError::AlreadyExists { name: self.name });
+        }
         let version = match self.mode {
-            WriteMode::Replace => TableVersion::new(
+            WriteMode::Replace | WriteMode::Create => TableVersion::new(
                 self.name.clone(),
                 store.next_version(),
                 self.schema,
@@ -362,6 +377,31 @@ mod tests {
         let v2 = store.get("t").unwrap();
         assert_eq!(values(&v2), vec![9]);
         assert!(v2.version() > v1.version());
+    }
+
+    #[test]
+    fn create_refuses_a_taken_name_at_start_and_at_commit() {
+        let store = TableStore::new(1 << 20);
+        let b = batch(&[1]);
+        store
+            .put("t", WriteMode::Create, b.schema(), [b.clone()])
+            .unwrap();
+        let err = store.writer("t", WriteMode::Create, b.schema(), None);
+        assert!(matches!(err, Err(StoreError::AlreadyExists { .. })));
+        // Taken while the write was under way: the first commit wins.
+        let mut late = store
+            .writer("u", WriteMode::Create, b.schema(), None)
+            .unwrap();
+        late.push(b.clone()).unwrap();
+        store
+            .put("u", WriteMode::Create, b.schema(), [batch(&[7])])
+            .unwrap();
+        assert!(matches!(
+            late.commit(),
+            Err(StoreError::AlreadyExists { .. })
+        ));
+        assert_eq!(values(&store.get("u").unwrap()), vec![7]);
+        assert_eq!(store.memory().used(), 16);
     }
 
     #[test]

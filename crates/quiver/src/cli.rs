@@ -100,6 +100,21 @@ pub(crate) struct ServeArgs {
     #[arg(long, env = "QUIVER_WIRE_PATH", value_enum, default_value_t = WirePath::Direct)]
     pub(crate) wire_path: WirePath,
 
+    /// A table over files, queried in place by SQL: NAME=PATH, where PATH is a
+    /// Parquet, CSV (with a header row) or Arrow IPC file, or a directory of
+    /// them; the format comes from the extension. Repeatable.
+    #[arg(long = "table", value_name = "NAME=PATH", value_parser = parse_table)]
+    pub(crate) tables: Vec<(String, std::path::PathBuf)>,
+
+    /// Memory one SQL query may use in sorts, joins and aggregates; past it
+    /// the query fails with RESOURCE_EXHAUSTED.
+    #[arg(long, env = "QUIVER_QUERY_MEMORY_LIMIT", default_value = "1GiB")]
+    pub(crate) query_memory_limit: ByteSize,
+
+    /// Seconds a SQL query may run, from planning to its last batch.
+    #[arg(long, env = "QUIVER_QUERY_TIMEOUT", default_value_t = 300.0)]
+    pub(crate) query_timeout: f64,
+
     /// Log filter (tracing's EnvFilter syntax), e.g. info, quiver_flight=debug.
     #[arg(long, env = "QUIVER_LOG", default_value = "info")]
     pub(crate) log: String,
@@ -163,6 +178,16 @@ pub(crate) struct NameArg {
     pub(crate) name: String,
 }
 
+/// `NAME=PATH` of `--table`.
+fn parse_table(value: &str) -> Result<(String, std::path::PathBuf), String> {
+    match value.split_once('=') {
+        Some((name, path)) if !name.is_empty() && !path.is_empty() => {
+            Ok((name.to_string(), path.into()))
+        }
+        _ => Err(format!("expected NAME=PATH, got {value:?}")),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -171,5 +196,17 @@ mod tests {
     #[test]
     fn cli_is_well_formed() {
         Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn table_flag_is_name_equals_path() {
+        let (name, path) = parse_table("taxi=/data/taxi/").unwrap();
+        assert_eq!(
+            (name.as_str(), path.to_str()),
+            ("taxi", Some("/data/taxi/"))
+        );
+        assert!(parse_table("taxi").is_err());
+        assert!(parse_table("=x").is_err());
+        assert!(parse_table("x=").is_err());
     }
 }

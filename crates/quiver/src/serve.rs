@@ -4,6 +4,7 @@ use std::io::Write;
 use std::sync::Arc;
 
 use quiver_flight::server::{Http2Config, ServerConfig, default_location, serve};
+use quiver_sql::EngineOptions;
 use quiver_store::TableStore;
 use tokio::net::TcpListener;
 use tracing_subscriber::EnvFilter;
@@ -39,6 +40,13 @@ pub(crate) async fn run(args: ServeArgs) -> Result<(), Box<dyn std::error::Error
         shutdown_timeout: std::time::Duration::try_from_secs_f64(args.shutdown_timeout)
             .map_err(|e| format!("--shutdown-timeout {}: {e}", args.shutdown_timeout))?,
         direct_wire: args.wire_path == WirePath::Direct,
+        sql: EngineOptions {
+            query_memory_limit: usize::try_from(args.query_memory_limit.0).unwrap_or(usize::MAX),
+            query_timeout: std::time::Duration::try_from_secs_f64(args.query_timeout)
+                .map_err(|e| format!("--query-timeout {}: {e}", args.query_timeout))?,
+            target_partitions: 0,
+        },
+        tables: args.tables.clone(),
         http2: Http2Config {
             stream_window: window("--h2-stream-window", args.h2_stream_window)?,
             connection_window: window("--h2-connection-window", args.h2_connection_window)?,

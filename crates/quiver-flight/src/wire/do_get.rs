@@ -7,17 +7,19 @@ use arrow::record_batch::RecordBatch;
 use arrow_flight::Ticket;
 use std::sync::Arc;
 
+use arrow::datatypes::SchemaRef;
 use bytes::BytesMut;
 use futures::{StreamExt, stream};
 use http_body::Body as _;
 use prost::Message;
-use quiver_store::TableVersion;
+use quiver_store::batch_bytes;
 use tonic::Status;
 use tonic::body::Body;
 
 use super::frames::FlightMessageEncoder;
 use super::grpc_body::{GrpcBody, grpc_frame, message_length};
 use crate::rpc_log::RpcLog;
+use crate::sql::Batches;
 use crate::{Error, QuiverService, guard};
 
 /// The HTTP/2 path of Flight's DoGet.
@@ -34,17 +36,21 @@ pub(super) async fn respond(
     let prepared = prepare(&service, request, &mut log)
         .await
         .map_err(Status::from);
-    let (table, batches, mut encoder) = log.outcome(prepared)?;
-    // An empty table still sends its schema (and one empty batch).
-    let batches = if batches.is_empty() {
-        vec![RecordBatch::new_empty(Arc::clone(table.schema()))]
-    } else {
-        batches
-    };
-    let frames = stream::iter(batches).map(move |batch| {
-        // The stream holds the version it reads (its memory stays charged) and
-        // the log, whose line is written when the stream ends.
-        let _reading = &table;
+    let (schema, batches, mut encoder) = log.outcome(prepared)?;
+    // `None` marks the end: a stream that gave no batch still sends its
+    // schema (and one empty batch).
+    let mut sent = false;
+    let items = batches.map(Some).chain(stream::once(async { None }));
+    let frames = items.map(move |item| {
+        // The stream holds the log, whose line is written when it ends.
+        let batch = match item {
+            Some(Ok(batch)) => batch,
+            Some(Err(e)) => return log.outcome(Err(Status::from(e))),
+            None if sent => return Ok(Vec::new()),
+            None => RecordBatch::new_empty(Arc::clone(&schema)),
+        };
+        sent = true;
+        log.add(batch.num_rows() as u64, batch_bytes(&batch));
         let framed = encoder
             .encode(&batch)
             .map_err(|e| Status::from(Error::Internal(format!("cannot encode a batch: {e}"))))
@@ -66,12 +72,12 @@ async fn prepare(
     service: &QuiverService,
     request: http::Request<Body>,
     log: &mut RpcLog,
-) -> Result<(Arc<TableVersion>, Vec<RecordBatch>, FlightMessageEncoder), Error> {
+) -> Result<(SchemaRef, Batches, FlightMessageEncoder), Error> {
     let ticket = read_ticket(request.into_body()).await?;
-    let (table, batches) = service.resolve_ticket(&ticket.ticket, log)?;
-    let encoder = FlightMessageEncoder::try_new(table.schema(), service.max_flight_data_size())
+    let (schema, batches) = service.open_ticket(&ticket.ticket, log)?;
+    let encoder = FlightMessageEncoder::try_new(&schema, service.max_flight_data_size())
         .map_err(|e| Error::Internal(format!("cannot encode the schema: {e}")))?;
-    Ok((table, batches, encoder))
+    Ok((schema, batches, encoder))
 }
 
 /// Reads the one gRPC message of a DoGet request: a `Ticket`.

@@ -7,6 +7,7 @@ use std::sync::Arc;
 
 use arrow_flight::FlightClient;
 use arrow_flight::flight_service_client::FlightServiceClient;
+use arrow_flight::sql::client::FlightSqlServiceClient;
 use quiver_flight::ServerConfig;
 use quiver_store::TableStore;
 use tokio::net::TcpListener;
@@ -19,7 +20,7 @@ pub struct TestServer {
     pub addr: SocketAddr,
     pub store: Arc<TableStore>,
     stop: Option<oneshot::Sender<()>>,
-    task: Option<JoinHandle<Result<(), tonic::transport::Error>>>,
+    task: Option<JoinHandle<Result<(), quiver_flight::ServeError>>>,
 }
 
 impl TestServer {
@@ -62,6 +63,15 @@ impl TestServer {
             .max_decoding_message_size(1 << 30)
             .max_encoding_message_size(1 << 30);
         FlightClient::new_from_inner(inner)
+    }
+
+    pub async fn sql_client(&self) -> FlightSqlServiceClient<Channel> {
+        let channel = Channel::from_shared(format!("http://{}", self.addr))
+            .expect("uri")
+            .connect()
+            .await
+            .expect("connect");
+        FlightSqlServiceClient::new(channel)
     }
 
     /// Asks the server to stop and waits until it has.

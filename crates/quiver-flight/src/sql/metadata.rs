@@ -1,0 +1,233 @@
+//! Flight SQL's catalog commands: catalogs, schemas, tables, table types,
+//! SqlInfo, XDBC type info, and the key commands (quiver has no keys).
+
+use std::sync::{Arc, LazyLock};
+
+use arrow::array::{RecordBatch, StringArray};
+use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
+use arrow_flight::sql::metadata::{
+    GetCatalogsBuilder, SqlInfoData, SqlInfoDataBuilder, XdbcTypeInfo, XdbcTypeInfoData,
+    XdbcTypeInfoDataBuilder,
+};
+use arrow_flight::sql::{
+    CommandGetDbSchemas, CommandGetSqlInfo, CommandGetTables, CommandGetXdbcTypeInfo, Nullable,
+    Searchable, SqlInfo, SqlNullOrdering, SqlSupportedCaseSensitivity, SqlSupportedTransaction,
+    XdbcDataType, XdbcDatetimeSubcode,
+};
+use quiver_sql::{CATALOG, SCHEMA, SqlEngine, TableKind};
+
+use crate::{Error, Result};
+
+/// The server's SqlInfo answers: what it is and what SQL it supports.
+pub(crate) static SQL_INFO: LazyLock<Result<SqlInfoData, String>> = LazyLock::new(|| {
+    let mut info = SqlInfoDataBuilder::new();
+    info.append(SqlInfo::FlightSqlServerName, "quiver");
+    info.append(SqlInfo::FlightSqlServerVersion, env!("CARGO_PKG_VERSION"));
+    info.append(SqlInfo::FlightSqlServerArrowVersion, "59");
+    info.append(SqlInfo::FlightSqlServerReadOnly, false);
+    info.append(SqlInfo::FlightSqlServerSql, true);
+    info.append(SqlInfo::FlightSqlServerSubstrait, false);
+    info.append(
+        SqlInfo::FlightSqlServerTransaction,
+        SqlSupportedTransaction::None as i32,
+    );
+    info.append(SqlInfo::FlightSqlServerCancel, true);
+    info.append(SqlInfo::FlightSqlServerBulkIngestion, true);
+    info.append(SqlInfo::FlightSqlServerIngestTransactionsSupported, false);
+    info.append(SqlInfo::FlightSqlServerStatementTimeout, 0i32);
+    info.append(SqlInfo::FlightSqlServerTransactionTimeout, 0i32);
+    info.append(SqlInfo::SqlDdlCatalog, false);
+    info.append(SqlInfo::SqlDdlSchema, false);
+    info.append(SqlInfo::SqlDdlTable, true);
+    info.append(
+        SqlInfo::SqlIdentifierCase,
+        SqlSupportedCaseSensitivity::SqlCaseSensitivityCaseInsensitive as i32,
+    );
+    info.append(SqlInfo::SqlIdentifierQuoteChar, "\"");
+    info.append(
+        SqlInfo::SqlQuotedIdentifierCase,
+        SqlSupportedCaseSensitivity::SqlCaseSensitivityCaseInsensitive as i32,
+    );
+    info.append(SqlInfo::SqlAllTablesAreSelectable, true);
+    info.append(
+        SqlInfo::SqlNullOrdering,
+        SqlNullOrdering::SqlNullsSortedHigh as i32,
+    );
+    info.append(SqlInfo::SqlSearchStringEscape, "\\");
+    info.append(SqlInfo::SqlSupportsColumnAliasing, true);
+    info.append(SqlInfo::SqlSchemaTerm, "schema");
+    info.append(SqlInfo::SqlCatalogTerm, "catalog");
+    info.append(SqlInfo::SqlCatalogAtStart, true);
+    info.append(SqlInfo::SqlTransactionsSupported, false);
+    info.append(SqlInfo::SqlBatchUpdatesSupported, false);
+    info.build().map_err(|e| e.to_string())
+});
+
+/// The SQL types quiver's engine has, as GetXdbcTypeInfo lists them.
+pub(crate) static XDBC_TYPES: LazyLock<Result<XdbcTypeInfoData, String>> = LazyLock::new(|| {
+    let mut types = XdbcTypeInfoDataBuilder::new();
+    let simple = |name: &str, data_type: XdbcDataType, size: Option<i32>| XdbcTypeInfo {
+        type_name: name.to_string(),
+        data_type,
+        column_size: size,
+        literal_prefix: None,
+        literal_suffix: None,
+        create_params: None,
+        nullable: Nullable::NullabilityNullable,
+        case_sensitive: false,
+        searchable: Searchable::Full,
+        unsigned_attribute: Some(false),
+        fixed_prec_scale: false,
+        auto_increment: Some(false),
+        local_type_name: Some(name.to_string()),
+        minimum_scale: None,
+        maximum_scale: None,
+        sql_data_type: data_type,
+        datetime_subcode: None,
+        num_prec_radix: None,
+        interval_precision: None,
+    };
+    let quoted =
+        |name: &str, data_type: XdbcDataType, subcode: Option<XdbcDatetimeSubcode>| XdbcTypeInfo {
+            literal_prefix: Some("'".into()),
+            literal_suffix: Some("'".into()),
+            case_sensitive: true,
+            datetime_subcode: subcode,
+            ..simple(name, data_type, None)
+        };
+    types.append(simple("BOOLEAN", XdbcDataType::XdbcBit, Some(1)));
+    types.append(simple("TINYINT", XdbcDataType::XdbcTinyint, Some(3)));
+    types.append(simple("SMALLINT", XdbcDataType::XdbcSmallint, Some(5)));
+    types.append(simple("INTEGER", XdbcDataType::XdbcInteger, Some(10)));
+    types.append(simple("BIGINT", XdbcDataType::XdbcBigint, Some(19)));
+    types.append(simple("REAL", XdbcDataType::XdbcReal, Some(24)));
+    types.append(simple("DOUBLE", XdbcDataType::XdbcDouble, Some(53)));
+    types.append(XdbcTypeInfo {
+        create_params: Some(vec!["precision".into(), "scale".into()]),
+        fixed_prec_scale: true,
+        minimum_scale: Some(0),
+        maximum_scale: Some(38),
+        num_prec_radix: Some(10),
+        ..simple("DECIMAL", XdbcDataType::XdbcDecimal, Some(38))
+    });
+    types.append(quoted("VARCHAR", XdbcDataType::XdbcVarchar, None));
+    types.append(quoted("BYTEA", XdbcDataType::XdbcVarbinary, None));
+    types.append(quoted(
+        "DATE",
+        XdbcDataType::XdbcDate, // XDBC_SUBCODE_DATE is an alias of 1, which prost names Year.
+        Some(XdbcDatetimeSubcode::XdbcSubcodeYear),
+    ));
+    types.append(quoted(
+        "TIME",
+        XdbcDataType::XdbcTime,
+        Some(XdbcDatetimeSubcode::XdbcSubcodeTime),
+    ));
+    types.append(quoted(
+        "TIMESTAMP",
+        XdbcDataType::XdbcTimestamp,
+        Some(XdbcDatetimeSubcode::XdbcSubcodeTimestamp),
+    ));
+    types.build().map_err(|e| e.to_string())
+});
+
+fn built<T>(data: &'static LazyLock<Result<T, String>>) -> Result<&'static T> {
+    data.as_ref().map_err(|e| Error::Internal(e.clone()))
+}
+
+/// GetCatalogs: the one catalog.
+pub(crate) fn catalogs() -> Result<RecordBatch> {
+    let mut builder = GetCatalogsBuilder::new();
+    builder.append(CATALOG);
+    Ok(builder.build()?)
+}
+
+/// GetDbSchemas: the one schema, if the filters match it.
+pub(crate) fn db_schemas(command: CommandGetDbSchemas) -> Result<RecordBatch> {
+    let mut builder = command.into_builder();
+    builder.append(CATALOG, SCHEMA);
+    Ok(builder.build()?)
+}
+
+/// GetTables: every table the filters match, with its schema if asked.
+pub(crate) fn tables(engine: &SqlEngine, command: CommandGetTables) -> Result<RecordBatch> {
+    let mut builder = command.into_builder();
+    for table in engine.tables() {
+        builder.append(
+            CATALOG,
+            SCHEMA,
+            &table.name,
+            table.kind.table_type(),
+            &table.schema,
+        )?;
+    }
+    Ok(builder.build()?)
+}
+
+/// The schema GetTables answers with.
+pub(crate) fn tables_schema(command: CommandGetTables) -> SchemaRef {
+    command.into_builder().schema()
+}
+
+/// GetTableTypes: stored tables, external tables, views.
+pub(crate) fn table_types() -> Result<RecordBatch> {
+    let schema = Arc::new(Schema::new(vec![Field::new(
+        "table_type",
+        DataType::Utf8,
+        false,
+    )]));
+    let types = StringArray::from_iter_values(TableKind::ALL.iter().map(|k| k.table_type()));
+    Ok(RecordBatch::try_new(schema, vec![Arc::new(types)])?)
+}
+
+/// GetSqlInfo: the asked-for entries (all when none are named).
+pub(crate) fn sql_info(command: CommandGetSqlInfo) -> Result<RecordBatch> {
+    Ok(command.into_builder(built(&SQL_INFO)?).build()?)
+}
+
+/// The schema GetSqlInfo answers with.
+pub(crate) fn sql_info_schema() -> Result<SchemaRef> {
+    Ok(built(&SQL_INFO)?.schema())
+}
+
+/// GetXdbcTypeInfo: the SQL types, or the one asked for.
+pub(crate) fn xdbc_type_info(command: CommandGetXdbcTypeInfo) -> Result<RecordBatch> {
+    Ok(command.into_builder(built(&XDBC_TYPES)?).build()?)
+}
+
+/// The schema GetXdbcTypeInfo answers with.
+pub(crate) fn xdbc_type_info_schema() -> Result<SchemaRef> {
+    Ok(built(&XDBC_TYPES)?.schema())
+}
+
+/// GetPrimaryKeys' schema (quiver's tables have no keys: always empty).
+pub(crate) static PRIMARY_KEYS: LazyLock<SchemaRef> = LazyLock::new(|| {
+    Arc::new(Schema::new(vec![
+        Field::new("catalog_name", DataType::Utf8, true),
+        Field::new("db_schema_name", DataType::Utf8, true),
+        Field::new("table_name", DataType::Utf8, false),
+        Field::new("column_name", DataType::Utf8, false),
+        Field::new("key_sequence", DataType::Int32, false),
+        Field::new("key_name", DataType::Utf8, true),
+    ]))
+});
+
+/// The schema of GetExportedKeys, GetImportedKeys and GetCrossReference
+/// (always empty: quiver has no foreign keys).
+pub(crate) static FOREIGN_KEYS: LazyLock<SchemaRef> = LazyLock::new(|| {
+    let text = |name: &str, nullable| Field::new(name, DataType::Utf8, nullable);
+    Arc::new(Schema::new(vec![
+        text("pk_catalog_name", true),
+        text("pk_db_schema_name", true),
+        text("pk_table_name", false),
+        text("pk_column_name", false),
+        text("fk_catalog_name", true),
+        text("fk_db_schema_name", true),
+        text("fk_table_name", false),
+        text("fk_column_name", false),
+        Field::new("key_sequence", DataType::Int32, false),
+        text("fk_key_name", true),
+        text("pk_key_name", true),
+        Field::new("update_rule", DataType::UInt8, false),
+        Field::new("delete_rule", DataType::UInt8, false),
+    ]))
+});

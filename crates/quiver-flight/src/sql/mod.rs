@@ -1,0 +1,599 @@
+//! Flight SQL on the same port as the table store.
+//!
+//! A Flight SQL request is a Flight RPC whose descriptor command, ticket or
+//! action body is a protobuf `Any` of one of Flight SQL's messages. Table names
+//! never start with the byte an encoded `Any` starts with (a control
+//! character), so a descriptor or ticket is one or the other, never both.
+//!
+//! Queries are planned at GetFlightInfo and kept ([`registry::Results`]) until
+//! their endpoints are fetched: each DoGet runs one partition of the plan and
+//! streams its batches as DataFusion makes them. Statements that change tables
+//! run at once and answer with their row count.
+
+mod metadata;
+mod registry;
+
+use std::sync::Arc;
+
+use arrow::array::{RecordBatch, UInt64Array};
+use arrow::compute::concat_batches;
+use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
+use arrow::ipc::writer::IpcWriteOptions;
+use arrow_flight::decode::{DecodedPayload, FlightDataDecoder};
+use arrow_flight::sql::{
+    ActionCancelQueryRequest, ActionCancelQueryResult, ActionClosePreparedStatementRequest,
+    ActionCreatePreparedStatementRequest, ActionCreatePreparedStatementResult, Any, Command,
+    CommandStatementIngest, DoPutPreparedStatementResult, DoPutUpdateResult, ProstMessageExt,
+    TableExistsOption, TableNotExistOption, TicketStatementQuery,
+};
+use arrow_flight::{
+    ActionType, CancelFlightInfoRequest, CancelFlightInfoResult, CancelStatus, FlightData,
+    FlightDescriptor, FlightEndpoint, FlightInfo, IpcMessage, PutResult, SchemaAsIpc, Ticket,
+};
+use bytes::Bytes;
+use futures::stream::{self, BoxStream};
+use futures::{Stream, StreamExt, TryStreamExt};
+use prost::Message;
+use quiver_sql::{CATALOG, Outcome, Query, SCHEMA, SqlEngine, row_values};
+use quiver_store::{StoreError, WriteMode};
+
+use crate::error::inbound_status;
+use crate::request_body::BodyOutcome;
+use crate::rpc_log::RpcLog;
+use crate::{Error, QuiverService, Result};
+use registry::{Results, Statements};
+
+/// Every Flight SQL message's type URL starts so.
+const TYPE_URL_PREFIX: &str = "type.googleapis.com/arrow.flight.protocol.sql.";
+
+/// Most bytes of parameters bound to a prepared statement at once.
+const MAX_PARAMETER_BYTES: usize = 64 << 20;
+
+/// Batches of a DoGet, produced as they are read.
+pub(crate) type Batches = BoxStream<'static, Result<RecordBatch>>;
+
+/// The Flight SQL side of the service: the engine and the handles it gave out.
+#[derive(Debug)]
+pub(crate) struct FlightSql {
+    engine: Arc<SqlEngine>,
+    results: Results,
+    statements: Statements,
+}
+
+/// The Flight SQL command `bytes` encode, if they encode one.
+pub(crate) fn command(bytes: &[u8]) -> Result<Option<Command>> {
+    // An encoded Any starts with its type_url field: tag 1, length-delimited.
+    if bytes.first() != Some(&0x0a) {
+        return Ok(None);
+    }
+    let Ok(any) = Any::decode(bytes) else {
+        return Ok(None);
+    };
+    if !any.type_url.starts_with(TYPE_URL_PREFIX) {
+        return Ok(None);
+    }
+    let command = Command::try_from(any)
+        .map_err(|e| Error::invalid(format!("malformed Flight SQL message: {e}")))?;
+    Ok(Some(command))
+}
+
+/// The Flight SQL command of a descriptor, if it carries one.
+pub(crate) fn descriptor_command(descriptor: &FlightDescriptor) -> Result<Option<Command>> {
+    command(&descriptor.cmd)
+}
+
+/// The action types Flight SQL adds.
+pub(crate) fn action_types() -> Vec<ActionType> {
+    [
+        ("CreatePreparedStatement", "Flight SQL: prepare a statement"),
+        (
+            "ClosePreparedStatement",
+            "Flight SQL: close a prepared statement",
+        ),
+        (
+            "CancelFlightInfo",
+            "cancel a query whose FlightInfo is given",
+        ),
+        ("CancelQuery", "Flight SQL (deprecated): cancel a query"),
+    ]
+    .into_iter()
+    .map(|(name, description)| ActionType {
+        r#type: name.into(),
+        description: description.into(),
+    })
+    .collect()
+}
+
+fn ipc_schema(schema: &Schema) -> Result<Bytes> {
+    let options = IpcWriteOptions::default();
+    Ok(IpcMessage::try_from(SchemaAsIpc::new(schema, &options))?.0)
+}
+
+/// The one-row result of a statement that changed tables.
+fn count_batch(rows: u64) -> Result<RecordBatch> {
+    let schema = Arc::new(Schema::new(vec![Field::new(
+        "count",
+        DataType::UInt64,
+        false,
+    )]));
+    Ok(RecordBatch::try_new(
+        schema,
+        vec![Arc::new(UInt64Array::from(vec![rows]))],
+    )?)
+}
+
+fn statement_handle(id: u128, partition: usize) -> Bytes {
+    Bytes::from(format!("{id:032x}/{partition}"))
+}
+
+fn parse_statement_handle(handle: &[u8]) -> Result<(u128, usize)> {
+    let bad = || Error::invalid("malformed statement handle in the ticket");
+    let text = std::str::from_utf8(handle).map_err(|_| bad())?;
+    let (id, partition) = text.split_once('/').ok_or_else(bad)?;
+    Ok((
+        u128::from_str_radix(id, 16).map_err(|_| bad())?,
+        partition.parse().map_err(|_| bad())?,
+    ))
+}
+
+fn no_transactions(transaction_id: Option<&Bytes>) -> Result<()> {
+    match transaction_id {
+        Some(_) => Err(Error::Unimplemented(
+            "transactions are not supported (SqlInfo FLIGHT_SQL_SERVER_TRANSACTION is NONE)".into(),
+        )),
+        None => Ok(()),
+    }
+}
+
+fn unpack<M: ProstMessageExt>(body: &[u8]) -> Result<M> {
+    let any = Any::decode(body)
+        .map_err(|e| Error::invalid(format!("action body is not a protobuf Any: {e}")))?;
+    any.unpack::<M>()
+        .map_err(|e| Error::invalid(format!("malformed action body: {e}")))?
+        .ok_or_else(|| {
+            Error::invalid(format!(
+                "action body is a {}, expected a {}",
+                any.type_url,
+                M::type_url()
+            ))
+        })
+}
+
+impl FlightSql {
+    pub(crate) fn new(engine: Arc<SqlEngine>) -> Self {
+        Self {
+            engine,
+            results: Results::default(),
+            statements: Statements::default(),
+        }
+    }
+
+    pub(crate) fn engine(&self) -> &Arc<SqlEngine> {
+        &self.engine
+    }
+
+    /// GetFlightInfo of a Flight SQL command.
+    pub(crate) async fn flight_info(
+        &self,
+        command: Command,
+        descriptor: FlightDescriptor,
+        log: &mut RpcLog,
+    ) -> Result<FlightInfo> {
+        match command {
+            Command::CommandStatementQuery(query) => {
+                no_transactions(query.transaction_id.as_ref())?;
+                log.table(&query.query);
+                let outcome = self.engine.run(&query.query, None).await?;
+                self.result_info(outcome, descriptor)
+            }
+            Command::CommandPreparedStatementQuery(prepared) => {
+                let statement = self.statements.get(&prepared.prepared_statement_handle)?;
+                log.table(&statement.prepared.sql);
+                let parameters = match &statement.parameters {
+                    Some(batch) if batch.num_rows() == 1 => Some(row_values(batch, 0)?),
+                    Some(batch) if batch.num_rows() > 1 => {
+                        return Err(Error::invalid(format!(
+                            "{} rows of parameters are bound; a query takes one",
+                            batch.num_rows()
+                        )));
+                    }
+                    _ if statement.prepared.parameters.fields().is_empty() => None,
+                    _ => {
+                        return Err(Error::invalid(format!(
+                            "the statement has {} parameters and none are bound",
+                            statement.prepared.parameters.fields().len()
+                        )));
+                    }
+                };
+                let outcome = self.engine.run(&statement.prepared.sql, parameters).await?;
+                self.result_info(outcome, descriptor)
+            }
+            Command::CommandStatementSubstraitPlan(_) => Err(Error::Unimplemented(
+                "Substrait plans are not supported (SqlInfo FLIGHT_SQL_SERVER_SUBSTRAIT)".into(),
+            )),
+            command => {
+                let schema = self.metadata_schema(&command)?;
+                let ticket = Ticket::new(command.into_any().encode_to_vec());
+                Ok(FlightInfo::new()
+                    .try_with_schema(&schema)?
+                    .with_descriptor(descriptor)
+                    .with_endpoint(FlightEndpoint::new().with_ticket(ticket))
+                    .with_ordered(true))
+            }
+        }
+    }
+
+    /// GetSchema of a Flight SQL command: what GetFlightInfo would answer,
+    /// without running anything.
+    pub(crate) async fn schema(&self, command: Command) -> Result<SchemaRef> {
+        match command {
+            Command::CommandStatementQuery(query) => {
+                let prepared = self.engine.prepare(&query.query).await?;
+                Ok(if prepared.is_query {
+                    prepared.result
+                } else {
+                    count_batch(0)?.schema()
+                })
+            }
+            Command::CommandPreparedStatementQuery(prepared) => {
+                let statement = self.statements.get(&prepared.prepared_statement_handle)?;
+                Ok(statement.prepared.result)
+            }
+            command => self.metadata_schema(&command),
+        }
+    }
+
+    fn metadata_schema(&self, command: &Command) -> Result<SchemaRef> {
+        Ok(match command {
+            Command::CommandGetCatalogs(_) => metadata::catalogs()?.schema(),
+            Command::CommandGetDbSchemas(c) => metadata::db_schemas(c.clone())?.schema(),
+            Command::CommandGetTables(c) => metadata::tables_schema(c.clone()),
+            Command::CommandGetTableTypes(_) => metadata::table_types()?.schema(),
+            Command::CommandGetSqlInfo(_) => metadata::sql_info_schema()?,
+            Command::CommandGetXdbcTypeInfo(_) => metadata::xdbc_type_info_schema()?,
+            Command::CommandGetPrimaryKeys(_) => Arc::clone(&metadata::PRIMARY_KEYS),
+            Command::CommandGetExportedKeys(_)
+            | Command::CommandGetImportedKeys(_)
+            | Command::CommandGetCrossReference(_) => Arc::clone(&metadata::FOREIGN_KEYS),
+            other => {
+                return Err(Error::invalid(format!(
+                    "{} is not a command GetFlightInfo takes",
+                    other.type_url()
+                )));
+            }
+        })
+    }
+
+    /// Keeps a planned result and describes its endpoints: one per partition,
+    /// without locations (the tickets are this server's).
+    fn result_info(&self, outcome: Outcome, descriptor: FlightDescriptor) -> Result<FlightInfo> {
+        let query = match outcome {
+            Outcome::Query(query) => query,
+            Outcome::Changed(rows) => Query::from_batch(count_batch(rows)?)?,
+        };
+        let schema = query.schema();
+        let partitions = query.partitions();
+        let id = self.results.insert(query)?;
+        let endpoints = (0..partitions).map(|partition| {
+            let ticket = TicketStatementQuery {
+                statement_handle: statement_handle(id, partition),
+            };
+            FlightEndpoint::new().with_ticket(Ticket::new(ticket.as_any().encode_to_vec()))
+        });
+        Ok(FlightInfo::new()
+            .try_with_schema(&schema)?
+            .with_descriptor(descriptor)
+            .with_endpoints(endpoints.collect())
+            .with_ordered(partitions <= 1))
+    }
+
+    /// DoGet of a Flight SQL ticket: the schema and the batches.
+    pub(crate) fn open(&self, command: Command) -> Result<(SchemaRef, Batches)> {
+        let batch = match command {
+            Command::TicketStatementQuery(ticket) => {
+                let (id, partition) = parse_statement_handle(&ticket.statement_handle)?;
+                let query = self.results.take(id, partition)?;
+                let batches = query.execute(partition)?.map_err(Error::from);
+                return Ok((query.schema(), batches.boxed()));
+            }
+            Command::CommandGetCatalogs(_) => metadata::catalogs()?,
+            Command::CommandGetDbSchemas(c) => metadata::db_schemas(c)?,
+            Command::CommandGetTables(c) => metadata::tables(&self.engine, c)?,
+            Command::CommandGetTableTypes(_) => metadata::table_types()?,
+            Command::CommandGetSqlInfo(c) => metadata::sql_info(c)?,
+            Command::CommandGetXdbcTypeInfo(c) => metadata::xdbc_type_info(c)?,
+            Command::CommandGetPrimaryKeys(_) => {
+                RecordBatch::new_empty(Arc::clone(&metadata::PRIMARY_KEYS))
+            }
+            Command::CommandGetExportedKeys(_)
+            | Command::CommandGetImportedKeys(_)
+            | Command::CommandGetCrossReference(_) => {
+                RecordBatch::new_empty(Arc::clone(&metadata::FOREIGN_KEYS))
+            }
+            other => {
+                return Err(Error::invalid(format!(
+                    "{} is not a Flight SQL ticket",
+                    other.type_url()
+                )));
+            }
+        };
+        Ok((batch.schema(), stream::once(async { Ok(batch) }).boxed()))
+    }
+
+    /// DoPut of a Flight SQL command: an update, a bulk ingest, or parameters
+    /// for a prepared statement.
+    pub(crate) async fn put(
+        &self,
+        service: &QuiverService,
+        command: Command,
+        first: FlightData,
+        input: impl Stream<Item = Result<FlightData, tonic::Status>> + Send + Unpin + 'static,
+        outcome: Option<BodyOutcome>,
+        log: &mut RpcLog,
+    ) -> Result<PutResult> {
+        let app_metadata = match command {
+            Command::CommandStatementUpdate(update) => {
+                no_transactions(update.transaction_id.as_ref())?;
+                log.table(&update.query);
+                // The statement is all the request says; read the client's
+                // stream to its end (pyarrow sends a schema) before answering.
+                let extra = parameters(first, input).await?;
+                if extra.num_rows() > 0 {
+                    return Err(Error::invalid(
+                        "CommandStatementUpdate takes no data; bind parameters to a prepared \
+                         statement",
+                    ));
+                }
+                let rows = self.update(&update.query, None).await?;
+                log.add(rows, 0);
+                DoPutUpdateResult {
+                    record_count: rows_i64(rows),
+                }
+                .encode_to_vec()
+            }
+            Command::CommandStatementIngest(ingest) => {
+                let rows = self
+                    .ingest(service, ingest, first, input, outcome, log)
+                    .await?;
+                DoPutUpdateResult {
+                    record_count: rows_i64(rows),
+                }
+                .encode_to_vec()
+            }
+            Command::CommandPreparedStatementQuery(prepared) => {
+                let handle = prepared.prepared_statement_handle;
+                let parameters = parameters(first, input).await?;
+                self.statements.bind(&handle, parameters)?;
+                DoPutPreparedStatementResult {
+                    prepared_statement_handle: Some(handle),
+                }
+                .encode_to_vec()
+            }
+            Command::CommandPreparedStatementUpdate(prepared) => {
+                let statement = self.statements.get(&prepared.prepared_statement_handle)?;
+                log.table(&statement.prepared.sql);
+                // Parameters come with this DoPut, or were bound before it
+                // (arrow-rs binds with a CommandPreparedStatementQuery DoPut).
+                let sent = parameters(first, input).await?;
+                let bound = match statement.parameters {
+                    Some(earlier) if sent.num_rows() == 0 => earlier,
+                    _ => sent,
+                };
+                let rows = if bound.num_rows() == 0 {
+                    self.update(&statement.prepared.sql, None).await?
+                } else {
+                    let mut rows = 0;
+                    for row in 0..bound.num_rows() {
+                        let values = row_values(&bound, row)?;
+                        rows += self.update(&statement.prepared.sql, Some(values)).await?;
+                    }
+                    rows
+                };
+                log.add(rows, 0);
+                DoPutUpdateResult {
+                    record_count: rows_i64(rows),
+                }
+                .encode_to_vec()
+            }
+            Command::CommandStatementSubstraitPlan(_) => {
+                return Err(Error::Unimplemented(
+                    "Substrait plans are not supported".into(),
+                ));
+            }
+            other => {
+                return Err(Error::invalid(format!(
+                    "{} is not a command DoPut takes",
+                    other.type_url()
+                )));
+            }
+        };
+        Ok(PutResult {
+            app_metadata: app_metadata.into(),
+        })
+    }
+
+    async fn update(&self, sql: &str, parameters: Option<quiver_sql::ParamValues>) -> Result<u64> {
+        match self.engine.run(sql, parameters).await? {
+            Outcome::Changed(rows) => Ok(rows),
+            Outcome::Query(_) => Err(Error::invalid(
+                "the statement is a query: run it with CommandStatementQuery (executeQuery)",
+            )),
+        }
+    }
+
+    /// Bulk ingest (ADBC's `adbc_ingest`): the stream stored under the
+    /// command's table, created, appended to or replaced as its options say.
+    async fn ingest(
+        &self,
+        service: &QuiverService,
+        ingest: CommandStatementIngest,
+        first: FlightData,
+        input: impl Stream<Item = Result<FlightData, tonic::Status>> + Send + Unpin + 'static,
+        outcome: Option<BodyOutcome>,
+        log: &mut RpcLog,
+    ) -> Result<u64> {
+        no_transactions(ingest.transaction_id.as_ref())?;
+        if ingest.temporary {
+            return Err(Error::Unimplemented(
+                "temporary tables are not supported".into(),
+            ));
+        }
+        if ingest.catalog.as_deref().is_some_and(|c| c != CATALOG)
+            || ingest.schema.as_deref().is_some_and(|s| s != SCHEMA)
+        {
+            return Err(Error::invalid(format!(
+                "ingest into {}.{}: quiver has one schema, {CATALOG}.{SCHEMA}",
+                ingest.catalog.as_deref().unwrap_or(CATALOG),
+                ingest.schema.as_deref().unwrap_or(SCHEMA),
+            )));
+        }
+        let name = ingest.table;
+        log.table(&name);
+        let options = ingest.table_definition_options.unwrap_or_default();
+        let exists = service.store().get(&name).is_ok();
+        let mode = if exists {
+            match TableExistsOption::try_from(options.if_exists) {
+                Ok(TableExistsOption::Append) => WriteMode::Append,
+                Ok(TableExistsOption::Replace) => WriteMode::Replace,
+                _ => return Err(StoreError::AlreadyExists { name }.into()),
+            }
+        } else {
+            match TableNotExistOption::try_from(options.if_not_exist) {
+                Ok(TableNotExistOption::Fail) => return Err(StoreError::NotFound { name }.into()),
+                _ => WriteMode::Create,
+            }
+        };
+        let store = service.store();
+        let writer = service
+            .receive(first, input, outcome, |schema, put| {
+                Ok(store.writer(&name, mode, schema, put.partitions)?)
+            })
+            .await?;
+        let rows = writer.num_rows();
+        log.add(rows, writer.num_bytes());
+        writer.commit()?;
+        Ok(rows)
+    }
+
+    /// DoAction of a Flight SQL action; `None` if `kind` is not one.
+    pub(crate) async fn action(&self, kind: &str, body: &[u8]) -> Option<Result<Vec<Bytes>>> {
+        let result = match kind {
+            "CreatePreparedStatement" => self.create_prepared(body).await,
+            "ClosePreparedStatement" => {
+                unpack::<ActionClosePreparedStatementRequest>(body).map(|request| {
+                    self.statements.close(&request.prepared_statement_handle);
+                    Vec::new()
+                })
+            }
+            "CancelFlightInfo" => CancelFlightInfoRequest::decode(body)
+                .map_err(|e| Error::invalid(format!("malformed CancelFlightInfoRequest: {e}")))
+                .map(|request| {
+                    let status = self.cancel(request.info.as_ref());
+                    vec![
+                        CancelFlightInfoResult {
+                            status: status as i32,
+                        }
+                        .encode_to_vec()
+                        .into(),
+                    ]
+                }),
+            "CancelQuery" => unpack::<ActionCancelQueryRequest>(body).and_then(|request| {
+                let info = FlightInfo::decode(request.info)
+                    .map_err(|e| Error::invalid(format!("malformed FlightInfo: {e}")))?;
+                // CancelResult: 1 cancelled, 3 not cancellable.
+                let result = match self.cancel(Some(&info)) {
+                    CancelStatus::Cancelled => 1,
+                    _ => 3,
+                };
+                Ok(vec![
+                    ActionCancelQueryResult { result }
+                        .as_any()
+                        .encode_to_vec()
+                        .into(),
+                ])
+            }),
+            "BeginTransaction" | "EndTransaction" | "BeginSavepoint" | "EndSavepoint" => {
+                Err(Error::Unimplemented(format!(
+                    "{kind}: transactions are not supported (SqlInfo FLIGHT_SQL_SERVER_TRANSACTION \
+                     is NONE)"
+                )))
+            }
+            "CreatePreparedSubstraitPlan" => Err(Error::Unimplemented(
+                "Substrait plans are not supported".into(),
+            )),
+            _ => return None,
+        };
+        Some(result)
+    }
+
+    async fn create_prepared(&self, body: &[u8]) -> Result<Vec<Bytes>> {
+        let request = unpack::<ActionCreatePreparedStatementRequest>(body)?;
+        no_transactions(request.transaction_id.as_ref())?;
+        let prepared = self.engine.prepare(&request.query).await?;
+        let result = ActionCreatePreparedStatementResult {
+            dataset_schema: ipc_schema(&prepared.result)?,
+            parameter_schema: ipc_schema(&prepared.parameters)?,
+            prepared_statement_handle: self.statements.insert(prepared)?,
+        };
+        Ok(vec![result.as_any().encode_to_vec().into()])
+    }
+
+    /// Cancels the query behind the endpoints of `info`.
+    fn cancel(&self, info: Option<&FlightInfo>) -> CancelStatus {
+        let mut cancelled = false;
+        for endpoint in info.map(|i| i.endpoint.as_slice()).unwrap_or_default() {
+            let Some(ticket) = &endpoint.ticket else {
+                continue;
+            };
+            if let Ok(Some(Command::TicketStatementQuery(t))) = command(&ticket.ticket)
+                && let Ok((id, _)) = parse_statement_handle(&t.statement_handle)
+            {
+                cancelled |= self.results.cancel(id);
+            }
+        }
+        if cancelled {
+            CancelStatus::Cancelled
+        } else {
+            // Finished, fetched, or never a query: nothing left to cancel.
+            CancelStatus::NotCancellable
+        }
+    }
+}
+
+fn rows_i64(rows: u64) -> i64 {
+    i64::try_from(rows).unwrap_or(i64::MAX)
+}
+
+/// The parameter batches of a DoPut, as one batch.
+async fn parameters(
+    first: FlightData,
+    input: impl Stream<Item = Result<FlightData, tonic::Status>> + Send + Unpin + 'static,
+) -> Result<RecordBatch> {
+    let messages = stream::once(async { Ok(first) })
+        .chain(input)
+        .map_err(|s| arrow_flight::error::FlightError::Tonic(Box::new(inbound_status(s))))
+        .try_filter(|data| futures::future::ready(!data.data_header.is_empty()));
+    let mut decoder = FlightDataDecoder::new(messages);
+    let mut schema: Option<SchemaRef> = None;
+    let mut batches = Vec::new();
+    let mut bytes = 0;
+    while let Some(decoded) = decoder.next().await {
+        match decoded?.payload {
+            DecodedPayload::Schema(s) => schema = Some(s),
+            DecodedPayload::RecordBatch(batch) => {
+                bytes += batch.get_array_memory_size();
+                if bytes > MAX_PARAMETER_BYTES {
+                    return Err(Error::MessageTooLarge {
+                        len: bytes,
+                        limit: MAX_PARAMETER_BYTES,
+                        flag: "parameters bound at once",
+                    });
+                }
+                batches.push(batch);
+            }
+            DecodedPayload::None => {}
+        }
+    }
+    let schema = schema.unwrap_or_else(|| Arc::new(Schema::empty()));
+    Ok(concat_batches(&schema, &batches)?)
+}

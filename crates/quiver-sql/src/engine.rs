@@ -1,0 +1,488 @@
+//! [`SqlEngine`]: DataFusion over the table store and registered files.
+
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
+use arrow::record_batch::{RecordBatch, RecordBatchOptions};
+use datafusion::catalog::{CatalogProvider, MemoryCatalogProvider};
+use datafusion::common::{ParamValues, TableReference};
+use datafusion::datasource::file_format::options::ArrowReadOptions;
+use datafusion::execution::SessionStateBuilder;
+use datafusion::execution::TaskContext;
+use datafusion::execution::memory_pool::{GreedyMemoryPool, TrackConsumersPool};
+use datafusion::execution::runtime_env::RuntimeEnvBuilder;
+use datafusion::logical_expr::CreateMemoryTable;
+use datafusion::logical_expr::dml::InsertOp;
+use datafusion::logical_expr::{DdlStatement, DmlStatement, LogicalPlan, WriteOp};
+use datafusion::physical_plan::{ExecutionPlan, execute_stream};
+use datafusion::prelude::{CsvReadOptions, ParquetReadOptions, SessionConfig, SessionContext};
+use futures::StreamExt;
+use quiver_store::{StoreError, TableStore, WriteMode};
+
+use datafusion::catalog::SchemaProvider;
+
+use crate::catalog::{CATALOG, SCHEMA, StoreSchema, TableKind};
+use crate::params::number_placeholders;
+use crate::query::Query;
+use crate::{Result, SqlError};
+
+/// Limits and sizes of the SQL engine.
+#[derive(Debug, Clone)]
+pub struct EngineOptions {
+    /// Memory one query may hold in its operators (sorts, joins, aggregates);
+    /// past it the query fails with [`SqlError::ResourcesExhausted`].
+    pub query_memory_limit: usize,
+    /// How long a query may run, from planning to its last batch.
+    pub query_timeout: Duration,
+    /// Partitions a query runs in (and endpoints a result is offered as);
+    /// 0: one per core.
+    pub target_partitions: usize,
+}
+
+impl Default for EngineOptions {
+    fn default() -> Self {
+        Self {
+            query_memory_limit: 1 << 30,
+            query_timeout: Duration::from_secs(300),
+            target_partitions: 0,
+        }
+    }
+}
+
+/// What running a statement gave.
+#[derive(Debug)]
+pub enum Outcome {
+    /// A query, planned and ready to run partition by partition.
+    Query(Query),
+    /// A statement that changed tables (DDL or DML), already done, and the
+    /// rows it wrote (0 for `DROP` and other statements that write no rows).
+    Changed(u64),
+}
+
+/// A statement planned once for its shapes, as a prepared statement needs them.
+#[derive(Debug, Clone)]
+pub struct Prepared {
+    /// The statement, with `?` placeholders numbered.
+    pub sql: String,
+    /// One field per parameter (`$1`, `$2`, ...), typed where the statement
+    /// tells the type, `Null` where it does not.
+    pub parameters: SchemaRef,
+    /// The schema of the result (empty for statements that return none).
+    pub result: SchemaRef,
+    /// Whether the statement returns rows (a query) or changes tables.
+    pub is_query: bool,
+}
+
+/// A table as the catalog lists it.
+#[derive(Debug, Clone)]
+pub struct TableInfo {
+    /// Its name, in `quiver.public`.
+    pub name: String,
+    /// Stored, external or view.
+    pub kind: TableKind,
+    /// Its columns.
+    pub schema: SchemaRef,
+}
+
+/// DataFusion over the table store: every stored table is a SQL table of the
+/// same name, next to tables over files registered with
+/// [`SqlEngine::register_file`] or `CREATE EXTERNAL TABLE`.
+pub struct SqlEngine {
+    store: Arc<TableStore>,
+    schema: Arc<StoreSchema>,
+    context: SessionContext,
+    options: EngineOptions,
+}
+
+impl std::fmt::Debug for SqlEngine {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SqlEngine")
+            .field("tables", &self.schema.table_names().len())
+            .field("options", &self.options)
+            .finish_non_exhaustive()
+    }
+}
+
+impl SqlEngine {
+    /// An engine over `store`.
+    pub fn new(store: Arc<TableStore>, options: EngineOptions) -> Self {
+        let partitions = match options.target_partitions {
+            0 => std::thread::available_parallelism().map_or(1, |n| n.get()),
+            n => n,
+        };
+        let mut config = SessionConfig::new()
+            .with_create_default_catalog_and_schema(false)
+            .with_default_catalog_and_schema(CATALOG, SCHEMA)
+            .with_information_schema(true)
+            .with_target_partitions(partitions);
+        // Table and column names are as stored: `SELECT VendorID FROM Taxi`
+        // reads the column and table of exactly those names.
+        config.options_mut().sql_parser.enable_ident_normalization = false;
+        let state = SessionStateBuilder::new()
+            .with_config(config)
+            .with_default_features()
+            .build();
+        let context = SessionContext::new_with_state(state);
+        let schema = Arc::new(StoreSchema::new(Arc::clone(&store)));
+        let catalog = MemoryCatalogProvider::new();
+        // A fresh catalog has no schema to replace: this cannot fail.
+        let _ = catalog.register_schema(SCHEMA, Arc::clone(&schema) as _);
+        context.register_catalog(CATALOG, Arc::new(catalog));
+        Self {
+            store,
+            schema,
+            context,
+            options: EngineOptions {
+                target_partitions: partitions,
+                ..options
+            },
+        }
+    }
+
+    /// The engine's limits.
+    pub fn options(&self) -> &EngineOptions {
+        &self.options
+    }
+
+    /// Every table, by name.
+    pub fn tables(&self) -> Vec<TableInfo> {
+        self.schema
+            .tables()
+            .into_iter()
+            .map(|(name, kind, schema)| TableInfo { name, kind, schema })
+            .collect()
+    }
+
+    /// Registers the Parquet, CSV (with a header row) or Arrow IPC file or
+    /// directory at `path` as the table `name`, queried in place. The format
+    /// comes from the file's extension (in a directory, its files').
+    pub async fn register_file(&self, name: &str, path: &Path) -> Result<()> {
+        quiver_store::validate_name(name)?;
+        let extension = file_extension(path)?;
+        let location = path
+            .to_str()
+            .ok_or_else(|| SqlError::File(format!("{} is not a UTF-8 path", path.display())))?;
+        let location = if path.is_dir() && !location.ends_with('/') {
+            format!("{location}/")
+        } else {
+            location.to_string()
+        };
+        let table = TableReference::bare(name);
+        let dotted = format!(".{extension}");
+        match extension.as_str() {
+            "parquet" | "parq" => {
+                let options = ParquetReadOptions::default().file_extension(&dotted);
+                self.context
+                    .register_parquet(table, &location, options)
+                    .await?;
+            }
+            "csv" | "tsv" => {
+                let delimiter = if extension == "tsv" { b'\t' } else { b',' };
+                let options = CsvReadOptions::new()
+                    .has_header(true)
+                    .delimiter(delimiter)
+                    .file_extension(&dotted);
+                self.context.register_csv(table, &location, options).await?;
+            }
+            "arrow" | "feather" | "ipc" | "arrows" => {
+                let options = ArrowReadOptions {
+                    file_extension: &dotted,
+                    ..Default::default()
+                };
+                self.context
+                    .register_arrow(table, &location, options)
+                    .await?;
+            }
+            other => {
+                return Err(SqlError::File(format!(
+                    "{}: unknown file type '.{other}' (expected .parquet, .csv, .tsv, \
+                     .arrow, .feather or .ipc)",
+                    path.display()
+                )));
+            }
+        }
+        tracing::info!(table = name, path = %path.display(), "registered external table");
+        Ok(())
+    }
+
+    /// Plans `sql` for its shapes: what a prepared statement reports.
+    pub async fn prepare(&self, sql: &str) -> Result<Prepared> {
+        let sql = number_placeholders(sql);
+        let plan = self.context.state().create_logical_plan(&sql).await?;
+        let mut parameters: Vec<(usize, Field)> = plan
+            .get_parameter_types()?
+            .into_iter()
+            .map(|(name, data_type)| {
+                let index = name
+                    .strip_prefix('$')
+                    .and_then(|n| n.parse::<usize>().ok())
+                    .ok_or_else(|| {
+                        SqlError::invalid(format!(
+                            "parameter {name}: quiver takes positional parameters ($1, $2, ... or ?)"
+                        ))
+                    })?;
+                Ok((index, Field::new(name, data_type.unwrap_or(DataType::Null), true)))
+            })
+            .collect::<Result<_>>()?;
+        parameters.sort_by_key(|(index, _)| *index);
+        let is_query = !changes_tables(&plan);
+        let result = if is_query {
+            Arc::new(plan.schema().as_arrow().clone())
+        } else {
+            Arc::new(Schema::empty())
+        };
+        Ok(Prepared {
+            sql,
+            parameters: Arc::new(Schema::new(
+                parameters.into_iter().map(|(_, f)| f).collect::<Vec<_>>(),
+            )),
+            result,
+            is_query,
+        })
+    }
+
+    /// Runs `sql` (with `?` or `$n` placeholders bound to `params`): a query
+    /// is planned and returned to be run; any other statement runs now.
+    pub async fn run(&self, sql: &str, params: Option<ParamValues>) -> Result<Outcome> {
+        let sql = number_placeholders(sql);
+        let plan = self.context.state().create_logical_plan(&sql).await?;
+        let plan = match params {
+            Some(params) => plan.with_param_values(params)?,
+            None => plan,
+        };
+        match plan {
+            LogicalPlan::Ddl(DdlStatement::CreateMemoryTable(create)) => {
+                self.create_table(create).await.map(Outcome::Changed)
+            }
+            LogicalPlan::Ddl(DdlStatement::DropTable(drop)) => {
+                let name = self.local_name(&drop.name)?;
+                // DDL changes no rows: 0, as JDBC's executeUpdate expects.
+                if self.store.remove(&name).is_ok() {
+                    return Ok(Outcome::Changed(0));
+                }
+                if self.schema.registered(&name).is_some() {
+                    self.context
+                        .execute_logical_plan(LogicalPlan::Ddl(DdlStatement::DropTable(drop)))
+                        .await?;
+                    return Ok(Outcome::Changed(0));
+                }
+                if drop.if_exists {
+                    Ok(Outcome::Changed(0))
+                } else {
+                    Err(StoreError::NotFound { name }.into())
+                }
+            }
+            LogicalPlan::Ddl(
+                ddl @ (DdlStatement::CreateExternalTable(_)
+                | DdlStatement::CreateView(_)
+                | DdlStatement::DropView(_)),
+            ) => {
+                self.context
+                    .execute_logical_plan(LogicalPlan::Ddl(ddl))
+                    .await?
+                    .collect()
+                    .await?;
+                Ok(Outcome::Changed(0))
+            }
+            LogicalPlan::Ddl(ddl) => Err(SqlError::Unsupported(format!(
+                "{} is not supported: quiver has one catalog and schema, quiver.public",
+                ddl.name()
+            ))),
+            LogicalPlan::Dml(dml) if matches!(dml.op, WriteOp::Insert(_)) => {
+                self.insert(dml).await.map(Outcome::Changed)
+            }
+            LogicalPlan::Dml(dml) => Err(SqlError::Unsupported(format!(
+                "{} is not supported: stored tables are replaced or appended to, not changed \
+                 row by row",
+                dml.op
+            ))),
+            LogicalPlan::Statement(statement) => Err(SqlError::Unsupported(format!(
+                "{} is not supported: quiver has no transactions or session settings; \
+                 use Flight SQL prepared statements for parameters",
+                statement.name()
+            ))),
+            LogicalPlan::Copy(_) => Err(SqlError::Unsupported(
+                "COPY is not supported: fetch the result and write it on the client".into(),
+            )),
+            plan => self.query(&plan).await.map(Outcome::Query),
+        }
+    }
+
+    /// Plans `plan` for execution with the per-query memory limit and timeout.
+    async fn query(&self, plan: &LogicalPlan) -> Result<Query> {
+        let state = self.context.state();
+        let physical = state.create_physical_plan(plan).await?;
+        let runtime = RuntimeEnvBuilder::from_runtime_env(state.runtime_env())
+            .with_memory_pool(Arc::new(TrackConsumersPool::new(
+                GreedyMemoryPool::new(self.options.query_memory_limit),
+                std::num::NonZeroUsize::new(3).unwrap_or(std::num::NonZeroUsize::MIN),
+            )))
+            .build_arc()?;
+        let task = Arc::new(TaskContext::from(&state).with_runtime(runtime));
+        Ok(Query::new(physical, task, self.options.query_timeout))
+    }
+
+    /// `CREATE [OR REPLACE] TABLE name [AS query]`: a stored table.
+    async fn create_table(&self, create: CreateMemoryTable) -> Result<u64> {
+        let name = self.local_name(&create.name)?;
+        if self.schema.registered(&name).is_some() {
+            return Err(SqlError::invalid(format!(
+                "'{name}' is an external table or view: DROP it first"
+            )));
+        }
+        if create.if_not_exists && self.store.get(&name).is_ok() {
+            return Ok(0);
+        }
+        let mode = if create.or_replace {
+            WriteMode::Replace
+        } else {
+            WriteMode::Create
+        };
+        let query = self.query(&create.input).await?;
+        let schema = query.schema();
+        self.write(&name, mode, schema, &query).await
+    }
+
+    /// `INSERT INTO` a stored table: appended (or, for `INSERT OVERWRITE`,
+    /// replaced) atomically when the whole input has been read.
+    async fn insert(&self, dml: DmlStatement) -> Result<u64> {
+        let name = self.local_name(&dml.table_name)?;
+        let current = match self.store.get(&name) {
+            Ok(current) => current,
+            Err(_) if self.schema.registered(&name).is_some() => {
+                // Files: DataFusion writes them and counts the rows.
+                return self.count_written(LogicalPlan::Dml(dml)).await;
+            }
+            Err(e) => return Err(e.into()),
+        };
+        let mode = match dml.op {
+            WriteOp::Insert(InsertOp::Append) => WriteMode::Append,
+            _ => WriteMode::Replace,
+        };
+        let query = self.query(&dml.input).await?;
+        self.write(&name, mode, Arc::clone(current.schema()), &query)
+            .await
+    }
+
+    /// Runs `query` into the stored table `name` under `schema`.
+    async fn write(
+        &self,
+        name: &str,
+        mode: WriteMode,
+        schema: SchemaRef,
+        query: &Query,
+    ) -> Result<u64> {
+        let partitions = self.store.get(name).ok().and_then(|t| t.partitions());
+        let mut writer = self
+            .store
+            .writer(name, mode, Arc::clone(&schema), partitions)?;
+        for partition in 0..query.partitions() {
+            let mut batches = query.execute(partition)?;
+            while let Some(batch) = batches.next().await {
+                let batch = batch?;
+                let batch = if batch.schema_ref().fields() == schema.fields() {
+                    batch
+                } else {
+                    // Same columns; nullability or metadata as the table has them.
+                    let options = RecordBatchOptions::new().with_row_count(Some(batch.num_rows()));
+                    RecordBatch::try_new_with_options(
+                        Arc::clone(&schema),
+                        batch.columns().to_vec(),
+                        &options,
+                    )
+                    .map_err(|e| SqlError::invalid(format!("cannot write into '{name}': {e}")))?
+                };
+                writer.push(batch)?;
+            }
+        }
+        let rows = writer.num_rows();
+        writer.commit()?;
+        Ok(rows)
+    }
+
+    async fn count_written(&self, plan: LogicalPlan) -> Result<u64> {
+        let state = self.context.state();
+        let physical: Arc<dyn ExecutionPlan> = state.create_physical_plan(&plan).await?;
+        let mut batches = execute_stream(physical, state.task_ctx())?;
+        let mut rows = 0;
+        while let Some(batch) = batches.next().await {
+            let batch = batch?;
+            if let Some(counts) = batch
+                .column(0)
+                .as_any()
+                .downcast_ref::<arrow::array::UInt64Array>()
+            {
+                rows += counts.values().iter().sum::<u64>();
+            }
+        }
+        Ok(rows)
+    }
+
+    /// The name in `quiver.public` a reference points to.
+    fn local_name(&self, reference: &TableReference) -> Result<String> {
+        let ours = |catalog: Option<&str>, schema: Option<&str>| {
+            catalog.is_none_or(|c| c == CATALOG) && schema.is_none_or(|s| s == SCHEMA)
+        };
+        if ours(reference.catalog(), reference.schema()) {
+            Ok(reference.table().to_string())
+        } else {
+            Err(SqlError::invalid(format!(
+                "'{reference}' is outside quiver.public, the one schema quiver has"
+            )))
+        }
+    }
+}
+
+/// Whether a plan changes tables rather than returning rows.
+fn changes_tables(plan: &LogicalPlan) -> bool {
+    matches!(
+        plan,
+        LogicalPlan::Ddl(_)
+            | LogicalPlan::Dml(_)
+            | LogicalPlan::Statement(_)
+            | LogicalPlan::Copy(_)
+    )
+}
+
+/// The extension of a file, or of the files in a directory.
+fn file_extension(path: &Path) -> Result<String> {
+    let of = |p: &Path| {
+        p.extension()
+            .and_then(|e| e.to_str())
+            .map(str::to_ascii_lowercase)
+    };
+    let metadata =
+        std::fs::metadata(path).map_err(|e| SqlError::File(format!("{}: {e}", path.display())))?;
+    if !metadata.is_dir() {
+        return of(path).ok_or_else(|| {
+            SqlError::File(format!(
+                "{}: no extension to tell its format by",
+                path.display()
+            ))
+        });
+    }
+    let entries =
+        std::fs::read_dir(path).map_err(|e| SqlError::File(format!("{}: {e}", path.display())))?;
+    let mut found = None;
+    for entry in entries.flatten() {
+        let file = entry.path();
+        if file.is_file()
+            && !file
+                .file_name()
+                .is_some_and(|n| n.to_string_lossy().starts_with('.'))
+        {
+            found = of(&file);
+            if found.is_some() {
+                break;
+            }
+        }
+    }
+    found.ok_or_else(|| {
+        SqlError::File(format!(
+            "{}: no data files in the directory",
+            path.display()
+        ))
+    })
+}

@@ -1,0 +1,93 @@
+//! The SQL engine's error type.
+//!
+//! DataFusion reports every failure as one `DataFusionError`; here it is sorted
+//! once, by what the client should do about it, so the Flight layer can give
+//! each kind its status code without looking inside DataFusion's errors.
+
+use std::time::Duration;
+
+use datafusion::error::DataFusionError;
+use quiver_store::StoreError;
+
+/// Result alias for the SQL engine.
+pub type Result<T, E = SqlError> = std::result::Result<T, E>;
+
+/// Everything planning or running a statement can fail with.
+#[derive(Debug, thiserror::Error)]
+pub enum SqlError {
+    /// The statement is wrong: it does not parse, names what does not exist,
+    /// has mismatched types, or fails on the data (a failed cast, say).
+    #[error("{0}")]
+    Invalid(String),
+    /// SQL quiver does not run (transactions, `SET`, `DELETE`, ...).
+    #[error("{0}")]
+    Unsupported(String),
+    /// The query needed more memory than its limit.
+    #[error("{0} (raise the server's --query-memory-limit, or narrow the query)")]
+    ResourcesExhausted(String),
+    /// The query ran longer than its time limit.
+    #[error("the query ran longer than its {0:?} limit (the server's --query-timeout)")]
+    Timeout(Duration),
+    /// The query was cancelled by a client.
+    #[error("the query was cancelled")]
+    Cancelled,
+    /// From the table store (a missing table, a name taken, the memory limit).
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    /// A file or directory given to `--table` or `CREATE EXTERNAL TABLE` is unusable.
+    #[error("{0}")]
+    File(String),
+    /// A bug or an unexpected failure.
+    #[error("internal error: {0}")]
+    Internal(String),
+}
+
+impl SqlError {
+    /// An [`SqlError::Invalid`] from anything printable.
+    pub fn invalid(message: impl Into<String>) -> Self {
+        Self::Invalid(message.into())
+    }
+}
+
+impl From<DataFusionError> for SqlError {
+    fn from(e: DataFusionError) -> Self {
+        // The message keeps DataFusion's context; the kind comes from the root.
+        let message = e.to_string();
+        match e.find_root() {
+            DataFusionError::ResourcesExhausted(_) => Self::ResourcesExhausted(message),
+            DataFusionError::NotImplemented(_) => Self::Unsupported(message),
+            DataFusionError::Internal(_) => Self::Internal(message),
+            DataFusionError::External(inner) => match inner.downcast_ref::<SqlError>() {
+                Some(SqlError::Store(s)) => Self::Store(s.clone()),
+                Some(SqlError::Timeout(d)) => Self::Timeout(*d),
+                Some(SqlError::Cancelled) => Self::Cancelled,
+                Some(SqlError::ResourcesExhausted(m)) => Self::ResourcesExhausted(m.clone()),
+                _ => match inner.downcast_ref::<StoreError>() {
+                    Some(s) => Self::Store(s.clone()),
+                    None => Self::Invalid(message),
+                },
+            },
+            DataFusionError::IoError(_) | DataFusionError::ObjectStore(_) => Self::File(message),
+            // Plan, SQL, schema, execution and Arrow errors (a failed cast, a
+            // division by zero) are the statement's.
+            _ => Self::Invalid(message),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn kinds_come_from_the_root_cause() {
+        let e = DataFusionError::ResourcesExhausted("pool full".into()).context("sorting");
+        assert!(matches!(SqlError::from(e), SqlError::ResourcesExhausted(_)));
+        let e = DataFusionError::Plan("table 'x' not found".into());
+        assert!(matches!(SqlError::from(e), SqlError::Invalid(m) if m.contains("'x'")));
+        let e = DataFusionError::External(Box::new(SqlError::Timeout(Duration::from_secs(1))));
+        assert!(matches!(SqlError::from(e), SqlError::Timeout(_)));
+        let e = DataFusionError::NotImplemented("DELETE".into());
+        assert!(matches!(SqlError::from(e), SqlError::Unsupported(_)));
+    }
+}

@@ -1,0 +1,27 @@
+//! quiver's SQL engine: DataFusion over the table store.
+//!
+//! [`SqlEngine`] makes every table of a [`quiver_store::TableStore`] a SQL
+//! table of the same name in `quiver.public`, beside tables over Parquet, CSV
+//! and Arrow IPC files queried in place. Statements that change tables
+//! (`CREATE TABLE ... AS`, `INSERT`, `DROP TABLE`) write the store through its
+//! atomic writers; queries come back planned ([`Query`]), to be run partition
+//! by partition as a client fetches them, each under a memory limit and a
+//! deadline.
+//!
+//! The Flight SQL protocol around it lives in `quiver-flight`.
+#![warn(missing_docs)]
+
+mod catalog;
+mod engine;
+mod error;
+mod params;
+mod query;
+mod table;
+
+pub use datafusion::common::ParamValues;
+
+pub use catalog::{CATALOG, SCHEMA, TableKind};
+pub use engine::{EngineOptions, Outcome, Prepared, SqlEngine, TableInfo};
+pub use error::{Result, SqlError};
+pub use params::{number_placeholders, row_values};
+pub use query::{BatchStream, Query};

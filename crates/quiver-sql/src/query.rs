@@ -1,0 +1,125 @@
+//! A planned query: its partitions run on demand, under a deadline and a
+//! cancel switch shared by all of them.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use arrow::datatypes::SchemaRef;
+use arrow::record_batch::RecordBatch;
+use datafusion::datasource::memory::MemorySourceConfig;
+use datafusion::execution::TaskContext;
+use datafusion::physical_plan::{ExecutionPlan, ExecutionPlanProperties};
+use futures::StreamExt;
+use futures::stream::{self, BoxStream};
+use tokio::sync::watch;
+use tokio::time::Instant;
+
+use crate::{Result, SqlError};
+
+/// Record batches of one partition of a query, as the engine produces them.
+pub type BatchStream = BoxStream<'static, Result<RecordBatch>>;
+
+/// A physical plan ready to run. Each output partition runs when
+/// [`Query::execute`] is called for it, on the caller's task; nothing is
+/// computed before, and no result is collected whole.
+#[derive(Debug, Clone)]
+pub struct Query {
+    plan: Arc<dyn ExecutionPlan>,
+    task: Arc<TaskContext>,
+    control: Arc<Control>,
+}
+
+#[derive(Debug)]
+struct Control {
+    cancel: watch::Sender<bool>,
+    deadline: Instant,
+    timeout: Duration,
+}
+
+impl Query {
+    pub(crate) fn new(
+        plan: Arc<dyn ExecutionPlan>,
+        task: Arc<TaskContext>,
+        timeout: Duration,
+    ) -> Self {
+        let (cancel, _) = watch::channel(false);
+        Self {
+            plan,
+            task,
+            control: Arc::new(Control {
+                cancel,
+                deadline: Instant::now() + timeout,
+                timeout,
+            }),
+        }
+    }
+
+    /// A query whose result is `batch`, already computed.
+    pub fn from_batch(batch: RecordBatch) -> Result<Self> {
+        let schema = batch.schema();
+        let plan = MemorySourceConfig::try_new_exec(&[vec![batch]], schema, None)?;
+        Ok(Self::new(
+            plan,
+            Arc::new(TaskContext::default()),
+            Duration::from_secs(3600),
+        ))
+    }
+
+    /// The schema of every batch the query returns.
+    pub fn schema(&self) -> SchemaRef {
+        self.plan.schema()
+    }
+
+    /// How many partitions the result has; each can be fetched separately
+    /// and in parallel.
+    pub fn partitions(&self) -> usize {
+        self.plan.output_partitioning().partition_count()
+    }
+
+    /// Runs partition `partition`. The stream ends with an error if the query
+    /// passes its deadline or is cancelled.
+    pub fn execute(&self, partition: usize) -> Result<BatchStream> {
+        if partition >= self.partitions() {
+            return Err(SqlError::invalid(format!(
+                "partition {partition} out of range: the query has {} partitions",
+                self.partitions()
+            )));
+        }
+        if *self.control.cancel.borrow() {
+            return Err(SqlError::Cancelled);
+        }
+        let batches = self.plan.execute(partition, Arc::clone(&self.task))?;
+        let control = Arc::clone(&self.control);
+        let cancelled = control.cancel.subscribe();
+        let state = Some((batches, cancelled, control));
+        Ok(stream::unfold(state, |state| async move {
+            let (mut batches, mut cancelled, control) = state?;
+            let deadline = tokio::time::sleep_until(control.deadline);
+            let next = tokio::select! {
+                biased;
+                // The sender lives in `control`, which this stream holds.
+                _ = cancelled.wait_for(|c| *c) => Err(SqlError::Cancelled),
+                () = deadline => Err(SqlError::Timeout(control.timeout)),
+                next = batches.next() => Ok(next),
+            };
+            match next {
+                Ok(Some(Ok(batch))) => Some((Ok(batch), Some((batches, cancelled, control)))),
+                Ok(Some(Err(e))) => Some((Err(SqlError::from(e)), None)),
+                Ok(None) => None,
+                Err(e) => Some((Err(e), None)),
+            }
+        })
+        .boxed())
+    }
+
+    /// Cancels the query: running partitions end with [`SqlError::Cancelled`]
+    /// and none starts any more.
+    pub fn cancel(&self) {
+        self.control.cancel.send_replace(true);
+    }
+
+    /// Whether [`Query::cancel`] was called.
+    pub fn is_cancelled(&self) -> bool {
+        *self.control.cancel.borrow()
+    }
+}

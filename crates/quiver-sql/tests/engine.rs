@@ -1,0 +1,338 @@
+//! The SQL engine over a real store: queries, DDL and DML, limits, files.
+#![allow(clippy::unwrap_used)] // test helpers: a failed unwrap is a failed test
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use arrow::array::{ArrayRef, Int64Array, RecordBatch, StringArray, UInt64Array};
+use arrow::compute::concat_batches;
+use futures::StreamExt;
+use quiver_sql::{EngineOptions, Outcome, SqlEngine, SqlError, TableKind};
+use quiver_store::{StoreError, TableStore, WriteMode};
+
+fn trips(ids: std::ops::Range<i64>) -> RecordBatch {
+    let names: Vec<String> = ids.clone().map(|i| format!("n{i}")).collect();
+    RecordBatch::try_from_iter([
+        (
+            "id",
+            Arc::new(Int64Array::from_iter_values(ids)) as ArrayRef,
+        ),
+        ("Name", Arc::new(StringArray::from(names)) as ArrayRef),
+    ])
+    .unwrap()
+}
+
+fn engine_with(options: EngineOptions) -> (Arc<TableStore>, SqlEngine) {
+    let store = Arc::new(TableStore::new(1 << 30));
+    let batch = trips(0..1000);
+    store
+        .put(
+            "Trips",
+            WriteMode::Replace,
+            batch.schema(),
+            [batch.slice(0, 600), batch.slice(600, 400)],
+        )
+        .unwrap();
+    let engine = SqlEngine::new(Arc::clone(&store), options);
+    (store, engine)
+}
+
+fn engine() -> (Arc<TableStore>, SqlEngine) {
+    engine_with(EngineOptions::default())
+}
+
+/// Runs a query and gathers every partition's batches.
+async fn query(engine: &SqlEngine, sql: &str) -> Result<RecordBatch, SqlError> {
+    let Outcome::Query(query) = engine.run(sql, None).await? else {
+        panic!("{sql} is not a query");
+    };
+    let mut batches = Vec::new();
+    for partition in 0..query.partitions() {
+        let mut stream = query.execute(partition)?;
+        while let Some(batch) = stream.next().await {
+            batches.push(batch?);
+        }
+    }
+    Ok(concat_batches(&query.schema(), &batches).unwrap())
+}
+
+async fn changed(engine: &SqlEngine, sql: &str) -> Result<u64, SqlError> {
+    match engine.run(sql, None).await? {
+        Outcome::Changed(rows) => Ok(rows),
+        Outcome::Query(_) => panic!("{sql} is a query"),
+    }
+}
+
+fn int(batch: &RecordBatch, column: usize, row: usize) -> i64 {
+    let array = batch.column(column);
+    if let Some(a) = array.as_any().downcast_ref::<Int64Array>() {
+        return a.value(row);
+    }
+    array
+        .as_any()
+        .downcast_ref::<UInt64Array>()
+        .unwrap()
+        .value(row) as i64
+}
+
+#[tokio::test]
+async fn stored_tables_are_sql_tables_with_names_as_stored() {
+    let (_, engine) = engine();
+    let result = query(&engine, "SELECT count(*), sum(id) FROM Trips")
+        .await
+        .unwrap();
+    assert_eq!(int(&result, 0, 0), 1000);
+    assert_eq!(int(&result, 1, 0), 999 * 1000 / 2);
+    let result = query(&engine, "SELECT \"Name\" FROM \"Trips\" WHERE id = 7")
+        .await
+        .unwrap();
+    let names = result
+        .column(0)
+        .as_any()
+        .downcast_ref::<StringArray>()
+        .unwrap();
+    assert_eq!(names.value(0), "n7");
+    // Names are not folded to lower case.
+    let err = query(&engine, "SELECT * FROM trips").await.unwrap_err();
+    assert!(
+        matches!(&err, SqlError::Invalid(m) if m.contains("trips")),
+        "{err}"
+    );
+}
+
+#[tokio::test]
+async fn results_come_in_partitions_and_see_the_planned_version() {
+    let (store, engine) = engine_with(EngineOptions {
+        target_partitions: 4,
+        ..Default::default()
+    });
+    let Outcome::Query(planned) = engine.run("SELECT id FROM Trips", None).await.unwrap() else {
+        panic!()
+    };
+    assert_eq!(planned.partitions(), 4);
+    // Replaced after planning: the query reads the version it planned against.
+    let small = trips(0..3);
+    store
+        .put("Trips", WriteMode::Replace, small.schema(), [small])
+        .unwrap();
+    let mut rows = 0;
+    for p in 0..4 {
+        let mut s = planned.execute(p).unwrap();
+        while let Some(b) = s.next().await {
+            rows += b.unwrap().num_rows();
+        }
+    }
+    assert_eq!(rows, 1000);
+    assert!(planned.execute(4).is_err());
+}
+
+#[tokio::test]
+async fn create_insert_drop_write_the_store_with_true_counts() {
+    let (store, engine) = engine();
+    let rows = changed(
+        &engine,
+        "CREATE TABLE big AS SELECT * FROM Trips WHERE id >= 900",
+    )
+    .await;
+    assert_eq!(rows.unwrap(), 100);
+    assert_eq!(store.get("big").unwrap().num_rows(), 100);
+    // A name taken: refused, the table untouched.
+    let err = changed(&engine, "CREATE TABLE big AS SELECT * FROM Trips")
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(err, SqlError::Store(StoreError::AlreadyExists { .. })),
+        "{err}"
+    );
+    assert_eq!(
+        changed(&engine, "CREATE TABLE IF NOT EXISTS big AS SELECT 1")
+            .await
+            .unwrap(),
+        0
+    );
+    assert_eq!(store.get("big").unwrap().num_rows(), 100);
+    let rows = changed(&engine, "INSERT INTO big VALUES (5000, 'x'), (5001, 'y')").await;
+    assert_eq!(rows.unwrap(), 2);
+    let result = query(&engine, "SELECT count(*), max(id) FROM big")
+        .await
+        .unwrap();
+    assert_eq!((int(&result, 0, 0), int(&result, 1, 0)), (102, 5001));
+    let rows = changed(
+        &engine,
+        "CREATE OR REPLACE TABLE big AS SELECT id FROM Trips LIMIT 3",
+    )
+    .await;
+    assert_eq!(rows.unwrap(), 3);
+    assert_eq!(store.get("big").unwrap().schema().fields().len(), 1);
+    // An empty table with declared columns.
+    assert_eq!(
+        changed(&engine, "CREATE TABLE empty (a BIGINT, b VARCHAR)")
+            .await
+            .unwrap(),
+        0
+    );
+    assert_eq!(store.get("empty").unwrap().schema().fields().len(), 2);
+    assert_eq!(changed(&engine, "DROP TABLE big").await.unwrap(), 0);
+    assert!(store.get("big").is_err());
+    let err = changed(&engine, "DROP TABLE big").await.unwrap_err();
+    assert!(
+        matches!(err, SqlError::Store(StoreError::NotFound { .. })),
+        "{err}"
+    );
+    assert_eq!(
+        changed(&engine, "DROP TABLE IF EXISTS big").await.unwrap(),
+        0
+    );
+}
+
+#[tokio::test]
+async fn insert_of_the_wrong_shape_changes_nothing() {
+    let (store, engine) = engine();
+    let before = store.get("Trips").unwrap().version();
+    let err = changed(&engine, "INSERT INTO Trips VALUES ('not a number', 'x')")
+        .await
+        .unwrap_err();
+    assert!(matches!(err, SqlError::Invalid(_)), "{err}");
+    let err = changed(&engine, "INSERT INTO Trips VALUES (1)")
+        .await
+        .unwrap_err();
+    assert!(matches!(err, SqlError::Invalid(_)), "{err}");
+    assert_eq!(store.get("Trips").unwrap().version(), before);
+}
+
+#[tokio::test]
+async fn unsupported_statements_say_so() {
+    let (_, engine) = engine();
+    for sql in [
+        "DELETE FROM Trips WHERE id = 1",
+        "UPDATE Trips SET id = 1",
+        "BEGIN TRANSACTION",
+        "SET datafusion.execution.batch_size = 1",
+        "CREATE SCHEMA other",
+    ] {
+        let err = engine.run(sql, None).await.unwrap_err();
+        assert!(
+            matches!(err, SqlError::Unsupported(_) | SqlError::Invalid(_)),
+            "{sql}: {err:?}"
+        );
+    }
+    let err = engine.run("SELEC 1", None).await.unwrap_err();
+    assert!(matches!(err, SqlError::Invalid(_)), "{err}");
+}
+
+#[tokio::test]
+async fn parameters_bind_by_position() {
+    let (_, engine) = engine();
+    let prepared = engine
+        .prepare("SELECT id FROM Trips WHERE id > ? AND id < ?")
+        .await
+        .unwrap();
+    assert!(prepared.is_query);
+    assert_eq!(prepared.parameters.fields().len(), 2);
+    assert_eq!(
+        prepared.parameters.field(0).data_type(),
+        &arrow::datatypes::DataType::Int64
+    );
+    let params = datafusion::common::ParamValues::from(vec![
+        datafusion::scalar::ScalarValue::Int64(Some(10)),
+        datafusion::scalar::ScalarValue::Int64(Some(13)),
+    ]);
+    let Outcome::Query(q) = engine.run(&prepared.sql, Some(params)).await.unwrap() else {
+        panic!()
+    };
+    let mut ids = Vec::new();
+    for p in 0..q.partitions() {
+        let mut s = q.execute(p).unwrap();
+        while let Some(b) = s.next().await {
+            let b = b.unwrap();
+            ids.extend(
+                b.column(0)
+                    .as_any()
+                    .downcast_ref::<Int64Array>()
+                    .unwrap()
+                    .values()
+                    .iter()
+                    .copied(),
+            );
+        }
+    }
+    ids.sort();
+    assert_eq!(ids, vec![11, 12]);
+}
+
+#[tokio::test]
+async fn memory_limit_fails_the_query_not_the_engine() {
+    let (_, engine) = engine_with(EngineOptions {
+        query_memory_limit: 64 << 10,
+        ..Default::default()
+    });
+    let err = query(
+        &engine,
+        "SELECT \"Name\", id FROM Trips ORDER BY \"Name\" DESC, id",
+    )
+    .await;
+    let err = err.unwrap_err();
+    assert!(matches!(err, SqlError::ResourcesExhausted(_)), "{err:?}");
+    assert!(err.to_string().contains("--query-memory-limit"), "{err}");
+    let result = query(&engine, "SELECT count(*) FROM Trips").await.unwrap();
+    assert_eq!(int(&result, 0, 0), 1000);
+}
+
+#[tokio::test]
+async fn timeout_and_cancel_end_the_stream_with_an_error() {
+    let (_, limited) = engine_with(EngineOptions {
+        query_timeout: Duration::from_millis(1),
+        ..Default::default()
+    });
+    // A cross join of 10^9 rows: far longer than a millisecond.
+    let sql = "SELECT count(*) FROM Trips a, Trips b, Trips c WHERE a.id + b.id + c.id < 0";
+    let err = query(&limited, sql).await.unwrap_err();
+    assert!(matches!(err, SqlError::Timeout(_)), "{err:?}");
+
+    let (_, unlimited) = engine();
+    let Outcome::Query(q) = unlimited.run(sql, None).await.unwrap() else {
+        panic!()
+    };
+    q.cancel();
+    assert!(matches!(q.execute(0), Err(SqlError::Cancelled)));
+}
+
+#[tokio::test]
+async fn files_register_in_place_and_list_with_their_kind() {
+    let dir = tempfile::tempdir().unwrap();
+    let csv = dir.path().join("cities.csv");
+    std::fs::write(&csv, "city,population\nLyon,520000\nGhent,265000\n").unwrap();
+    let (_, engine) = engine();
+    engine.register_file("cities", &csv).await.unwrap();
+    let result = query(&engine, "SELECT sum(population) FROM cities")
+        .await
+        .unwrap();
+    assert_eq!(int(&result, 0, 0), 785_000);
+    let kinds: Vec<_> = engine
+        .tables()
+        .into_iter()
+        .map(|t| (t.name, t.kind))
+        .collect();
+    assert!(kinds.contains(&("cities".into(), TableKind::External)));
+    assert!(kinds.contains(&("Trips".into(), TableKind::Stored)));
+    // A stored table's name cannot be taken by a file, nor the reverse.
+    assert!(engine.register_file("Trips", &csv).await.is_err());
+    let err = changed(&engine, "CREATE TABLE cities AS SELECT 1")
+        .await
+        .unwrap_err();
+    assert!(matches!(err, SqlError::Invalid(_)), "{err}");
+    // Unknown formats and missing paths are refused with the path named.
+    let err = engine
+        .register_file("x", &dir.path().join("nope.parquet"))
+        .await
+        .unwrap_err();
+    assert!(err.to_string().contains("nope.parquet"), "{err}");
+    std::fs::write(dir.path().join("notes.txt"), "hi").unwrap();
+    let err = engine
+        .register_file("x", &dir.path().join("notes.txt"))
+        .await
+        .unwrap_err();
+    assert!(err.to_string().contains(".txt"), "{err}");
+    assert_eq!(changed(&engine, "DROP TABLE cities").await.unwrap(), 0);
+    assert!(query(&engine, "SELECT * FROM cities").await.is_err());
+}
