@@ -160,7 +160,17 @@ def test_list_flights_with_and_without_prefix(flight_client: flight.FlightClient
 
 def test_list_actions(flight_client: flight.FlightClient) -> None:
     actions = {a.type: a.description for a in flight_client.list_actions()}
-    assert set(actions) == {"delete", "rename", "stats", "health"}
+    assert set(actions) == {
+        "delete",
+        "rename",
+        "stats",
+        "health",
+        # Flight SQL's (docs/protocol.md)
+        "CreatePreparedStatement",
+        "ClosePreparedStatement",
+        "CancelFlightInfo",
+        "CancelQuery",
+    }
     assert all(actions.values())
 
 
