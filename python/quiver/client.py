@@ -321,17 +321,7 @@ class Client:
         with translated_errors():
             stream = self._flight.do_get(flight.Ticket(name.encode()), self._options)
 
-        def batches() -> Iterator[pa.RecordBatch]:
-            with translated_errors():
-                while True:
-                    try:
-                        chunk = stream.read_chunk()
-                    except StopIteration:
-                        return
-                    if chunk.data is not None:
-                        yield chunk.data
-
-        return pa.RecordBatchReader.from_batches(stream.schema, batches())
+        return pa.RecordBatchReader.from_batches(stream.schema, _batches(stream))
 
     # -- SQL ------------------------------------------------------------------------------
 
@@ -395,13 +385,7 @@ class Client:
             for endpoint in info.endpoints:
                 with translated_errors():
                     reader = self._client_for(endpoint).do_get(endpoint.ticket, self._options)
-                    while True:
-                        try:
-                            chunk = reader.read_chunk()
-                        except StopIteration:
-                            break
-                        if chunk.data is not None:
-                            yield chunk.data
+                yield from _batches(reader)
 
         return pa.RecordBatchReader.from_batches(info.schema, batches())
 
@@ -605,6 +589,18 @@ class Client:
                     peer = flight.FlightClient(uri, **self._flight_kwargs)
                 self._peers[uri] = peer
             return peer
+
+
+def _batches(stream: flight.FlightStreamReader) -> Iterator[pa.RecordBatch]:
+    """Yield the record batches of a DoGet stream (skipping metadata-only messages)."""
+    with translated_errors():
+        while True:
+            try:
+                chunk = stream.read_chunk()
+            except StopIteration:
+                return
+            if chunk.data is not None:
+                yield chunk.data
 
 
 def _buffer_bytes(buffer: pa.Buffer | None) -> bytes:

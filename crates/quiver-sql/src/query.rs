@@ -91,19 +91,22 @@ impl Query {
         let batches = self.plan.execute(partition, Arc::clone(&self.task))?;
         let control = Arc::clone(&self.control);
         let cancelled = control.cancel.subscribe();
-        let state = Some((batches, cancelled, control));
+        // One timer for the whole partition, not one per batch.
+        let deadline = Box::pin(tokio::time::sleep_until(control.deadline));
+        let state = Some((batches, cancelled, deadline, control));
         Ok(stream::unfold(state, |state| async move {
-            let (mut batches, mut cancelled, control) = state?;
-            let deadline = tokio::time::sleep_until(control.deadline);
+            let (mut batches, mut cancelled, mut deadline, control) = state?;
             let next = tokio::select! {
                 biased;
                 // The sender lives in `control`, which this stream holds.
                 _ = cancelled.wait_for(|c| *c) => Err(SqlError::Cancelled),
-                () = deadline => Err(SqlError::Timeout(control.timeout)),
+                () = &mut deadline => Err(SqlError::Timeout(control.timeout)),
                 next = batches.next() => Ok(next),
             };
             match next {
-                Ok(Some(Ok(batch))) => Some((Ok(batch), Some((batches, cancelled, control)))),
+                Ok(Some(Ok(batch))) => {
+                    Some((Ok(batch), Some((batches, cancelled, deadline, control))))
+                }
                 Ok(Some(Err(e))) => Some((Err(SqlError::from(e)), None)),
                 Ok(None) => None,
                 Err(e) => Some((Err(e), None)),
