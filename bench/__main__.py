@@ -5,6 +5,7 @@ From the repository root, with the venv of ``bench/requirements.txt``::
     python -m bench --quick            # under 2 minutes
     python -m bench --full             # the paper's grid, 5 repetitions
     python -m bench --only get,small   # some suites
+    python -m bench --only sql --sql-rows 1e6 --reps 3   # one size of the sql suite
     python -m bench --report-only      # redraw and rewrite from bench/out/
 """
 
@@ -75,6 +76,10 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     )
     parser.add_argument("--reps", type=int, help="repetitions (default: the mode's)")
     parser.add_argument(
+        "--sql-rows",
+        help="comma-separated result sizes of the sql suite, in rows (default: the mode's)",
+    )
+    parser.add_argument(
         "--report",
         type=Path,
         default=DEFAULT_REPORT,
@@ -99,6 +104,13 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     unknown = sorted(set(args.only) - set(SUITES))
     if unknown:
         parser.error(f"unknown suite(s) {', '.join(unknown)}: expected some of {', '.join(SUITES)}")
+    if args.sql_rows is not None:
+        try:
+            args.sql_rows = tuple(int(float(s)) for s in args.sql_rows.split(",") if s.strip())
+        except ValueError:
+            parser.error(f"--sql-rows: expected comma-separated row counts, got {args.sql_rows!r}")
+        if not args.sql_rows or min(args.sql_rows) < 1:
+            parser.error("--sql-rows: expected positive row counts")
     return args
 
 
@@ -108,7 +120,9 @@ def measure(args: argparse.Namespace, argv: list[str]) -> tuple[dict[str, object
     machine = machine_info()
     plan = plan_for(args.mode, int(float(machine["ram_gib"]) * 2**30))
     if args.reps:
-        plan = dataclasses.replace(plan, reps=args.reps)
+        plan = dataclasses.replace(plan, reps=args.reps, sql_reps=args.reps)
+    if args.sql_rows:
+        plan = dataclasses.replace(plan, sql_rows=args.sql_rows)
     binary = servers.quiver_bin()
     if not binary.is_file():
         raise SystemExit(
@@ -123,6 +137,7 @@ def measure(args: argparse.Namespace, argv: list[str]) -> tuple[dict[str, object
 
     running: list[servers.ServerProcess] = []
     notes: list[str] = []
+    software: dict[str, str] = {}
     try:
         flight_servers = [servers.start_quiver(binary, out / "logs")]
         running += flight_servers
@@ -142,6 +157,7 @@ def measure(args: argparse.Namespace, argv: list[str]) -> tuple[dict[str, object
             quiver_bench=servers.quiver_bench_available(binary),
             log_dir=out / "logs",
             notes=notes,
+            software=software,
         )
         for suite in SUITES:
             if suite in args.only:
@@ -169,6 +185,7 @@ def measure(args: argparse.Namespace, argv: list[str]) -> tuple[dict[str, object
         "pyarrow": pa.__version__,
         "pandas": pd.__version__,
         "python": platform.python_version(),
+        "sql_software": software,
         "notes": notes,
     }
     save_run_info(out / "run.json", info)
@@ -208,7 +225,12 @@ def main(argv: list[str] | None = None) -> int:
     else:
         info, failures = measure(args, argv)
     write_report(args, info)
-    for goal in report.goals(read_results(args.out / "results.csv")):
+    rows = read_results(args.out / "results.csv")
+    plan = info.get("plan") or {}
+    assert isinstance(plan, dict)
+    cap = plan.get("sql_row_clients_max_rows")
+    sql_goals = report.sql_goals(rows, None if cap is None else int(cap))
+    for goal in [*report.goals(rows), *sql_goals]:
         log(f"goal: {goal.text}: {goal.shown} (target {goal.target}) {goal.verdict}")
     if failures:
         log(f"{failures} measurement(s) failed: see the notes in run.json and the report")

@@ -56,7 +56,12 @@ def iperf3_tcp(seconds: float) -> dict:
             result = subprocess.run(
                 client, capture_output=True, text=True, timeout=seconds + 60, check=False
             )
-            if result.returncode == 0 or time.monotonic() > deadline or server.poll() is not None:
+            # iperf3 -J can exit with 0 and an "error" in its JSON when the connection is
+            # refused: that is a retry too.
+            refused = "unable to connect" in result.stdout
+            if result.returncode == 0 and not refused:
+                break
+            if time.monotonic() > deadline or server.poll() is not None:
                 break
             time.sleep(0.1)  # the server is not listening yet
         if result.returncode != 0:

@@ -76,7 +76,7 @@ class GetResult:
     endpoints : int
         Endpoints read in parallel.
     table : pyarrow.Table or None
-        The first endpoint's data, when asked for.
+        The data read, when asked for.
     """
 
     seconds: float
@@ -108,7 +108,7 @@ def _read_endpoint(client: flight.FlightClient, ticket: flight.Ticket) -> tuple[
 
 def timed_get(
     clients: list[flight.FlightClient],
-    name: str,
+    name: str | flight.FlightDescriptor,
     keep: bool = False,
     pool: ThreadPoolExecutor | None = None,
 ) -> GetResult:
@@ -118,15 +118,17 @@ def timed_get(
     ----------
     clients : list of pyarrow.flight.FlightClient
         Endpoint ``i`` is read with ``clients[i % len(clients)]``.
-    name : str
-        The table.
+    name : str or pyarrow.flight.FlightDescriptor
+        The table, or any descriptor (e.g. a Flight SQL query's command).
     keep : bool
-        Return the table read (one endpoint only) in :attr:`GetResult.table`.
+        Return the table read (the endpoints' data in their order) in
+        :attr:`GetResult.table`.
     pool : concurrent.futures.ThreadPoolExecutor, optional
         Threads for more than one endpoint.
     """
     started = time.perf_counter()
-    info = clients[0].get_flight_info(descriptor(name))
+    wanted = descriptor(name) if isinstance(name, str) else name
+    info = clients[0].get_flight_info(wanted)
     endpoints = info.endpoints
     if len(endpoints) == 1:
         parts = [_read_endpoint(clients[0], endpoints[0].ticket)]
@@ -141,7 +143,9 @@ def timed_get(
     ttfb = min(first for first, _ in parts) - started
     rows = sum(t.num_rows for _, t in parts)
     nbytes = sum(t.nbytes for _, t in parts)
-    table = parts[0][1] if keep and len(parts) == 1 else None
+    table = None
+    if keep:
+        table = parts[0][1] if len(parts) == 1 else pa.concat_tables(t for _, t in parts)
     return GetResult(seconds, ttfb, rows, nbytes, len(endpoints), table)
 
 

@@ -11,7 +11,7 @@ MI = 1024 * 1024
 GIB = 1024**3
 
 #: The suites ``--only`` can choose from, in the order they run.
-SUITES = ("ceilings", "get", "put", "memory", "rust", "small", "json")
+SUITES = ("ceilings", "get", "put", "memory", "rust", "small", "json", "sql")
 
 
 @dataclass(frozen=True)
@@ -50,6 +50,13 @@ class Plan:
         How long each loopback TCP measurement sends.
     memcpy_bytes : int
         Bytes copied by each memcpy measurement.
+    sql_rows : tuple of int
+        Rows of the taxi tables whose ``SELECT *`` the ``sql`` suite fetches into pandas.
+    sql_reps : int
+        Repetitions of each ``sql`` fetch.
+    sql_row_clients_max_rows : int
+        Largest result the row-based clients (psycopg, ODBC) fetch: each value becomes a
+        Python object, and 16M rows would take minutes per repetition and over 10 GB.
     """
 
     mode: str
@@ -67,6 +74,9 @@ class Plan:
     ceiling_reps: int
     tcp_seconds: float
     memcpy_bytes: int
+    sql_rows: tuple[int, ...]
+    sql_reps: int
+    sql_row_clients_max_rows: int
 
     @property
     def headline_rows(self) -> int:
@@ -114,6 +124,9 @@ def plan_for(mode: str, ram_bytes: int) -> Plan:
             ceiling_reps=1,
             tcp_seconds=0.2,
             memcpy_bytes=16 * MI,
+            sql_rows=(2_000,),
+            sql_reps=1,
+            sql_row_clients_max_rows=2_000,
         )
     if mode == "quick":
         return Plan(
@@ -132,6 +145,9 @@ def plan_for(mode: str, ram_bytes: int) -> Plan:
             ceiling_reps=3,
             tcp_seconds=1.0,
             memcpy_bytes=256 * MI,
+            sql_rows=(100_000,),
+            sql_reps=3,
+            sql_row_clients_max_rows=100_000,
         )
     if mode == "full":
         return Plan(
@@ -150,5 +166,8 @@ def plan_for(mode: str, ram_bytes: int) -> Plan:
             ceiling_reps=5,
             tcp_seconds=3.0,
             memcpy_bytes=1 * GIB,
+            sql_rows=(1_000_000, 4_000_000, 16_000_000),
+            sql_reps=5,
+            sql_row_clients_max_rows=4_000_000,
         )
     raise ValueError(f"unknown mode {mode!r}: expected quick, full or smoke")

@@ -1,5 +1,6 @@
 """The figures: throughput vs streams, records and batch size (the paper's Figure 2, with the
-ceilings drawn), small-object latency, and JSON vs Flight.
+ceilings drawn), small-object latency, JSON vs Flight, and query results into pandas (the
+paper's Figure 8).
 """  # noqa: D205
 
 from __future__ import annotations
@@ -13,7 +14,9 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 from matplotlib.axes import Axes
 
+from . import sql_clients
 from .results import ARROW_CPP, JSON_SOCKET, QUIVER
+from .sql_clients import SQL_PEERS, SqlPeer
 from .summary import Row, ceiling, percentile, select, spread
 
 COLORS = {QUIVER: "tab:blue", ARROW_CPP: "tab:orange", JSON_SOCKET: "tab:gray"}
@@ -280,6 +283,138 @@ def json_vs_flight(rows: list[Row], path: Path) -> Path:
     return _save(fig, path)
 
 
+SQL_COLORS = {
+    sql_clients.QUIVER_ADBC: "tab:blue",
+    sql_clients.QUIVER_FLIGHT_SQL: "#7fb2e5",
+    sql_clients.QUIVER_DOGET: "navy",
+    sql_clients.ARROW_CPP_DOGET: "tab:orange",
+    sql_clients.POSTGRES_ADBC: "tab:green",
+    sql_clients.POSTGRES_PSYCOPG: "tab:olive",
+    sql_clients.POSTGRES_ODBC: "tab:red",
+    sql_clients.DUCKDB_PARQUET: "tab:purple",
+}
+
+
+def sql_rows_of(rows: list[Row], peer: SqlPeer, size: int | None = None) -> list[Row]:
+    """Return the ``sql`` suite's rows of one client (and one result size)."""
+    where: dict[str, object] = {"server": peer.server, "client": peer.client, "op": peer.op}
+    if size is not None:
+        where["rows_per_stream"] = size
+    return select(rows, suite="sql", **where)
+
+
+def rows_text(count: int) -> str:
+    """Write a row count the short decimal way: 2k, 100k, 1M, 16M."""
+    for unit, scale in (("M", 10**6), ("k", 10**3)):
+        if count >= scale and count % (scale // 10) == 0:
+            return f"{count / scale:g}{unit}"
+    return f"{count:,}"
+
+
+def _seconds(value: float) -> str:
+    """Write seconds the short way: 2.6s, 0.17s, 4.2ms."""
+    if value >= 1:
+        return f"{value:.1f}s"
+    if value >= 0.1:
+        return f"{value:.2f}s"
+    return f"{value * 1e3:.1f}ms"
+
+
+def _sql_bars(ax: Axes, rows: list[Row], sizes: list[int], cap: int | None) -> None:
+    peers = [p for p in SQL_PEERS if sql_rows_of(rows, p)]
+    width = 0.85 / max(1, len(peers))
+    for k, peer in enumerate(peers):
+        offset = (k - (len(peers) - 1) / 2) * width
+        xs, heights, errors = [], [], [[], []]
+        for i, size in enumerate(sizes):
+            found = spread(sql_rows_of(rows, peer, size), "seconds")
+            if found is None:
+                if peer.row_based and cap is not None and size > cap:
+                    ax.annotate(
+                        f"not run\n(> {rows_text(cap)})",
+                        xy=(i + offset, 0.02),
+                        xycoords=("data", "axes fraction"),
+                        ha="center",
+                        va="bottom",
+                        fontsize=6,
+                        rotation=90,
+                        color=SQL_COLORS[peer],
+                    )
+                continue
+            xs.append(i + offset)
+            heights.append(found.median)
+            errors[0].append(found.median - found.low)
+            errors[1].append(found.high - found.median)
+        ax.bar(xs, heights, width, yerr=errors, capsize=2, color=SQL_COLORS[peer], label=peer.label)
+        for x, height, above in zip(xs, heights, errors[1], strict=True):
+            ax.annotate(
+                _seconds(height),
+                xy=(x, height + above),
+                xytext=(0, 2),
+                textcoords="offset points",
+                ha="center",
+                va="bottom",
+                fontsize=6,
+                rotation=90,
+            )
+    ax.set_xticks(range(len(sizes)), [f"{rows_text(s)} rows" for s in sizes])
+    ax.set_yscale("log")
+    low, high = ax.get_ylim()
+    ax.set_ylim(low, high * 12)
+    ax.set_ylabel("seconds (log scale)")
+    ax.set_title("SELECT * of a taxi table into a pandas DataFrame", fontsize=10)
+    ax.legend(fontsize=7, loc="upper left", ncol=2)
+    ax.grid(True, axis="y", alpha=0.3)
+
+
+def _sql_first_batch(ax: Axes, rows: list[Row], sizes: list[int]) -> None:
+    for peer in (sql_clients.QUIVER_FLIGHT_SQL, sql_clients.QUIVER_DOGET):
+        xs, medians, lows, highs = [], [], [], []
+        for size in sizes:
+            found = spread(
+                [r for r in sql_rows_of(rows, peer, size) if r.get("ttfb_seconds") is not None],
+                lambda r: float(r["ttfb_seconds"]) * 1e3,
+            )
+            if found is None:
+                continue
+            xs.append(size)
+            medians.append(found.median)
+            lows.append(found.median - found.low)
+            highs.append(found.high - found.median)
+        if xs:
+            ax.errorbar(
+                xs,
+                medians,
+                yerr=[lows, highs],
+                capsize=3,
+                marker="o",
+                color=SQL_COLORS[peer],
+                label=peer.label,
+            )
+    ax.set_xscale("log")
+    ax.set_xticks(sizes, labels=[rows_text(s) for s in sizes])
+    ax.minorticks_off()
+    ax.set_ylim(bottom=0)
+    ax.set_xlabel("result rows")
+    ax.set_ylabel("milliseconds")
+    ax.set_title("quiver: time to the first record batch", fontsize=10)
+    ax.legend(fontsize=7)
+    ax.grid(True, alpha=0.3)
+
+
+def sql_to_pandas(rows: list[Row], plan: dict[str, object], path: Path) -> Path:
+    """Seconds from a query to its result as a DataFrame, per client and size (Figure 8)."""
+    sizes = sorted({int(r["rows_per_stream"]) for r in select(rows, suite="sql")})
+    cap = plan.get("sql_row_clients_max_rows")
+    fig, axes = plt.subplots(
+        1, 2, figsize=(14, 5), squeeze=False, gridspec_kw={"width_ratios": [2.2, 1]}
+    )
+    _sql_bars(axes[0][0], rows, sizes, None if cap is None else int(cap))
+    _sql_first_batch(axes[0][1], rows, sizes)
+    fig.suptitle("Query results into pandas (the paper's Figure 8)")
+    return _save(fig, path)
+
+
 def draw_all(rows: list[Row], plan: dict[str, object], out_dir: Path) -> list[Path]:
     """Draw every figure the rows allow into ``out_dir``; return their paths."""
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -299,4 +434,6 @@ def draw_all(rows: list[Row], plan: dict[str, object], out_dir: Path) -> list[Pa
         drawn.append(small_latency(rows, out_dir / "small_latency.png"))
     if select(rows, suite="json"):
         drawn.append(json_vs_flight(rows, out_dir / "json_vs_flight.png"))
+    if select(rows, suite="sql"):
+        drawn.append(sql_to_pandas(rows, plan, out_dir / "sql_to_pandas.png"))
     return drawn

@@ -6,7 +6,10 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
+from . import sql_clients
+from .plots import rows_text, sql_rows_of
 from .results import ARROW_CPP, JSON_SOCKET, QUIVER
+from .sql_clients import SQL_PEERS, SqlPeer
 from .summary import Row, Spread, ceiling, comparable, percentile, select, shapes, spread
 
 #: The issue's goals: thresholds the report checks.
@@ -14,6 +17,19 @@ GET_VS_CPP = 1.3
 PUT_VS_CPP = 1.3
 SINGLE_STREAM_VS_TCP = 0.9
 RSS_VS_STORED = 1.2
+#: The sql suite's goals: quiver Flight SQL at most this much slower than a raw DoGet...
+FLIGHT_SQL_VS_DOGET = 1.3
+#: ...and at least this many times faster than each peer (DuckDB: faster at all).
+SQL_SPEEDUPS = (
+    (sql_clients.POSTGRES_ODBC, 40.0),
+    (sql_clients.POSTGRES_PSYCOPG, 25.0),
+    (sql_clients.POSTGRES_ADBC, 10.0),
+    (sql_clients.DUCKDB_PARQUET, 1.0),
+)
+#: The client whose median the sql ratios divide by: what a user of quiver's Flight SQL runs.
+SQL_REFERENCE = sql_clients.QUIVER_ADBC
+#: The result sizes the sql goals are stated for.
+SQL_GOAL_ROWS = (1_000_000, 16_000_000)
 
 
 @dataclass(frozen=True)
@@ -138,6 +154,75 @@ def goals(rows: list[Row]) -> list[Goal]:
     return out
 
 
+def _sql_spread(rows: list[Row], peer: SqlPeer, size: int) -> Spread | None:
+    return spread(sql_rows_of(rows, peer, size), "seconds")
+
+
+def sql_sizes(rows: list[Row]) -> list[int]:
+    """Return the result sizes the sql suite measured, ascending."""
+    return sorted({int(r["rows_per_stream"]) for r in select(rows, suite="sql")})
+
+
+def sql_goal_sizes(rows: list[Row]) -> list[int]:
+    """Return the sizes the sql goals are checked at: 1M and 16M rows, else the largest."""
+    sizes = sql_sizes(rows)
+    return [s for s in SQL_GOAL_ROWS if s in sizes] or sizes[-1:]
+
+
+def sql_goals(rows: list[Row], cap: int | None = None) -> list[Goal]:
+    """Evaluate the sql suite's goals (none when it did not run).
+
+    Parameters
+    ----------
+    rows : list of dict
+        The rows of results.csv.
+    cap : int, optional
+        The plan's largest size for the row-based clients: a goal above it says so.
+    """
+    out = []
+    reference = SQL_REFERENCE
+    for size in sql_goal_sizes(rows):
+        at = f"{rows_text(size)} rows"
+        ours = _sql_spread(rows, sql_clients.QUIVER_FLIGHT_SQL, size)
+        doget = _sql_spread(rows, sql_clients.QUIVER_DOGET, size)
+        ratio = _ratio(ours, doget)
+        shown = _times(ratio)
+        if ratio is not None and ours is not None and doget is not None:
+            shown += f" ({ours.median:.3f} s vs {doget.median:.3f} s)"
+        out.append(
+            Goal(
+                f"{at} into pandas: quiver Flight SQL / quiver raw DoGet (both pyarrow.flight)",
+                f"≤ {FLIGHT_SQL_VS_DOGET}×",
+                ratio,
+                None if ratio is None else ratio <= FLIGHT_SQL_VS_DOGET,
+                shown,
+            )
+        )
+        ours = _sql_spread(rows, reference, size)
+        for peer, threshold in SQL_SPEEDUPS:
+            theirs = _sql_spread(rows, peer, size)
+            speedup = _ratio(theirs, ours)
+            shown = _times(speedup)
+            if speedup is not None and ours is not None and theirs is not None:
+                shown += f" ({theirs.median:.3f} s vs {ours.median:.3f} s)"
+            elif peer.row_based and cap is not None and size > cap:
+                shown = f"not run above {rows_text(cap)} rows"
+            target = "> 1× (faster)" if threshold == 1.0 else f"≥ {threshold:g}×"
+            passed = None
+            if speedup is not None:
+                passed = speedup > 1.0 if threshold == 1.0 else speedup >= threshold
+            out.append(
+                Goal(
+                    f"{at} into pandas: {peer.label} / {reference.label}",
+                    target,
+                    speedup,
+                    passed,
+                    shown,
+                )
+            )
+    return out
+
+
 def _goals_section(rows: list[Row], mode: str) -> list[str]:
     lines = [
         "## Goals",
@@ -152,7 +237,19 @@ def _goals_section(rows: list[Row], mode: str) -> list[str]:
             "goals. Run `python -m bench --full` for the numbers that count.",
         ]
     lines += ["", "| goal | target | measured | result |", "| --- | --- | --- | --- |"]
-    for goal in goals(rows):
+    lines += _goal_rows(goals(rows))
+    if select(rows, suite="sql"):
+        lines += [
+            "",
+            "The goals of query results into pandas are in "
+            "[their section](#query-results-into-pandas-the-papers-figure-8).",
+        ]
+    return lines
+
+
+def _goal_rows(found: list[Goal]) -> list[str]:
+    lines = []
+    for goal in found:
         verdict = goal.verdict if goal.passed is None else f"**{goal.verdict}**"
         lines.append(f"| {goal.text} | {goal.target} | {goal.shown} | {verdict} |")
     return lines
@@ -330,6 +427,125 @@ def _memory_section(rows: list[Row]) -> list[str]:
     return lines
 
 
+def _sql_intro(run: dict[str, object], cap: int | None, largest: int) -> list[str]:
+    software = run.get("sql_software") or {}
+    assert isinstance(software, dict)
+    versions = ", ".join(f"{k} {v}" for k, v in software.items())
+    lines = [
+        "## Query results into pandas (the paper's Figure 8)",
+        "",
+        "`SELECT * FROM taxi_<rows>` from the request to a pandas DataFrame in the client, "
+        "for growing results. Each size is a table of its own (`taxi_1m`, `taxi_4m`...) of "
+        "the NYC yellow-taxi trip records' 19 columns (6 int64, 2 timestamp[us], 10 double, "
+        "1 string; about 3% of the rows with five columns null), generated with numpy "
+        "(`bench/taxi.py`). It is stored in quiver (and the Arrow C++ peer) by a plain DoPut, "
+        "loaded into a PostgreSQL server started for the suite on loopback (COPY; durability "
+        "off, default query settings), and written to a local Parquet file for DuckDB. The "
+        "clients:",
+        "",
+        "- quiver Flight SQL, ADBC: `adbc_driver_flightsql.dbapi`, `execute` then "
+        "`fetch_arrow_table().to_pandas()`;",
+        "- quiver Flight SQL, pyarrow.flight: GetFlightInfo of a `CommandStatementQuery`, "
+        "DoGet of every endpoint in parallel, `to_pandas()`;",
+        "- raw DoGet, pyarrow.flight: the same get of the stored table by its path, "
+        "from quiver and from the Arrow C++ server; no SQL;",
+        "- PostgreSQL through ADBC (`adbc_driver_postgresql`, `fetch_arrow_table()."
+        "to_pandas()`), psycopg 3 and ODBC (psqlODBC's Unicode driver through pyodbc): "
+        "`fetchall()` then `pd.DataFrame.from_records`;",
+        "- DuckDB in process, `read_parquet(...)` of the local file, `.df()`: the floor.",
+        "",
+        f"The ratios and the goals divide by {SQL_REFERENCE.label}'s median. "
+        "Connections are opened before the timing, and each client fetches the smallest "
+        "result once untimed first (the first fetch of a process maps its memory); the "
+        "clients take turns within each repetition. Time to first batch: from GetFlightInfo "
+        "to the first record batch of any endpoint.",
+    ]
+    if cap is not None and largest > cap:
+        lines += [
+            "",
+            f"psycopg and ODBC build a Python object per value: they were run up to "
+            f"{cap:,} rows only (minutes per repetition and over 10 GB of objects at 16M "
+            "rows); their larger cells read *not run*.",
+        ]
+    if versions:
+        lines += ["", f"- **Clients and peers**: {versions}"]
+    return lines
+
+
+def _sql_table(rows: list[Row], cap: int | None) -> list[str]:
+    reference = SQL_REFERENCE
+    lines = [
+        "Seconds, median (min–max) of the repetitions; the ratio is the client's median over "
+        f"{reference.label}'s (higher: slower).",
+        "",
+        "| rows | Arrow size | client | seconds | × quiver Flight SQL | time to first batch |",
+        "| --- | --- | --- | --- | --- | --- |",
+    ]
+    for size in sql_sizes(rows):
+        sized = select(rows, suite="sql", rows_per_stream=size)
+        arrow = _size(float(sized[0]["bytes"]))
+        ours = _sql_spread(rows, reference, size)
+        for peer in SQL_PEERS:
+            group = sql_rows_of(rows, peer, size)
+            found = spread(group, "seconds")
+            if found is None:
+                if peer.row_based and cap is not None and size > cap and sql_rows_of(rows, peer):
+                    lines.append(
+                        f"| {size:,} | {arrow} | {peer.label} | not run (above "
+                        f"{cap:,} rows) | — | — |"
+                    )
+                continue
+            ttfb = spread(
+                [r for r in group if r.get("ttfb_seconds") is not None],
+                lambda r: float(r["ttfb_seconds"]) * 1e3,
+            )
+            lines.append(
+                f"| {size:,} | {arrow} | {peer.label} | "
+                f"{found.median:.3f} ({found.low:.3f}–{found.high:.3f}) | "
+                f"{_times(_ratio(found, ours))} | "
+                f"{'—' if ttfb is None else f'{ttfb.median:.1f} ms'} |"
+            )
+    return lines
+
+
+def _sql_section(
+    rows: list[Row], run: dict[str, object], plot: Path | None, report_dir: Path
+) -> list[str]:
+    if not select(rows, suite="sql"):
+        return []
+    plan = run.get("plan") or {}
+    assert isinstance(plan, dict)
+    cap = plan.get("sql_row_clients_max_rows")
+    cap = None if cap is None else int(cap)
+    lines = [*_sql_intro(run, cap, sql_sizes(rows)[-1]), ""]
+    sizes = sql_goal_sizes(rows)
+    if any(s not in SQL_GOAL_ROWS for s in sizes):
+        lines += [
+            f"> This run measured up to {rows_text(sql_sizes(rows)[-1])} rows; the goals are "
+            "for 1M and 16M rows: run `python -m bench --only sql --full` for the numbers that "
+            "count.",
+            "",
+        ]
+    lines += ["| goal | target | measured | result |", "| --- | --- | --- | --- |"]
+    lines += _goal_rows(sql_goals(rows, cap))
+    lines += ["", *_figure("Query results into pandas", plot, report_dir)]
+    return [*lines, *_sql_table(rows, cap), *_sql_first_batch(rows)]
+
+
+def _sql_first_batch(rows: list[Row]) -> list[str]:
+    """Say how the time to the first batch of quiver Flight SQL grows with the result."""
+    peer = sql_clients.QUIVER_FLIGHT_SQL
+    found = []
+    for size in sql_sizes(rows):
+        measured = [r for r in sql_rows_of(rows, peer, size) if r.get("ttfb_seconds") is not None]
+        ttfb = spread(measured, "ttfb_seconds")
+        if ttfb is not None:
+            found.append(f"{ttfb.median * 1e3:.1f} ms at {rows_text(size)} rows")
+    if not found:
+        return []
+    return ["", f"Time to the first record batch, {peer.label}: {', '.join(found)}."]
+
+
 def _figure(title: str, plot: Path | None, report_dir: Path) -> list[str]:
     if plot is None:
         return []
@@ -363,9 +579,11 @@ def render(
         "# quiver benchmarks",
         "",
         "Generated file: do not edit. Regenerate it from the repository root with "
-        "`python -m bench --full` (about 15 minutes) or `python -m bench --quick` (under 2 "
-        "minutes), using the venv of `bench/requirements.txt` and a release build of quiver "
-        "(`cargo build --release`; or set `QUIVER_BIN`). `python -m bench --report-only` "
+        "`python -m bench --full` (about 20 minutes, 13 of them the sql suite) or "
+        "`python -m bench --quick` (under 2 minutes), using the venv of "
+        "`bench/requirements.txt`, PostgreSQL and psqlODBC (`scripts/install-postgres.sh`) and "
+        "a release build of quiver (`cargo build --release`; or set `QUIVER_BIN`). "
+        "`python -m bench --report-only` "
         "rebuilds this file and the plots from `bench/out/` without measuring.",
         "",
         "It reproduces *Benchmarking Apache Arrow Flight* (Ahmad et al., BID'22) on one "
@@ -373,7 +591,9 @@ def render(
         "1 to 16 parallel streams on loopback, for quiver and for the Arrow C++ Flight server "
         "that pyarrow ships (a minimal in-memory `FlightServerBase`, `bench/peers/`), measured "
         "by the same clients in the same run, next to the ceilings: raw loopback TCP and "
-        "memcpy. Repetitions alternate between the servers.",
+        "memcpy. Repetitions alternate between the servers. From the same paper's Figure 8, "
+        "it also times query results into pandas: quiver's Flight SQL against PostgreSQL "
+        "(ODBC, psycopg, ADBC) and DuckDB on Parquet.",
         "",
         f"- **Run**: {mode} mode, {run['date']}, {run['reps']} repetitions per measurement "
         f"(median and min–max shown); command `{run['command']}`; {run['elapsed']}",
@@ -403,6 +623,9 @@ def render(
         *_memory_section(rows),
         "",
     ]
+    sql = _sql_section(rows, run, plots.get("sql_to_pandas"), report_dir)
+    if sql:
+        lines += [*sql, ""]
     notes = run.get("notes") or []
     assert isinstance(notes, list)
     if notes:

@@ -16,6 +16,8 @@ from pathlib import Path
 QUIVER = "quiver"
 ARROW_CPP = "arrow-cpp"
 JSON_SOCKET = "json-socket"
+POSTGRESQL = "postgresql"
+DUCKDB = "duckdb"
 
 
 @dataclass
@@ -25,13 +27,17 @@ class Measurement:
     Attributes
     ----------
     suite : str
-        ``get``, ``put``, ``headline``, ``rust``, ``small``, ``json``, ``memory``, ``ceilings``.
+        ``get``, ``put``, ``headline``, ``rust``, ``small``, ``json``, ``memory``,
+        ``ceilings``, ``sql``.
     server : str
-        ``quiver``, ``arrow-cpp``, ``json-socket``, or empty for ceilings.
+        ``quiver``, ``arrow-cpp``, ``json-socket``, ``postgresql``, ``duckdb``, or empty for
+        ceilings.
     client : str
-        ``pyarrow``, ``rust``, ``socket``; for ceilings the tool that measured.
+        ``pyarrow``, ``rust``, ``socket``; for ``sql`` the driver (``adbc-flightsql``,
+        ``pyarrow-flightsql``, ``psycopg``...); for ceilings the tool that measured.
     op : str
-        ``get``, ``put``, ``get+to_pandas``, ``rss``; for ceilings which one (``tcp``...).
+        ``get``, ``put``, ``get+to_pandas``, ``sql+to_pandas``, ``rss``; for ceilings which
+        one (``tcp``...).
     streams, rows_per_stream, batch_rows : int
         The shape: parallel streams, records per stream, rows per record batch.
     bytes : int

@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import contextlib
 import gc
+import importlib.metadata
 import io
 import sys
+import tempfile
 import threading
 import time
 import traceback
@@ -22,8 +24,8 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.flight as flight
 
-from . import ceilings, data, flight_client, rust_client, servers
-from .peers import json_socket
+from . import ceilings, data, flight_client, rust_client, servers, sql_clients, taxi
+from .peers import json_socket, postgres
 from .plan import Plan
 from .results import ARROW_CPP, JSON_SOCKET, QUIVER, Measurement, ResultsFile
 from .servers import ServerProcess
@@ -53,6 +55,8 @@ class Run:
         What was skipped, what failed, what is not comparable: printed in BENCHMARKS.md.
     failures : int
         Measurements that raised.
+    software : dict of str to str
+        Versions of what the ``sql`` suite measured (PostgreSQL, the drivers).
     """
 
     plan: Plan
@@ -64,6 +68,7 @@ class Run:
     log_dir: Path
     notes: list[str] = field(default_factory=list)
     failures: int = 0
+    software: dict[str, str] = field(default_factory=dict)
 
     def add(self, measurement: Measurement) -> None:
         """Record a measurement."""
@@ -570,6 +575,192 @@ def _flight_get_pandas(
     )
 
 
+# --- query results into pandas (the paper's Figure 8) ------------------------------------------
+
+#: The Python packages of the sql suite's clients, whose versions the report shows.
+SQL_PACKAGES = (
+    "adbc-driver-flightsql",
+    "adbc-driver-postgresql",
+    "psycopg",
+    "pyodbc",
+    "duckdb",
+)
+
+
+def run_sql(run: Run) -> None:
+    """Time ``SELECT *`` of a taxi table into a pandas DataFrame, per client and size.
+
+    Every size is a table of its own (``taxi_1m``...), stored in quiver and the Arrow C++
+    peer by a plain DoPut, loaded into a PostgreSQL server started for this suite, and
+    written to a Parquet file for DuckDB; each client then fetches all of it, the clients
+    taking turns within a repetition (their order alternating).
+    """
+    for package in SQL_PACKAGES:
+        with contextlib.suppress(importlib.metadata.PackageNotFoundError):
+            run.software[package] = importlib.metadata.version(package)
+    odbc = sql_clients.odbc_driver()
+    if odbc is None:
+        run.note("sql: ODBC not measured: psqlODBC is not installed (scripts/install-postgres.sh)")
+    with contextlib.ExitStack() as stack:
+        pg = _start_postgres(run)
+        if pg is not None:
+            stack.callback(_stop_postgres, run, pg)
+        workdir = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="quiver-sql-")))
+        for i, rows in enumerate(run.plan.sql_rows):
+            _measure_sql(run, rows, pg, odbc, workdir, warm_up=i == 0)
+            gc.collect()
+
+
+def _start_postgres(run: Run) -> postgres.PostgresServer | None:
+    why = postgres.available()
+    if why is not None:
+        run.note(f"sql: PostgreSQL not measured: {why}")
+        return None
+    with run.attempt("sql: start PostgreSQL"):
+        pg = postgres.start(run.log_dir)
+        run.software["PostgreSQL"] = pg.version
+        log(f"sql: PostgreSQL {pg.version} on 127.0.0.1:{pg.port}")
+        return pg
+    return None
+
+
+def _stop_postgres(run: Run, pg: postgres.PostgresServer) -> None:
+    code = pg.stop()
+    if code != 0:
+        run.note(f"PostgreSQL: pg_ctl stop exited with code {code}; its log: {run.log_dir}")
+
+
+def _sql_fetchers(
+    run: Run,
+    name: str,
+    table: pa.Table,
+    pg: postgres.PostgresServer | None,
+    odbc: str | None,
+    workdir: Path,
+) -> list[sql_clients.Fetcher]:
+    """Store ``table`` as ``name`` in every peer; return the fetchers of those that have it."""
+    batch_rows = run.plan.batch_rows
+    fetchers: list[sql_clients.Fetcher] = []
+    for server in run.servers_alive():
+        with run.attempt(f"sql put {name} {server.name}"):
+            client = flight_client.connect(server.uri)
+            try:
+                flight_client.put(client, name, table, batch_rows)
+            finally:
+                client.close()
+            fetchers += sql_clients.flight_fetchers(server.name, server.uri)
+    if pg is not None:
+        with run.attempt(f"sql load {name} into PostgreSQL"):
+            started = time.perf_counter()
+            pg.load(name, table)
+            log(f"sql: loaded {name} into PostgreSQL in {time.perf_counter() - started:.1f} s")
+            fetchers += sql_clients.postgres_fetchers(pg, odbc)
+    duckdb = sql_clients.DuckDBFetcher(workdir)
+    with run.attempt(f"sql write {name}.parquet"):
+        duckdb.write(name, table)
+        fetchers.append(duckdb)
+    opened = []
+    for fetcher in fetchers:
+        with run.attempt(f"sql connect {fetcher.peer.label}"):
+            fetcher.open()
+            opened.append(fetcher)
+    return opened
+
+
+def _drop_sql_table(run: Run, name: str, pg: postgres.PostgresServer | None, workdir: Path) -> None:
+    for server in run.servers_alive():
+        with run.attempt(f"sql delete {name} {server.name}"):
+            client = flight_client.connect(server.uri)
+            flight_client.delete(client, name)
+            client.close()
+    if pg is not None:
+        with run.attempt(f"sql drop {name} in PostgreSQL"):
+            pg.drop(name)
+    sql_clients.DuckDBFetcher(workdir).remove(name)
+
+
+def _measure_sql(
+    run: Run,
+    rows: int,
+    pg: postgres.PostgresServer | None,
+    odbc: str | None,
+    workdir: Path,
+    warm_up: bool,
+) -> None:
+    """Store the taxi table of ``rows`` rows in every peer, time each client's fetches of it.
+
+    With ``warm_up``, each client first fetches it once untimed: the first fetch of a
+    process pays for mapping its memory (three times the next ones for a raw DoGet).
+    """
+    plan = run.plan
+    name = taxi.table_name(rows)
+    table = taxi.table(rows, plan.batch_rows)
+    log(f"sql: SELECT * FROM {name} ({rows:,} rows, {table.nbytes / 2**20:,.0f} MiB) into pandas")
+    fetchers = _sql_fetchers(run, name, table, pg, odbc, workdir)
+    shape, nbytes = (rows, table.num_columns), table.nbytes
+    del table  # every peer has its copy: leave the memory to the fetches
+    gc.collect()
+    try:
+        measured = []
+        for fetcher in fetchers:
+            if fetcher.peer.row_based and rows > plan.sql_row_clients_max_rows:
+                run.note(
+                    f"sql: {fetcher.peer.label} not measured above "
+                    f"{plan.sql_row_clients_max_rows:,} rows (a row-based client: a Python "
+                    "object per value, minutes per repetition and over 10 GB at 16M rows)"
+                )
+            elif not warm_up:
+                measured.append(fetcher)
+            else:
+                with run.attempt(f"sql warm-up {fetcher.peer.label} {rows:,} rows"):
+                    fetcher.fetch(name)
+                    measured.append(fetcher)
+        for rep in range(plan.sql_reps):
+            for fetcher in _order(measured, rep):
+                with run.attempt(f"sql {fetcher.peer.label} {rows:,} rows"):
+                    _sql_fetch(run, fetcher, name, shape, nbytes, rep)
+    finally:
+        for fetcher in fetchers:
+            with run.attempt(f"sql close {fetcher.peer.label}"):
+                fetcher.close()
+        _drop_sql_table(run, name, pg, workdir)
+
+
+def _sql_fetch(
+    run: Run,
+    fetcher: sql_clients.Fetcher,
+    name: str,
+    shape: tuple[int, int],
+    nbytes: int,
+    rep: int,
+) -> None:
+    """Time one fetch of table ``name`` and record it; its DataFrame must be ``shape``."""
+    got = fetcher.fetch(name)
+    gc.collect()
+    if (got.rows, got.columns) != shape:
+        raise RuntimeError(
+            f"got a DataFrame of {got.rows} x {got.columns}, expected {shape[0]} x {shape[1]}"
+        )
+    rows = shape[0]
+    peer = fetcher.peer
+    run.add(
+        Measurement(
+            "sql",
+            peer.server,
+            peer.client,
+            peer.op,
+            1,
+            rows,
+            run.plan.batch_rows,
+            bytes=nbytes,
+            seconds=got.seconds,
+            rep=rep,
+            ttfb_seconds=got.ttfb_seconds,
+            endpoints=got.endpoints,
+        )
+    )
+
+
 #: The suites by name, in the order they run.
 SUITE_FUNCTIONS = {
     "ceilings": run_ceilings,
@@ -579,6 +770,7 @@ SUITE_FUNCTIONS = {
     "rust": run_rust,
     "small": run_small,
     "json": run_json,
+    "sql": run_sql,
 }
 
 __all__ = ["ARROW_CPP", "QUIVER", "SUITE_FUNCTIONS", "Run", "log"]

@@ -7,7 +7,9 @@
 #   4. Java (JDK 17 and Maven from Debian's packages if missing) and Apache Arrow's
 #      Flight SQL JDBC driver, for python/tests/test_jdbc.py (scripts/setup-java.sh;
 #      cached outside the repository, in ~/.cache/quiver/java);
-#   5. ruff, and pytest against the real server binary: the client's tests (Flight,
+#   5. PostgreSQL and its ODBC driver from Debian's packages, if missing, for the
+#      benchmark harness's sql suite (scripts/install-postgres.sh);
+#   6. ruff, and pytest against the real server binary: the client's tests (Flight,
 #      Flight SQL through ADBC and JDBC, the sqllogictest files) and the benchmark
 #      harness's smoke tests (tiny sizes; never the benchmarks).
 #
@@ -61,6 +63,9 @@ step "ruff"
 
 step "Java and the Flight SQL JDBC driver (python/tests/test_jdbc.py)"
 bash scripts/setup-java.sh
+
+step "PostgreSQL and psqlODBC (the benchmark harness's sql suite, smoke-tested)"
+bash scripts/install-postgres.sh
 
 step "pytest"
 # shellcheck disable=SC2086

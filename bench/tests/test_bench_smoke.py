@@ -1,15 +1,22 @@
 """The benchmark harness, run for real on tiny sizes against the real servers.
 
 ``python -m bench --smoke`` starts quiver (``$QUIVER_BIN``, else the release build), the Arrow
-C++ peer and the JSON peer, measures every suite once on 10k rows and writes its CSV, plots and
-report into a temporary directory: never the repository's BENCHMARKS.md or bench/plots.
+C++ peer and the JSON peer, measures every suite once on 10k rows (the sql suite on 2k rows,
+against a PostgreSQL server it starts) and writes its CSV, plots and report into a temporary
+directory: never the repository's BENCHMARKS.md or bench/plots.
+
+PostgreSQL and psqlODBC come from ``scripts/install-postgres.sh``, which the tests run when
+they are missing and the tests run as root. Where they cannot be had, the sql suite's
+PostgreSQL rows are skipped, except in CI (``CI=true``), where that fails.
 """
 
 from __future__ import annotations
 
 import csv
+import dataclasses
 import itertools
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -17,9 +24,11 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 
-from bench import flight_client
+from bench import flight_client, report, sql_clients, taxi
+from bench.peers import postgres
 from bench.peers.cpp_flight_server import partition_bounds
 from bench.plan import GIB, plan_for
+from bench.results import Measurement
 from bench.servers import REPO, quiver_bench_available, quiver_bin, start_arrow_cpp
 
 PLOTS = (
@@ -29,7 +38,28 @@ PLOTS = (
     "headline.png",
     "small_latency.png",
     "json_vs_flight.png",
+    "sql_to_pandas.png",
 )
+INSTALL_POSTGRES = REPO / "scripts" / "install-postgres.sh"
+
+
+def _postgres_missing() -> str | None:
+    """Why PostgreSQL or psqlODBC is unusable here, or ``None`` once they are installed."""
+    why = postgres.available()
+    if why is None and sql_clients.odbc_driver() is None:
+        why = "psqlODBC is not installed"
+    return why
+
+
+def _set_up_postgres() -> str | None:
+    """Install PostgreSQL and psqlODBC if they are missing and we are root; say what is not."""
+    if _postgres_missing() is not None and os.geteuid() == 0:
+        done = subprocess.run(
+            ["bash", str(INSTALL_POSTGRES)], capture_output=True, text=True, timeout=900
+        )
+        if done.returncode != 0:
+            return f"{INSTALL_POSTGRES.name} failed: {done.stderr[-2000:]}"
+    return _postgres_missing()
 
 
 def _fingerprint(path: Path) -> tuple[int, int] | None:
@@ -46,6 +76,7 @@ def smoke_run(tmp_path_factory: pytest.TempPathFactory) -> dict[str, object]:
             pytrace=False,
         )
     tmp = tmp_path_factory.mktemp("bench")
+    postgres_missing = _set_up_postgres()
     root_report = REPO / "BENCHMARKS.md"
     committed_plots = sorted((REPO / "bench" / "plots").glob("*.png"))
     before = [_fingerprint(p) for p in [root_report, *committed_plots]]
@@ -65,6 +96,7 @@ def smoke_run(tmp_path_factory: pytest.TempPathFactory) -> dict[str, object]:
         "rows": rows,
         "untouched": before == after,
         "rust": quiver_bench_available(binary),
+        "postgres_missing": postgres_missing,
     }
 
 
@@ -109,6 +141,34 @@ def test_plots_and_report_are_written_where_asked(smoke_run):
     assert run["mode"] == "smoke"
 
 
+def test_the_sql_suite_fetched_into_pandas_with_every_client(smoke_run):
+    rows = [r for r in smoke_run["rows"] if r["suite"] == "sql"]
+    measured = {(r["server"], r["client"], r["op"]) for r in rows}
+    for peer in sql_clients.SQL_PEERS:
+        if peer.server == "postgresql":
+            continue
+        assert (peer.server, peer.client, peer.op) in measured, peer.label
+    for row in rows:
+        assert row["rows_per_stream"] == "2000"
+        assert float(row["seconds"]) > 0
+        assert int(row["bytes"]) > 2000 * 140
+    flight_sql = [r for r in rows if r["client"] == "pyarrow-flightsql"]
+    assert all(float(r["ttfb_seconds"]) > 0 for r in flight_sql)
+    report_text = (smoke_run["tmp"] / "BENCHMARKS.md").read_text()
+    assert "## Query results into pandas (the paper's Figure 8)" in report_text
+    assert "(plots/sql_to_pandas.png)" in report_text
+
+
+def test_the_sql_suite_measured_postgresql_with_every_driver(smoke_run):
+    missing = smoke_run["postgres_missing"]
+    if missing is not None:
+        if os.environ.get("CI") == "true":
+            pytest.fail(f"CI must measure PostgreSQL: {missing}", pytrace=False)
+        pytest.skip(f"PostgreSQL not measured: {missing}")
+    rows = [r for r in smoke_run["rows"] if r["suite"] == "sql" and r["server"] == "postgresql"]
+    assert {r["client"] for r in rows} == {"adbc-postgresql", "psycopg", "pyodbc"}
+
+
 def test_the_repository_report_and_plots_are_untouched(smoke_run):
     assert smoke_run["untouched"]
 
@@ -145,3 +205,93 @@ def test_full_mode_keeps_every_table_within_the_memory_cap():
     assert plan.headline_bytes == GIB
     assert {s for s, _, _ in plan.grid()} == {1, 2, 4, 8, 16}
     assert all(s * r * 32 <= 4 * GIB for s, r, _ in plan.grid())
+
+
+def test_full_mode_fetches_growing_results_and_caps_the_row_based_clients():
+    full, quick = plan_for("full", 24 * GIB), plan_for("quick", 24 * GIB)
+    assert full.sql_rows == (1_000_000, 4_000_000, 16_000_000)
+    assert full.sql_row_clients_max_rows == 4_000_000
+    assert max(quick.sql_rows) <= 100_000
+
+
+def _decode(message: bytes) -> dict[int, bytes]:
+    """Decode the length-delimited fields of a protobuf message."""
+    fields, position = {}, 0
+    while position < len(message):
+        values = []
+        for _ in range(2):
+            value = shift = 0
+            while True:
+                byte = message[position]
+                position += 1
+                value |= (byte & 0x7F) << shift
+                shift += 7
+                if not byte & 0x80:
+                    break
+            values.append(value)
+            if len(values) == 1:
+                assert value & 7 == 2, "length-delimited fields only"
+        key, length = values
+        fields[key >> 3] = message[position : position + length]
+        position += length
+    return fields
+
+
+def test_the_flight_sql_command_is_an_any_of_a_statement_query():
+    query = "SELECT * FROM " + "x" * 300  # a length of two varint bytes
+    wrapper = _decode(sql_clients.statement_query(query))
+    assert wrapper[1] == sql_clients.STATEMENT_QUERY_TYPE.encode()
+    assert _decode(wrapper[2]) == {1: query.encode()}
+    assert sql_clients.select_all("taxi_1m") == "SELECT * FROM taxi_1m"
+    assert sql_clients.select_all('Taxi "2"') == 'SELECT * FROM "Taxi ""2"""'
+
+
+def test_the_taxi_table_has_the_yellow_taxi_schema_and_is_deterministic():
+    first, again = taxi.table(5000, 1024), taxi.table(5000, 1024)
+    assert first.schema == taxi.SCHEMA
+    assert len(first.schema) == 19
+    assert first.equals(again)
+    assert not first.equals(taxi.table(5000, 1024, seed=1))
+    assert 140 < first.nbytes / first.num_rows < 160
+    assert 0 < first["airport_fee"].null_count < 5000 * 0.06
+    assert first["VendorID"].null_count == 0
+    assert taxi.table_name(16_000_000) == "taxi_16m"
+    assert taxi.table_name(100_000) == "taxi_100k"
+
+
+def _sql_row(client: str, server: str, rows: int, seconds: float) -> dict[str, object]:
+    op = "get+to_pandas" if client == "pyarrow" else "sql+to_pandas"
+    measurement = Measurement("sql", server, client, op, 1, rows, 0, rows * 150, seconds)
+    return dataclasses.asdict(measurement)
+
+
+def test_sql_goals_pass_fail_and_say_what_was_not_run():
+    rows = []
+    for size in (1_000_000, 16_000_000):
+        scale = size / 1e6
+        rows += [
+            _sql_row("adbc-flightsql", "quiver", size, 0.2 * scale),
+            _sql_row("pyarrow-flightsql", "quiver", size, 0.2 * scale),
+            _sql_row("pyarrow", "quiver", size, 0.18 * scale),
+            _sql_row("adbc-postgresql", "postgresql", size, 2.6 * scale),
+            _sql_row("duckdb", "duckdb", size, 0.69 * scale),
+        ]
+    rows += [
+        _sql_row("psycopg", "postgresql", 1_000_000, 5.8),
+        _sql_row("pyodbc", "postgresql", 1_000_000, 9.4),
+    ]
+    verdicts = {g.text: g.verdict for g in report.sql_goals(rows, cap=4_000_000)}
+    shown = {g.text: g.shown for g in report.sql_goals(rows, cap=4_000_000)}
+    assert len(verdicts) == 10
+    vs_doget = "1M rows into pandas: quiver Flight SQL / quiver raw DoGet (both pyarrow.flight)"
+    reference = " / quiver Flight SQL, ADBC"
+    odbc = "PostgreSQL, ODBC (psqlODBC, pyodbc)" + reference
+    assert verdicts[vs_doget] == "PASS"  # 1.11x
+    assert verdicts["1M rows into pandas: " + odbc] == "PASS"  # 47x
+    assert verdicts["1M rows into pandas: PostgreSQL, psycopg 3" + reference] == "PASS"  # 29x
+    assert verdicts["1M rows into pandas: PostgreSQL, ADBC" + reference] == "PASS"  # 13x
+    assert verdicts["16M rows into pandas: DuckDB, local Parquet" + reference] == "PASS"
+    assert verdicts["16M rows into pandas: " + odbc].startswith("n/a")
+    assert shown["16M rows into pandas: " + odbc] == "not run above 4M rows"
+    slow = [dict(r, seconds=0.3) if r["client"] == "pyarrow-flightsql" else r for r in rows]
+    assert {g.text: g.verdict for g in report.sql_goals(slow)}[vs_doget] == "FAIL"
