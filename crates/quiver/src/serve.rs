@@ -5,11 +5,11 @@ use std::sync::Arc;
 
 use quiver_flight::server::{Http2Config, ServerConfig, default_location, serve};
 use quiver_sql::EngineOptions;
-use quiver_store::TableStore;
+use quiver_store::{DurableOptions, Fsync, TableStore};
 use tokio::net::TcpListener;
 use tracing_subscriber::EnvFilter;
 
-use crate::cli::{ServeArgs, WirePath};
+use crate::cli::{FsyncArg, ServeArgs, WirePath};
 use crate::size::{ByteSize, machine_memory};
 
 /// Memory limit when neither the flag nor /proc/meminfo says: 4 GiB.
@@ -27,7 +27,20 @@ pub(crate) async fn run(args: ServeArgs) -> Result<(), Box<dyn std::error::Error
         .map(|s| s.0)
         .or_else(|| machine_memory().map(|m| m / 2))
         .unwrap_or(FALLBACK_MAX_MEMORY);
-    let store = Arc::new(TableStore::new(max_memory));
+    let store = Arc::new(match &args.data_dir {
+        None => TableStore::new(max_memory),
+        Some(dir) => {
+            let fsync = match args.fsync {
+                FsyncArg::Always => Fsync::Always,
+                FsyncArg::Never => Fsync::Never,
+            };
+            let options = DurableOptions {
+                dir: dir.clone(),
+                fsync,
+            };
+            TableStore::open(&options, max_memory).map_err(|e| format!("--data-dir: {e}"))?
+        }
+    });
     let listener = TcpListener::bind(args.listen)
         .await
         .map_err(|e| format!("cannot listen on {}: {e}", args.listen))?;
