@@ -22,6 +22,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import numpy as np
 import pyarrow as pa
 
 import quiver
@@ -29,6 +30,8 @@ from server_process import Server
 
 #: Tables each client thread owns.
 TABLES_PER_THREAD = 3
+#: Rows past which a thread's tables are replaced rather than appended to.
+MAX_ROWS = 400_000
 #: Seconds any one call may take before the harness calls the server hung.
 CALL_TIMEOUT_S = 60.0
 
@@ -39,15 +42,12 @@ State = dict[str, pa.Table]
 def random_table(rng: random.Random, schema: pa.Schema) -> pa.Table:
     """Rows of ``schema`` (int64, float64, string, all nullable) from ``rng``."""
     rows = rng.choice([0, 1, 17, 1000, 20_000, 150_000])
-    seed = rng.randrange(1 << 30)
-    ints = pa.array(
-        [None if (i * 7 + seed) % 11 == 0 else i * seed % 1_000_003 for i in range(rows)],
-        pa.int64(),
-    )
-    floats = pa.array([(i ^ seed) / 3.0 for i in range(rows)], pa.float64())
-    strings = pa.array(
-        [None if i % 13 == 5 else f"r{seed}-{i}" * (1 + i % 3) for i in range(rows)], pa.string()
-    )
+    gen = np.random.default_rng(rng.randrange(1 << 32))
+    nulls = gen.random(rows) < 0.1
+    ints = pa.array(gen.integers(-(1 << 62), 1 << 62, rows), mask=nulls)
+    floats = pa.array(gen.standard_normal(rows))
+    words = pa.array([f"w{gen.integers(1 << 30)}" * (1 + i % 4) for i in range(64)] + [None])
+    strings = words.take(pa.array(gen.integers(0, len(words), rows)))
     return pa.Table.from_arrays([ints, floats, strings], schema=schema)
 
 
@@ -83,6 +83,8 @@ class Worker:
         kind = rng.choice(["put", "put", "append", "append", "delete", "rename"])
         if kind in ("append", "delete", "rename") and not existing:
             kind = "put"
+        if kind == "append" and max(acked[n].num_rows for n in existing) > MAX_ROWS:
+            kind = "put"  # keep tables small enough to read back every cycle
         if kind == "put":
             table = random_table(rng, self.schema)
             return Op(
@@ -127,7 +129,7 @@ class Worker:
                 self.in_flight = op
                 try:
                     op.run(client)
-                except Exception as e:  # noqa: BLE001 - any failure after the kill is expected
+                except Exception as e:  # any failure after the kill is expected
                     if not killing.is_set():
                         self.error = f"{op.text} failed while the server was up: {e!r}"
                     return

@@ -20,6 +20,7 @@
 //!    mapped one keeps its mapping: Unix frees the file's blocks at the last
 //!    unmap).
 
+use std::collections::hash_map::Entry;
 use std::collections::{BTreeSet, HashMap};
 use std::fs::{File, OpenOptions};
 use std::io::{self, Write};
@@ -296,10 +297,11 @@ impl DataDir {
     pub(crate) fn discard(&self, ids: impl IntoIterator<Item = u64>) {
         for id in ids {
             let path = self.segment_path(id);
-            if let Err(e) = self.disk.remove(&path) {
-                if e.kind() != io::ErrorKind::NotFound {
+            match self.disk.remove(&path) {
+                Err(e) if e.kind() != io::ErrorKind::NotFound => {
                     tracing::warn!(path = %path.display(), error = %e, "cannot remove an unused segment file; the next start will");
                 }
+                _ => {}
             }
         }
     }
@@ -326,12 +328,12 @@ fn recover_table(
     let mut segments = Vec::with_capacity(table.segments.len());
     for &id in &table.segments {
         let path = segment_path(dir, id);
-        if !mapped.contains_key(&id) {
-            let segment =
-                segment_file::map(&path).map_err(|e| format!("{}: {e}", path.display()))?;
-            mapped.insert(id, segment);
-        }
-        let segment = &mapped[&id];
+        let segment = match mapped.entry(id) {
+            Entry::Occupied(e) => e.into_mut(),
+            Entry::Vacant(e) => {
+                e.insert(segment_file::map(&path).map_err(|e| format!("{}: {e}", path.display()))?)
+            }
+        };
         match &schema {
             None => schema = Some(segment.schema.clone()),
             Some(s) if s.fields() != segment.schema.fields() => {

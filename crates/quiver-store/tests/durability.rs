@@ -1,5 +1,6 @@
 //! A durable store over a real data directory: what one store writes, the next
 //! one opened over the directory reads back, whatever a crash left behind.
+#![allow(clippy::unwrap_used)] // test helpers: a failed unwrap is a failed test
 
 use std::path::Path;
 use std::sync::Arc;
