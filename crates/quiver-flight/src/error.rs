@@ -116,6 +116,8 @@ fn store_code(e: &StoreError) -> tonic::Code {
         | StoreError::SchemaMismatch { .. }
         | StoreError::InvalidPartition { .. } => tonic::Code::InvalidArgument,
         StoreError::MemoryLimit { .. } => tonic::Code::ResourceExhausted,
+        StoreError::Io(failure) if failure.is_storage_full() => tonic::Code::ResourceExhausted,
+        StoreError::Io(_) => tonic::Code::Internal,
     }
 }
 
@@ -187,6 +189,24 @@ mod tests {
         let s: Status = Error::Decode("x".repeat(10_000)).into();
         assert_eq!(s.code(), tonic::Code::InvalidArgument);
         assert!(s.message().len() <= MAX_STATUS_MESSAGE + 4);
+        let io = |kind| {
+            let e = std::io::Error::new(kind, "boom");
+            Error::Store(StoreError::Io(Box::new(quiver_store::IoFailure {
+                op: "sync directory",
+                path: "/data".into(),
+                kind: e.kind(),
+                message: e.to_string(),
+                outcome: quiver_store::IoFailure::UNCHANGED,
+            })))
+        };
+        let s: Status = io(std::io::ErrorKind::StorageFull).into();
+        assert_eq!(s.code(), tonic::Code::ResourceExhausted);
+        let s: Status = io(std::io::ErrorKind::Other).into();
+        assert_eq!(s.code(), tonic::Code::Internal);
+        assert_eq!(
+            s.message(),
+            "I/O error: could not sync directory /data: boom; nothing was changed"
+        );
         let s: Status = Error::from(FlightError::Tonic(Box::new(Status::cancelled("gone")))).into();
         assert_eq!(s.code(), tonic::Code::Cancelled);
     }

@@ -214,7 +214,7 @@ impl QuiverService {
             })
             .await?;
         let (rows, bytes) = (writer.num_rows(), writer.num_bytes());
-        let version = writer.commit()?;
+        let version = quiver_sql::store_write(|| writer.commit())?;
         log.add(rows, bytes);
         let metadata = json!({
             "table": name,
@@ -526,7 +526,9 @@ impl FlightService for QuiverService {
                     .map(|body| Ok(arrow_flight::Result { body }));
                 return Ok(Response::new(stream::iter(results).boxed()));
             }
-            let result = actions::run(&self.store, self.started, &action.r#type, &action.body);
+            let result = quiver_sql::store_write(|| {
+                actions::run(&self.store, self.started, &action.r#type, &action.body)
+            });
             if let Ok(outcome) = &result {
                 if let Some(table) = &outcome.table {
                     log.table(table);

@@ -259,8 +259,10 @@ impl SqlEngine {
             LogicalPlan::Ddl(DdlStatement::DropTable(drop)) => {
                 let name = self.local_name(&drop.name)?;
                 // DDL changes no rows: 0, as JDBC's executeUpdate expects.
-                if self.store.remove(&name).is_ok() {
-                    return Ok(Outcome::Changed(0));
+                match crate::store_write(|| self.store.remove(&name)) {
+                    Ok(_) => return Ok(Outcome::Changed(0)),
+                    Err(StoreError::NotFound { .. }) => {}
+                    Err(e) => return Err(e.into()),
                 }
                 if self.schema.registered(&name).is_some() {
                     self.context
@@ -398,7 +400,7 @@ impl SqlEngine {
             }
         }
         let rows = writer.num_rows();
-        writer.commit()?;
+        crate::store_write(|| writer.commit())?;
         Ok(rows)
     }
 

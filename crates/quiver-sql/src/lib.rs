@@ -11,6 +11,7 @@
 //! The Flight SQL protocol around it lives in `quiver-flight`.
 #![warn(missing_docs)]
 
+mod blocking;
 mod catalog;
 mod engine;
 mod error;
@@ -20,6 +21,7 @@ mod table;
 
 pub use datafusion::common::ParamValues;
 
+pub use blocking::store_write;
 pub use catalog::{CATALOG, SCHEMA, TableKind};
 pub use engine::{EngineOptions, Outcome, Prepared, SqlEngine, TableInfo};
 pub use error::{Result, SqlError};

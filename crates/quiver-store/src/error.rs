@@ -1,5 +1,7 @@
 //! The store's error type.
 
+use std::path::PathBuf;
+
 /// Result alias for store operations.
 pub type Result<T, E = StoreError> = std::result::Result<T, E>;
 
@@ -49,6 +51,10 @@ pub enum StoreError {
         /// The configured limit.
         limit: u64,
     },
+    /// A file operation in the data directory failed (disk full, failed fsync,
+    /// failed rename, damaged manifest, directory in use).
+    #[error("{0}")]
+    Io(Box<IoFailure>),
     /// A partition index outside `0..count`.
     #[error("partition {index} out of range for {count} partitions")]
     InvalidPartition {
@@ -57,4 +63,56 @@ pub enum StoreError {
         /// Number of partitions.
         count: usize,
     },
+}
+
+/// What failed in the data directory, and what it means for the store.
+#[derive(Debug, Clone, thiserror::Error)]
+#[error("I/O error: could not {op} {path}: {message}; {outcome}")]
+pub struct IoFailure {
+    /// The operation, in words ("write segment file", "sync directory", ...).
+    pub op: &'static str,
+    /// The file or directory operated on.
+    pub path: PathBuf,
+    /// The operating system's error kind.
+    pub kind: std::io::ErrorKind,
+    /// The operating system's message.
+    pub message: String,
+    /// What became of the request: see [`IoFailure::UNCHANGED`] and
+    /// [`IoFailure::NOT_DURABLE`].
+    pub outcome: &'static str,
+}
+
+impl IoFailure {
+    /// The outcome of a write that failed before anything changed.
+    pub const UNCHANGED: &str = "nothing was changed";
+    /// The outcome of a write whose new manifest was renamed into place but
+    /// whose directory sync failed: it is in effect, but a crash may undo it.
+    pub const NOT_DURABLE: &str =
+        "the change is in effect but may not survive a crash (the directory sync failed)";
+    /// The outcome of a failure while opening the data directory.
+    pub const NOT_STARTED: &str = "the store was not opened";
+
+    /// A [`StoreError::Io`].
+    pub(crate) fn error(
+        op: &'static str,
+        path: impl Into<PathBuf>,
+        source: &std::io::Error,
+        outcome: &'static str,
+    ) -> StoreError {
+        StoreError::Io(Box::new(Self {
+            op,
+            path: path.into(),
+            kind: source.kind(),
+            message: source.to_string(),
+            outcome,
+        }))
+    }
+
+    /// Whether the disk (or the user's quota on it) is full.
+    pub fn is_storage_full(&self) -> bool {
+        matches!(
+            self.kind,
+            std::io::ErrorKind::StorageFull | std::io::ErrorKind::QuotaExceeded
+        )
+    }
 }

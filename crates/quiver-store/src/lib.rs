@@ -1,4 +1,5 @@
-//! Named, versioned Arrow tables held in memory.
+//! Named, versioned Arrow tables held in memory, optionally kept durable in a
+//! data directory.
 //!
 //! The store maps a table name to an immutable [`TableVersion`]. Writers build
 //! a new version off to the side ([`TableWriter`]) and publish it atomically on
@@ -13,15 +14,25 @@
 //! Every byte a version holds is charged to a [`MemoryPool`]; a write that would
 //! pass the limit fails with [`StoreError::MemoryLimit`] before anything is
 //! published.
+//!
+//! A store opened over a data directory ([`TableStore::open`]) writes every
+//! put, append, rename and delete to disk before it returns: Arrow IPC segment
+//! files plus an atomically replaced manifest (docs/durability.md). On open it
+//! reads the tables back by memory-mapping those files.
 #![warn(missing_docs)]
 
+mod data_dir;
+mod disk;
 mod error;
+mod manifest;
 mod memory;
 mod name;
+mod segment_file;
 mod store;
 mod version;
 
-pub use error::{Result, StoreError};
+pub use data_dir::{DurableOptions, Fsync};
+pub use error::{IoFailure, Result, StoreError};
 pub use memory::{MemoryCharge, MemoryPool, batch_bytes};
 pub use name::{MAX_NAME_LEN, validate_name};
 pub use store::{StoreStats, TableStore, TableWriter, WriteMode};

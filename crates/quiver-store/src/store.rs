@@ -1,14 +1,19 @@
 //! The table store: a map from names to the current version of each table.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, RwLock, RwLockReadGuard, RwLockWriteGuard};
+use std::sync::{Arc, Mutex, MutexGuard, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 use arrow::datatypes::{Schema, SchemaRef};
 use arrow::record_batch::RecordBatch;
 
+use crate::data_dir::{CommitFailure, DataDir, DurableOptions};
+use crate::disk::{Disk, OsDisk};
+use crate::manifest::{FORMAT, Manifest, ManifestTable};
 use crate::{MemoryCharge, MemoryPool, Result, Segment, StoreError, TableVersion};
 use crate::{batch_bytes, validate_name};
+
+type Tables = BTreeMap<String, Arc<TableVersion>>;
 
 /// How a write treats an existing table of the same name.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -58,11 +63,24 @@ pub struct StoreStats {
 /// assert_eq!(store.get("numbers")?.num_rows(), 4);
 /// # Ok::<_, Box<dyn std::error::Error>>(())
 /// ```
+///
+/// # Durability
+/// A store made with [`TableStore::open`] keeps its tables in a data
+/// directory: a write returns only once it is there (docs/durability.md), and
+/// the next `open` of the directory reads every table back. Writes then do
+/// blocking file I/O (and fsync): async callers run them off the runtime's
+/// worker threads.
 #[derive(Debug)]
 pub struct TableStore {
-    tables: RwLock<BTreeMap<String, Arc<TableVersion>>>,
+    tables: RwLock<Tables>,
     pool: MemoryPool,
     next_version: AtomicU64,
+    /// The data directory of a durable store.
+    durable: Option<DataDir>,
+    /// Held by every change to the table map, from reading the current state
+    /// to publishing the next, so that manifests are written in the order the
+    /// changes are published.
+    commits: Mutex<()>,
 }
 
 impl TableStore {
@@ -72,7 +90,61 @@ impl TableStore {
             tables: RwLock::new(BTreeMap::new()),
             pool: MemoryPool::new(max_memory),
             next_version: AtomicU64::new(1),
+            durable: None,
+            commits: Mutex::new(()),
         }
+    }
+
+    /// A durable store over the data directory `options.dir`, with every table
+    /// stored there read back (memory-mapped, not copied). Fails if the
+    /// directory cannot be created or locked, or its manifest is damaged.
+    pub fn open(options: &DurableOptions, max_memory: u64) -> Result<Self> {
+        Self::open_on(options, max_memory, Box::new(OsDisk))
+    }
+
+    pub(crate) fn open_on(
+        options: &DurableOptions,
+        max_memory: u64,
+        disk: Box<dyn Disk>,
+    ) -> Result<Self> {
+        let (dir, recovered) = DataDir::open(options, disk)?;
+        let pool = MemoryPool::new(max_memory);
+        let mut next_version = recovered.next_version;
+        let mut tables = Tables::new();
+        for table in recovered.tables {
+            let segments = table
+                .segments
+                .into_iter()
+                .map(|(id, batches)| Arc::new(Segment::stored(id, batches, pool.charge())))
+                .collect();
+            next_version = next_version.max(table.version + 1);
+            let version = TableVersion::new(
+                table.name.clone(),
+                table.version,
+                table.schema,
+                segments,
+                table.partitions,
+            );
+            tables.insert(table.name, Arc::new(version));
+        }
+        let store = Self {
+            tables: RwLock::new(tables),
+            pool,
+            next_version: AtomicU64::new(next_version),
+            durable: Some(dir),
+            commits: Mutex::new(()),
+        };
+        if recovered.dropped {
+            // Forget the damaged tables on disk too.
+            let _commit = store.lock_commits();
+            store.apply(|_| {}, None)?;
+        }
+        Ok(store)
+    }
+
+    /// Whether writes are kept in a data directory.
+    pub fn is_durable(&self) -> bool {
+        self.durable.is_some()
     }
 
     /// The memory pool every table is charged to.
@@ -152,18 +224,23 @@ impl TableStore {
 
     /// Drops `name`, returning its last version.
     pub fn remove(&self, name: &str) -> Result<Arc<TableVersion>> {
-        self.write()
-            .remove(name)
-            .ok_or_else(|| StoreError::NotFound {
-                name: name.to_string(),
-            })
+        let _commit = self.lock_commits();
+        let old = self.get(name)?;
+        self.apply(
+            |tables| {
+                tables.remove(name);
+            },
+            None,
+        )?;
+        Ok(old)
     }
 
     /// Renames `from` to `to`. Fails with [`StoreError::AlreadyExists`] if `to`
     /// exists, unless `overwrite` is set.
     pub fn rename(&self, from: &str, to: &str, overwrite: bool) -> Result<Arc<TableVersion>> {
         validate_name(to)?;
-        let mut tables = self.write();
+        let _commit = self.lock_commits();
+        let tables = self.read();
         if !tables.contains_key(from) {
             return Err(StoreError::NotFound {
                 name: from.to_string(),
@@ -177,9 +254,15 @@ impl TableStore {
                 name: to.to_string(),
             });
         }
-        let old = tables.remove(from).expect("checked above");
-        let renamed = Arc::new(old.renamed(to.to_string(), self.next_version()));
-        tables.insert(to.to_string(), Arc::clone(&renamed));
+        let renamed = Arc::new(tables[from].renamed(to.to_string(), self.next_version()));
+        drop(tables);
+        self.apply(
+            |tables| {
+                tables.remove(from);
+                tables.insert(to.to_string(), Arc::clone(&renamed));
+            },
+            None,
+        )?;
         Ok(renamed)
     }
 
@@ -199,15 +282,81 @@ impl TableStore {
         self.next_version.fetch_add(1, Ordering::Relaxed)
     }
 
+    /// Serialises changes to the table map (see `commits`).
+    fn lock_commits(&self) -> MutexGuard<'_, ()> {
+        self.commits.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Publishes `edit` of the table map; the caller holds [`Self::lock_commits`].
+    ///
+    /// In a durable store the edited map is first written as the new manifest;
+    /// segment files only the old map named are removed afterwards. `added` is
+    /// the segment file the change brings, removed again if the change fails
+    /// before its manifest is in place. A failure after the manifest's rename
+    /// (its directory sync) still publishes the change: the store in memory
+    /// always matches the manifest on disk.
+    fn apply(&self, edit: impl FnOnce(&mut Tables), added: Option<u64>) -> Result<()> {
+        let Some(dir) = &self.durable else {
+            edit(&mut self.write());
+            return Ok(());
+        };
+        let mut next = self.read().clone();
+        let before = segment_files(&next);
+        edit(&mut next);
+        let manifest = Manifest {
+            format: FORMAT,
+            next_version: self.next_version.load(Ordering::Relaxed),
+            tables: next
+                .iter()
+                .map(|(name, table)| ManifestTable {
+                    name: name.clone(),
+                    version: table.version(),
+                    partitions: table.partitions(),
+                    segments: table.segments().iter().filter_map(|s| s.file()).collect(),
+                })
+                .collect(),
+        };
+        let unused: Vec<u64> = before.difference(&segment_files(&next)).copied().collect();
+        match dir.commit(&manifest) {
+            Ok(()) => {
+                drop(std::mem::replace(&mut *self.write(), next));
+                dir.discard(unused);
+                Ok(())
+            }
+            Err(CommitFailure {
+                error,
+                renamed: true,
+            }) => {
+                drop(std::mem::replace(&mut *self.write(), next));
+                Err(error)
+            }
+            Err(CommitFailure {
+                error,
+                renamed: false,
+            }) => {
+                dir.discard(added);
+                Err(error)
+            }
+        }
+    }
+
     // The map only ever holds complete `Arc`s, so a panic elsewhere while a lock
     // was held cannot leave it half-written: recover from poisoning.
-    fn read(&self) -> RwLockReadGuard<'_, BTreeMap<String, Arc<TableVersion>>> {
+    fn read(&self) -> RwLockReadGuard<'_, Tables> {
         self.tables.read().unwrap_or_else(|e| e.into_inner())
     }
 
-    fn write(&self) -> RwLockWriteGuard<'_, BTreeMap<String, Arc<TableVersion>>> {
+    fn write(&self) -> RwLockWriteGuard<'_, Tables> {
         self.tables.write().unwrap_or_else(|e| e.into_inner())
     }
+}
+
+/// The segment files the tables of `tables` are made of.
+fn segment_files(tables: &Tables) -> BTreeSet<u64> {
+    tables
+        .values()
+        .flat_map(|t| t.segments().iter().filter_map(|s| s.file()))
+        .collect()
 }
 
 /// A write in progress: batches charged to the memory pool, not yet visible.
@@ -260,42 +409,92 @@ impl TableWriter<'_> {
     }
 
     /// Publishes the write atomically and returns the new version.
+    ///
+    /// In a durable store this writes the batches to a new segment file and
+    /// the new manifest, and returns once both are on disk (blocking I/O).
+    /// The version returned then holds the batches as mapped from the file,
+    /// and the memory the written batches were charged is returned to the pool.
     pub fn commit(self) -> Result<Arc<TableVersion>> {
         let store = self.store;
-        let segment = Arc::new(Segment::new(self.batches, self.charge));
-        let mut tables = store.write();
-        if self.mode == WriteMode::Create && tables.contains_key(&self.name) {
-            return Err(StoreError::AlreadyExists { name: self.name });
+        let (segment, added) = match &store.durable {
+            None => (Segment::new(self.batches, self.charge), None),
+            Some(dir) => {
+                let (id, mapped) = dir.write_segment(&self.schema, &self.batches)?;
+                drop((self.batches, self.charge));
+                (
+                    Segment::stored(id, mapped.batches, store.pool.charge()),
+                    Some(id),
+                )
+            }
+        };
+        let segment = Arc::new(segment);
+        let _commit = store.lock_commits();
+        let version = match Self::build_version(
+            store,
+            &self.name,
+            self.mode,
+            self.schema,
+            self.partitions,
+            segment,
+        ) {
+            Ok(version) => Arc::new(version),
+            Err(e) => {
+                if let (Some(dir), Some(id)) = (&store.durable, added) {
+                    dir.discard([id]);
+                }
+                return Err(e);
+            }
+        };
+        store.apply(
+            |tables| {
+                tables.insert(self.name, Arc::clone(&version));
+            },
+            added,
+        )?;
+        Ok(version)
+    }
+
+    /// The version a commit publishes; the caller holds the store's commit lock.
+    fn build_version(
+        store: &TableStore,
+        name: &str,
+        mode: WriteMode,
+        schema: SchemaRef,
+        partitions: Option<usize>,
+        segment: Arc<Segment>,
+    ) -> Result<TableVersion> {
+        let tables = store.read();
+        if mode == WriteMode::Create && tables.contains_key(name) {
+            return Err(StoreError::AlreadyExists {
+                name: name.to_string(),
+            });
         }
-        let version = match self.mode {
+        Ok(match mode {
             WriteMode::Replace | WriteMode::Create => TableVersion::new(
-                self.name.clone(),
+                name.to_string(),
                 store.next_version(),
-                self.schema,
+                schema,
                 vec![segment],
-                self.partitions,
+                partitions,
             ),
             WriteMode::Append => {
                 // Re-checked under the lock: the table may have been replaced or
                 // dropped since the writer started.
-                let current = tables.get(&self.name).ok_or_else(|| StoreError::NotFound {
-                    name: self.name.clone(),
+                let current = tables.get(name).ok_or_else(|| StoreError::NotFound {
+                    name: name.to_string(),
                 })?;
-                check_schema(&self.name, current.schema(), &self.schema)?;
+                check_schema(name, current.schema(), &schema)?;
                 let mut segments = current.segments().to_vec();
                 segments.push(segment);
                 TableVersion::new(
-                    self.name.clone(),
+                    name.to_string(),
                     store.next_version(),
                     Arc::clone(current.schema()),
                     segments,
-                    self.partitions.or(current.partitions()),
+                    partitions.or(current.partitions()),
                 )
             }
-        };
-        let version = Arc::new(version);
-        tables.insert(self.name, Arc::clone(&version));
-        Ok(version)
+        })
     }
 }
 

@@ -12,10 +12,16 @@ use crate::{MemoryCharge, Result, StoreError};
 /// A segment is shared by every version that contains it (an append makes a new
 /// version holding the old segments plus one new one), and its memory returns to
 /// the pool when the last such version is dropped.
+///
+/// In a durable store a segment is one file of the data directory, and its
+/// batches point into that file's memory mapping: they are charged nothing
+/// (docs/durability.md, "Memory").
 #[derive(Debug)]
 pub(crate) struct Segment {
     batches: Vec<RecordBatch>,
     rows: u64,
+    bytes: u64,
+    file: Option<u64>,
     _charge: MemoryCharge,
 }
 
@@ -25,8 +31,29 @@ impl Segment {
         Self {
             batches,
             rows,
+            bytes: charge.bytes(),
+            file: None,
             _charge: charge,
         }
+    }
+
+    /// A segment read from segment file `id`, its batches mapped from it.
+    /// `charge` is empty: mapped pages belong to the page cache.
+    pub(crate) fn stored(id: u64, batches: Vec<RecordBatch>, charge: MemoryCharge) -> Self {
+        let rows = batches.iter().map(|b| b.num_rows() as u64).sum();
+        let bytes = batches.iter().map(crate::batch_bytes).sum();
+        Self {
+            batches,
+            rows,
+            bytes,
+            file: Some(id),
+            _charge: charge,
+        }
+    }
+
+    /// The id of the segment file holding this segment, in a durable store.
+    pub(crate) fn file(&self) -> Option<u64> {
+        self.file
     }
 
     /// The segment's batches, in write order.
@@ -39,9 +66,9 @@ impl Segment {
         self.rows
     }
 
-    /// Bytes charged for this segment.
+    /// Bytes of the segment's buffers: what an in-memory segment is charged.
     pub(crate) fn num_bytes(&self) -> u64 {
-        self._charge.bytes()
+        self.bytes
     }
 }
 

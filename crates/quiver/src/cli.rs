@@ -81,6 +81,19 @@ pub(crate) struct ServeArgs {
     #[arg(long, env = "QUIVER_SHUTDOWN_TIMEOUT", default_value_t = 30.0)]
     pub(crate) shutdown_timeout: f64,
 
+    /// Keep tables durable in this directory (created if missing): every put,
+    /// append, rename and delete is on disk before it is acknowledged, and a
+    /// restart reads the tables back. Without it, tables live in memory only.
+    /// See docs/durability.md.
+    #[arg(long, env = "QUIVER_DATA_DIR")]
+    pub(crate) data_dir: Option<PathBuf>,
+
+    /// With --data-dir, when writes are synced: `always` fsyncs each write's
+    /// files and directory before acknowledging it (survives power loss);
+    /// `never` leaves that to the OS (survives a server crash, not an OS crash).
+    #[arg(long, env = "QUIVER_FSYNC", value_enum, default_value_t = FsyncArg::Always)]
+    pub(crate) fsync: FsyncArg,
+
     /// HTTP/2 stream flow-control window the server advertises.
     #[arg(long, env = "QUIVER_H2_STREAM_WINDOW", default_value = "16MiB")]
     pub(crate) h2_stream_window: ByteSize,
@@ -127,6 +140,15 @@ pub(crate) enum WirePath {
     Direct,
     /// arrow-flight's encoder and decoder over tonic's prost codec.
     Stock,
+}
+
+/// When a durable server syncs writes to disk.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub(crate) enum FsyncArg {
+    /// Before acknowledging every write.
+    Always,
+    /// Never; the operating system writes back in its own time.
+    Never,
 }
 
 #[derive(Debug, Args)]

@@ -5,11 +5,11 @@ use std::sync::Arc;
 
 use quiver_flight::server::{Http2Config, ServerConfig, default_location, serve};
 use quiver_sql::EngineOptions;
-use quiver_store::TableStore;
+use quiver_store::{DurableOptions, Fsync, TableStore};
 use tokio::net::TcpListener;
 use tracing_subscriber::EnvFilter;
 
-use crate::cli::{ServeArgs, WirePath};
+use crate::cli::{FsyncArg, ServeArgs, WirePath};
 use crate::size::{ByteSize, machine_memory};
 
 /// Memory limit when neither the flag nor /proc/meminfo says: 4 GiB.
@@ -27,7 +27,20 @@ pub(crate) async fn run(args: ServeArgs) -> Result<(), Box<dyn std::error::Error
         .map(|s| s.0)
         .or_else(|| machine_memory().map(|m| m / 2))
         .unwrap_or(FALLBACK_MAX_MEMORY);
-    let store = Arc::new(TableStore::new(max_memory));
+    let store = Arc::new(match &args.data_dir {
+        None => TableStore::new(max_memory),
+        Some(dir) => {
+            let fsync = match args.fsync {
+                FsyncArg::Always => Fsync::Always,
+                FsyncArg::Never => Fsync::Never,
+            };
+            let options = DurableOptions {
+                dir: dir.clone(),
+                fsync,
+            };
+            TableStore::open(&options, max_memory).map_err(|e| format!("--data-dir: {e}"))?
+        }
+    });
     let listener = TcpListener::bind(args.listen)
         .await
         .map_err(|e| format!("cannot listen on {}: {e}", args.listen))?;
@@ -60,6 +73,9 @@ pub(crate) async fn run(args: ServeArgs) -> Result<(), Box<dyn std::error::Error
         max_message_size = %args.max_message_size,
         "quiver serving"
     );
+    // Before the line below: a signal sent as soon as it is read must stop
+    // the server gracefully, not kill it.
+    let shutdown = shutdown_signal();
     // The one line on stdout: tools and tests read the address from it.
     {
         let mut out = std::io::stdout().lock();
@@ -69,7 +85,7 @@ pub(crate) async fn run(args: ServeArgs) -> Result<(), Box<dyn std::error::Error
     if config.advertise.is_none() {
         tracing::debug!(location = %default_location(addr), "advertised location");
     }
-    serve(listener, store, config, shutdown_signal()).await?;
+    serve(listener, store, config, shutdown).await?;
     tracing::info!("quiver stopped");
     Ok(())
 }
@@ -90,31 +106,41 @@ fn frame_size(size: ByteSize) -> Result<u32, String> {
         .ok_or_else(|| format!("--h2-max-frame-size {size}: must be between 16 KiB and 16 MiB - 1"))
 }
 
-/// Completes on SIGINT or SIGTERM.
-async fn shutdown_signal() {
-    let ctrl_c = async {
+/// Completes on SIGINT or SIGTERM. The handlers are installed when this is
+/// called, not when the future is first polled.
+fn shutdown_signal() -> impl Future<Output = ()> {
+    #[cfg(unix)]
+    let (interrupt, terminate) = {
+        use tokio::signal::unix::{SignalKind, signal};
+        let listen = |kind: SignalKind, name: &str| {
+            signal(kind)
+                .map_err(|e| tracing::error!("cannot listen for {name}: {e}"))
+                .ok()
+        };
+        (
+            listen(SignalKind::interrupt(), "SIGINT"),
+            listen(SignalKind::terminate(), "SIGTERM"),
+        )
+    };
+    async move {
+        #[cfg(unix)]
+        {
+            let received = |s: Option<tokio::signal::unix::Signal>| async move {
+                match s {
+                    Some(mut s) => drop(s.recv().await),
+                    None => std::future::pending::<()>().await,
+                }
+            };
+            tokio::select! {
+                () = received(interrupt) => {},
+                () = received(terminate) => {},
+            }
+        }
+        #[cfg(not(unix))]
         if let Err(e) = tokio::signal::ctrl_c().await {
-            tracing::error!("cannot listen for SIGINT: {e}");
+            tracing::error!("cannot listen for Ctrl-C: {e}");
             std::future::pending::<()>().await;
         }
-    };
-    #[cfg(unix)]
-    let terminate = async {
-        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-            Ok(mut s) => {
-                s.recv().await;
-            }
-            Err(e) => {
-                tracing::error!("cannot listen for SIGTERM: {e}");
-                std::future::pending::<()>().await;
-            }
-        }
-    };
-    #[cfg(not(unix))]
-    let terminate = std::future::pending::<()>();
-    tokio::select! {
-        () = ctrl_c => {},
-        () = terminate => {},
+        tracing::info!("shutting down: no new connections, finishing RPCs in flight");
     }
-    tracing::info!("shutting down: no new connections, finishing RPCs in flight");
 }

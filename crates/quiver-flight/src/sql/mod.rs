@@ -471,7 +471,7 @@ impl FlightSql {
             .await?;
         let rows = writer.num_rows();
         log.add(rows, writer.num_bytes());
-        writer.commit()?;
+        quiver_sql::store_write(|| writer.commit())?;
         Ok(rows)
     }
 
