@@ -12,16 +12,19 @@
 //!
 //! Every byte a version holds is charged to a [`MemoryPool`]; a write that would
 //! pass the limit fails with [`StoreError::MemoryLimit`] before anything is
-//! published.
+//! published. [`TableLimits`] bound the rows and bytes of one table and the
+//! rows of all, refused with [`StoreError::TableLimit`] the same way.
 #![warn(missing_docs)]
 
 mod error;
+mod limits;
 mod memory;
 mod name;
 mod store;
 mod version;
 
 pub use error::{Result, StoreError};
+pub use limits::{Limit, MAX_ROWS_FLAG, MAX_TABLE_BYTES_FLAG, MAX_TABLE_ROWS_FLAG, TableLimits};
 pub use memory::{MemoryCharge, MemoryPool, batch_bytes};
 pub use name::{MAX_NAME_LEN, validate_name};
 pub use store::{StoreStats, TableStore, TableWriter, WriteMode};

@@ -7,7 +7,7 @@ use std::sync::{Arc, RwLock, RwLockReadGuard, RwLockWriteGuard};
 use arrow::datatypes::{Schema, SchemaRef};
 use arrow::record_batch::RecordBatch;
 
-use crate::{MemoryCharge, MemoryPool, Result, Segment, StoreError, TableVersion};
+use crate::{MemoryCharge, MemoryPool, Result, Segment, StoreError, TableLimits, TableVersion};
 use crate::{batch_bytes, validate_name};
 
 /// How a write treats an existing table of the same name.
@@ -62,6 +62,7 @@ pub struct StoreStats {
 pub struct TableStore {
     tables: RwLock<BTreeMap<String, Arc<TableVersion>>>,
     pool: MemoryPool,
+    limits: TableLimits,
     next_version: AtomicU64,
 }
 
@@ -71,8 +72,20 @@ impl TableStore {
         Self {
             tables: RwLock::new(BTreeMap::new()),
             pool: MemoryPool::new(max_memory),
+            limits: TableLimits::UNLIMITED,
             next_version: AtomicU64::new(1),
         }
+    }
+
+    /// The same store with `limits` on table sizes (none by default).
+    pub fn with_limits(mut self, limits: TableLimits) -> Self {
+        self.limits = limits;
+        self
+    }
+
+    /// The limits on table sizes.
+    pub fn limits(&self) -> &TableLimits {
+        &self.limits
     }
 
     /// The memory pool every table is charged to.
@@ -112,10 +125,12 @@ impl TableStore {
         partitions: Option<usize>,
     ) -> Result<TableWriter<'_>> {
         validate_name(name)?;
+        let mut base = (0, 0);
         match mode {
             WriteMode::Append => {
                 let current = self.get(name)?;
                 check_schema(name, current.schema(), &schema)?;
+                base = (current.num_rows(), current.num_bytes());
             }
             WriteMode::Create if self.read().contains_key(name) => {
                 return Err(StoreError::AlreadyExists {
@@ -131,6 +146,8 @@ impl TableStore {
             schema,
             partitions,
             batches: Vec::new(),
+            rows: 0,
+            base,
             charge: self.pool.charge(),
         })
     }
@@ -195,6 +212,27 @@ impl TableStore {
         }
     }
 
+    /// Checks the [`TableLimits`] for `name` holding `rows` rows of `bytes`
+    /// bytes in place of what it holds in `tables` now.
+    fn check_limits(
+        &self,
+        tables: &BTreeMap<String, Arc<TableVersion>>,
+        name: &str,
+        rows: u64,
+        bytes: u64,
+    ) -> Result<()> {
+        if self.limits == TableLimits::UNLIMITED {
+            return Ok(());
+        }
+        let others: u64 = tables
+            .iter()
+            .filter(|(n, _)| n.as_str() != name)
+            .map(|(_, t)| t.num_rows())
+            .sum();
+        self.limits
+            .check(name, rows, bytes, others.saturating_add(rows))
+    }
+
     fn next_version(&self) -> u64 {
         self.next_version.fetch_add(1, Ordering::Relaxed)
     }
@@ -219,6 +257,10 @@ pub struct TableWriter<'a> {
     schema: SchemaRef,
     partitions: Option<usize>,
     batches: Vec<RecordBatch>,
+    /// Rows pushed so far.
+    rows: u64,
+    /// Rows and bytes of the table appended to, when the write started.
+    base: (u64, u64),
     charge: MemoryCharge,
 }
 
@@ -230,7 +272,7 @@ impl TableWriter<'_> {
 
     /// Rows pushed so far.
     pub fn num_rows(&self) -> u64 {
-        self.batches.iter().map(|b| b.num_rows() as u64).sum()
+        self.rows
     }
 
     /// Bytes charged so far.
@@ -240,7 +282,7 @@ impl TableWriter<'_> {
 
     /// Adds a batch, charged its buffers' bytes ([`batch_bytes`]). Fails if its
     /// fields differ from the writer's schema or if it would pass the memory
-    /// limit; the writer is then best dropped.
+    /// limit or a [`TableLimits`] limit; the writer is then best dropped.
     pub fn push(&mut self, batch: RecordBatch) -> Result<()> {
         let bytes = batch_bytes(&batch);
         self.push_charged(batch, bytes)
@@ -254,19 +296,36 @@ impl TableWriter<'_> {
         if batch.schema_ref().fields() != self.schema.fields() {
             check_schema(&self.name, &self.schema, batch.schema_ref())?;
         }
+        let rows = self.rows + batch.num_rows() as u64;
+        let store = self.store;
+        store.check_limits(
+            &store.read(),
+            &self.name,
+            self.base.0 + rows,
+            self.base.1 + self.charge.bytes() + bytes,
+        )?;
         self.charge.try_grow(bytes)?;
         self.batches.push(batch);
+        self.rows = rows;
         Ok(())
     }
 
     /// Publishes the write atomically and returns the new version.
     pub fn commit(self) -> Result<Arc<TableVersion>> {
         let store = self.store;
+        let (rows, bytes) = (self.rows, self.charge.bytes());
         let segment = Arc::new(Segment::new(self.batches, self.charge));
         let mut tables = store.write();
         if self.mode == WriteMode::Create && tables.contains_key(&self.name) {
             return Err(StoreError::AlreadyExists { name: self.name });
         }
+        // Re-checked under the lock against what the table and the store hold
+        // now: other writes may have committed since this one started.
+        let base = match (self.mode, tables.get(&self.name)) {
+            (WriteMode::Append, Some(current)) => (current.num_rows(), current.num_bytes()),
+            _ => (0, 0),
+        };
+        store.check_limits(&tables, &self.name, base.0 + rows, base.1 + bytes)?;
         let version = match self.mode {
             WriteMode::Replace | WriteMode::Create => TableVersion::new(
                 self.name.clone(),
@@ -567,6 +626,89 @@ mod tests {
         store
             .put("t", WriteMode::Replace, big.schema(), [big])
             .unwrap();
+    }
+
+    #[test]
+    fn table_limits_refuse_puts_and_appends_and_keep_the_table() {
+        let limits = crate::TableLimits {
+            max_table_rows: 6,
+            max_table_bytes: 64,
+            max_rows: 10,
+        };
+        let store = TableStore::new(1 << 20).with_limits(limits);
+        let four = batch(&[1, 2, 3, 4]); // 4 rows, 32 bytes
+        store
+            .put("t", WriteMode::Replace, four.schema(), [four.clone()])
+            .unwrap();
+        let limit_of = |err: StoreError| match err {
+            StoreError::TableLimit { limit, .. } => limit,
+            other => panic!("not a table limit: {other}"),
+        };
+        // Append: 4 + 4 rows > 6.
+        let err = store
+            .put("t", WriteMode::Append, four.schema(), [four.clone()])
+            .unwrap_err();
+        assert!(err.to_string().contains("--max-table-rows"), "{err}");
+        assert_eq!(limit_of(err), crate::Limit::TableRows);
+        // Replace with 9 rows (72 bytes): over both; rows is reported first.
+        let nine = batch(&[9; 9]);
+        let err = store
+            .put("t", WriteMode::Replace, nine.schema(), [nine])
+            .unwrap_err();
+        assert_eq!(limit_of(err), crate::Limit::TableRows);
+        // Bytes alone.
+        let store_bytes = TableStore::new(1 << 20).with_limits(crate::TableLimits {
+            max_table_bytes: 40,
+            ..crate::TableLimits::UNLIMITED
+        });
+        let err = store_bytes
+            .put(
+                "b",
+                WriteMode::Replace,
+                four.schema(),
+                [four.clone(), four.clone()],
+            )
+            .unwrap_err();
+        assert_eq!(limit_of(err), crate::Limit::TableBytes);
+        assert!(store_bytes.get("b").is_err(), "nothing half-stored");
+        // Total rows: 4 in t, 4 in u, 4 more in v > 10.
+        store
+            .put("u", WriteMode::Replace, four.schema(), [four.clone()])
+            .unwrap();
+        let err = store
+            .put("v", WriteMode::Create, four.schema(), [four.clone()])
+            .unwrap_err();
+        assert!(err.to_string().contains("--max-rows"), "{err}");
+        // Replacing a table counts its new rows, not old plus new.
+        store
+            .put("u", WriteMode::Replace, four.schema(), [batch(&[5, 6])])
+            .unwrap();
+        assert_eq!(values(&store.get("t").unwrap()), vec![1, 2, 3, 4]);
+        assert_eq!(store.stats().rows, 6);
+    }
+
+    #[test]
+    fn table_limit_is_rechecked_at_commit() {
+        let store = TableStore::new(1 << 20).with_limits(crate::TableLimits {
+            max_rows: 6,
+            ..crate::TableLimits::UNLIMITED
+        });
+        let four = batch(&[1, 2, 3, 4]);
+        let mut a = store
+            .writer("a", WriteMode::Replace, four.schema(), None)
+            .unwrap();
+        a.push(four.clone()).unwrap();
+        store
+            .put("b", WriteMode::Replace, four.schema(), [four.clone()])
+            .unwrap();
+        let err = a.commit().unwrap_err();
+        assert!(err.to_string().contains("--max-rows"), "{err}");
+        assert!(store.get("a").is_err());
+        assert_eq!(
+            store.memory().used(),
+            32,
+            "the refused write's memory is freed"
+        );
     }
 
     #[test]
