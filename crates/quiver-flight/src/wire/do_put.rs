@@ -96,6 +96,9 @@ impl FlightDataReader {
                         self.received.push(data);
                     }
                 }
+                Some(Err(e)) if e.code() == tonic::Code::DeadlineExceeded => {
+                    return Some(Err(Error::Status(Box::new(e))));
+                }
                 Some(Err(e)) => {
                     return Some(Err(Error::Cancelled(format!(
                         "the DoPut stream broke off before its end; nothing was stored ({e})"
