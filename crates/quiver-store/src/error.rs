@@ -51,8 +51,8 @@ pub enum StoreError {
     },
     /// Storing this would pass one of the configured [`crate::TableLimits`].
     #[error(
-        "table limit exceeded: table '{name}' would hold {would} {}, over the {max} limit \
-         ({})",
+        "table limit exceeded: writing table '{name}' would make {would} {}, over the \
+         {max} limit ({})",
         limit.unit(),
         limit.flag()
     )]
