@@ -17,7 +17,10 @@
 pub mod actions;
 mod descriptor;
 mod error;
+#[cfg(any(test, feature = "fuzzing"))]
+pub mod fuzzing;
 mod guard;
+mod ipc_bounds;
 pub mod lingering;
 mod put_options;
 mod request_body;
