@@ -34,7 +34,9 @@ def field(number: int, payload: bytes) -> bytes:
     return varint(number << 3 | 2) + varint(len(payload)) + payload
 
 
-def flight_data(header: bytes, body: bytes, descriptor: bytes = b"", metadata: bytes = b"") -> bytes:
+def flight_data(
+    header: bytes, body: bytes, descriptor: bytes = b"", metadata: bytes = b""
+) -> bytes:
     message = b""
     if descriptor:
         message += field(1, descriptor)
@@ -46,7 +48,9 @@ def flight_data(header: bytes, body: bytes, descriptor: bytes = b"", metadata: b
     return b"\x00" + len(message).to_bytes(4, "big") + message
 
 
-def put_body(table: pa.Table, options: bytes = b"", max_chunksize: int | None = None) -> bytes:
+def put_body(
+    table: pa.Table, options: bytes = b"", max_chunksize: int | None = None
+) -> bytes:
     """The DoPut request body of ``table``, as pyarrow's IPC writer frames it."""
     sink = pa.BufferOutputStream()
     with pa.ipc.new_stream(sink, table.schema) as writer:
@@ -70,12 +74,19 @@ def seeds() -> dict[str, bytes]:
         {
             "id": pa.array(range(n), pa.int64()),
             "name": [None if i % 3 == 0 else f"name-{i}" for i in range(n)],
-            "dict": pa.array([["red", "green", "blue"][i % 3] for i in range(n)]).dictionary_encode(),
+            "dict": pa.array(
+                [["red", "green", "blue"][i % 3] for i in range(n)]
+            ).dictionary_encode(),
             "list": [[i, None] if i % 4 else None for i in range(n)],
             "struct": [{"flag": i % 2 == 0, "x": float(i)} for i in range(n)],
-            "ts": [datetime.datetime(2024, 1, 1) + datetime.timedelta(seconds=i) for i in range(n)],
+            "ts": [
+                datetime.datetime(2024, 1, 1) + datetime.timedelta(seconds=i)
+                for i in range(n)
+            ],
             "dec": pa.array([i * 100 for i in range(n)], pa.decimal128(12, 2)),
-            "bin": pa.array([bytes([i]) * (i % 5) for i in range(n)], pa.large_binary()),
+            "bin": pa.array(
+                [bytes([i]) * (i % 5) for i in range(n)], pa.large_binary()
+            ),
             "view": pa.array([f"v{i}" * (i % 7) for i in range(n)], pa.string_view()),
         }
     )

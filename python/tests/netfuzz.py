@@ -55,7 +55,9 @@ def path_descriptor(name: bytes) -> bytes:
     return b"\x08\x01" + field(3, name)
 
 
-def flight_data(header: bytes, body: bytes, descriptor: bytes = b"", metadata: bytes = b"") -> bytes:
+def flight_data(
+    header: bytes, body: bytes, descriptor: bytes = b"", metadata: bytes = b""
+) -> bytes:
     """One FlightData message, protobuf-encoded."""
     out = field(1, descriptor) if descriptor else b""
     out += field(2, header)
@@ -74,7 +76,9 @@ def ipc_messages(table: pa.Table, **options: object) -> list[tuple[bytes, bytes]
     ]
 
 
-def put_messages(name: bytes, messages: list[tuple[bytes, bytes]], metadata: bytes = b"") -> list[bytes]:
+def put_messages(
+    name: bytes, messages: list[tuple[bytes, bytes]], metadata: bytes = b""
+) -> list[bytes]:
     """The FlightData messages of a DoPut of ``messages`` to table ``name``."""
     return [
         flight_data(h, b, path_descriptor(name) if i == 0 else b"", metadata if i == 0 else b"")
@@ -114,7 +118,8 @@ def cases(rng: random.Random, tables: dict[str, pa.Table]) -> Callable[[], Case]
     }
     # 32 MiB of zeros, a few KiB compressed: refused before anything inflates it.
     bomb = put_messages(
-        b"fuzz", ipc_messages(pa.table({"z": pa.array([0] * (4 << 20), pa.int64())}), compression="zstd")
+        b"fuzz",
+        ipc_messages(pa.table({"z": pa.array([0] * (4 << 20), pa.int64())}), compression="zstd"),
     )
 
     def mutate(data: bytes) -> bytes:
@@ -164,7 +169,7 @@ def cases(rng: random.Random, tables: dict[str, pa.Table]) -> Callable[[], Case]
         put = SERVICE + "DoPut"
         if kind == "mutated-message":
             i = rng.randrange(len(messages))
-            body = messages[:i] + [mutate(messages[i])] + messages[i + 1 :]
+            body = [*messages[:i], mutate(messages[i]), *messages[i + 1 :]]
             return Case(kind, put, framed(body))
         if kind == "mutated-body":
             return Case(kind, put, mutate(framed(messages)))
@@ -186,7 +191,7 @@ def cases(rng: random.Random, tables: dict[str, pa.Table]) -> Callable[[], Case]
             return Case(kind, put, framed(body))
         if kind == "dictionary-out-of-order":
             dicts = puts["dicts"]
-            order = [dicts[0]] + rng.sample(dicts[1:], len(dicts) - 1)
+            order = [dicts[0], *rng.sample(dicts[1:], len(dicts) - 1)]
             if rng.random() < 0.5:
                 order = [m for m in order if m is not dicts[1]]  # no dictionary at all
             return Case(kind, put, framed(order))
@@ -242,7 +247,9 @@ def send(host: str, port: int, case: Case) -> str:
         sock.sendall(conn.data_to_send())
         data = case.body
         while data:
-            size = min(len(data), conn.max_outbound_frame_size, conn.local_flow_control_window(stream))
+            size = min(
+                len(data), conn.max_outbound_frame_size, conn.local_flow_control_window(stream)
+            )
             if size <= 0:
                 break  # the server stopped reading: it has answered or will
             conn.send_data(stream, data[:size])
@@ -269,11 +276,14 @@ def send(host: str, port: int, case: Case) -> str:
                     for key, value in event.headers:
                         if key == b"grpc-status":
                             status = CODES.get(value.decode(), value.decode())
-                        if key == b"grpc-message" and status == "INTERNAL":
-                            # gRPC's own code for a request that does not parse
-                            # (doc/statuscodes.md), from tonic's codec.
-                            if b"failed to decode" in value:
-                                status = "INTERNAL (unparsable request proto)"
+                        # gRPC's own code for a request that does not parse
+                        # (doc/statuscodes.md), from tonic's codec.
+                        if (
+                            key == b"grpc-message"
+                            and status == "INTERNAL"
+                            and b"failed to decode" in value
+                        ):
+                            status = "INTERNAL (unparsable request proto)"
                 if isinstance(event, h2.events.DataReceived):
                     conn.acknowledge_received_data(event.flow_controlled_length, event.stream_id)
                 if isinstance(event, h2.events.StreamEnded):
