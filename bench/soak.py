@@ -1,12 +1,14 @@
-"""A bounded soak of a running quiver server: many clients mixing puts, gets, listings
-and deletes on loopback, with latency, errors and the server's resident memory.
+"""A bounded soak of a running quiver server, with latency, errors and resident memory.
+
+Many clients mix puts, gets, listings and deletes on loopback.
 
 Each client has its own connection and loops until the time is up: put a small table
 under one of its own names, get one back, list the tables, delete one. At the end every
 table is deleted and the server's RSS is sampled until it settles (jemalloc's background
 thread purges freed pages after its decay time, 10 s by default).
 
-Run it against a server: ``python python/tests/soak.py URI PID SECONDS [CLIENTS]``.
+The benchmark harness's ``soak`` suite and ``python/tests/test_soak.py`` run it; against
+a server of your own: ``python -m bench.soak URI PID SECONDS [CLIENTS]``.
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ SETTLE_S = 15.0
 
 
 def rss_bytes(pid: int) -> int:
-    """The resident memory of process ``pid``."""
+    """Return the resident memory of process ``pid``."""
     with open(f"/proc/{pid}/status") as status:
         for line in status:
             if line.startswith("VmRSS:"):
@@ -47,9 +49,11 @@ class SoakResult:
     rss_after: int = 0
 
     def ops_per_s(self) -> float:
+        """Return the operations per second over all clients."""
         return self.ops / self.seconds
 
     def percentile_ms(self, q: float, op: str | None = None) -> float:
+        """Return the ``q``-th percentile latency of ``op`` (all ops if None), in ms."""
         values = (
             self.latencies_ms.get(op, [])
             if op
@@ -58,6 +62,7 @@ class SoakResult:
         return float(np.percentile(values, q)) if values else float("nan")
 
     def summary(self) -> str:
+        """Return the figures in one line."""
         mib = 1 << 20
         return (
             f"{self.clients} clients, {self.seconds:.0f} s: {self.ops} ops "
