@@ -18,5 +18,5 @@ command -v cargo-fuzz >/dev/null || cargo install cargo-fuzz --locked
 corpus=fuzz/corpus/put_body
 "$python" fuzz/make_seeds.py "$corpus"
 cd fuzz
-nice -n 19 cargo +nightly fuzz run --sanitizer "${FUZZ_SANITIZER:-none}" --jobs 1 put_body "$corpus" -- \
+nice -n 19 cargo +nightly fuzz run --sanitizer "${FUZZ_SANITIZER:-none}" put_body "$corpus" -- \
     -max_total_time="$seconds" -rss_limit_mb=4096 -max_len=262144 -print_final_stats=1

@@ -176,3 +176,64 @@ impl Body for IdleLimitedBody {
         self.inner.size_hint()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use futures::StreamExt;
+    use http_body_util::{BodyExt, StreamBody};
+
+    fn request(rpc: &str, body: tonic::body::Body) -> http::Request<tonic::body::Body> {
+        let mut request = http::Request::new(body);
+        *request.uri_mut() = format!("/arrow.flight.protocol.FlightService/{rpc}")
+            .parse()
+            .unwrap();
+        request
+    }
+
+    #[tokio::test]
+    async fn a_slow_answer_is_cut_unless_the_rpc_reads_a_stream() {
+        let slow = tower::service_fn(|_: http::Request<tonic::body::Body>| async {
+            tokio::time::sleep(Duration::from_millis(500)).await;
+            Ok::<_, std::convert::Infallible>(http::Response::new(tonic::body::Body::empty()))
+        });
+        let mut service = TimeoutLayer::new(Some(Duration::from_millis(50)), None).layer(slow);
+        let answer = service
+            .call(request("GetFlightInfo", tonic::body::Body::empty()))
+            .await
+            .unwrap();
+        let status = Status::from_header_map(answer.headers()).unwrap();
+        assert_eq!(status.code(), tonic::Code::DeadlineExceeded);
+        assert!(
+            status.message().contains(REQUEST_TIMEOUT_FLAG),
+            "{status:?}"
+        );
+        let answer = service
+            .call(request("DoPut", tonic::body::Body::empty()))
+            .await
+            .unwrap();
+        assert!(Status::from_header_map(answer.headers()).is_none());
+    }
+
+    #[tokio::test]
+    async fn a_stream_is_cut_when_silent_not_when_slow() {
+        let idle = Duration::from_millis(300);
+        let steady = futures::stream::iter(0..5).then(|i| async move {
+            tokio::time::sleep(Duration::from_millis(30)).await;
+            Ok::<_, Status>(Frame::data(bytes::Bytes::from(vec![i; 4])))
+        });
+        let mut body = IdleLimitedBody::new(tonic::body::Body::new(StreamBody::new(steady)), idle);
+        for _ in 0..5 {
+            assert!(body.frame().await.unwrap().is_ok());
+        }
+        assert!(body.frame().await.is_none(), "the end passes through");
+        let silent = futures::stream::pending::<Result<Frame<bytes::Bytes>, Status>>();
+        let mut body = IdleLimitedBody::new(tonic::body::Body::new(StreamBody::new(silent)), idle);
+        let status = body.frame().await.unwrap().unwrap_err();
+        assert_eq!(status.code(), tonic::Code::DeadlineExceeded);
+        assert!(
+            status.message().contains(STREAM_IDLE_TIMEOUT_FLAG),
+            "{status:?}"
+        );
+    }
+}

@@ -26,6 +26,7 @@ pub(crate) struct Cli {
 }
 
 #[derive(Debug, Subcommand)]
+#[allow(clippy::large_enum_variant)] // parsed once, at start: boxing `serve`'s flags buys nothing
 pub(crate) enum Command {
     /// Run the server.
     Serve(ServeArgs),
