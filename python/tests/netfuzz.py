@@ -7,8 +7,8 @@ a schema other than the stored table's, dictionary batches out of order or missi
 compressed IPC buffers (quiver's arrow has no IPC compression) and compression bombs,
 random bytes as tickets, descriptors and actions, streams reset or left half-closed.
 The answer must be a gRPC status other than INTERNAL or UNKNOWN (save gRPC's own
-INTERNAL for a request message that does not parse as protobuf, which tonic's codec
-answers before quiver sees the request), or a reset of the broken stream; the caller
+INTERNAL for a request whose gRPC framing or protobuf does not parse, which tonic's
+codec answers before quiver sees the request), or a reset of the broken stream; the caller
 then checks that the server still serves what it had.
 
 Run it against a server for longer: ``python python/tests/netfuzz.py URI CASES``.
@@ -17,9 +17,11 @@ Run it against a server for longer: ``python python/tests/netfuzz.py URI CASES``
 from __future__ import annotations
 
 import random
+import re
 import socket
 import sys
 import time
+import urllib.parse
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -281,9 +283,9 @@ def send(host: str, port: int, case: Case) -> str:
                         if (
                             key == b"grpc-message"
                             and status == "INTERNAL"
-                            and b"failed to decode" in value
+                            and TONIC_FRAMING.search(urllib.parse.unquote(value.decode()))
                         ):
-                            status = "INTERNAL (unparsable request proto)"
+                            status = "INTERNAL (gRPC framing or protobuf, from tonic)"
                 if isinstance(event, h2.events.DataReceived):
                     conn.acknowledge_received_data(event.flow_controlled_length, event.stream_id)
                 if isinstance(event, h2.events.StreamEnded):
@@ -313,6 +315,9 @@ CODES = {
     "13": "INTERNAL",
     "14": "UNAVAILABLE",
 }
+#: tonic's codec answers INTERNAL, as gRPC specifies, to a request whose gRPC framing
+#: (the compressed-flag byte) or protobuf does not parse, before quiver sees it.
+TONIC_FRAMING = re.compile(r"^protocol error: |failed to decode Protobuf message")
 BAD = {"UNKNOWN", "INTERNAL", "no-answer", "no-status"}
 
 
