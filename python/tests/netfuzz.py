@@ -316,8 +316,11 @@ CODES = {
     "14": "UNAVAILABLE",
 }
 #: tonic's codec answers INTERNAL, as gRPC specifies, to a request whose gRPC framing
-#: (the compressed-flag byte) or protobuf does not parse, before quiver sees it.
-TONIC_FRAMING = re.compile(r"^protocol error: |failed to decode Protobuf message")
+#: (the compressed-flag byte, a message cut short) or protobuf does not parse, before
+#: quiver sees it.
+TONIC_FRAMING = re.compile(
+    r"^protocol error: |failed to decode Protobuf message|^Unexpected EOF decoding stream"
+)
 BAD = {"UNKNOWN", "INTERNAL", "no-answer", "no-status"}
 
 
