@@ -11,7 +11,7 @@ MI = 1024 * 1024
 GIB = 1024**3
 
 #: The suites ``--only`` can choose from, in the order they run.
-SUITES = ("ceilings", "get", "put", "memory", "rust", "small", "json", "sql")
+SUITES = ("ceilings", "get", "put", "memory", "rust", "small", "json", "sql", "soak")
 
 
 @dataclass(frozen=True)
@@ -57,6 +57,12 @@ class Plan:
     sql_row_clients_max_rows : int
         Largest result the row-based clients (psycopg, ODBC) fetch: each value becomes a
         Python object, and 16M rows would take minutes per repetition and over 10 GB.
+    soak_clients : int
+        Concurrent clients of the ``soak`` suite (each its own connection).
+    soak_seconds : float
+        How long the ``soak`` suite's clients mix puts, gets, listings and deletes.
+    soak_rows : int
+        Rows of the table each soak put sends.
     """
 
     mode: str
@@ -77,6 +83,9 @@ class Plan:
     sql_rows: tuple[int, ...]
     sql_reps: int
     sql_row_clients_max_rows: int
+    soak_clients: int = 64
+    soak_seconds: float = 10.0
+    soak_rows: int = 10_000
 
     @property
     def headline_rows(self) -> int:
@@ -127,6 +136,9 @@ def plan_for(mode: str, ram_bytes: int) -> Plan:
             sql_rows=(2_000,),
             sql_reps=1,
             sql_row_clients_max_rows=2_000,
+            soak_clients=8,
+            soak_seconds=2.0,
+            soak_rows=1_000,
         )
     if mode == "quick":
         return Plan(
@@ -148,6 +160,9 @@ def plan_for(mode: str, ram_bytes: int) -> Plan:
             sql_rows=(100_000,),
             sql_reps=3,
             sql_row_clients_max_rows=100_000,
+            soak_clients=64,
+            soak_seconds=10.0,
+            soak_rows=10_000,
         )
     if mode == "full":
         return Plan(
@@ -169,5 +184,8 @@ def plan_for(mode: str, ram_bytes: int) -> Plan:
             sql_rows=(1_000_000, 4_000_000, 16_000_000),
             sql_reps=5,
             sql_row_clients_max_rows=4_000_000,
+            soak_clients=64,
+            soak_seconds=60.0,
+            soak_rows=10_000,
         )
     raise ValueError(f"unknown mode {mode!r}: expected quick, full or smoke")

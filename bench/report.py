@@ -546,6 +546,46 @@ def _sql_first_batch(rows: list[Row]) -> list[str]:
     return ["", f"Time to the first record batch, {peer.label}: {', '.join(found)}."]
 
 
+def _soak_section(rows: list[Row]) -> list[str]:
+    soak = select(rows, suite="soak", server=QUIVER)
+    if not soak:
+        return []
+    by_op = {str(r["op"]): r for r in soak}
+    total = by_op.get("all")
+    if total is None:
+        return []
+    mib = 2**20
+    seconds = float(total["seconds"])
+    lines = [
+        "## Soak",
+        "",
+        f"{total['streams']} pyarrow clients, each on its own connection, mixing puts of a "
+        f"{int(total['rows_per_stream']):,}-row table, gets, listings and deletes for "
+        f"{seconds:.0f} s against a fresh quiver (bench/soak.py): "
+        f"{int(total['ops']):,} operations ({int(total['ops']) / seconds:,.0f}/s), "
+        f"{total['errors']} errors.",
+        "",
+        "| op | count | p50 | p99 |",
+        "| --- | --- | --- | --- |",
+    ]
+    for op in ("put", "get", "list", "delete", "all"):
+        row = by_op.get(op)
+        if row is not None:
+            p50 = "" if op == "all" else f"{float(row['seconds']) * 1000:.2f} ms"
+            p99 = f"{float(row['p99_seconds']) * 1000:.2f} ms"
+            lines.append(f"| {op} | {int(row['ops']):,} | {p50} | {p99} |")
+    rss = {op: by_op.get(op) for op in ("rss_before", "rss_peak", "rss_after_deletes")}
+    if all(rss.values()):
+        before, peak, after = (float(r["rss_bytes"]) / mib for r in rss.values() if r)
+        lines += [
+            "",
+            f"Server RSS: {before:.0f} MiB before, {peak:.0f} MiB at the peak, {after:.0f} MiB "
+            "once every table was deleted (jemalloc returns freed pages after its 10 s decay; "
+            "the rest is the runtime's threads and allocator caches that the load created).",
+        ]
+    return [*lines, ""]
+
+
 def _figure(title: str, plot: Path | None, report_dir: Path) -> list[str]:
     if plot is None:
         return []
@@ -622,6 +662,7 @@ def render(
         *_figure("JSON vs Flight", plots.get("json_vs_flight"), report_dir),
         *_memory_section(rows),
         "",
+        *_soak_section(rows),
     ]
     sql = _sql_section(rows, run, plots.get("sql_to_pandas"), report_dir)
     if sql:

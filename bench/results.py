@@ -28,7 +28,7 @@ class Measurement:
     ----------
     suite : str
         ``get``, ``put``, ``headline``, ``rust``, ``small``, ``json``, ``memory``,
-        ``ceilings``, ``sql``.
+        ``ceilings``, ``sql``, ``soak``.
     server : str
         ``quiver``, ``arrow-cpp``, ``json-socket``, ``postgresql``, ``duckdb``, or empty for
         ceilings.
@@ -56,6 +56,10 @@ class Measurement:
         ``memory``: the server's largest VmRSS seen during the repetition, and its VmHWM.
     note : str
         Anything that makes the row not comparable.
+    ops, errors : int or None
+        ``soak``: operations done (of ``op``, or of all for ``op`` ``all``) and failed.
+    p99_seconds : float or None
+        ``soak``: the 99th percentile latency of ``op`` (``seconds`` holds the median).
     """
 
     suite: str
@@ -74,6 +78,9 @@ class Measurement:
     rss_bytes: int | None = None
     hwm_bytes: int | None = None
     note: str = ""
+    ops: int | None = None
+    errors: int | None = None
+    p99_seconds: float | None = None
     gbps: float = field(init=False)
 
     def __post_init__(self) -> None:

@@ -24,7 +24,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.flight as flight
 
-from . import ceilings, data, flight_client, rust_client, servers, sql_clients, taxi
+from . import ceilings, data, flight_client, rust_client, servers, soak, sql_clients, taxi
 from .peers import json_socket, postgres
 from .plan import Plan
 from .results import ARROW_CPP, JSON_SOCKET, QUIVER, Measurement, ResultsFile
@@ -762,6 +762,65 @@ def _sql_fetch(
 
 
 #: The suites by name, in the order they run.
+# --- Soak -------------------------------------------------------------------------------------
+
+
+def run_soak(run: Run) -> None:
+    """Many clients mixing puts, gets, listings and deletes on a fresh quiver (bench/soak.py).
+
+    The server is started for this alone, so its RSS before, at the peak and after every
+    table is deleted is the soak's own.
+    """
+    plan = run.plan
+    log(f"soak: {plan.soak_clients} clients for {plan.soak_seconds:.0f} s")
+    server = servers.start_quiver(run.binary, run.log_dir / "soak")
+    try:
+        outcome = soak.run(
+            server.uri, server.pid, plan.soak_seconds, plan.soak_clients, plan.soak_rows
+        )
+    finally:
+        code = server.stop()
+    if code != 0:
+        run.note(f"quiver (soak suite) exited with code {code} after SIGTERM")
+    if outcome.errors:
+        run.note(f"soak: {len(outcome.errors)} errors, the first: {outcome.errors[0]}")
+
+    def record(op: str, **values: object) -> None:
+        run.add(
+            Measurement(
+                "soak",
+                QUIVER,
+                "pyarrow",
+                op,
+                plan.soak_clients,
+                plan.soak_rows,
+                plan.soak_rows,
+                **values,  # type: ignore[arg-type]
+            )
+        )
+
+    record(
+        "all",
+        seconds=outcome.seconds,
+        ops=outcome.ops,
+        errors=len(outcome.errors),
+        p99_seconds=outcome.percentile_ms(99) / 1000,
+    )
+    for op, latencies in sorted(outcome.latencies_ms.items()):
+        record(
+            op,
+            seconds=outcome.percentile_ms(50, op) / 1000,
+            ops=len(latencies),
+            p99_seconds=outcome.percentile_ms(99, op) / 1000,
+        )
+    for op, rss in [
+        ("rss_before", outcome.rss_before),
+        ("rss_peak", outcome.rss_peak),
+        ("rss_after_deletes", outcome.rss_after),
+    ]:
+        record(op, rss_bytes=rss)
+
+
 SUITE_FUNCTIONS = {
     "ceilings": run_ceilings,
     "get": run_get,
@@ -771,6 +830,7 @@ SUITE_FUNCTIONS = {
     "small": run_small,
     "json": run_json,
     "sql": run_sql,
+    "soak": run_soak,
 }
 
 __all__ = ["ARROW_CPP", "QUIVER", "SUITE_FUNCTIONS", "Run", "log"]

@@ -295,3 +295,14 @@ def test_sql_goals_pass_fail_and_say_what_was_not_run():
     assert shown["16M rows into pandas: " + odbc] == "not run above 4M rows"
     slow = [dict(r, seconds=0.3) if r["client"] == "pyarrow-flightsql" else r for r in rows]
     assert {g.text: g.verdict for g in report.sql_goals(slow)}[vs_doget] == "FAIL"
+
+
+def test_the_soak_suite_mixed_operations_without_errors(smoke_run):
+    rows = [r for r in smoke_run["rows"] if r["suite"] == "soak"]
+    by_op = {r["op"]: r for r in rows}
+    assert {"all", "put", "get", "list", "delete"} <= set(by_op), sorted(by_op)
+    assert int(by_op["all"]["ops"]) > 0 and int(by_op["all"]["errors"]) == 0
+    for op in ("rss_before", "rss_peak", "rss_after_deletes"):
+        assert int(by_op[op]["rss_bytes"]) > 0, op
+    report = (smoke_run["tmp"] / "BENCHMARKS.md").read_text()
+    assert "## Soak" in report

@@ -115,7 +115,9 @@ fn store_code(e: &StoreError) -> tonic::Code {
         StoreError::InvalidName { .. }
         | StoreError::SchemaMismatch { .. }
         | StoreError::InvalidPartition { .. } => tonic::Code::InvalidArgument,
-        StoreError::MemoryLimit { .. } => tonic::Code::ResourceExhausted,
+        StoreError::MemoryLimit { .. } | StoreError::TableLimit { .. } => {
+            tonic::Code::ResourceExhausted
+        }
         StoreError::Io(failure) if failure.is_storage_full() => tonic::Code::ResourceExhausted,
         StoreError::Io(_) => tonic::Code::Internal,
     }

@@ -6,12 +6,17 @@ use std::panic::AssertUnwindSafe;
 use futures::{FutureExt, Stream, StreamExt};
 use tonic::Status;
 
-fn panic_status(rpc: &str, panic: Box<dyn Any + Send>) -> Status {
-    let what = panic
+/// What a caught panic said.
+pub(crate) fn panic_message(panic: &(dyn Any + Send)) -> String {
+    panic
         .downcast_ref::<&str>()
         .map(|s| s.to_string())
         .or_else(|| panic.downcast_ref::<String>().cloned())
-        .unwrap_or_else(|| "unknown panic".to_string());
+        .unwrap_or_else(|| "unknown panic".to_string())
+}
+
+fn panic_status(rpc: &str, panic: Box<dyn Any + Send>) -> Status {
+    let what = panic_message(&*panic);
     tracing::error!(rpc, panic = %what, "handler panicked");
     Status::internal(format!("internal error in {rpc}: {what}"))
 }

@@ -17,7 +17,10 @@
 pub mod actions;
 mod descriptor;
 mod error;
+#[cfg(any(test, feature = "fuzzing"))]
+pub mod fuzzing;
 mod guard;
+mod ipc_bounds;
 pub mod lingering;
 mod put_options;
 mod request_body;
@@ -26,11 +29,12 @@ pub mod server;
 mod service;
 mod sql;
 pub mod ticket;
+pub mod timeouts;
 pub mod wire;
 
 pub use descriptor::table_name;
 pub use error::{Error, Result};
 pub use put_options::{MAX_PARTITIONS, PutOptions};
 pub use request_body::{WatchBody, WatchBodyLayer};
-pub use server::{Http2Config, ServeError, ServerConfig, serve};
+pub use server::{Http2Config, ServeError, ServerConfig, ServerLimits, serve};
 pub use service::{QuiverService, ServiceOptions};

@@ -17,6 +17,7 @@ use crate::service::ServiceOptions;
 use futures::TryStreamExt;
 
 use crate::lingering::{Closes, LINGER, LingeringStream};
+use crate::timeouts::TimeoutLayer;
 use crate::wire::DirectLayer;
 use crate::{QuiverService, WatchBodyLayer};
 
@@ -42,6 +43,47 @@ pub const DEFAULT_MAX_FRAME_SIZE: u32 = 16 << 10;
 /// Default time RPCs in flight get to finish after shutdown begins: 30 s.
 pub const DEFAULT_SHUTDOWN_TIMEOUT: Duration = Duration::from_secs(30);
 
+/// Default largest number of RPCs one connection may have open at once
+/// (HTTP/2 SETTINGS_MAX_CONCURRENT_STREAMS).
+pub const DEFAULT_MAX_CONCURRENT_STREAMS: u32 = 256;
+/// Default time between HTTP/2 PINGs the server sends to see the client is alive.
+pub const DEFAULT_KEEPALIVE_INTERVAL: Duration = Duration::from_secs(60);
+/// Default time a PING may go unanswered before the server closes the connection.
+pub const DEFAULT_KEEPALIVE_TIMEOUT: Duration = Duration::from_secs(20);
+/// Default limit on answering a one-message RPC or opening a DoGet: 300 s.
+pub const DEFAULT_REQUEST_TIMEOUT: Duration = Duration::from_secs(300);
+/// Default longest wait for the next message of a request stream: 120 s.
+pub const DEFAULT_STREAM_IDLE_TIMEOUT: Duration = Duration::from_secs(120);
+
+/// Limits on connections and RPCs (docs/limits.md). `None` means no limit.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ServerLimits {
+    /// RPCs one connection may have open at once; the server advertises it in
+    /// its HTTP/2 SETTINGS, so clients queue the calls past it (and the server
+    /// refuses a stream past it with REFUSED_STREAM).
+    pub max_concurrent_streams: Option<u32>,
+    /// Time between the server's keepalive PINGs.
+    pub keepalive_interval: Option<Duration>,
+    /// Time a keepalive PING may go unanswered before the connection is closed.
+    pub keepalive_timeout: Duration,
+    /// Limit on answering a one-message RPC ([`crate::timeouts`]).
+    pub request_timeout: Option<Duration>,
+    /// Limit on waiting for the next piece of a request stream.
+    pub stream_idle_timeout: Option<Duration>,
+}
+
+impl Default for ServerLimits {
+    fn default() -> Self {
+        Self {
+            max_concurrent_streams: Some(DEFAULT_MAX_CONCURRENT_STREAMS),
+            keepalive_interval: Some(DEFAULT_KEEPALIVE_INTERVAL),
+            keepalive_timeout: DEFAULT_KEEPALIVE_TIMEOUT,
+            request_timeout: Some(DEFAULT_REQUEST_TIMEOUT),
+            stream_idle_timeout: Some(DEFAULT_STREAM_IDLE_TIMEOUT),
+        }
+    }
+}
+
 /// Everything `serve` needs besides the store and the listener.
 #[derive(Debug, Clone)]
 pub struct ServerConfig {
@@ -66,6 +108,8 @@ pub struct ServerConfig {
     /// Tables over files, registered before the server accepts connections:
     /// (name, path of a Parquet, CSV or Arrow IPC file or directory).
     pub tables: Vec<(String, PathBuf)>,
+    /// Limits on connections and RPCs.
+    pub limits: ServerLimits,
 }
 
 /// Why the server could not start or stopped with an error.
@@ -119,6 +163,7 @@ impl Default for ServerConfig {
             direct_wire: true,
             sql: EngineOptions::default(),
             tables: Vec::new(),
+            limits: ServerLimits::default(),
         }
     }
 }
@@ -194,6 +239,13 @@ pub async fn serve(
         .initial_stream_window_size(config.http2.stream_window)
         .initial_connection_window_size(config.http2.connection_window)
         .max_frame_size(config.http2.max_frame_size)
+        .max_concurrent_streams(config.limits.max_concurrent_streams)
+        .http2_keepalive_interval(config.limits.keepalive_interval)
+        .http2_keepalive_timeout(Some(config.limits.keepalive_timeout))
+        .layer(TimeoutLayer::new(
+            config.limits.request_timeout,
+            config.limits.stream_idle_timeout,
+        ))
         .layer(WatchBodyLayer)
         .layer(tower::util::option_layer(direct))
         .add_service(flight)

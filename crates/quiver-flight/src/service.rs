@@ -17,13 +17,14 @@ use arrow_flight::{
 };
 use bytes::Bytes;
 use futures::stream::{self, BoxStream};
-use futures::{Stream, StreamExt, TryStreamExt};
+use futures::{FutureExt, Stream, StreamExt, TryStreamExt};
 use quiver_sql::{EngineOptions, SqlEngine};
 use quiver_store::{TableStore, TableVersion, TableWriter, batch_bytes};
 use serde_json::json;
 use tonic::{Request, Response, Status, Streaming};
 
 use crate::error::inbound_status;
+use crate::ipc_bounds::check_buffers;
 use crate::request_body::BodyOutcome;
 use crate::rpc_log::RpcLog;
 use crate::sql::{self, Batches, FlightSql};
@@ -253,6 +254,9 @@ impl QuiverService {
                     let _ = metadata_seen.set(data.app_metadata.clone());
                 }
                 bytes_seen.fetch_add(data.data_body.len() as u64, Ordering::Relaxed);
+                if let Err(e) = check_buffers(&data.data_header, data.data_body.len()) {
+                    return futures::future::ready(Err(FlightError::DecodeError(e)));
+                }
                 // Metadata-only messages (pyarrow's `write_metadata`) are no IPC
                 // messages: the decoder must not see them.
                 let keep = (!data.data_header.is_empty()).then_some(data);
@@ -277,7 +281,19 @@ impl QuiverService {
         let mut schema: Option<SchemaRef> = None;
         let mut writer = None;
         let mut charged = 0u64;
-        while let Some(decoded) = decoder.next().await {
+        // arrow-ipc panics on some malformed messages instead of failing: a
+        // panic while decoding is the client's bad data, refused as such.
+        while let Some(decoded) = std::panic::AssertUnwindSafe(decoder.next())
+            .catch_unwind()
+            .await
+            .unwrap_or_else(|panic| {
+                let what = guard::panic_message(&*panic);
+                tracing::warn!(panic = %what, "the IPC decoder panicked on a DoPut's data");
+                Some(Err(FlightError::DecodeError(format!(
+                    "malformed IPC message (the decoder failed: {what})"
+                ))))
+            })
+        {
             match decoded?.payload {
                 DecodedPayload::None => {}
                 DecodedPayload::Schema(s) => {

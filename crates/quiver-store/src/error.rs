@@ -55,6 +55,23 @@ pub enum StoreError {
     /// failed rename, damaged manifest, directory in use).
     #[error("{0}")]
     Io(Box<IoFailure>),
+    /// Storing this would pass one of the configured [`crate::TableLimits`].
+    #[error(
+        "table limit exceeded: writing table '{name}' would make {would} {}, over the \
+         {max} limit ({})",
+        limit.unit(),
+        limit.flag()
+    )]
+    TableLimit {
+        /// The table written to.
+        name: String,
+        /// Which limit.
+        limit: crate::Limit,
+        /// The count the write would reach.
+        would: u64,
+        /// The configured limit.
+        max: u64,
+    },
     /// A partition index outside `0..count`.
     #[error("partition {index} out of range for {count} partitions")]
     InvalidPartition {

@@ -13,7 +13,8 @@
 //!
 //! Every byte a version holds is charged to a [`MemoryPool`]; a write that would
 //! pass the limit fails with [`StoreError::MemoryLimit`] before anything is
-//! published.
+//! published. [`TableLimits`] bound the rows and bytes of one table and the
+//! rows of all, refused with [`StoreError::TableLimit`] the same way.
 //!
 //! A store opened over a data directory ([`TableStore::open`]) writes every
 //! put, append, rename and delete to disk before it returns: Arrow IPC segment
@@ -24,6 +25,7 @@
 mod data_dir;
 mod disk;
 mod error;
+mod limits;
 mod manifest;
 mod memory;
 mod name;
@@ -33,6 +35,7 @@ mod version;
 
 pub use data_dir::{DurableOptions, Fsync};
 pub use error::{IoFailure, Result, StoreError};
+pub use limits::{Limit, MAX_ROWS_FLAG, MAX_TABLE_BYTES_FLAG, MAX_TABLE_ROWS_FLAG, TableLimits};
 pub use memory::{MemoryCharge, MemoryPool, batch_bytes};
 pub use name::{MAX_NAME_LEN, validate_name};
 pub use store::{StoreStats, TableStore, TableWriter, WriteMode};

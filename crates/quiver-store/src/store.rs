@@ -10,7 +10,7 @@ use arrow::record_batch::RecordBatch;
 use crate::data_dir::{CommitFailure, DataDir, DurableOptions};
 use crate::disk::{Disk, OsDisk};
 use crate::manifest::{FORMAT, Manifest, ManifestTable};
-use crate::{MemoryCharge, MemoryPool, Result, Segment, StoreError, TableVersion};
+use crate::{MemoryCharge, MemoryPool, Result, Segment, StoreError, TableLimits, TableVersion};
 use crate::{batch_bytes, validate_name};
 
 type Tables = BTreeMap<String, Arc<TableVersion>>;
@@ -74,6 +74,7 @@ pub struct StoreStats {
 pub struct TableStore {
     tables: RwLock<Tables>,
     pool: MemoryPool,
+    limits: TableLimits,
     next_version: AtomicU64,
     /// The data directory of a durable store.
     durable: Option<DataDir>,
@@ -89,6 +90,7 @@ impl TableStore {
         Self {
             tables: RwLock::new(BTreeMap::new()),
             pool: MemoryPool::new(max_memory),
+            limits: TableLimits::UNLIMITED,
             next_version: AtomicU64::new(1),
             durable: None,
             commits: Mutex::new(()),
@@ -130,6 +132,7 @@ impl TableStore {
         let store = Self {
             tables: RwLock::new(tables),
             pool,
+            limits: TableLimits::UNLIMITED,
             next_version: AtomicU64::new(next_version),
             durable: Some(dir),
             commits: Mutex::new(()),
@@ -145,6 +148,17 @@ impl TableStore {
     /// Whether writes are kept in a data directory.
     pub fn is_durable(&self) -> bool {
         self.durable.is_some()
+    }
+
+    /// The same store with `limits` on table sizes (none by default).
+    pub fn with_limits(mut self, limits: TableLimits) -> Self {
+        self.limits = limits;
+        self
+    }
+
+    /// The limits on table sizes.
+    pub fn limits(&self) -> &TableLimits {
+        &self.limits
     }
 
     /// The memory pool every table is charged to.
@@ -184,10 +198,12 @@ impl TableStore {
         partitions: Option<usize>,
     ) -> Result<TableWriter<'_>> {
         validate_name(name)?;
+        let mut base = (0, 0);
         match mode {
             WriteMode::Append => {
                 let current = self.get(name)?;
                 check_schema(name, current.schema(), &schema)?;
+                base = (current.num_rows(), current.num_bytes());
             }
             WriteMode::Create if self.read().contains_key(name) => {
                 return Err(StoreError::AlreadyExists {
@@ -203,6 +219,8 @@ impl TableStore {
             schema,
             partitions,
             batches: Vec::new(),
+            rows: 0,
+            base,
             charge: self.pool.charge(),
         })
     }
@@ -276,6 +294,27 @@ impl TableStore {
             memory_used: self.pool.used(),
             memory_limit: self.pool.limit(),
         }
+    }
+
+    /// Checks the [`TableLimits`] for `name` holding `rows` rows of `bytes`
+    /// bytes in place of what it holds in `tables` now.
+    fn check_limits(
+        &self,
+        tables: &BTreeMap<String, Arc<TableVersion>>,
+        name: &str,
+        rows: u64,
+        bytes: u64,
+    ) -> Result<()> {
+        if self.limits == TableLimits::UNLIMITED {
+            return Ok(());
+        }
+        let others: u64 = tables
+            .iter()
+            .filter(|(n, _)| n.as_str() != name)
+            .map(|(_, t)| t.num_rows())
+            .sum();
+        self.limits
+            .check(name, rows, bytes, others.saturating_add(rows))
     }
 
     fn next_version(&self) -> u64 {
@@ -368,6 +407,10 @@ pub struct TableWriter<'a> {
     schema: SchemaRef,
     partitions: Option<usize>,
     batches: Vec<RecordBatch>,
+    /// Rows pushed so far.
+    rows: u64,
+    /// Rows and bytes of the table appended to, when the write started.
+    base: (u64, u64),
     charge: MemoryCharge,
 }
 
@@ -379,7 +422,7 @@ impl TableWriter<'_> {
 
     /// Rows pushed so far.
     pub fn num_rows(&self) -> u64 {
-        self.batches.iter().map(|b| b.num_rows() as u64).sum()
+        self.rows
     }
 
     /// Bytes charged so far.
@@ -389,7 +432,7 @@ impl TableWriter<'_> {
 
     /// Adds a batch, charged its buffers' bytes ([`batch_bytes`]). Fails if its
     /// fields differ from the writer's schema or if it would pass the memory
-    /// limit; the writer is then best dropped.
+    /// limit or a [`TableLimits`] limit; the writer is then best dropped.
     pub fn push(&mut self, batch: RecordBatch) -> Result<()> {
         let bytes = batch_bytes(&batch);
         self.push_charged(batch, bytes)
@@ -403,8 +446,17 @@ impl TableWriter<'_> {
         if batch.schema_ref().fields() != self.schema.fields() {
             check_schema(&self.name, &self.schema, batch.schema_ref())?;
         }
+        let rows = self.rows + batch.num_rows() as u64;
+        let store = self.store;
+        store.check_limits(
+            &store.read(),
+            &self.name,
+            self.base.0 + rows,
+            self.base.1 + self.charge.bytes() + bytes,
+        )?;
         self.charge.try_grow(bytes)?;
         self.batches.push(batch);
+        self.rows = rows;
         Ok(())
     }
 
@@ -416,6 +468,7 @@ impl TableWriter<'_> {
     /// and the memory the written batches were charged is returned to the pool.
     pub fn commit(self) -> Result<Arc<TableVersion>> {
         let store = self.store;
+        let (rows, bytes) = (self.rows, self.charge.bytes());
         let (segment, added) = match &store.durable {
             None => (Segment::new(self.batches, self.charge), None),
             Some(dir) => {
@@ -436,6 +489,7 @@ impl TableWriter<'_> {
             self.schema,
             self.partitions,
             segment,
+            (rows, bytes),
         ) {
             Ok(version) => Arc::new(version),
             Err(e) => {
@@ -462,6 +516,7 @@ impl TableWriter<'_> {
         schema: SchemaRef,
         partitions: Option<usize>,
         segment: Arc<Segment>,
+        (rows, bytes): (u64, u64),
     ) -> Result<TableVersion> {
         let tables = store.read();
         if mode == WriteMode::Create && tables.contains_key(name) {
@@ -469,6 +524,13 @@ impl TableWriter<'_> {
                 name: name.to_string(),
             });
         }
+        // Re-checked under the lock against what the table and the store hold
+        // now: other writes may have committed since this one started.
+        let base = match (mode, tables.get(name)) {
+            (WriteMode::Append, Some(current)) => (current.num_rows(), current.num_bytes()),
+            _ => (0, 0),
+        };
+        store.check_limits(&tables, name, base.0 + rows, base.1 + bytes)?;
         Ok(match mode {
             WriteMode::Replace | WriteMode::Create => TableVersion::new(
                 name.to_string(),
@@ -766,6 +828,89 @@ mod tests {
         store
             .put("t", WriteMode::Replace, big.schema(), [big])
             .unwrap();
+    }
+
+    #[test]
+    fn table_limits_refuse_puts_and_appends_and_keep_the_table() {
+        let limits = crate::TableLimits {
+            max_table_rows: 6,
+            max_table_bytes: 64,
+            max_rows: 10,
+        };
+        let store = TableStore::new(1 << 20).with_limits(limits);
+        let four = batch(&[1, 2, 3, 4]); // 4 rows, 32 bytes
+        store
+            .put("t", WriteMode::Replace, four.schema(), [four.clone()])
+            .unwrap();
+        let limit_of = |err: StoreError| match err {
+            StoreError::TableLimit { limit, .. } => limit,
+            other => panic!("not a table limit: {other}"),
+        };
+        // Append: 4 + 4 rows > 6.
+        let err = store
+            .put("t", WriteMode::Append, four.schema(), [four.clone()])
+            .unwrap_err();
+        assert!(err.to_string().contains("--max-table-rows"), "{err}");
+        assert_eq!(limit_of(err), crate::Limit::TableRows);
+        // Replace with 9 rows (72 bytes): over both; rows is reported first.
+        let nine = batch(&[9; 9]);
+        let err = store
+            .put("t", WriteMode::Replace, nine.schema(), [nine])
+            .unwrap_err();
+        assert_eq!(limit_of(err), crate::Limit::TableRows);
+        // Bytes alone.
+        let store_bytes = TableStore::new(1 << 20).with_limits(crate::TableLimits {
+            max_table_bytes: 40,
+            ..crate::TableLimits::UNLIMITED
+        });
+        let err = store_bytes
+            .put(
+                "b",
+                WriteMode::Replace,
+                four.schema(),
+                [four.clone(), four.clone()],
+            )
+            .unwrap_err();
+        assert_eq!(limit_of(err), crate::Limit::TableBytes);
+        assert!(store_bytes.get("b").is_err(), "nothing half-stored");
+        // Total rows: 4 in t, 4 in u, 4 more in v > 10.
+        store
+            .put("u", WriteMode::Replace, four.schema(), [four.clone()])
+            .unwrap();
+        let err = store
+            .put("v", WriteMode::Create, four.schema(), [four.clone()])
+            .unwrap_err();
+        assert!(err.to_string().contains("--max-rows"), "{err}");
+        // Replacing a table counts its new rows, not old plus new.
+        store
+            .put("u", WriteMode::Replace, four.schema(), [batch(&[5, 6])])
+            .unwrap();
+        assert_eq!(values(&store.get("t").unwrap()), vec![1, 2, 3, 4]);
+        assert_eq!(store.stats().rows, 6);
+    }
+
+    #[test]
+    fn table_limit_is_rechecked_at_commit() {
+        let store = TableStore::new(1 << 20).with_limits(crate::TableLimits {
+            max_rows: 6,
+            ..crate::TableLimits::UNLIMITED
+        });
+        let four = batch(&[1, 2, 3, 4]);
+        let mut a = store
+            .writer("a", WriteMode::Replace, four.schema(), None)
+            .unwrap();
+        a.push(four.clone()).unwrap();
+        store
+            .put("b", WriteMode::Replace, four.schema(), [four.clone()])
+            .unwrap();
+        let err = a.commit().unwrap_err();
+        assert!(err.to_string().contains("--max-rows"), "{err}");
+        assert!(store.get("a").is_err());
+        assert_eq!(
+            store.memory().used(),
+            32,
+            "the refused write's memory is freed"
+        );
     }
 
     #[test]

@@ -26,6 +26,7 @@ pub(crate) struct Cli {
 }
 
 #[derive(Debug, Subcommand)]
+#[allow(clippy::large_enum_variant)] // parsed once, at start: boxing `serve`'s flags buys nothing
 pub(crate) enum Command {
     /// Run the server.
     Serve(ServeArgs),
@@ -127,6 +128,44 @@ pub(crate) struct ServeArgs {
     /// Seconds a SQL query may run, from planning to its last batch.
     #[arg(long, env = "QUIVER_QUERY_TIMEOUT", default_value_t = 300.0)]
     pub(crate) query_timeout: f64,
+
+    /// Rows one table may hold; a put, append or SQL write past it fails with
+    /// RESOURCE_EXHAUSTED and the table keeps what it had. Default: no limit.
+    #[arg(long, env = "QUIVER_MAX_TABLE_ROWS")]
+    pub(crate) max_table_rows: Option<u64>,
+
+    /// Bytes one table may hold (e.g. 1GiB). Default: no limit (--max-memory
+    /// still bounds all tables together).
+    #[arg(long, env = "QUIVER_MAX_TABLE_BYTES")]
+    pub(crate) max_table_bytes: Option<ByteSize>,
+
+    /// Rows all tables together may hold. Default: no limit.
+    #[arg(long, env = "QUIVER_MAX_ROWS")]
+    pub(crate) max_rows: Option<u64>,
+
+    /// RPCs one client connection may have open at once (HTTP/2
+    /// SETTINGS_MAX_CONCURRENT_STREAMS); clients queue the calls past it.
+    #[arg(long, env = "QUIVER_MAX_CONCURRENT_STREAMS", default_value_t = 256,
+          value_parser = clap::value_parser!(u32).range(1..))]
+    pub(crate) max_concurrent_streams: u32,
+
+    /// Seconds between the HTTP/2 PINGs that check a client is alive (0: none).
+    #[arg(long, env = "QUIVER_H2_KEEPALIVE_INTERVAL", default_value_t = 60.0)]
+    pub(crate) h2_keepalive_interval: f64,
+
+    /// Seconds a PING may go unanswered before the connection is closed.
+    #[arg(long, env = "QUIVER_H2_KEEPALIVE_TIMEOUT", default_value_t = 20.0)]
+    pub(crate) h2_keepalive_timeout: f64,
+
+    /// Seconds to answer a one-message RPC (GetFlightInfo, DoAction, ...) or to
+    /// start a DoGet's stream; the stream itself is not cut (0: no limit).
+    #[arg(long, env = "QUIVER_REQUEST_TIMEOUT", default_value_t = 300.0)]
+    pub(crate) request_timeout: f64,
+
+    /// Seconds the server waits for the next message of a request stream (a
+    /// DoPut's next batch) before failing it; nothing is stored (0: no limit).
+    #[arg(long, env = "QUIVER_STREAM_IDLE_TIMEOUT", default_value_t = 120.0)]
+    pub(crate) stream_idle_timeout: f64,
 
     /// Log filter (tracing's EnvFilter syntax), e.g. info, quiver_flight=debug.
     #[arg(long, env = "QUIVER_LOG", default_value = "info")]

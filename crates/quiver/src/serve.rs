@@ -3,9 +3,9 @@
 use std::io::Write;
 use std::sync::Arc;
 
-use quiver_flight::server::{Http2Config, ServerConfig, default_location, serve};
+use quiver_flight::server::{Http2Config, ServerConfig, ServerLimits, default_location, serve};
 use quiver_sql::EngineOptions;
-use quiver_store::{DurableOptions, Fsync, TableStore};
+use quiver_store::{DurableOptions, Fsync, TableLimits, TableStore};
 use tokio::net::TcpListener;
 use tracing_subscriber::EnvFilter;
 
@@ -27,7 +27,7 @@ pub(crate) async fn run(args: ServeArgs) -> Result<(), Box<dyn std::error::Error
         .map(|s| s.0)
         .or_else(|| machine_memory().map(|m| m / 2))
         .unwrap_or(FALLBACK_MAX_MEMORY);
-    let store = Arc::new(match &args.data_dir {
+    let store = match &args.data_dir {
         None => TableStore::new(max_memory),
         Some(dir) => {
             let fsync = match args.fsync {
@@ -40,7 +40,12 @@ pub(crate) async fn run(args: ServeArgs) -> Result<(), Box<dyn std::error::Error
             };
             TableStore::open(&options, max_memory).map_err(|e| format!("--data-dir: {e}"))?
         }
-    });
+    };
+    let store = Arc::new(store.with_limits(TableLimits {
+        max_table_rows: args.max_table_rows.unwrap_or(u64::MAX),
+        max_table_bytes: args.max_table_bytes.map_or(u64::MAX, |b| b.0),
+        max_rows: args.max_rows.unwrap_or(u64::MAX),
+    }));
     let listener = TcpListener::bind(args.listen)
         .await
         .map_err(|e| format!("cannot listen on {}: {e}", args.listen))?;
@@ -65,6 +70,14 @@ pub(crate) async fn run(args: ServeArgs) -> Result<(), Box<dyn std::error::Error
             connection_window: window("--h2-connection-window", args.h2_connection_window)?,
             max_frame_size: frame_size(args.h2_max_frame_size)?,
         },
+        limits: ServerLimits {
+            max_concurrent_streams: Some(args.max_concurrent_streams),
+            keepalive_interval: seconds("--h2-keepalive-interval", args.h2_keepalive_interval)?,
+            keepalive_timeout: seconds("--h2-keepalive-timeout", args.h2_keepalive_timeout)?
+                .unwrap_or(std::time::Duration::ZERO),
+            request_timeout: seconds("--request-timeout", args.request_timeout)?,
+            stream_idle_timeout: seconds("--stream-idle-timeout", args.stream_idle_timeout)?,
+        },
     };
     tracing::info!(
         %addr,
@@ -88,6 +101,13 @@ pub(crate) async fn run(args: ServeArgs) -> Result<(), Box<dyn std::error::Error
     serve(listener, store, config, shutdown).await?;
     tracing::info!("quiver stopped");
     Ok(())
+}
+
+/// A duration in seconds; 0 means none.
+fn seconds(flag: &str, value: f64) -> Result<Option<std::time::Duration>, String> {
+    let duration = std::time::Duration::try_from_secs_f64(value)
+        .map_err(|e| format!("{flag} {value}: {e}"))?;
+    Ok((!duration.is_zero()).then_some(duration))
 }
 
 /// An HTTP/2 window: at most 2^31-1 bytes.

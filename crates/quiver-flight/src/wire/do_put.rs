@@ -11,7 +11,7 @@ use std::future::poll_fn;
 use std::pin::Pin;
 
 use arrow::buffer::{Buffer, MutableBuffer};
-use arrow_flight::{FlightData, FlightDescriptor};
+use arrow_flight::{FlightData, FlightDescriptor, PutResult};
 use bytes::Bytes;
 use futures::{Stream, StreamExt, stream};
 use http_body::Body as _;
@@ -32,20 +32,39 @@ pub(super) async fn respond(
     service: QuiverService,
     request: http::Request<Body>,
 ) -> Result<http::Response<Body>, Status> {
+    let put_result = put_body(&service, request.into_body()).await?;
+    let frame = grpc_message(&put_result.encode_to_vec());
+    Ok(super::grpc_response(GrpcBody::new(
+        stream::iter([Ok(vec![frame])]).boxed(),
+    )))
+}
+
+/// Stores the DoPut whose request body is `body`.
+async fn put_body(service: &QuiverService, body: Body) -> Result<PutResult, Status> {
     let mut log = RpcLog::new("DoPut");
     let reader = FlightDataReader::new(
-        request.into_body(),
+        body,
         service.max_message_size(),
         service.store().memory().charge(),
     );
     let result = service
         .put(Box::pin(reader.into_stream()), None, &mut log)
         .await;
-    let put_result = log.outcome(result.map_err(Status::from))?;
-    let frame = grpc_message(&put_result.encode_to_vec());
-    Ok(super::grpc_response(GrpcBody::new(
-        stream::iter([Ok(vec![frame])]).boxed(),
-    )))
+    log.outcome(result.map_err(Status::from))
+}
+
+/// Stores the DoPut whose request body arrives as `frames` (the payloads of
+/// its HTTP/2 DATA frames), through the same path as a DoPut from the network.
+#[cfg(any(test, feature = "fuzzing"))]
+pub(crate) async fn put_frames(
+    service: &QuiverService,
+    frames: Vec<Bytes>,
+) -> Result<PutResult, Status> {
+    let frames = frames
+        .into_iter()
+        .map(|frame| Ok::<_, Status>(http_body::Frame::data(frame)));
+    let body = Body::new(http_body_util::StreamBody::new(stream::iter(frames)));
+    put_body(service, body).await
 }
 
 /// FlightData messages parsed off a request body as its frames arrive.
@@ -95,6 +114,9 @@ impl FlightDataReader {
                     if let Ok(data) = frame.into_data() {
                         self.received.push(data);
                     }
+                }
+                Some(Err(e)) if e.code() == tonic::Code::DeadlineExceeded => {
+                    return Some(Err(Error::Status(Box::new(e))));
                 }
                 Some(Err(e)) => {
                     return Some(Err(Error::Cancelled(format!(

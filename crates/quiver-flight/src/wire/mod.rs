@@ -34,6 +34,8 @@ use tower::{Layer, Service};
 
 pub use do_get::DO_GET_PATH;
 pub use do_put::DO_PUT_PATH;
+#[cfg(any(test, feature = "fuzzing"))]
+pub(crate) use do_put::put_frames;
 
 use crate::{QuiverService, guard};
 use grpc_body::GrpcBody;
