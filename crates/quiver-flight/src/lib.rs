@@ -15,6 +15,7 @@
 #![warn(missing_docs)]
 
 pub mod actions;
+pub mod auth;
 mod descriptor;
 mod error;
 mod guard;
@@ -23,6 +24,7 @@ mod put_options;
 mod request_body;
 mod rpc_log;
 pub mod server;
+mod tls;
 mod service;
 mod sql;
 pub mod ticket;
@@ -33,4 +35,5 @@ pub use error::{Error, Result};
 pub use put_options::{MAX_PARTITIONS, PutOptions};
 pub use request_body::{WatchBody, WatchBodyLayer};
 pub use server::{Http2Config, ServeError, ServerConfig, serve};
+pub use tls::TlsConfig;
 pub use service::{QuiverService, ServiceOptions};

@@ -21,6 +21,7 @@ use tonic::body::Body;
 
 use super::frames::{Rope, to_bytes};
 use super::grpc_body::{GrpcBody, grpc_message, message_length};
+use crate::auth::Caller;
 use crate::rpc_log::RpcLog;
 use crate::{Error, QuiverService};
 use quiver_store::MemoryCharge;
@@ -33,13 +34,14 @@ pub(super) async fn respond(
     request: http::Request<Body>,
 ) -> Result<http::Response<Body>, Status> {
     let mut log = RpcLog::new("DoPut");
+    let caller = Caller::of(request.extensions());
     let reader = FlightDataReader::new(
         request.into_body(),
         service.max_message_size(),
         service.store().memory().charge(),
     );
     let result = service
-        .put(Box::pin(reader.into_stream()), None, &mut log)
+        .put(Box::pin(reader.into_stream()), None, caller, &mut log)
         .await;
     let put_result = log.outcome(result.map_err(Status::from))?;
     let frame = grpc_message(&put_result.encode_to_vec());
