@@ -24,10 +24,10 @@ mod put_options;
 mod request_body;
 mod rpc_log;
 pub mod server;
-mod tls;
 mod service;
 mod sql;
 pub mod ticket;
+mod tls;
 pub mod wire;
 
 pub use descriptor::table_name;
@@ -35,5 +35,5 @@ pub use error::{Error, Result};
 pub use put_options::{MAX_PARTITIONS, PutOptions};
 pub use request_body::{WatchBody, WatchBodyLayer};
 pub use server::{Http2Config, ServeError, ServerConfig, serve};
-pub use tls::TlsConfig;
 pub use service::{QuiverService, ServiceOptions};
+pub use tls::TlsConfig;

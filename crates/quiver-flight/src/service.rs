@@ -124,7 +124,10 @@ impl QuiverService {
         log: &mut RpcLog,
     ) -> Result<FlightInfo> {
         if let Some(command) = sql::descriptor_command(&descriptor)? {
-            return self.sql.flight_info(command, descriptor, &caller?, log).await;
+            return self
+                .sql
+                .flight_info(command, descriptor, &caller?, log)
+                .await;
         }
         let name = table_name(&descriptor)?;
         log.table(&name);

@@ -25,7 +25,8 @@ impl std::fmt::Debug for TlsConfig {
 }
 
 fn read(flag: &str, path: &Path) -> Result<Vec<u8>> {
-    let pem = std::fs::read(path).map_err(|e| Error::Config(format!("{flag} {}: {e}", path.display())))?;
+    let pem = std::fs::read(path)
+        .map_err(|e| Error::Config(format!("{flag} {}: {e}", path.display())))?;
     if !pem.starts_with(b"-----BEGIN") && !String::from_utf8_lossy(&pem).contains("-----BEGIN ") {
         return Err(Error::Config(format!(
             "{flag} {}: not a PEM file",

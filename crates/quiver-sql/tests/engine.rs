@@ -370,7 +370,12 @@ async fn statements_beyond_what_is_allowed_are_refused_before_they_run() {
     // Nothing ran: the table is as it was, nothing was created.
     assert_eq!(store.get("Trips").unwrap().num_rows(), 1000);
     assert!(store.get("t2").is_err());
-    assert!(engine.tables().iter().all(|t| t.name != "ext" && t.name != "v"));
+    assert!(
+        engine
+            .tables()
+            .iter()
+            .all(|t| t.name != "ext" && t.name != "v")
+    );
     // Allowed, they run.
     engine
         .run_allowed(&external, None, Effect::ServerFiles)

@@ -232,9 +232,7 @@ impl Authenticator {
                     token,
                 ))
             }
-            _ => Err(Error::Unauthenticated(
-                "wrong user name or password".into(),
-            )),
+            _ => Err(Error::Unauthenticated("wrong user name or password".into())),
         }
     }
 
@@ -395,10 +393,7 @@ where
                         .insert(http::header::AUTHORIZATION, value);
                     Ok(response)
                 }
-                Err(e) => Ok(refuse(
-                    &path,
-                    Error::Internal(format!("token header: {e}")),
-                )),
+                Err(e) => Ok(refuse(&path, Error::Internal(format!("token header: {e}")))),
             }
         })
     }
@@ -440,7 +435,9 @@ mod tests {
     fn a_token_with_no_lifetime_is_expired() {
         let (auth, _) = authenticator(Duration::ZERO);
         let (_, token) = auth.login("alice", "pw").unwrap();
-        assert!(matches!(auth.bearer(&token), Err(Error::Unauthenticated(m)) if m.contains("expired")));
+        assert!(
+            matches!(auth.bearer(&token), Err(Error::Unauthenticated(m)) if m.contains("expired"))
+        );
     }
 
     #[test]

@@ -181,7 +181,14 @@ mod tests {
         flipped[last] = if flipped[last] == b'A' { b'B' } else { b'A' };
         let flipped = String::from_utf8(flipped).unwrap();
         assert!(signer.verify(&flipped, 0).is_err());
-        for bad in ["", "qs1.", "qs1..", "qs1.!!!.???", "Bearer x", &token[..token.len() - 5]] {
+        for bad in [
+            "",
+            "qs1.",
+            "qs1..",
+            "qs1.!!!.???",
+            "Bearer x",
+            &token[..token.len() - 5],
+        ] {
             assert!(signer.verify(bad, 0).is_err(), "{bad:?}");
         }
     }

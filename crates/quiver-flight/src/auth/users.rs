@@ -16,8 +16,8 @@ use std::fmt::Write as _;
 use std::io::Write;
 use std::path::Path;
 
-use argon2::password_hash::{PasswordHash, PasswordHasher, PasswordVerifier, SaltString};
 use argon2::Argon2;
+use argon2::password_hash::{PasswordHash, PasswordHasher, PasswordVerifier, SaltString};
 use base64::Engine as _;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use serde::{Deserialize, Serialize};
@@ -154,7 +154,9 @@ impl UsersFile {
             Some(dir) if !dir.as_os_str().is_empty() => dir,
             _ => Path::new("."),
         };
-        let name = path.file_name().ok_or_else(|| config(path, "not a file name"))?;
+        let name = path
+            .file_name()
+            .ok_or_else(|| config(path, "not a file name"))?;
         let temp = dir.join(format!(".{}.tmp", name.to_string_lossy()));
         let mut options = std::fs::OpenOptions::new();
         options.write(true).create(true).truncate(true);

@@ -186,10 +186,7 @@ impl FlightSql {
             Command::CommandStatementQuery(query) => {
                 no_transactions(query.transaction_id.as_ref())?;
                 log.table(&query.query);
-                let outcome = self
-                    .engine
-                    .run_allowed(&query.query, None, allowed)
-                    .await?;
+                let outcome = self.engine.run_allowed(&query.query, None, allowed).await?;
                 self.result_info(outcome, descriptor)
             }
             Command::CommandPreparedStatementQuery(prepared) => {
