@@ -18,8 +18,8 @@ static SETTINGS: OnceLock<ClientSettings> = OnceLock::new();
 /// (the parallel endpoint fetches too) sends it, so the password is checked once.
 static BEARER: tokio::sync::OnceCell<String> = tokio::sync::OnceCell::const_new();
 
-/// TLS and credentials of the client commands.
-#[derive(Debug, Default)]
+/// TLS and credentials of the client commands (no `Debug`: it holds a password).
+#[derive(Default)]
 struct ClientSettings {
     tls_ca: Option<Vec<u8>>,
     identity: Option<(Vec<u8>, Vec<u8>)>,
