@@ -15,7 +15,9 @@ fare: double
 from .client import Client, connect
 from .errors import (
     AlreadyExistsError,
+    AuthenticationError,
     InvalidArgumentError,
+    PermissionDeniedError,
     QuiverError,
     ResourceExhaustedError,
     ServerUnavailableError,
@@ -28,8 +30,10 @@ __version__ = "0.1.0"
 
 __all__ = [
     "AlreadyExistsError",
+    "AuthenticationError",
     "Client",
     "InvalidArgumentError",
+    "PermissionDeniedError",
     "PutResult",
     "QuiverError",
     "ResourceExhaustedError",

@@ -36,7 +36,13 @@ STAGING_PREFIX = ".quiver-staging/"
 
 
 def connect(
-    uri: str = DEFAULT_URI, *, timeout: float | None = None, **flight_kwargs: Any
+    uri: str = DEFAULT_URI,
+    *,
+    timeout: float | None = None,
+    username: str | None = None,
+    password: str | None = None,
+    token: str | None = None,
+    **flight_kwargs: Any,
 ) -> Client:
     """Connect to a quiver server.
 
@@ -47,9 +53,17 @@ def connect(
         ``grpc+tls://host:port``) or a bare ``host:port``.
     timeout : float, optional
         Seconds each call may take; no limit by default.
+    username, password : str, optional
+        Log in with these (the Flight Handshake); every call then sends the
+        bearer token the server returned. For a server started with ``--users``.
+    token : str, optional
+        A bearer token to send with every call instead: an API token made by
+        ``quiver user token``, or one a Handshake gave.
     **flight_kwargs
-        Keyword arguments of :class:`pyarrow.flight.FlightClient`
-        (``tls_root_certs``, ``generic_options``, ...).
+        Keyword arguments of :class:`pyarrow.flight.FlightClient`:
+        ``tls_root_certs`` (PEM bytes of the CA that signed a ``grpc+tls://``
+        server's certificate), ``cert_chain`` and ``private_key`` (PEM bytes of
+        a client certificate, for mutual TLS), ``generic_options``, ...
 
     Returns
     -------
@@ -64,7 +78,9 @@ def connect(
     ...     client.get("trips").num_rows
     2
     """
-    return Client(uri, timeout=timeout, **flight_kwargs)
+    return Client(
+        uri, timeout=timeout, username=username, password=password, token=token, **flight_kwargs
+    )
 
 
 class Client:
@@ -82,16 +98,42 @@ class Client:
     **flight_kwargs
         Keyword arguments of :class:`pyarrow.flight.FlightClient`, used for the
         connection to ``uri`` and for any other location an endpoint names.
+    username, password, token : str, optional
+        Credentials, as for :func:`connect`.
     """
 
     def __init__(
-        self, uri: str = DEFAULT_URI, *, timeout: float | None = None, **flight_kwargs: Any
+        self,
+        uri: str = DEFAULT_URI,
+        *,
+        timeout: float | None = None,
+        username: str | None = None,
+        password: str | None = None,
+        token: str | None = None,
+        **flight_kwargs: Any,
     ) -> None:
+        if token is not None and username is not None:
+            raise ValueError("give username and password, or token, not both")
+        if (username is None) != (password is None):
+            raise ValueError("username and password go together")
         self._uri = _protocol.normalize_uri(uri)
         self._flight_kwargs: dict[str, Any] = flight_kwargs
         self._options = flight.FlightCallOptions(timeout=timeout)
         with translated_errors():
             self._flight = flight.FlightClient(self._uri, **flight_kwargs)
+            headers: list[tuple[bytes, bytes]] = []
+            if username is not None and password is not None:
+                try:
+                    headers = [
+                        self._flight.authenticate_basic_token(username, password, self._options)
+                    ]
+                except BaseException:
+                    self._flight.close()
+                    raise
+            elif token is not None:
+                headers = [(b"authorization", b"Bearer " + token.encode())]
+        # Every call (the parallel endpoint fetches and SQL too) uses these options.
+        self._options = flight.FlightCallOptions(timeout=timeout, headers=headers)
         self._peers: dict[str, flight.FlightClient] = {}
         self._peers_lock = threading.Lock()
 

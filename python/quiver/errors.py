@@ -98,6 +98,18 @@ class ServerUnavailableError(QuiverError, ConnectionError):
     code = "UNAVAILABLE"
 
 
+class AuthenticationError(QuiverError):
+    """No credentials, or wrong, expired or forged ones (``UNAUTHENTICATED``)."""
+
+    code = "UNAUTHENTICATED"
+
+
+class PermissionDeniedError(QuiverError, PermissionError):
+    """The user's role does not allow the call (``PERMISSION_DENIED``)."""
+
+    code = "PERMISSION_DENIED"
+
+
 # How Arrow's gRPC transport words each status code: "gRPC returned <words> error,
 # with message: <server message>[. Detail: ...][. gRPC client debug context: ...]".
 _CODE_WORDS: dict[str, tuple[type[QuiverError], str]] = {
@@ -107,6 +119,8 @@ _CODE_WORDS: dict[str, tuple[type[QuiverError], str]] = {
     "resource exhausted": (ResourceExhaustedError, "RESOURCE_EXHAUSTED"),
     "aborted": (VersionConflictError, "ABORTED"),
     "unavailable": (ServerUnavailableError, "UNAVAILABLE"),
+    "unauthenticated": (AuthenticationError, "UNAUTHENTICATED"),
+    "permission denied": (PermissionDeniedError, "PERMISSION_DENIED"),
     "internal": (QuiverError, "INTERNAL"),
     "unknown": (QuiverError, "UNKNOWN"),
     "unimplemented": (QuiverError, "UNIMPLEMENTED"),
@@ -131,8 +145,8 @@ _FLIGHT_CLASSES: tuple[tuple[type[Exception], type[QuiverError], str], ...] = (
     (flight.FlightUnavailableError, ServerUnavailableError, "UNAVAILABLE"),
     (flight.FlightTimedOutError, QuiverError, "DEADLINE_EXCEEDED"),
     (flight.FlightCancelledError, QuiverError, "CANCELLED"),
-    (flight.FlightUnauthenticatedError, QuiverError, "UNAUTHENTICATED"),
-    (flight.FlightUnauthorizedError, QuiverError, "PERMISSION_DENIED"),
+    (flight.FlightUnauthenticatedError, AuthenticationError, "UNAUTHENTICATED"),
+    (flight.FlightUnauthorizedError, PermissionDeniedError, "PERMISSION_DENIED"),
 )
 
 

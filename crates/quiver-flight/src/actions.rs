@@ -8,6 +8,7 @@ use quiver_store::TableStore;
 use serde::Deserialize;
 use serde_json::json;
 
+use crate::auth::Role;
 use crate::{Error, Result};
 
 /// Every action: its type and a description for ListActions.
@@ -39,6 +40,15 @@ pub fn action_types() -> Vec<ActionType> {
             description: description.to_string(),
         })
         .collect()
+}
+
+/// The least role that may run action `kind` (Flight SQL's actions included):
+/// `write` for those that change tables, `read` for the rest.
+pub(crate) fn role_needed(kind: &str) -> Role {
+    match kind {
+        "delete" | "rename" => Role::Write,
+        _ => Role::Read,
+    }
 }
 
 #[derive(Deserialize)]

@@ -55,6 +55,15 @@ pub enum Error {
     /// A status that should reach the client unchanged (e.g. the client cancelled).
     #[error("{}", .0.message())]
     Status(Box<Status>),
+    /// No credentials, or credentials that are wrong, expired or forged.
+    #[error("{0}")]
+    Unauthenticated(String),
+    /// The caller's role does not allow the operation.
+    #[error("{0}")]
+    PermissionDenied(String),
+    /// A configuration file or flag is unusable (users file, TLS files).
+    #[error("{0}")]
+    Config(String),
     /// A bug or an unexpected failure on the server's side.
     #[error("internal error: {0}")]
     Internal(String),
@@ -97,6 +106,11 @@ impl From<SqlError> for Error {
     fn from(e: SqlError) -> Self {
         match e {
             SqlError::Store(s) => Self::Store(s),
+            SqlError::Denied(effect) => Self::PermissionDenied(format!(
+                "permission denied: the statement is {}, which needs the {} role",
+                effect.describe(),
+                crate::auth::Role::for_effect(effect)
+            )),
             other => Self::Sql(other),
         }
     }
@@ -134,6 +148,7 @@ impl From<Error> for Status {
                 SqlError::Timeout(_) => tonic::Code::DeadlineExceeded,
                 SqlError::Cancelled => tonic::Code::Cancelled,
                 SqlError::Store(s) => store_code(s),
+                SqlError::Denied(_) => tonic::Code::PermissionDenied,
                 SqlError::Internal(_) => tonic::Code::Internal,
             },
             Error::NotFound(_) => tonic::Code::NotFound,
@@ -144,7 +159,9 @@ impl From<Error> for Status {
             Error::MessageTooLarge { .. } => tonic::Code::ResourceExhausted,
             Error::Cancelled(_) => tonic::Code::Cancelled,
             Error::Status(status) => return (**status).clone(),
-            Error::Internal(_) => tonic::Code::Internal,
+            Error::Unauthenticated(_) => tonic::Code::Unauthenticated,
+            Error::PermissionDenied(_) => tonic::Code::PermissionDenied,
+            Error::Config(_) | Error::Internal(_) => tonic::Code::Internal,
         };
         let mut message = e.to_string();
         if message.len() > MAX_STATUS_MESSAGE {

@@ -15,6 +15,7 @@
 #![warn(missing_docs)]
 
 pub mod actions;
+pub mod auth;
 mod descriptor;
 mod error;
 #[cfg(any(test, feature = "fuzzing"))]
@@ -30,6 +31,7 @@ mod service;
 mod sql;
 pub mod ticket;
 pub mod timeouts;
+mod tls;
 pub mod wire;
 
 pub use descriptor::table_name;
@@ -38,3 +40,4 @@ pub use put_options::{MAX_PARTITIONS, PutOptions};
 pub use request_body::{WatchBody, WatchBodyLayer};
 pub use server::{Http2Config, ServeError, ServerConfig, ServerLimits, serve};
 pub use service::{QuiverService, ServiceOptions};
+pub use tls::TlsConfig;

@@ -16,8 +16,10 @@ use tonic::transport::server::TcpIncoming;
 use crate::service::ServiceOptions;
 use futures::TryStreamExt;
 
+use crate::auth::{AuthLayer, Authenticator};
 use crate::lingering::{Closes, LINGER, LingeringStream};
 use crate::timeouts::TimeoutLayer;
+use crate::tls::TlsConfig;
 use crate::wire::DirectLayer;
 use crate::{QuiverService, WatchBodyLayer};
 
@@ -110,6 +112,11 @@ pub struct ServerConfig {
     pub tables: Vec<(String, PathBuf)>,
     /// Limits on connections and RPCs.
     pub limits: ServerLimits,
+    /// TLS (and mutual TLS) on the listening port; `None`: plain TCP.
+    pub tls: Option<TlsConfig>,
+    /// Who may call and what each may do ([`crate::auth`]); `None`: anyone
+    /// may do anything.
+    pub auth: Option<Arc<Authenticator>>,
 }
 
 /// Why the server could not start or stopped with an error.
@@ -164,6 +171,8 @@ impl Default for ServerConfig {
             sql: EngineOptions::default(),
             tables: Vec::new(),
             limits: ServerLimits::default(),
+            tls: None,
+            auth: None,
         }
     }
 }
@@ -198,6 +207,10 @@ pub async fn serve(
         .clone()
         .or_else(|| addr.map(default_location))
         .unwrap_or_else(|| REUSE_CONNECTION.to_string());
+    let location = match (&config.tls, location.strip_prefix("grpc+tcp://")) {
+        (Some(_), Some(rest)) if config.advertise.is_none() => format!("grpc+tls://{rest}"),
+        _ => location,
+    };
     let service = QuiverService::new(
         store,
         ServiceOptions {
@@ -235,7 +248,11 @@ pub async fn serve(
         shutdown.await;
         let _ = began.send(true);
     };
-    let server = Server::builder()
+    let mut builder = Server::builder();
+    if let Some(tls) = &config.tls {
+        builder = builder.tls_config(tls.server_config())?;
+    }
+    let server = builder
         .initial_stream_window_size(config.http2.stream_window)
         .initial_connection_window_size(config.http2.connection_window)
         .max_frame_size(config.http2.max_frame_size)
@@ -247,6 +264,8 @@ pub async fn serve(
             config.limits.stream_idle_timeout,
         ))
         .layer(WatchBodyLayer)
+        // Before the direct paths: every RPC is authenticated.
+        .layer(AuthLayer::new(config.auth.clone()))
         .layer(tower::util::option_layer(direct))
         .add_service(flight)
         .serve_with_incoming_shutdown(incoming, signal);

@@ -23,6 +23,7 @@ use quiver_store::{TableStore, TableVersion, TableWriter, batch_bytes};
 use serde_json::json;
 use tonic::{Request, Response, Status, Streaming};
 
+use crate::auth::{Caller, Role};
 use crate::error::inbound_status;
 use crate::ipc_bounds::check_buffers;
 use crate::request_body::BodyOutcome;
@@ -117,9 +118,17 @@ impl QuiverService {
             .with_app_metadata(metadata.to_string()))
     }
 
-    async fn info_for(&self, descriptor: FlightDescriptor, log: &mut RpcLog) -> Result<FlightInfo> {
+    async fn info_for(
+        &self,
+        descriptor: FlightDescriptor,
+        caller: Result<Caller>,
+        log: &mut RpcLog,
+    ) -> Result<FlightInfo> {
         if let Some(command) = sql::descriptor_command(&descriptor)? {
-            return self.sql.flight_info(command, descriptor, log).await;
+            return self
+                .sql
+                .flight_info(command, descriptor, &caller?, log)
+                .await;
         }
         let name = table_name(&descriptor)?;
         log.table(&name);
@@ -183,13 +192,16 @@ impl QuiverService {
     /// Stores a DoPut stream (or hands a Flight SQL command to the SQL side).
     /// `outcome` tells whether the transport broke the stream off (tonic
     /// reports that as a clean end); `None` when `input` reports it as an
-    /// error itself.
+    /// error itself. `caller`'s role is checked once the descriptor says what
+    /// the put is, before anything is stored.
     pub(crate) async fn put(
         &self,
         mut input: impl Stream<Item = Result<FlightData, Status>> + Send + Unpin + 'static,
         outcome: Option<BodyOutcome>,
+        caller: Result<Caller>,
         log: &mut RpcLog,
     ) -> Result<PutResult> {
+        let caller = caller?;
         let first = input
             .next()
             .await
@@ -202,11 +214,12 @@ impl QuiverService {
         if let Some(command) = sql::descriptor_command(descriptor)? {
             return self
                 .sql
-                .put(self, command, first, input, outcome, log)
+                .put(self, command, first, input, outcome, &caller, log)
                 .await;
         }
         let name = table_name(descriptor)?;
         log.table(&name);
+        caller.require(Role::Write, "DoPut of a table")?;
         let writer = self
             .receive(first, input, outcome, |schema, options| {
                 Ok(self
@@ -385,8 +398,9 @@ impl FlightService for QuiverService {
     ) -> Result<Response<FlightInfo>, Status> {
         guard::handler("GetFlightInfo", async {
             let mut log = RpcLog::new("GetFlightInfo");
+            let caller = Caller::of(request.extensions());
             let info = self
-                .info_for(request.into_inner(), &mut log)
+                .info_for(request.into_inner(), caller, &mut log)
                 .await
                 .map_err(Status::from);
             log.outcome(info).map(Response::new)
@@ -400,8 +414,9 @@ impl FlightService for QuiverService {
     ) -> Result<Response<PollInfo>, Status> {
         guard::handler("PollFlightInfo", async {
             let mut log = RpcLog::new("PollFlightInfo");
+            let caller = Caller::of(request.extensions());
             let info = self
-                .info_for(request.into_inner(), &mut log)
+                .info_for(request.into_inner(), caller, &mut log)
                 .await
                 .map_err(Status::from);
             let info = log.outcome(info)?;
@@ -490,8 +505,9 @@ impl FlightService for QuiverService {
         guard::handler("DoPut", async {
             let mut log = RpcLog::new("DoPut");
             let outcome = request.extensions().get::<BodyOutcome>().cloned();
+            let caller = Caller::of(request.extensions());
             let result = self
-                .put(request.into_inner(), outcome, &mut log)
+                .put(request.into_inner(), outcome, caller, &mut log)
                 .await
                 .map_err(Status::from);
             let result = log.outcome(result)?;
@@ -532,8 +548,16 @@ impl FlightService for QuiverService {
         request: Request<Action>,
     ) -> Result<Response<Self::DoActionStream>, Status> {
         guard::handler("DoAction", async {
+            let caller = Caller::of(request.extensions());
             let action = request.into_inner();
             let mut log = RpcLog::new("DoAction");
+            let allowed = caller.and_then(|c| {
+                c.require(
+                    actions::role_needed(&action.r#type),
+                    &format!("action '{}'", action.r#type),
+                )
+            });
+            log.outcome(allowed.map_err(Status::from))?;
             if let Some(result) = self.sql.action(&action.r#type, &action.body).await {
                 log.table(&action.r#type);
                 let bodies = log.outcome(result.map_err(Status::from))?;

@@ -61,6 +61,42 @@ pub enum Outcome {
     Changed(u64),
 }
 
+/// What a statement does, from least to most: what running it needs to be
+/// allowed ([`SqlEngine::run_allowed`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Effect {
+    /// Returns rows and changes nothing (a query).
+    Read,
+    /// Changes tables or views: `CREATE TABLE [AS]`, `INSERT`, `DROP`,
+    /// `CREATE VIEW`, and any other DDL or DML.
+    Write,
+    /// Reaches the server's file system: `CREATE EXTERNAL TABLE` (reads any
+    /// file the server process can), `COPY` (writes one).
+    ServerFiles,
+}
+
+impl Effect {
+    /// What `plan` does.
+    pub fn of(plan: &LogicalPlan) -> Self {
+        match plan {
+            LogicalPlan::Ddl(DdlStatement::CreateExternalTable(_)) | LogicalPlan::Copy(_) => {
+                Self::ServerFiles
+            }
+            plan if changes_tables(plan) => Self::Write,
+            _ => Self::Read,
+        }
+    }
+
+    /// What the effect is, in words: "a query", ...
+    pub fn describe(self) -> &'static str {
+        match self {
+            Self::Read => "a query",
+            Self::Write => "a statement that changes tables",
+            Self::ServerFiles => "a statement that reaches the server's files",
+        }
+    }
+}
+
 /// A statement planned once for its shapes, as a prepared statement needs them.
 #[derive(Debug, Clone)]
 pub struct Prepared {
@@ -246,8 +282,24 @@ impl SqlEngine {
     /// Runs `sql` (with `?` or `$n` placeholders bound to `params`): a query
     /// is planned and returned to be run; any other statement runs now.
     pub async fn run(&self, sql: &str, params: Option<ParamValues>) -> Result<Outcome> {
+        self.run_allowed(sql, params, Effect::ServerFiles).await
+    }
+
+    /// Like [`SqlEngine::run`], but a statement whose [`Effect`] is more than
+    /// `allowed` is refused with [`SqlError::Denied`] after planning, before
+    /// anything runs.
+    pub async fn run_allowed(
+        &self,
+        sql: &str,
+        params: Option<ParamValues>,
+        allowed: Effect,
+    ) -> Result<Outcome> {
         let sql = number_placeholders(sql);
         let plan = self.context.state().create_logical_plan(&sql).await?;
+        let effect = Effect::of(&plan);
+        if effect > allowed {
+            return Err(SqlError::Denied(effect));
+        }
         let plan = match params {
             Some(params) => plan.with_param_values(params)?,
             None => plan,

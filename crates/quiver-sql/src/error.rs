@@ -37,6 +37,9 @@ pub enum SqlError {
     /// A file or directory given to `--table` or `CREATE EXTERNAL TABLE` is unusable.
     #[error("{0}")]
     File(String),
+    /// The statement does more than the caller may.
+    #[error("permission denied: the statement is {}, more than this caller may run", .0.describe())]
+    Denied(crate::Effect),
     /// A bug or an unexpected failure.
     #[error("internal error: {0}")]
     Internal(String),

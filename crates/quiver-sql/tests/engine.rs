@@ -336,3 +336,57 @@ async fn files_register_in_place_and_list_with_their_kind() {
     assert_eq!(changed(&engine, "DROP TABLE cities").await.unwrap(), 0);
     assert!(query(&engine, "SELECT * FROM cities").await.is_err());
 }
+
+#[tokio::test]
+async fn statements_beyond_what_is_allowed_are_refused_before_they_run() {
+    use quiver_sql::Effect;
+    let (store, engine) = engine();
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("t.csv");
+    std::fs::write(&file, "a\n1\n").unwrap();
+    let external = format!(
+        "CREATE EXTERNAL TABLE ext STORED AS CSV LOCATION '{}' OPTIONS ('format.has_header' 'true')",
+        file.display()
+    );
+    let cases = [
+        ("SELECT count(*) FROM Trips", Effect::Read),
+        ("CREATE TABLE t2 AS SELECT * FROM Trips", Effect::Write),
+        ("INSERT INTO Trips VALUES (5, 'x')", Effect::Write),
+        ("DROP TABLE Trips", Effect::Write),
+        ("CREATE VIEW v AS SELECT 1", Effect::Write),
+        (external.as_str(), Effect::ServerFiles),
+    ];
+    for (sql, effect) in cases {
+        for allowed in [Effect::Read, Effect::Write, Effect::ServerFiles] {
+            if effect <= allowed {
+                continue;
+            }
+            match engine.run_allowed(sql, None, allowed).await {
+                Err(SqlError::Denied(e)) => assert_eq!(e, effect, "{sql}"),
+                other => panic!("{sql} allowed {allowed:?}: {other:?}"),
+            }
+        }
+    }
+    // Nothing ran: the table is as it was, nothing was created.
+    assert_eq!(store.get("Trips").unwrap().num_rows(), 1000);
+    assert!(store.get("t2").is_err());
+    assert!(
+        engine
+            .tables()
+            .iter()
+            .all(|t| t.name != "ext" && t.name != "v")
+    );
+    // Allowed, they run.
+    engine
+        .run_allowed(&external, None, Effect::ServerFiles)
+        .await
+        .unwrap();
+    let Outcome::Changed(rows) = engine
+        .run_allowed("INSERT INTO Trips VALUES (5, 'x')", None, Effect::Write)
+        .await
+        .unwrap()
+    else {
+        panic!("INSERT is not a query");
+    };
+    assert_eq!(rows, 1);
+}

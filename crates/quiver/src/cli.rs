@@ -21,6 +21,10 @@ pub(crate) struct Cli {
     )]
     pub(crate) server: String,
 
+    /// Credentials and TLS of the client commands.
+    #[command(flatten)]
+    pub(crate) auth: ClientAuthArgs,
+
     #[command(subcommand)]
     pub(crate) command: Command,
 }
@@ -40,6 +44,9 @@ pub(crate) enum Command {
     Info(NameArg),
     /// Delete a table.
     Rm(NameArg),
+    /// Manage the users file: users with passwords, and API tokens.
+    #[command(subcommand)]
+    User(UserCommand),
     /// Measure throughput: a Rust Flight client, loopback TCP, memcpy (one JSON
     /// line per measurement; the harness in bench/ drives it).
     Bench(crate::bench::BenchArgs),
@@ -170,6 +177,108 @@ pub(crate) struct ServeArgs {
     /// Log filter (tracing's EnvFilter syntax), e.g. info, quiver_flight=debug.
     #[arg(long, env = "QUIVER_LOG", default_value = "info")]
     pub(crate) log: String,
+
+    /// TLS: the server's certificate chain (PEM). Needs --tls-key.
+    #[arg(long, env = "QUIVER_TLS_CERT", requires = "tls_key")]
+    pub(crate) tls_cert: Option<PathBuf>,
+
+    /// TLS: the server's private key (PEM). Needs --tls-cert.
+    #[arg(long, env = "QUIVER_TLS_KEY", requires = "tls_cert")]
+    pub(crate) tls_key: Option<PathBuf>,
+
+    /// Mutual TLS: CA certificates (PEM) a client's certificate must chain to;
+    /// clients without such a certificate cannot connect. Needs --tls-cert.
+    #[arg(long, env = "QUIVER_TLS_CLIENT_CA", requires = "tls_cert")]
+    pub(crate) tls_client_ca: Option<PathBuf>,
+
+    /// Users file (TOML; see `quiver user add`). Given, every RPC needs
+    /// credentials: a bearer token from the Handshake, or an API token.
+    #[arg(long, env = "QUIVER_USERS")]
+    pub(crate) users: Option<PathBuf>,
+
+    /// Seconds a token from the Handshake stays valid.
+    #[arg(long, env = "QUIVER_TOKEN_TTL",
+          default_value_t = quiver_flight::auth::DEFAULT_TOKEN_TTL.as_secs(),
+          value_parser = clap::value_parser!(u64).range(1..))]
+    pub(crate) token_ttl: u64,
+
+    /// File of at least 32 bytes that keys the tokens' signatures, so tokens
+    /// survive restarts and are shared by servers given the same file.
+    /// Default: a random key per process.
+    #[arg(long, env = "QUIVER_TOKEN_SECRET_FILE")]
+    pub(crate) token_secret_file: Option<PathBuf>,
+}
+
+/// Credentials and TLS settings of the client commands.
+#[derive(Debug, Args)]
+pub(crate) struct ClientAuthArgs {
+    /// User name to log in with (the password comes from QUIVER_PASSWORD).
+    #[arg(long, global = true, env = "QUIVER_USER")]
+    pub(crate) user: Option<String>,
+
+    /// Password of --user (environment only, kept off the command line).
+    #[arg(long, hide = true, env = "QUIVER_PASSWORD", hide_env_values = true)]
+    pub(crate) password: Option<String>,
+
+    /// Bearer token to send (an API token, or one a Handshake gave).
+    #[arg(
+        long,
+        global = true,
+        env = "QUIVER_TOKEN",
+        hide_env_values = true,
+        conflicts_with = "user"
+    )]
+    pub(crate) token: Option<String>,
+
+    /// CA certificates (PEM) that verify a grpc+tls:// server.
+    #[arg(long, global = true, env = "QUIVER_TLS_CA")]
+    pub(crate) tls_ca: Option<PathBuf>,
+
+    /// Client certificate (PEM) for a server that requires mutual TLS.
+    #[arg(
+        long,
+        global = true,
+        env = "QUIVER_CLIENT_CERT",
+        requires = "client_key"
+    )]
+    pub(crate) client_cert: Option<PathBuf>,
+
+    /// Private key (PEM) of --client-cert.
+    #[arg(
+        long,
+        global = true,
+        env = "QUIVER_CLIENT_KEY",
+        requires = "client_cert"
+    )]
+    pub(crate) client_key: Option<PathBuf>,
+}
+
+/// `quiver user ...`.
+#[derive(Debug, Subcommand)]
+pub(crate) enum UserCommand {
+    /// Add a user, or change its role and password: the password is read
+    /// from stdin (one line). The file is created (mode 0600) if missing.
+    Add(UserAddArgs),
+    /// Make a static API token with a role; prints it once (the file keeps
+    /// only its SHA-256). Send it as `authorization: Bearer TOKEN`.
+    Token(UserAddArgs),
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct UserAddArgs {
+    /// The user's (or the token's) name.
+    pub(crate) name: String,
+    /// read: list, describe, get, query; write: also put, delete, rename,
+    /// ingest, SQL that changes tables; admin: also CREATE EXTERNAL TABLE.
+    #[arg(long, value_parser = parse_role)]
+    pub(crate) role: quiver_flight::auth::Role,
+    /// The users file.
+    #[arg(long, env = "QUIVER_USERS")]
+    pub(crate) users: PathBuf,
+}
+
+fn parse_role(value: &str) -> Result<quiver_flight::auth::Role, String> {
+    value.parse()
 }
 
 /// How DoGet and DoPut meet the wire.

@@ -1,9 +1,98 @@
 //! Connecting to a quiver server (or any Flight server) from the CLI.
 
-use arrow_flight::FlightClient;
+use std::sync::OnceLock;
+
 use arrow_flight::error::FlightError;
 use arrow_flight::flight_service_client::FlightServiceClient;
-use tonic::transport::{Channel, Endpoint};
+use arrow_flight::{FlightClient, HandshakeRequest};
+use base64::Engine as _;
+use futures::StreamExt;
+use tonic::transport::{Certificate, Channel, ClientTlsConfig, Endpoint, Identity};
+
+use crate::cli::ClientAuthArgs;
+
+/// How the client commands connect, from the flags: set once in `main`.
+static SETTINGS: OnceLock<ClientSettings> = OnceLock::new();
+
+/// The bearer token one Handshake gave: every connection of this process
+/// (the parallel endpoint fetches too) sends it, so the password is checked once.
+static BEARER: tokio::sync::OnceCell<String> = tokio::sync::OnceCell::const_new();
+
+/// TLS and credentials of the client commands (no `Debug`: it holds a password).
+#[derive(Default)]
+struct ClientSettings {
+    tls_ca: Option<Vec<u8>>,
+    identity: Option<(Vec<u8>, Vec<u8>)>,
+    login: Option<(String, String)>,
+    token: Option<String>,
+}
+
+fn read_pem(flag: &str, path: &std::path::Path) -> Result<Vec<u8>, String> {
+    std::fs::read(path).map_err(|e| format!("{flag} {}: {e}", path.display()))
+}
+
+/// Reads the files the client flags name; call once, before connecting.
+pub(crate) fn configure(args: &ClientAuthArgs) -> Result<(), String> {
+    let login = match (&args.user, &args.password) {
+        (Some(user), Some(password)) => Some((user.clone(), password.clone())),
+        (Some(user), None) => {
+            return Err(format!(
+                "--user {user}: set the password in QUIVER_PASSWORD"
+            ));
+        }
+        _ => None,
+    };
+    let identity = match (&args.client_cert, &args.client_key) {
+        (Some(cert), Some(key)) => Some((
+            read_pem("--client-cert", cert)?,
+            read_pem("--client-key", key)?,
+        )),
+        _ => None,
+    };
+    let settings = ClientSettings {
+        tls_ca: args
+            .tls_ca
+            .as_deref()
+            .map(|p| read_pem("--tls-ca", p))
+            .transpose()?,
+        identity,
+        login,
+        token: args.token.clone(),
+    };
+    SETTINGS
+        .set(settings)
+        .map_err(|_| "client settings configured twice".to_string())
+}
+
+/// The Handshake with basic credentials: the bearer token the server returns.
+async fn handshake(
+    inner: &mut FlightServiceClient<Channel>,
+    user: &str,
+    password: &str,
+) -> Result<String, String> {
+    let basic = base64::engine::general_purpose::STANDARD.encode(format!("{user}:{password}"));
+    let mut request = tonic::Request::new(futures::stream::iter([HandshakeRequest::default()]));
+    let value: tonic::metadata::AsciiMetadataValue = format!("Basic {basic}")
+        .parse()
+        .map_err(|_| "the user name or password cannot be sent in a header".to_string())?;
+    request.metadata_mut().insert("authorization", value);
+    let response = inner
+        .handshake(request)
+        .await
+        .map_err(|s| format!("login as {user}: {:?}: {}", s.code(), s.message()))?;
+    let token = response
+        .metadata()
+        .get("authorization")
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "))
+        .map(str::to_string)
+        .ok_or_else(|| format!("login as {user}: the server returned no bearer token"))?;
+    let mut replies = response.into_inner();
+    while let Some(reply) = replies.next().await {
+        reply.map_err(|s| format!("login as {user}: {:?}: {}", s.code(), s.message()))?;
+    }
+    Ok(token)
+}
 
 /// Largest message the CLI accepts from a server: 1 GiB, as the server.
 const MAX_MESSAGE_SIZE: usize = 1 << 30;
@@ -16,9 +105,7 @@ pub(crate) fn http_uri(location: &str) -> Result<String, String> {
     };
     match scheme {
         "grpc" | "grpc+tcp" | "http" => Ok(format!("http://{rest}")),
-        "grpc+tls" | "https" => Err(format!(
-            "{location}: TLS is not supported by this client yet"
-        )),
+        "grpc+tls" | "https" => Ok(format!("https://{rest}")),
         other => Err(format!(
             "{location}: unsupported scheme {other:?} (use grpc+tcp://HOST:PORT)"
         )),
@@ -35,16 +122,42 @@ pub(crate) fn is_same_server(location: &str, server: &str) -> bool {
 
 /// A connected Flight client.
 pub(crate) async fn connect(location: &str) -> Result<FlightClient, Box<dyn std::error::Error>> {
+    let settings = SETTINGS.get_or_init(ClientSettings::default);
     let uri = http_uri(location)?;
-    let channel: Channel = Endpoint::from_shared(uri)?
-        .tcp_nodelay(true)
+    let tls = uri.starts_with("https://");
+    let mut endpoint = Endpoint::from_shared(uri)?.tcp_nodelay(true);
+    if tls {
+        let ca = settings.tls_ca.as_ref().ok_or_else(|| {
+            format!("{location}: give the CA certificate that verifies the server (--tls-ca)")
+        })?;
+        let mut config = ClientTlsConfig::new().ca_certificate(Certificate::from_pem(ca));
+        if let Some((cert, key)) = &settings.identity {
+            config = config.identity(Identity::from_pem(cert, key));
+        }
+        endpoint = endpoint.tls_config(config)?;
+    }
+    let channel: Channel = endpoint
         .connect()
         .await
         .map_err(|e| format!("cannot connect to {location}: {e}"))?;
-    let inner = FlightServiceClient::new(channel)
+    let mut inner = FlightServiceClient::new(channel)
         .max_decoding_message_size(MAX_MESSAGE_SIZE)
         .max_encoding_message_size(MAX_MESSAGE_SIZE);
-    Ok(FlightClient::new_from_inner(inner))
+    let bearer = match (&settings.token, &settings.login) {
+        (Some(token), _) => Some(token.clone()),
+        (None, Some((user, password))) => Some(
+            BEARER
+                .get_or_try_init(|| handshake(&mut inner, user, password))
+                .await?
+                .clone(),
+        ),
+        (None, None) => None,
+    };
+    let mut client = FlightClient::new_from_inner(inner);
+    if let Some(token) = bearer {
+        client.add_header("authorization", &format!("Bearer {token}"))?;
+    }
+    Ok(client)
 }
 
 /// A Flight error as a person should read it: the server's status code and message.
@@ -66,7 +179,7 @@ mod tests {
             "http://127.0.0.1:8815"
         );
         assert_eq!(http_uri("localhost:1").unwrap(), "http://localhost:1");
-        assert!(http_uri("grpc+tls://h:1").is_err());
+        assert_eq!(http_uri("grpc+tls://h:1").unwrap(), "https://h:1");
         assert!(http_uri("ftp://h:1").is_err());
     }
 }

@@ -23,7 +23,9 @@ const GET_RETRIES: usize = 3;
 
 pub(crate) async fn run(server: String, command: Command) -> CmdResult {
     match command {
-        Command::Serve(_) | Command::Bench(_) => unreachable!("handled in main"),
+        Command::Serve(_) | Command::Bench(_) | Command::User(_) => {
+            unreachable!("handled in main")
+        }
         Command::Put(args) => put(&server, args).await,
         Command::Get(args) => get(&server, args).await,
         Command::Ls(args) => ls(&server, args).await,

@@ -8,6 +8,7 @@ mod commands;
 mod files;
 mod serve;
 mod size;
+mod users;
 
 use clap::Parser;
 
@@ -37,6 +38,10 @@ unsafe impl Sync for MallocConf {}
 
 fn main() -> std::process::ExitCode {
     let cli = cli::Cli::parse();
+    if let Err(e) = client::configure(&cli.auth) {
+        eprintln!("error: {e}");
+        return std::process::ExitCode::FAILURE;
+    }
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -51,6 +56,7 @@ fn main() -> std::process::ExitCode {
         match cli.command {
             cli::Command::Serve(args) => serve::run(args).await,
             cli::Command::Bench(args) => bench::run(args).await,
+            cli::Command::User(command) => users::run(command),
             command => commands::run(cli.server, command).await,
         }
     });

@@ -3,6 +3,8 @@
 use std::io::Write;
 use std::sync::Arc;
 
+use quiver_flight::TlsConfig;
+use quiver_flight::auth::{Authenticator, TokenSigner, UsersFile};
 use quiver_flight::server::{Http2Config, ServerConfig, ServerLimits, default_location, serve};
 use quiver_sql::EngineOptions;
 use quiver_store::{DurableOptions, Fsync, TableLimits, TableStore};
@@ -50,6 +52,8 @@ pub(crate) async fn run(args: ServeArgs) -> Result<(), Box<dyn std::error::Error
         .await
         .map_err(|e| format!("cannot listen on {}: {e}", args.listen))?;
     let addr = listener.local_addr()?;
+    let tls = tls_config(&args)?;
+    let auth = authenticator(&args)?;
     let config = ServerConfig {
         advertise: args.advertise,
         partitions: args.partitions as usize,
@@ -65,6 +69,8 @@ pub(crate) async fn run(args: ServeArgs) -> Result<(), Box<dyn std::error::Error
             target_partitions: 0,
         },
         tables: args.tables.clone(),
+        tls,
+        auth,
         http2: Http2Config {
             stream_window: window("--h2-stream-window", args.h2_stream_window)?,
             connection_window: window("--h2-connection-window", args.h2_connection_window)?,
@@ -92,7 +98,12 @@ pub(crate) async fn run(args: ServeArgs) -> Result<(), Box<dyn std::error::Error
     // The one line on stdout: tools and tests read the address from it.
     {
         let mut out = std::io::stdout().lock();
-        writeln!(out, "quiver listening on grpc+tcp://{addr}")?;
+        let scheme = if config.tls.is_some() {
+            "grpc+tls"
+        } else {
+            "grpc+tcp"
+        };
+        writeln!(out, "quiver listening on {scheme}://{addr}")?;
         out.flush()?;
     }
     if config.advertise.is_none() {
@@ -108,6 +119,44 @@ fn seconds(flag: &str, value: f64) -> Result<Option<std::time::Duration>, String
     let duration = std::time::Duration::try_from_secs_f64(value)
         .map_err(|e| format!("{flag} {value}: {e}"))?;
     Ok((!duration.is_zero()).then_some(duration))
+}
+
+/// TLS from `--tls-cert`, `--tls-key` and `--tls-client-ca`.
+fn tls_config(args: &ServeArgs) -> Result<Option<TlsConfig>, Box<dyn std::error::Error>> {
+    let (Some(cert), Some(key)) = (&args.tls_cert, &args.tls_key) else {
+        return Ok(None);
+    };
+    let tls = TlsConfig::from_files(cert, key, args.tls_client_ca.as_deref())?;
+    tracing::info!(mutual = tls.mutual(), "TLS on");
+    Ok(Some(tls))
+}
+
+/// Authentication from `--users`, `--token-ttl` and `--token-secret-file`.
+fn authenticator(
+    args: &ServeArgs,
+) -> Result<Option<Arc<Authenticator>>, Box<dyn std::error::Error>> {
+    let Some(path) = &args.users else {
+        if args.token_secret_file.is_some() {
+            return Err("--token-secret-file needs --users".into());
+        }
+        return Ok(None);
+    };
+    let users = UsersFile::load(path)?;
+    let signer = match &args.token_secret_file {
+        Some(secret) => TokenSigner::from_secret(
+            &std::fs::read(secret)
+                .map_err(|e| format!("--token-secret-file {}: {e}", secret.display()))?,
+        )?,
+        None => TokenSigner::random()?,
+    };
+    tracing::info!(
+        users = users.users.len(),
+        api_tokens = users.tokens.len(),
+        token_ttl_seconds = args.token_ttl,
+        "authentication on"
+    );
+    let ttl = std::time::Duration::from_secs(args.token_ttl);
+    Ok(Some(Arc::new(Authenticator::new(users, signer, ttl)?)))
 }
 
 /// An HTTP/2 window: at most 2^31-1 bytes.

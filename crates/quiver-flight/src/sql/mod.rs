@@ -37,6 +37,7 @@ use prost::Message;
 use quiver_sql::{CATALOG, Outcome, Query, SCHEMA, SqlEngine, row_values};
 use quiver_store::{StoreError, WriteMode};
 
+use crate::auth::{Caller, Role};
 use crate::error::inbound_status;
 use crate::request_body::BodyOutcome;
 use crate::rpc_log::RpcLog;
@@ -177,13 +178,15 @@ impl FlightSql {
         &self,
         command: Command,
         descriptor: FlightDescriptor,
+        caller: &Caller,
         log: &mut RpcLog,
     ) -> Result<FlightInfo> {
+        let allowed = caller.role.effect();
         match command {
             Command::CommandStatementQuery(query) => {
                 no_transactions(query.transaction_id.as_ref())?;
                 log.table(&query.query);
-                let outcome = self.engine.run(&query.query, None).await?;
+                let outcome = self.engine.run_allowed(&query.query, None, allowed).await?;
                 self.result_info(outcome, descriptor)
             }
             Command::CommandPreparedStatementQuery(prepared) => {
@@ -205,7 +208,10 @@ impl FlightSql {
                         )));
                     }
                 };
-                let outcome = self.engine.run(&statement.prepared.sql, parameters).await?;
+                let outcome = self
+                    .engine
+                    .run_allowed(&statement.prepared.sql, parameters, allowed)
+                    .await?;
                 self.result_info(outcome, descriptor)
             }
             Command::CommandStatementSubstraitPlan(_) => Err(Error::Unimplemented(
@@ -329,8 +335,10 @@ impl FlightSql {
         first: FlightData,
         input: impl Stream<Item = Result<FlightData, tonic::Status>> + Send + Unpin + 'static,
         outcome: Option<BodyOutcome>,
+        caller: &Caller,
         log: &mut RpcLog,
     ) -> Result<PutResult> {
+        let allowed = caller.role.effect();
         let app_metadata = match command {
             Command::CommandStatementUpdate(update) => {
                 no_transactions(update.transaction_id.as_ref())?;
@@ -344,7 +352,7 @@ impl FlightSql {
                          statement",
                     ));
                 }
-                let rows = self.update(&update.query, None).await?;
+                let rows = self.update(&update.query, None, allowed).await?;
                 log.add(rows, 0);
                 DoPutUpdateResult {
                     record_count: rows_i64(rows),
@@ -352,6 +360,7 @@ impl FlightSql {
                 .encode_to_vec()
             }
             Command::CommandStatementIngest(ingest) => {
+                caller.require(Role::Write, "Flight SQL bulk ingest")?;
                 let rows = self
                     .ingest(service, ingest, first, input, outcome, log)
                     .await?;
@@ -380,12 +389,14 @@ impl FlightSql {
                     _ => sent,
                 };
                 let rows = if bound.num_rows() == 0 {
-                    self.update(&statement.prepared.sql, None).await?
+                    self.update(&statement.prepared.sql, None, allowed).await?
                 } else {
                     let mut rows = 0;
                     for row in 0..bound.num_rows() {
                         let values = row_values(&bound, row)?;
-                        rows += self.update(&statement.prepared.sql, Some(values)).await?;
+                        rows += self
+                            .update(&statement.prepared.sql, Some(values), allowed)
+                            .await?;
                     }
                     rows
                 };
@@ -412,8 +423,13 @@ impl FlightSql {
         })
     }
 
-    async fn update(&self, sql: &str, parameters: Option<quiver_sql::ParamValues>) -> Result<u64> {
-        match self.engine.run(sql, parameters).await? {
+    async fn update(
+        &self,
+        sql: &str,
+        parameters: Option<quiver_sql::ParamValues>,
+        allowed: quiver_sql::Effect,
+    ) -> Result<u64> {
+        match self.engine.run_allowed(sql, parameters, allowed).await? {
             Outcome::Changed(rows) => Ok(rows),
             Outcome::Query(_) => Err(Error::invalid(
                 "the statement is a query: run it with CommandStatementQuery (executeQuery)",

@@ -21,6 +21,7 @@ use tonic::body::Body;
 
 use super::frames::{Rope, to_bytes};
 use super::grpc_body::{GrpcBody, grpc_message, message_length};
+use crate::auth::Caller;
 use crate::rpc_log::RpcLog;
 use crate::{Error, QuiverService};
 use quiver_store::MemoryCharge;
@@ -42,13 +43,14 @@ pub(super) async fn respond(
 /// Stores the DoPut whose request body is `body`.
 async fn put_body(service: &QuiverService, body: Body) -> Result<PutResult, Status> {
     let mut log = RpcLog::new("DoPut");
+    let caller = Caller::of(request.extensions());
     let reader = FlightDataReader::new(
         body,
         service.max_message_size(),
         service.store().memory().charge(),
     );
     let result = service
-        .put(Box::pin(reader.into_stream()), None, &mut log)
+        .put(Box::pin(reader.into_stream()), None, caller, &mut log)
         .await;
     log.outcome(result.map_err(Status::from))
 }
