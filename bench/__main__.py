@@ -138,6 +138,8 @@ def measure(args: argparse.Namespace, argv: list[str]) -> tuple[dict[str, object
     running: list[servers.ServerProcess] = []
     notes: list[str] = []
     software: dict[str, str] = {}
+    run: Run | None = None
+    json_server = None
     try:
         flight_servers = [servers.start_quiver(binary, out / "logs")]
         running += flight_servers
@@ -165,6 +167,9 @@ def measure(args: argparse.Namespace, argv: list[str]) -> tuple[dict[str, object
                     SUITE_FUNCTIONS[suite](run)
         failures = run.failures
     finally:
+        # The sql suite replaces the Flight servers by fresh ones: stop what runs now.
+        if run is not None:
+            running = [*run.flight_servers, *([json_server] if json_server else [])]
         for server in running:
             code = server.stop()
             if code != 0:

@@ -136,6 +136,20 @@ def start_arrow_cpp(log_dir: Path) -> ServerProcess:
     return start("arrow-cpp", command, "listening on ", log_dir)
 
 
+def restart(server: ServerProcess, binary: Path, log_dir: Path) -> ServerProcess:
+    """Stop a Flight server and start a fresh one of the same kind (its memory returned).
+
+    The Arrow C++ peer keeps what its allocator once held (gigabytes after the get and put
+    suites), which a later suite's client may need.
+    """
+    server.stop()
+    if server.name == "quiver":
+        return start_quiver(binary, log_dir)
+    if server.name == "arrow-cpp":
+        return start_arrow_cpp(log_dir)
+    raise ValueError(f"no way to restart {server.name}")
+
+
 def start_json_socket(log_dir: Path) -> ServerProcess:
     """Start the JSON-over-socket peer on a free loopback port."""
     command = [sys.executable, "-m", "bench.peers.json_socket", "--port", "0"]

@@ -92,6 +92,13 @@ class Run:
             self.note(f"FAILED: {what}: {type(e).__name__}: {first_line[:300]}")
             traceback.print_exc(file=sys.stderr)
 
+    def restart_flight_servers(self) -> None:
+        """Replace every Flight server by a fresh process (nothing stored, memory returned)."""
+        for i, server in enumerate(self.flight_servers):
+            with self.attempt(f"restart {server.name}"):
+                self.flight_servers[i] = servers.restart(server, self.binary, self.log_dir)
+                log(f"restarted {server.name}: {self.flight_servers[i].uri}")
+
     def servers_alive(self) -> list[ServerProcess]:
         """Return the Flight servers still running (a dead one is noted once)."""
         alive = []
@@ -595,6 +602,9 @@ def run_sql(run: Run) -> None:
     written to a Parquet file for DuckDB; each client then fetches all of it, the clients
     taking turns within a repetition (their order alternating).
     """
+    # Fresh servers: the get and put suites leave the Arrow C++ peer holding gigabytes
+    # its allocator does not return, and the 16M-row fetches need that memory.
+    run.restart_flight_servers()
     for package in SQL_PACKAGES:
         with contextlib.suppress(importlib.metadata.PackageNotFoundError):
             run.software[package] = importlib.metadata.version(package)
