@@ -224,9 +224,9 @@ def prepare(client: flight.FlightClient, options: flight.FlightCallOptions, quer
     (result,) = list(
         client.do_action(flight.Action("CreatePreparedStatement", prepare_request(query)), options)
     )
-    value = _fields(result.body.to_pybytes())[2]
+    value = _fields(result.body.to_pybytes())[2]  # Any.value
     assert isinstance(value, bytes)
-    handle = _fields(value)[3]
+    handle = _fields(value)[1]  # ActionCreatePreparedStatementResult.prepared_statement_handle
     assert isinstance(handle, bytes)
     return handle
 
@@ -330,6 +330,20 @@ OTHER_ACTIONS: dict[str, Call] = {
     "DoAction CancelFlightInfo": do_action("CancelFlightInfo", b""),
     "DoAction CancelQuery": do_action("CancelQuery", b""),
 }
+
+
+_CLASSES = {
+    "unauthenticated": flight.FlightUnauthenticatedError,
+    "permission denied": flight.FlightUnauthorizedError,
+}
+
+
+def refused_with(error: BaseException, words: str) -> bool:
+    """Whether ``error`` is the server's status ``words`` ("unauthenticated", "permission
+    denied"). pyarrow raises the matching Flight class, except where it drops the status
+    detail (GetSchema raises a plain ``ArrowIOError`` saying "Flight returned
+    unauthenticated error")."""
+    return isinstance(error, _CLASSES[words]) or f"returned {words} error" in str(error)
 
 
 def expect_code(

@@ -27,7 +27,7 @@ use std::task::{Context, Poll};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use base64::Engine as _;
-use base64::engine::general_purpose::STANDARD;
+use base64::engine::general_purpose::STANDARD_NO_PAD;
 use futures::future::BoxFuture;
 use quiver_sql::Effect;
 use serde::{Deserialize, Serialize};
@@ -276,7 +276,10 @@ fn credentials(headers: &http::HeaderMap) -> Result<Credentials> {
     if scheme.eq_ignore_ascii_case("bearer") {
         Ok(Credentials::Bearer(rest.to_string()))
     } else if scheme.eq_ignore_ascii_case("basic") {
-        let decoded = STANDARD.decode(rest).map_err(|_| malformed())?;
+        // With or without padding: Go's Flight client (ADBC) sends it without.
+        let decoded = STANDARD_NO_PAD
+            .decode(rest.trim_end_matches('='))
+            .map_err(|_| malformed())?;
         let text = String::from_utf8(decoded).map_err(|_| malformed())?;
         let (user, password) = text.split_once(':').ok_or_else(malformed)?;
         Ok(Credentials::Basic {

@@ -33,7 +33,8 @@ pub(super) async fn respond(
     service: QuiverService,
     request: http::Request<Body>,
 ) -> Result<http::Response<Body>, Status> {
-    let put_result = put_body(&service, request.into_body()).await?;
+    let caller = Caller::of(request.extensions());
+    let put_result = put_body(&service, request.into_body(), caller).await?;
     let frame = grpc_message(&put_result.encode_to_vec());
     Ok(super::grpc_response(GrpcBody::new(
         stream::iter([Ok(vec![frame])]).boxed(),
@@ -41,9 +42,12 @@ pub(super) async fn respond(
 }
 
 /// Stores the DoPut whose request body is `body`.
-async fn put_body(service: &QuiverService, body: Body) -> Result<PutResult, Status> {
+async fn put_body(
+    service: &QuiverService,
+    body: Body,
+    caller: crate::Result<Caller>,
+) -> Result<PutResult, Status> {
     let mut log = RpcLog::new("DoPut");
-    let caller = Caller::of(request.extensions());
     let reader = FlightDataReader::new(
         body,
         service.max_message_size(),
@@ -66,7 +70,7 @@ pub(crate) async fn put_frames(
         .into_iter()
         .map(|frame| Ok::<_, Status>(http_body::Frame::data(frame)));
     let body = Body::new(http_body_util::StreamBody::new(stream::iter(frames)));
-    put_body(service, body).await
+    put_body(service, body, Ok(Caller::unrestricted())).await
 }
 
 /// FlightData messages parsed off a request body as its frames arrive.
