@@ -330,13 +330,9 @@ def sealed_memfd(table: pa.Table) -> int:
         os.posix_fallocate(fd, 0, size)
         memory = mmap.mmap(fd, size, flags=mmap.MAP_SHARED | _MAP_POPULATE)
         try:
-            view = pa.py_buffer(memory)
-            sink = pa.FixedSizeBufferWriter(view)
-            with pa.ipc.new_stream(sink, table.schema) as writer:
-                writer.write_table(table)
-            sink.close()
-            del sink, view
+            _write_stream(memory, table)
         finally:
+            # No writable mapping may remain for F_SEAL_WRITE to be added.
             memory.close()
         fcntl.fcntl(fd, fcntl.F_ADD_SEALS, _SEALS)
     except BaseException:
@@ -346,3 +342,11 @@ def sealed_memfd(table: pa.Table) -> int:
 
 
 _MAP_POPULATE = getattr(mmap, "MAP_POPULATE", 0)
+
+
+def _write_stream(memory: mmap.mmap, table: pa.Table) -> None:
+    """Write ``table`` as an IPC stream into ``memory`` (every view of it gone on return)."""
+    sink = pa.FixedSizeBufferWriter(pa.py_buffer(memory))
+    with pa.ipc.new_stream(sink, table.schema) as writer:
+        writer.write_table(table)
+    sink.close()

@@ -32,6 +32,10 @@ __all__ = ["Client", "connect"]
 #: changed under it.
 GET_RETRIES = 3
 
+#: Errors of the shared-memory path after which ``transport="auto"`` uses gRPC: the
+#: socket is not reachable from here, or the server has no memory for its export.
+_SHM_FALLBACK_CODES = ("UNAVAILABLE", "UNIMPLEMENTED")
+
 #: Where a replace from a stream that can fail is written before it is renamed
 #: over the target (see :meth:`Client.put`).
 STAGING_PREFIX = ".quiver-staging/"
@@ -310,8 +314,8 @@ class Client:
                 raise _shm.ShmUnavailableError(f"not a shared-memory location: {grant['location']}")
             ticket = base64.b64decode(str(grant["ticket"]))
             answer = _shm.put(location, ticket, table)
-        except _shm.ShmUnavailableError:
-            if self._transport == "shm":
+        except QuiverError as e:
+            if self._transport == "shm" or e.code not in _SHM_FALLBACK_CODES:
                 raise
             return None
         return PutResult.from_json(_protocol.json_object(answer))
@@ -710,8 +714,10 @@ class Client:
             return None, grpc_endpoints
         try:
             return _shm.get(*shm_endpoint), grpc_endpoints
-        except _shm.ShmUnavailableError:
-            if self._transport == "shm":
+        except QuiverError as e:
+            # Auto: anything that keeps shared memory from working here (another
+            # host, no memory left for the server's export) means gRPC.
+            if self._transport == "shm" or e.code not in (*_SHM_FALLBACK_CODES, "RESOURCE_EXHAUSTED"):
                 raise
             return None, grpc_endpoints
 

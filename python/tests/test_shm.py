@@ -40,14 +40,14 @@ from quiver.errors import (
 
 
 def memfds(pid: int) -> list[str]:
-    """The server's open memfds that hold tables."""
+    """The server's open memfds that hold tables (its exports, and memfds clients put)."""
     out = []
     for fd in Path(f"/proc/{pid}/fd").iterdir():
         try:
             target = os.readlink(fd)
         except OSError:
             continue
-        if target.startswith("/memfd:quiver:"):
+        if target.startswith(("/memfd:quiver:", "/memfd:quiver-put")):
             out.append(target)
     return out
 

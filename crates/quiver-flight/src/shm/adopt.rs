@@ -89,7 +89,7 @@ fn decode(
     // SAFETY: `ptr` and `len` describe the mapping, which the buffer keeps alive
     // through its owner, and which cannot change (the memfd is sealed).
     let whole =
-        unsafe { Buffer::from_custom_allocation(ptr, map.len(), Arc::clone(map) as Arc<_>) };
+        unsafe { Buffer::from_custom_allocation(ptr, map.len(), Arc::clone(map)) };
     let decoded = std::panic::catch_unwind(AssertUnwindSafe(|| {
         let mut decoder = StreamDecoder::new();
         let mut batches = Vec::new();
