@@ -328,6 +328,11 @@ impl FlightSql {
 
     /// DoPut of a Flight SQL command: an update, a bulk ingest, or parameters
     /// for a prepared statement.
+    #[allow(
+        clippy::too_many_arguments,
+        reason = "the DoPut stream's parts, as QuiverService::put received them, plus who \
+                  calls and the RPC's log"
+    )]
     pub(crate) async fn put(
         &self,
         service: &QuiverService,
