@@ -620,9 +620,9 @@ def _shm_section(rows: list[Row]) -> list[str]:
     lines = [
         "## Shared memory (same host)",
         "",
-        "The quiver Python client with `transport=\"shm\"` (Dissociated IPC over a Unix "
+        'The quiver Python client with `transport="shm"` (Dissociated IPC over a Unix '
         "socket: a get maps the server's sealed memfd, a put hands one over; docs/shm.md) "
-        "against the same client with `transport=\"grpc\"`, both to quiver, same table, "
+        'against the same client with `transport="grpc"`, both to quiver, same table, '
         "median (min-max) seconds.",
         "",
         "| goal | target | measured | result |",

@@ -812,7 +812,15 @@ def _measure_shm(run: Run, server: ServerProcess, clients: dict, table: pa.Table
     def record(client: str, op: str, seconds: float, rep: int) -> None:
         run.add(
             Measurement(
-                "shm", QUIVER, client, op, 1, rows, batch_rows, bytes=nbytes, seconds=seconds,
+                "shm",
+                QUIVER,
+                client,
+                op,
+                1,
+                rows,
+                batch_rows,
+                bytes=nbytes,
+                seconds=seconds,
                 rep=rep,
             )
         )
@@ -837,10 +845,36 @@ def _measure_shm(run: Run, server: ServerProcess, clients: dict, table: pa.Table
     one = server.memory()[0]
     held += [shm.get(name) for _ in range(7)]
     eight = server.memory()[0]
-    run.add(Measurement("shm", QUIVER, "pyarrow-shm", "rss_1_reader", 1, rows, batch_rows,
-                        bytes=nbytes, seconds=0.0, rep=0, rss_bytes=one))
-    run.add(Measurement("shm", QUIVER, "pyarrow-shm", "rss_8_readers", 1, rows, batch_rows,
-                        bytes=nbytes, seconds=0.0, rep=0, rss_bytes=eight))
+    run.add(
+        Measurement(
+            "shm",
+            QUIVER,
+            "pyarrow-shm",
+            "rss_1_reader",
+            1,
+            rows,
+            batch_rows,
+            bytes=nbytes,
+            seconds=0.0,
+            rep=0,
+            rss_bytes=one,
+        )
+    )
+    run.add(
+        Measurement(
+            "shm",
+            QUIVER,
+            "pyarrow-shm",
+            "rss_8_readers",
+            1,
+            rows,
+            batch_rows,
+            bytes=nbytes,
+            seconds=0.0,
+            rep=0,
+            rss_bytes=eight,
+        )
+    )
     del held
     gc.collect()
     clients["pyarrow-grpc"].delete(name)

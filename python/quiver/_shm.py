@@ -231,7 +231,7 @@ def _get(sock: socket.socket, location: Location, ticket: bytes) -> pa.Table:
 
 
 def _buffers(tag: int, body: bytes, size: int) -> list[tuple[int, int]]:
-    """The (offset, length) pairs of a body message, checked against the region."""
+    """Return the (offset, length) pairs of a body message, checked against the region."""
     if tag >> 56 != BODY_SHARED:
         raise QuiverError(f"body type {tag >> 56}: only type 1 (shared memory) is read", "INTERNAL")
     if (tag >> 32) & 0xFF_FFFF:

@@ -35,6 +35,7 @@ GET_RETRIES = 3
 #: Errors of the shared-memory path after which ``transport="auto"`` uses gRPC: the
 #: socket is not reachable from here, or the server has no memory for its export.
 _SHM_FALLBACK_CODES = ("UNAVAILABLE", "UNIMPLEMENTED")
+_SHM_GET_FALLBACK_CODES = (*_SHM_FALLBACK_CODES, "RESOURCE_EXHAUSTED")
 
 #: Where a replace from a stream that can fail is written before it is renamed
 #: over the target (see :meth:`Client.put`).
@@ -405,7 +406,9 @@ class Client:
             if self._transport != "grpc":
                 table, endpoints = self._get_shm(endpoints)
                 if table is not None:
-                    with row_progress(progress, total=table.num_rows, description=f"get {name}") as c:
+                    with row_progress(
+                        progress, total=table.num_rows, description=f"get {name}"
+                    ) as c:
                         c(table.num_rows)
                     return table
             with row_progress(progress, total=info.total_records, description=f"get {name}") as c:
@@ -717,7 +720,10 @@ class Client:
         except QuiverError as e:
             # Auto: anything that keeps shared memory from working here (another
             # host, no memory left for the server's export) means gRPC.
-            if self._transport == "shm" or e.code not in (*_SHM_FALLBACK_CODES, "RESOURCE_EXHAUSTED"):
+            if self._transport == "shm" or e.code not in (
+                *_SHM_FALLBACK_CODES,
+                "RESOURCE_EXHAUSTED",
+            ):
                 raise
             return None, grpc_endpoints
 

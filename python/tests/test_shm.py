@@ -25,11 +25,9 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.flight as flight
 import pytest
-from flight_helpers import typed_table
-from security_helpers import PASSWORDS, make_users
-from server_process import ServerFactory
 
 import quiver
+from flight_helpers import typed_table
 from quiver import _shm
 from quiver.errors import (
     InvalidArgumentError,
@@ -37,6 +35,8 @@ from quiver.errors import (
     QuiverError,
     ResourceExhaustedError,
 )
+from security_helpers import PASSWORDS, make_users
+from server_process import ServerFactory
 
 
 def memfds(pid: int) -> list[str]:
@@ -78,7 +78,9 @@ def shm_endpoint(client: flight.FlightClient, name: str) -> tuple[_shm.Location,
 
 
 def numbers(rows: int, seed: int = 0) -> pa.Table:
-    return pa.table({f"c{i}": pa.array(range(seed + i, seed + i + rows), pa.int64()) for i in range(4)})
+    return pa.table(
+        {f"c{i}": pa.array(range(seed + i, seed + i + rows), pa.int64()) for i in range(4)}
+    )
 
 
 # -- round trips ---------------------------------------------------------------------------
@@ -177,14 +179,20 @@ def test_framing_follows_dissociated_ipc(flight_client: flight.FlightClient, uri
     first = struct.unpack_from(f"<{values_len // 8}q", region, values_offset)
     assert list(first) == list(range(300))
     # free_data for every offset: the server is done and closes the connection.
-    sock.send(bytes([1]) + struct.pack("<Q", location.free_data) + struct.pack(f"<{len(offsets)}Q", *offsets))
+    sock.send(
+        bytes([1])
+        + struct.pack("<Q", location.free_data)
+        + struct.pack(f"<{len(offsets)}Q", *offsets)
+    )
     sock.settimeout(10)
     assert sock.recv(16) == b""
     region.close()
     sock.close()
 
 
-def test_tickets_are_single_use_and_unforgeable(flight_client: flight.FlightClient, uri: str) -> None:
+def test_tickets_are_single_use_and_unforgeable(
+    flight_client: flight.FlightClient, uri: str
+) -> None:
     with quiver.connect(uri, transport="grpc") as client:
         client.put("t", numbers(10))
     location, ticket = shm_endpoint(flight_client, "t")
@@ -367,14 +375,18 @@ def test_shm_needs_an_authorized_caller(start_quiver: ServerFactory, tmp_path: P
 
 def test_transport_setting(start_quiver: ServerFactory) -> None:
     server = start_quiver("--shm-socket", "off")
-    with quiver.connect(server.uri, transport="shm") as client:
-        with pytest.raises(QuiverError, match="shared-memory"):
-            client.put("t", numbers(3))
+    with (
+        quiver.connect(server.uri, transport="shm") as client,
+        pytest.raises(QuiverError, match="shared-memory"),
+    ):
+        client.put("t", numbers(3))
     with quiver.connect(server.uri) as client:  # auto: falls back to gRPC
         client.put("t", numbers(3))
         assert client.get("t").equals(numbers(3))
-    with quiver.connect(server.uri, transport="shm") as client:
-        with pytest.raises(QuiverError, match="no shared-memory endpoint"):
-            client.get("t")
+    with (
+        quiver.connect(server.uri, transport="shm") as client,
+        pytest.raises(QuiverError, match="no shared-memory endpoint"),
+    ):
+        client.get("t")
     with pytest.raises(ValueError, match="transport"):
         quiver.connect(server.uri, transport="udp")  # type: ignore[arg-type]
