@@ -643,6 +643,13 @@ def _shm_section(rows: list[Row]) -> list[str]:
                 f"{slow.median:.3f} ({slow.low:.3f}-{slow.high:.3f}) | "
                 f"{_times(slow.median / fast.median)} |"
             )
+    for size in sizes:
+        first = spread(select(shm, op="get_first", bytes=str(size)), "seconds")
+        if first is not None:
+            lines.append(
+                f"| {_size(size)} | first shm get of a version put over gRPC (writes its memfd) | "
+                f"{first.median:.3f} ({first.low:.3f}-{first.high:.3f}) | | |"
+            )
     one = select(shm, op="rss_1_reader")
     eight = select(shm, op="rss_8_readers")
     if one and eight:

@@ -18,8 +18,8 @@ use futures::TryStreamExt;
 
 use crate::auth::{AuthLayer, Authenticator};
 use crate::lingering::{Closes, LINGER, LingeringStream};
-use crate::timeouts::TimeoutLayer;
 use crate::shm::ShmServer;
+use crate::timeouts::TimeoutLayer;
 use crate::tls::TlsConfig;
 use crate::wire::DirectLayer;
 use crate::{QuiverService, WatchBodyLayer};

@@ -29,8 +29,8 @@ use crate::error::inbound_status;
 use crate::ipc_bounds::check_buffers;
 use crate::request_body::BodyOutcome;
 use crate::rpc_log::RpcLog;
-use crate::sql::{self, Batches, FlightSql};
 use crate::shm::{self, ShmServer};
+use crate::sql::{self, Batches, FlightSql};
 use crate::ticket::TableTicket;
 use crate::{Error, PutOptions, Result, actions, guard, table_name};
 
@@ -615,7 +615,8 @@ impl FlightService for QuiverService {
             });
             let caller = log.outcome(allowed.map_err(Status::from))?;
             if action.r#type == "shm-put" {
-                let body = log.outcome(self.shm_put(&action.body, &caller).map_err(Status::from))?;
+                let body =
+                    log.outcome(self.shm_put(&action.body, &caller).map_err(Status::from))?;
                 let body = arrow_flight::Result { body };
                 return Ok(Response::new(stream::once(async { Ok(body) }).boxed()));
             }

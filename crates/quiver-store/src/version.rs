@@ -172,7 +172,10 @@ impl TableVersion {
             .attachment
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
-        if let Some(value) = slot.as_ref().and_then(|v| Arc::clone(v).downcast::<T>().ok()) {
+        if let Some(value) = slot
+            .as_ref()
+            .and_then(|v| Arc::clone(v).downcast::<T>().ok())
+        {
             return Ok(value);
         }
         let value = Arc::new(make()?);

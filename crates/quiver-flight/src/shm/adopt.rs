@@ -15,6 +15,9 @@ use super::export::{self, Export};
 use super::sys;
 use crate::{Error, Result};
 
+/// An IPC stream's End of Stream marker.
+const END_OF_STREAM: [u8; 8] = [0xff, 0xff, 0xff, 0xff, 0, 0, 0, 0];
+
 /// What the client asked to store.
 #[derive(Debug)]
 pub(crate) struct PutRequest {
@@ -60,7 +63,9 @@ pub(crate) fn adopt(
         )));
     }
     if len == 0 {
-        return Err(Error::invalid("the memfd is empty: expected an Arrow IPC stream"));
+        return Err(Error::invalid(
+            "the memfd is empty: expected an Arrow IPC stream",
+        ));
     }
     let map = Arc::new(export::map(&memfd)?);
     let messages = export::scan(&map).map_err(Error::Decode)?;
@@ -88,20 +93,25 @@ fn decode(
         .ok_or_else(|| Error::Internal("a mapping at address 0".to_string()))?;
     // SAFETY: `ptr` and `len` describe the mapping, which the buffer keeps alive
     // through its owner, and which cannot change (the memfd is sealed).
-    let whole =
-        unsafe { Buffer::from_custom_allocation(ptr, map.len(), Arc::clone(map)) };
+    let owner: Arc<memmap2::Mmap> = Arc::clone(map);
+    let whole = unsafe { Buffer::from_custom_allocation(ptr, map.len(), owner) };
     let decoded = std::panic::catch_unwind(AssertUnwindSafe(|| {
         let mut decoder = StreamDecoder::new();
         let mut batches = Vec::new();
-        for message in messages {
-            let start = message.metadata.start - 8;
-            let mut bytes = whole.slice_with_length(start, message.body.end - start);
+        // The messages `scan` found, then an End of Stream marker of our own:
+        // the decoder handles a message only once bytes follow it.
+        let end = messages.last().map_or(0, |m| m.body.end);
+        for mut bytes in [
+            whole.slice_with_length(0, end),
+            Buffer::from(END_OF_STREAM.to_vec()),
+        ] {
             while !bytes.is_empty() {
                 if let Some(batch) = decoder.decode(&mut bytes)? {
                     batches.push(batch);
                 }
             }
         }
+        decoder.finish()?;
         let schema = decoder
             .schema()
             .ok_or_else(|| arrow::error::ArrowError::IpcError("no schema message".into()))?;

@@ -44,7 +44,10 @@ pub(crate) fn serve(socket: OwnedFd, shared: &Shared) {
         }
     };
     let outcome = match framing::request(&first.bytes) {
-        Ok(Request::Tagged { tag: WANT_DATA, body }) => {
+        Ok(Request::Tagged {
+            tag: WANT_DATA,
+            body,
+        }) => {
             let started = std::time::Instant::now();
             match send_stream(fd, shared, body) {
                 // Sent: what remains is to wait for the frees.
@@ -55,9 +58,13 @@ pub(crate) fn serve(socket: OwnedFd, shared: &Shared) {
                 Err(e) => Err(e),
             }
         }
-        Ok(Request::Tagged { tag: PUT_DATA, body }) => put(shared, body, first.fd).map(|v| {
+        Ok(Request::Tagged {
+            tag: PUT_DATA,
+            body,
+        }) => put(shared, body, first.fd).map(|(v, user)| {
             tracing::info!(
                 ?peer,
+                %user,
                 table = v.name(),
                 version = v.version(),
                 rows = v.num_rows(),
@@ -96,25 +103,29 @@ fn reply(fd: BorrowedFd<'_>, outcome: Result<String>) -> std::io::Result<()> {
     sys::send(fd, &[IoSlice::new(&message)], None)
 }
 
-fn put(shared: &Shared, ticket: &[u8], memfd: Option<OwnedFd>) -> Result<Arc<quiver_store::TableVersion>> {
+/// Stores the memfd a put ticket allows; returns the version and who put it.
+fn put(
+    shared: &Shared,
+    ticket: &[u8],
+    memfd: Option<OwnedFd>,
+) -> Result<(Arc<quiver_store::TableVersion>, Arc<str>)> {
     let Grant::Put {
         table,
         mode,
         partitions,
-        caller: _,
+        caller,
     } = shared.grants.redeem(ticket)?
     else {
         return Err(Error::invalid("a read ticket sent with put_data"));
     };
-    let memfd = memfd.ok_or_else(|| {
-        Error::invalid("put_data carries no memfd: attach one with SCM_RIGHTS")
-    })?;
+    let memfd = memfd
+        .ok_or_else(|| Error::invalid("put_data carries no memfd: attach one with SCM_RIGHTS"))?;
     let request = PutRequest {
         table,
         mode,
         partitions,
     };
-    adopt::adopt(&shared.store, &request, memfd)
+    Ok((adopt::adopt(&shared.store, &request, memfd)?, caller))
 }
 
 /// Sends the stream a `want_data` ticket names, then holds the version until
@@ -134,7 +145,10 @@ fn send_stream(fd: BorrowedFd<'_>, shared: &Shared, ticket: &[u8]) -> Result<()>
         let handle = (seq == 0).then(|| export.fd());
         sys::send(
             fd,
-            &[IoSlice::new(&prefix), IoSlice::new(export.metadata(message))],
+            &[
+                IoSlice::new(&prefix),
+                IoSlice::new(export.metadata(message)),
+            ],
             handle,
         )
         .map_err(send_failed)?;

@@ -99,16 +99,15 @@ impl Export {
     pub(crate) fn metadata(&self, message: &MessageLayout) -> &[u8] {
         &self.map[message.metadata.clone()]
     }
-
-    /// Bytes in the memfd.
-    pub(crate) fn len(&self) -> usize {
-        self.map.len()
-    }
 }
 
 /// Maps `memfd` read-only.
 pub(crate) fn map(memfd: &OwnedFd) -> Result<Mmap> {
-    let file = File::from(memfd.try_clone().map_err(|e| io_error("duplicate the memfd", e))?);
+    let file = File::from(
+        memfd
+            .try_clone()
+            .map_err(|e| io_error("duplicate the memfd", e))?,
+    );
     // SAFETY: the memfd is sealed against writes, shrinking and growing, so the
     // mapping's contents cannot change or disappear under it.
     unsafe { Mmap::map(&file) }.map_err(|e| io_error("map the memfd", e))
@@ -180,7 +179,9 @@ pub(crate) fn scan(bytes: &[u8]) -> Result<Vec<MessageLayout>, String> {
     let mut messages = Vec::new();
     let mut pos = 0usize;
     let read_u32 = |at: usize| -> Option<u32> {
-        Some(u32::from_le_bytes(bytes.get(at..at.checked_add(4)?)?.try_into().ok()?))
+        Some(u32::from_le_bytes(
+            bytes.get(at..at.checked_add(4)?)?.try_into().ok()?,
+        ))
     };
     while pos < bytes.len() {
         let at = pos;
@@ -217,11 +218,13 @@ pub(crate) fn scan(bytes: &[u8]) -> Result<Vec<MessageLayout>, String> {
         let batch = match message.header_type() {
             MessageHeader::Schema if messages.is_empty() => None,
             MessageHeader::Schema => return Err("a second schema message".to_string()),
-            _ if messages.is_empty() => return Err("the stream does not start with a schema".to_string()),
+            _ if messages.is_empty() => {
+                return Err("the stream does not start with a schema".to_string());
+            }
             MessageHeader::RecordBatch => message.header_as_record_batch(),
-            MessageHeader::DictionaryBatch => message
-                .header_as_dictionary_batch()
-                .and_then(|d| d.data()),
+            MessageHeader::DictionaryBatch => {
+                message.header_as_dictionary_batch().and_then(|d| d.data())
+            }
             other => return Err(format!("unexpected message type {other:?}")),
         };
         let buffers = match batch {

@@ -49,7 +49,10 @@ impl Grants {
         let mut key = [0u8; 16];
         getrandom::fill(&mut key).map_err(|e| Error::Internal(format!("no randomness: {e}")))?;
         let now = Instant::now();
-        let mut live = self.live.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let mut live = self
+            .live
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         live.retain(|_, (expires, _)| *expires > now);
         if live.len() >= MAX_GRANTS {
             return Err(Error::ResourceExhausted(format!(
@@ -69,7 +72,10 @@ impl Grants {
             .strip_prefix(SHM_TICKET_PREFIX)
             .and_then(|k| k.try_into().ok())
             .ok_or_else(|| Error::invalid("not a quiver shared-memory ticket"))?;
-        let mut live = self.live.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let mut live = self
+            .live
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         match live.remove(&key) {
             Some((expires, grant)) if expires > Instant::now() => Ok(grant),
             _ => Err(Error::PermissionDenied(
@@ -100,7 +106,10 @@ mod tests {
         let ticket = grants.issue(put()).unwrap();
         assert!(ticket.starts_with(SHM_TICKET_PREFIX));
         assert!(matches!(grants.redeem(&ticket), Ok(Grant::Put { .. })));
-        assert!(matches!(grants.redeem(&ticket), Err(Error::PermissionDenied(_))));
+        assert!(matches!(
+            grants.redeem(&ticket),
+            Err(Error::PermissionDenied(_))
+        ));
     }
 
     #[test]
@@ -108,7 +117,13 @@ mod tests {
         let grants = Grants::default();
         let mut ticket = grants.issue(put()).unwrap();
         *ticket.last_mut().unwrap() ^= 1;
-        assert!(matches!(grants.redeem(&ticket), Err(Error::PermissionDenied(_))));
-        assert!(matches!(grants.redeem(b"table"), Err(Error::InvalidArgument(_))));
+        assert!(matches!(
+            grants.redeem(&ticket),
+            Err(Error::PermissionDenied(_))
+        ));
+        assert!(matches!(
+            grants.redeem(b"table"),
+            Err(Error::InvalidArgument(_))
+        ));
     }
 }

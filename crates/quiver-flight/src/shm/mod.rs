@@ -136,7 +136,10 @@ fn accept_loop(listener: &OwnedFd, shared: &Arc<Shared>) {
         let socket = match sys::accept(listener.as_fd()) {
             Ok(socket) => socket,
             Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-            Err(e) if e.raw_os_error() == Some(libc::EMFILE) || e.raw_os_error() == Some(libc::ENFILE) => {
+            Err(e)
+                if e.raw_os_error() == Some(libc::EMFILE)
+                    || e.raw_os_error() == Some(libc::ENFILE) =>
+            {
                 tracing::warn!(error = %e, "shm: cannot accept a connection");
                 std::thread::sleep(std::time::Duration::from_millis(50));
                 continue;
@@ -199,6 +202,8 @@ mod tests {
             location(Path::new("/run/user/1000/quiver-8815.sock")),
             "shm+unix:///run/user/1000/quiver-8815.sock?want_data=1&free_data=2&put_data=3"
         );
-        assert!(location(Path::new("/tmp/a b?.sock")).starts_with("shm+unix:///tmp/a%20b%3F.sock?"));
+        assert!(
+            location(Path::new("/tmp/a b?.sock")).starts_with("shm+unix:///tmp/a%20b%3F.sock?")
+        );
     }
 }

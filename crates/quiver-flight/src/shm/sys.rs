@@ -13,7 +13,8 @@ use std::path::Path;
 
 /// The seals a memfd must carry to be trusted as immutable: no writes, no
 /// shrinking (which would fault a reader's mapping), no growing.
-pub(crate) const IMMUTABLE: libc::c_int = libc::F_SEAL_WRITE | libc::F_SEAL_SHRINK | libc::F_SEAL_GROW;
+pub(crate) const IMMUTABLE: libc::c_int =
+    libc::F_SEAL_WRITE | libc::F_SEAL_SHRINK | libc::F_SEAL_GROW;
 
 /// Largest datagram read from a client: requests are small (a ticket, a list
 /// of offsets to free).
@@ -45,7 +46,13 @@ pub(crate) fn memfd(name: &str) -> io::Result<OwnedFd> {
 /// Seals `fd` immutable, and against further seals.
 pub(crate) fn seal(fd: BorrowedFd<'_>) -> io::Result<()> {
     // SAFETY: fcntl on a descriptor we borrow; no memory is passed.
-    check(unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_ADD_SEALS, IMMUTABLE | libc::F_SEAL_SEAL) })?;
+    check(unsafe {
+        libc::fcntl(
+            fd.as_raw_fd(),
+            libc::F_ADD_SEALS,
+            IMMUTABLE | libc::F_SEAL_SEAL,
+        )
+    })?;
     Ok(())
 }
 
@@ -90,11 +97,7 @@ pub(crate) fn connect(path: &Path) -> io::Result<OwnedFd> {
 fn seqpacket_socket() -> io::Result<OwnedFd> {
     // SAFETY: creates a new socket; the descriptor is owned below.
     let fd = check(unsafe {
-        libc::socket(
-            libc::AF_UNIX,
-            libc::SOCK_SEQPACKET | libc::SOCK_CLOEXEC,
-            0,
-        )
+        libc::socket(libc::AF_UNIX, libc::SOCK_SEQPACKET | libc::SOCK_CLOEXEC, 0)
     })?;
     // SAFETY: `fd` is new and owned by nothing else.
     Ok(unsafe { OwnedFd::from_raw_fd(fd) })
@@ -207,7 +210,9 @@ pub(crate) fn send(
     }
     let expected: usize = parts.iter().map(|p| p.len()).sum();
     // SAFETY: `msg` points at `parts` and `control`, both alive for the call.
-    let sent = check_size(unsafe { libc::sendmsg(socket.as_raw_fd(), &raw const msg, libc::MSG_NOSIGNAL) })?;
+    let sent = check_size(unsafe {
+        libc::sendmsg(socket.as_raw_fd(), &raw const msg, libc::MSG_NOSIGNAL)
+    })?;
     if sent != expected {
         return Err(io::Error::new(
             io::ErrorKind::WriteZero,
@@ -280,7 +285,10 @@ pub(crate) fn recv(socket: BorrowedFd<'_>, max: usize) -> io::Result<Option<Rece
     if fds.len() > 1 {
         return Err(io::Error::new(
             io::ErrorKind::InvalidData,
-            format!("{} descriptors attached to one message: at most 1", fds.len()),
+            format!(
+                "{} descriptors attached to one message: at most 1",
+                fds.len()
+            ),
         ));
     }
     bytes.truncate(n);
