@@ -103,7 +103,7 @@ pub(crate) fn shared_body(seq: u32, buffers: &[(u64, u64)]) -> Vec<u8> {
 
 /// The offsets a `free_data` body lists.
 pub(crate) fn freed_offsets(body: &[u8]) -> Result<Vec<u64>, String> {
-    if body.is_empty() || body.len() % 8 != 0 {
+    if body.is_empty() || !body.len().is_multiple_of(8) {
         return Err(format!(
             "a free_data body is one or more u64 offsets, not {} bytes",
             body.len()
