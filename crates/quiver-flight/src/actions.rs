@@ -26,13 +26,13 @@ pub const ACTIONS: &[(&str, &str)] = &[
         "Store totals as JSON: tables, rows, bytes, memory_used, memory_limit, uptime_seconds.",
     ),
     (
+        "health",
+        "Liveness: JSON {\"status\": \"ok\", uptime_seconds}.",
+    ),
+    (
         "shm-put",
         "A ticket to put a table over the same-host shared-memory socket. Body: JSON \
          {\"table\", \"options\": {\"mode\", \"partitions\"}}. Result: JSON {location, ticket (base64)}.",
-    ),
-    (
-        "health",
-        "Liveness: JSON {\"status\": \"ok\", uptime_seconds}.",
     ),
 ];
 
