@@ -11,7 +11,7 @@ MI = 1024 * 1024
 GIB = 1024**3
 
 #: The suites ``--only`` can choose from, in the order they run.
-SUITES = ("ceilings", "get", "put", "memory", "rust", "small", "json", "sql", "soak")
+SUITES = ("ceilings", "get", "put", "memory", "rust", "small", "json", "sql", "soak", "shm")
 
 
 @dataclass(frozen=True)
@@ -63,6 +63,8 @@ class Plan:
         How long the ``soak`` suite's clients mix puts, gets, listings and deletes.
     soak_rows : int
         Rows of the table each soak put sends.
+    shm_bytes : tuple of int
+        Table sizes the ``shm`` suite gets and puts over shared memory and over gRPC.
     """
 
     mode: str
@@ -86,6 +88,7 @@ class Plan:
     soak_clients: int = 64
     soak_seconds: float = 10.0
     soak_rows: int = 10_000
+    shm_bytes: tuple[int, ...] = (64 * MI, 256 * MI)
 
     @property
     def headline_rows(self) -> int:
@@ -139,6 +142,7 @@ def plan_for(mode: str, ram_bytes: int) -> Plan:
             soak_clients=8,
             soak_seconds=2.0,
             soak_rows=1_000,
+            shm_bytes=(4 * MI,),
         )
     if mode == "quick":
         return Plan(
@@ -187,5 +191,6 @@ def plan_for(mode: str, ram_bytes: int) -> Plan:
             soak_clients=64,
             soak_seconds=60.0,
             soak_rows=10_000,
+            shm_bytes=(64 * MI, 256 * MI, 1 * GIB),
         )
     raise ValueError(f"unknown mode {mode!r}: expected quick, full or smoke")

@@ -586,6 +586,84 @@ def _soak_section(rows: list[Row]) -> list[str]:
     return [*lines, ""]
 
 
+def shm_goals(rows: list[Row]) -> list[Goal]:
+    """Issue 6's goals at the largest size measured: shm get >= 50x gRPC, put >= 3x."""
+    shm = select(rows, suite="shm", server=QUIVER)
+    sizes = sorted({int(r["bytes"]) for r in shm if r["op"] in ("get", "put")})
+    if not sizes:
+        return []
+    size = sizes[-1]
+    found = []
+    for op, goal in (("get", 50.0), ("put", 3.0)):
+        fast = spread(select(shm, op=op, client="pyarrow-shm", bytes=str(size)), "seconds")
+        slow = spread(select(shm, op=op, client="pyarrow-grpc", bytes=str(size)), "seconds")
+        if fast is None or slow is None:
+            continue
+        ratio = slow.median / fast.median
+        found.append(
+            Goal(
+                f"shm {op} of {_size(size)}, Python client: gRPC time / shm time",
+                f"≥ {goal:g}×",
+                ratio,
+                ratio >= goal,
+                _times(ratio),
+            )
+        )
+    return found
+
+
+def _shm_section(rows: list[Row]) -> list[str]:
+    shm = select(rows, suite="shm", server=QUIVER)
+    if not shm:
+        return []
+    sizes = sorted({int(r["bytes"]) for r in shm if r["op"] in ("get", "put")})
+    lines = [
+        "## Shared memory (same host)",
+        "",
+        'The quiver Python client with `transport="shm"` (Dissociated IPC over a Unix '
+        "socket: a get maps the server's sealed memfd, a put hands one over; docs/shm.md) "
+        'against the same client with `transport="grpc"`, both to quiver, same table, '
+        "median (min-max) seconds.",
+        "",
+        "| goal | target | measured | result |",
+        "| --- | --- | --- | --- |",
+        *_goal_rows(shm_goals(rows)),
+        "",
+        "| table | op | shm | gRPC | gRPC / shm |",
+        "| --- | --- | --- | --- | --- |",
+    ]
+    for size in sizes:
+        for op in ("get", "put"):
+            fast = spread(select(shm, op=op, client="pyarrow-shm", bytes=str(size)), "seconds")
+            slow = spread(select(shm, op=op, client="pyarrow-grpc", bytes=str(size)), "seconds")
+            if fast is None or slow is None:
+                continue
+            lines.append(
+                f"| {_size(size)} | {op} | {fast.median:.4f} ({fast.low:.4f}-{fast.high:.4f}) | "
+                f"{slow.median:.3f} ({slow.low:.3f}-{slow.high:.3f}) | "
+                f"{_times(slow.median / fast.median)} |"
+            )
+    for size in sizes:
+        first = spread(select(shm, op="get_first", bytes=str(size)), "seconds")
+        if first is not None:
+            lines.append(
+                f"| {_size(size)} | first shm get of a version put over gRPC (writes its memfd) | "
+                f"{first.median:.3f} ({first.low:.3f}-{first.high:.3f}) | | |"
+            )
+    one = select(shm, op="rss_1_reader")
+    eight = select(shm, op="rss_8_readers")
+    if one and eight:
+        mib = 2**20
+        a, b = float(one[-1]["rss_bytes"]) / mib, float(eight[-1]["rss_bytes"]) / mib
+        size = float(one[-1]["bytes"]) / mib
+        lines += [
+            "",
+            f"Server RSS with one shm reader of the {size:,.0f} MiB table: {a:,.0f} MiB; with "
+            f"eight: {b:,.0f} MiB (readers map the same memfd; nothing is copied per reader).",
+        ]
+    return [*lines, ""]
+
+
 def _figure(title: str, plot: Path | None, report_dir: Path) -> list[str]:
     if plot is None:
         return []
@@ -663,6 +741,7 @@ def render(
         *_memory_section(rows),
         "",
         *_soak_section(rows),
+        *_shm_section(rows),
     ]
     sql = _sql_section(rows, run, plots.get("sql_to_pandas"), report_dir)
     if sql:

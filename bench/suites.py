@@ -771,6 +771,129 @@ def _sql_fetch(
     )
 
 
+# --- Shared memory ----------------------------------------------------------------------------
+
+
+def run_shm(run: Run) -> None:
+    """Time gets and puts of the same table by the same client over shared memory and gRPC.
+
+    The quiver client with ``transport="shm"`` against ``transport="grpc"``, both to quiver,
+    taking turns within each repetition. Each result is checked equal to the table once.
+    Also the server's RSS after one reader and after eight readers holding the table.
+    """
+    import quiver
+
+    server = next((s for s in run.servers_alive() if s.name == QUIVER), None)
+    if server is None:
+        run.note("shm: quiver is not running")
+        return
+    clients = {
+        "pyarrow-shm": quiver.connect(server.uri, transport="shm"),
+        "pyarrow-grpc": quiver.connect(server.uri, transport="grpc"),
+    }
+    try:
+        for nbytes in run.plan.shm_bytes:
+            rows = nbytes // data.RECORD_BYTES
+            table = data.records(rows, run.plan.batch_rows)
+            log(f"shm: {table.nbytes / 2**20:,.0f} MiB, {rows:,} rows")
+            with run.attempt(f"shm {rows:,} rows"):
+                _measure_shm(run, server, clients, table)
+            del table
+            gc.collect()
+    finally:
+        for client in clients.values():
+            client.close()
+
+
+def _measure_shm(run: Run, server: ServerProcess, clients: dict, table: pa.Table) -> None:
+    rows, batch_rows, nbytes = table.num_rows, run.plan.batch_rows, table.nbytes
+    name = "shm_table"
+
+    def record(client: str, op: str, seconds: float, rep: int) -> None:
+        run.add(
+            Measurement(
+                "shm",
+                QUIVER,
+                client,
+                op,
+                1,
+                rows,
+                batch_rows,
+                bytes=nbytes,
+                seconds=seconds,
+                rep=rep,
+            )
+        )
+
+    for rep in range(run.plan.reps):
+        for label, client in _order_items(clients, rep):
+            started = time.perf_counter()
+            client.put(name, table)
+            record(label, "put", time.perf_counter() - started, rep)
+        # The first shm get of a version put over gRPC writes the version into its
+        # memfd (once per version); later ones, and those of a version put over shm,
+        # only map it.
+        clients["pyarrow-grpc"].put(name, table)
+        started = time.perf_counter()
+        got = clients["pyarrow-shm"].get(name)
+        record("pyarrow-shm", "get_first", time.perf_counter() - started, rep)
+        del got
+        gc.collect()
+        for label, client in _order_items(clients, rep):
+            started = time.perf_counter()
+            got = client.get(name)
+            record(label, "get", time.perf_counter() - started, rep)
+            if rep == 0 and not got.equals(table):
+                raise RuntimeError(f"{label}: the table read back differs from the one put")
+            del got
+            gc.collect()
+    # The server's memory with one and with eight readers holding the table.
+    shm = clients["pyarrow-shm"]
+    shm.put(name, table)
+    held = [shm.get(name)]
+    one = server.memory()[0]
+    held += [shm.get(name) for _ in range(7)]
+    eight = server.memory()[0]
+    run.add(
+        Measurement(
+            "shm",
+            QUIVER,
+            "pyarrow-shm",
+            "rss_1_reader",
+            1,
+            rows,
+            batch_rows,
+            bytes=nbytes,
+            seconds=0.0,
+            rep=0,
+            rss_bytes=one,
+        )
+    )
+    run.add(
+        Measurement(
+            "shm",
+            QUIVER,
+            "pyarrow-shm",
+            "rss_8_readers",
+            1,
+            rows,
+            batch_rows,
+            bytes=nbytes,
+            seconds=0.0,
+            rep=0,
+            rss_bytes=eight,
+        )
+    )
+    del held
+    gc.collect()
+    clients["pyarrow-grpc"].delete(name)
+
+
+def _order_items(clients: dict, rep: int) -> list:
+    items = list(clients.items())
+    return items if rep % 2 == 0 else items[::-1]
+
+
 #: The suites by name, in the order they run.
 # --- Soak -------------------------------------------------------------------------------------
 
@@ -841,6 +964,7 @@ SUITE_FUNCTIONS = {
     "json": run_json,
     "sql": run_sql,
     "soak": run_soak,
+    "shm": run_shm,
 }
 
 __all__ = ["ARROW_CPP", "QUIVER", "SUITE_FUNCTIONS", "Run", "log"]

@@ -28,6 +28,9 @@ TICKET_PREFIX = b"\0quiver-ticket-v1:"
 PutMode = Literal["replace", "append"]
 PUT_MODES: tuple[str, ...] = ("replace", "append")
 
+#: How the client moves table data (see :func:`quiver.connect`).
+Transport = Literal["auto", "shm", "grpc"]
+
 #: The largest ``partitions`` option the server accepts.
 MAX_PARTITIONS = 1024
 

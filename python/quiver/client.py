@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import base64
 import contextlib
+import json
 import threading
 import uuid
 from collections.abc import Iterator
@@ -12,12 +14,12 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 import pyarrow.flight as flight
 
-from . import _protocol, _sql
+from . import _protocol, _shm, _sql
 from ._convert import BatchSource, batch_source
 from ._endpoints import read_endpoints
 from ._progress import RowCounter, row_progress
-from ._protocol import DEFAULT_URI, JsonObject, PutMode
-from .errors import TableNotFoundError, VersionConflictError, translated_errors
+from ._protocol import DEFAULT_URI, JsonObject, PutMode, Transport
+from .errors import QuiverError, TableNotFoundError, VersionConflictError, translated_errors
 from .results import PutResult, TableInfo
 
 if TYPE_CHECKING:
@@ -29,6 +31,11 @@ __all__ = ["Client", "connect"]
 #: How many times :meth:`Client.get` asks for a new FlightInfo when the table
 #: changed under it.
 GET_RETRIES = 3
+
+#: Errors of the shared-memory path after which ``transport="auto"`` uses gRPC: the
+#: socket is not reachable from here, or the server has no memory for its export.
+_SHM_FALLBACK_CODES = ("UNAVAILABLE", "UNIMPLEMENTED")
+_SHM_GET_FALLBACK_CODES = (*_SHM_FALLBACK_CODES, "RESOURCE_EXHAUSTED")
 
 #: Where a replace from a stream that can fail is written before it is renamed
 #: over the target (see :meth:`Client.put`).
@@ -42,6 +49,7 @@ def connect(
     username: str | None = None,
     password: str | None = None,
     token: str | None = None,
+    transport: Transport = "auto",
     **flight_kwargs: Any,
 ) -> Client:
     """Connect to a quiver server.
@@ -59,6 +67,14 @@ def connect(
     token : str, optional
         A bearer token to send with every call instead: an API token made by
         ``quiver user token``, or one a Handshake gave.
+    transport : {"auto", "shm", "grpc"}, default "auto"
+        How :meth:`Client.get` and :meth:`Client.put` move table data.
+        ``"shm"``: through shared memory (the server must be on this host;
+        docs/shm.md): a get maps the server's copy of the table instead of
+        receiving it, a put hands the server a sealed memfd. ``"grpc"``: Flight
+        DoGet/DoPut. ``"auto"``: shared memory when the server offers it and
+        it is reachable, else gRPC. With ``"shm"``, a call that cannot use
+        shared memory raises :class:`~quiver.errors.QuiverError`.
     **flight_kwargs
         Keyword arguments of :class:`pyarrow.flight.FlightClient`:
         ``tls_root_certs`` (PEM bytes of the CA that signed a ``grpc+tls://``
@@ -79,7 +95,13 @@ def connect(
     2
     """
     return Client(
-        uri, timeout=timeout, username=username, password=password, token=token, **flight_kwargs
+        uri,
+        timeout=timeout,
+        username=username,
+        password=password,
+        token=token,
+        transport=transport,
+        **flight_kwargs,
     )
 
 
@@ -100,6 +122,8 @@ class Client:
         connection to ``uri`` and for any other location an endpoint names.
     username, password, token : str, optional
         Credentials, as for :func:`connect`.
+    transport : {"auto", "shm", "grpc"}, default "auto"
+        How table data moves, as for :func:`connect`.
     """
 
     def __init__(
@@ -110,8 +134,12 @@ class Client:
         username: str | None = None,
         password: str | None = None,
         token: str | None = None,
+        transport: Transport = "auto",
         **flight_kwargs: Any,
     ) -> None:
+        if transport not in ("auto", "shm", "grpc"):
+            raise ValueError(f"transport must be 'auto', 'shm' or 'grpc', not {transport!r}")
+        self._transport = transport
         if token is not None and username is not None:
             raise ValueError("give username and password, or token, not both")
         if (username is None) != (password is None):
@@ -134,8 +162,17 @@ class Client:
                 headers = [(b"authorization", b"Bearer " + token.encode())]
         # Every call (the parallel endpoint fetches and SQL too) uses these options.
         self._options = flight.FlightCallOptions(timeout=timeout, headers=headers)
+        # GetFlightInfo asking for a shared-memory endpoint too.
+        self._shm_options = flight.FlightCallOptions(
+            timeout=timeout, headers=[*headers, _shm.TRANSPORT_HEADER]
+        )
         self._peers: dict[str, flight.FlightClient] = {}
         self._peers_lock = threading.Lock()
+
+    @property
+    def transport(self) -> Transport:
+        """How table data moves: ``"auto"``, ``"shm"`` or ``"grpc"``."""
+        return self._transport
 
     @property
     def uri(self) -> str:
@@ -240,6 +277,16 @@ class Client:
         """
         options = _protocol.put_options(mode, partitions)
         source = batch_source(data)
+        if self._transport == "shm" or (self._transport == "auto" and not source.may_fail):
+            # In memory already (or shm required): the table is written once,
+            # into the memfd the server adopts.
+            table = source.reader.read_all()
+            with row_progress(progress, total=table.num_rows, description=f"put {name}") as count:
+                result = self._put_shm(name, table, mode, partitions)
+                if result is not None:
+                    count(table.num_rows)
+                    return result
+            source = batch_source(table)
         with row_progress(progress, total=source.num_rows, description=f"put {name}") as count:
             if mode == "replace" and source.may_fail:
                 return self._put_staged(name, source, options, count)
@@ -247,6 +294,32 @@ class Client:
             if error is not None:
                 raise error
             return result
+
+    def _put_shm(
+        self, name: str, table: pa.Table, mode: PutMode, partitions: int | None
+    ) -> PutResult | None:
+        """Put over shared memory; ``None`` if it is not available and the transport is auto."""
+        put_options: dict[str, object] = {"mode": mode}
+        if partitions is not None:
+            put_options["partitions"] = partitions
+        body = json.dumps({"table": name, "options": put_options}).encode()
+        try:
+            try:
+                grant = self._action("shm-put", body)
+            except QuiverError as e:
+                if e.code == "UNIMPLEMENTED":
+                    raise _shm.ShmUnavailableError(str(e)) from e
+                raise
+            location = _shm.Location.parse(str(grant["location"]))
+            if location is None:
+                raise _shm.ShmUnavailableError(f"not a shared-memory location: {grant['location']}")
+            ticket = base64.b64decode(str(grant["ticket"]))
+            answer = _shm.put(location, ticket, table)
+        except QuiverError as e:
+            if self._transport == "shm" or e.code not in _SHM_FALLBACK_CODES:
+                raise
+            return None
+        return PutResult.from_json(_protocol.json_object(answer))
 
     def _put_staged(
         self, name: str, source: BatchSource, options: bytes, count: RowCounter
@@ -328,11 +401,20 @@ class Client:
             The table kept changing during 4 attempts.
         """
         for attempt in range(GET_RETRIES + 1):
-            info = self._flight_info(name)
+            info = self._flight_info(name, shm=self._transport != "grpc")
+            endpoints = info.endpoints
+            if self._transport != "grpc":
+                table, endpoints = self._get_shm(endpoints)
+                if table is not None:
+                    with row_progress(
+                        progress, total=table.num_rows, description=f"get {name}"
+                    ) as c:
+                        c(table.num_rows)
+                    return table
             with row_progress(progress, total=info.total_records, description=f"get {name}") as c:
                 try:
                     return read_endpoints(
-                        info.endpoints, info.schema, self._client_for, self._options, c, max_workers
+                        endpoints, info.schema, self._client_for, self._options, c, max_workers
                     )
                 except VersionConflictError:
                     if attempt == GET_RETRIES:
@@ -606,9 +688,44 @@ class Client:
 
     # -- helpers ----------------------------------------------------------------------------
 
-    def _flight_info(self, name: str) -> flight.FlightInfo:
+    def _flight_info(self, name: str, *, shm: bool = False) -> flight.FlightInfo:
+        options = self._shm_options if shm else self._options
         with translated_errors():
-            return self._flight.get_flight_info(_protocol.descriptor(name), self._options)
+            return self._flight.get_flight_info(_protocol.descriptor(name), options)
+
+    def _get_shm(
+        self, endpoints: list[flight.FlightEndpoint]
+    ) -> tuple[pa.Table | None, list[flight.FlightEndpoint]]:
+        """Read over shared memory if an endpoint offers it; else return the gRPC endpoints.
+
+        With ``transport="shm"``, raise instead of returning no table.
+        """
+        grpc_endpoints, shm_endpoint = [], None
+        for endpoint in endpoints:
+            uris = [_location_uri(loc) for loc in endpoint.locations]
+            location = next((_shm.Location.parse(u) for u in uris if u.startswith("shm+")), None)
+            if location is None:
+                grpc_endpoints.append(endpoint)
+            else:
+                shm_endpoint = (location, endpoint.ticket.ticket)
+        if shm_endpoint is None:
+            if self._transport == "shm":
+                raise _shm.ShmUnavailableError(
+                    "the server offers no shared-memory endpoint (started with "
+                    "--shm-socket off, or too old)"
+                )
+            return None, grpc_endpoints
+        try:
+            return _shm.get(*shm_endpoint), grpc_endpoints
+        except QuiverError as e:
+            # Auto: anything that keeps shared memory from working here (another
+            # host, no memory left for the server's export) means gRPC.
+            if self._transport == "shm" or e.code not in (
+                *_SHM_FALLBACK_CODES,
+                "RESOURCE_EXHAUSTED",
+            ):
+                raise
+            return None, grpc_endpoints
 
     def _action(self, kind: str, body: bytes = b"") -> JsonObject:
         with translated_errors():
@@ -620,8 +737,7 @@ class Client:
         """Return the client for an endpoint's first location (this one's if it has none)."""
         if not endpoint.locations:
             return self._flight
-        location = endpoint.locations[0].uri
-        uri = location.decode() if isinstance(location, bytes) else str(location)
+        uri = _location_uri(endpoint.locations[0])
         if uri in (self._uri, _protocol.REUSE_CONNECTION_URI):
             return self._flight
         with self._peers_lock:
@@ -631,6 +747,11 @@ class Client:
                     peer = flight.FlightClient(uri, **self._flight_kwargs)
                 self._peers[uri] = peer
             return peer
+
+
+def _location_uri(location: flight.Location) -> str:
+    uri = location.uri
+    return uri.decode() if isinstance(uri, bytes) else str(uri)
 
 
 def _batches(stream: flight.FlightStreamReader) -> Iterator[pa.RecordBatch]:

@@ -196,3 +196,34 @@ def translated_errors() -> Iterator[None]:
         if converted is error:
             raise
         raise converted from error
+
+
+# gRPC status codes by number, as the shared-memory socket reports them.
+_CODE_NAMES = (
+    "OK",
+    "CANCELLED",
+    "UNKNOWN",
+    "INVALID_ARGUMENT",
+    "DEADLINE_EXCEEDED",
+    "NOT_FOUND",
+    "ALREADY_EXISTS",
+    "PERMISSION_DENIED",
+    "RESOURCE_EXHAUSTED",
+    "FAILED_PRECONDITION",
+    "ABORTED",
+    "OUT_OF_RANGE",
+    "UNIMPLEMENTED",
+    "INTERNAL",
+    "UNAVAILABLE",
+    "DATA_LOSS",
+    "UNAUTHENTICATED",
+)
+
+
+def from_status_code(code: int, message: str) -> QuiverError:
+    """Return the :class:`QuiverError` for gRPC status ``code`` (a number) and ``message``."""
+    name = _CODE_NAMES[code] if 0 <= code < len(_CODE_NAMES) else "UNKNOWN"
+    for cls, class_code in _CODE_WORDS.values():
+        if class_code == name:
+            return cls(message, name)
+    return QuiverError(message, name)

@@ -267,7 +267,8 @@ def test_put_partitions_option(start_quiver: ServerFactory) -> None:
 def test_endpoints_at_another_location_use_their_own_connection(server: object) -> None:
     uri = server.uri  # type: ignore[attr-defined]
     # The server advertises 127.0.0.1; reaching it as "localhost" makes its location differ.
-    with quiver.connect(uri.replace("127.0.0.1", "localhost")) as client:
+    # (gRPC: over shared memory a get uses no endpoint connections.)
+    with quiver.connect(uri.replace("127.0.0.1", "localhost"), transport="grpc") as client:
         table = pa.table({"a": np.arange(10)})
         client.put("t", table)
         assert client.get("t").equals(table)
@@ -336,8 +337,11 @@ def test_progress_without_tqdm_says_how_to_install(
 
 
 def test_get_retries_when_the_table_changes_after_flight_info(
-    client: quiver.Client, uri: str, monkeypatch: pytest.MonkeyPatch
+    uri: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    # gRPC: its tickets pin the version GetFlightInfo described, and a get retries when it
+    # changed. (Over shared memory the ticket holds that version itself: nothing to retry.)
+    client = quiver.connect(uri, transport="grpc")
     old = pa.table({"v": [1] * 10})
     new = pa.table({"v": [2] * 20})
     client.put("t", old)
@@ -345,8 +349,8 @@ def test_get_retries_when_the_table_changes_after_flight_info(
     real_flight_info = client._flight_info
     calls = []
 
-    def flight_info_then_replace(name: str) -> flight.FlightInfo:
-        info = real_flight_info(name)
+    def flight_info_then_replace(name: str, **kwargs: bool) -> flight.FlightInfo:
+        info = real_flight_info(name, **kwargs)
         calls.append(info)
         if len(calls) == 1:
             put(other, "t", new)  # the FlightInfo's tickets now pin a replaced version
@@ -358,16 +362,17 @@ def test_get_retries_when_the_table_changes_after_flight_info(
     other.close()
 
 
-def test_get_gives_up_after_three_retries(
-    client: quiver.Client, uri: str, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_get_gives_up_after_three_retries(uri: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    # gRPC: its tickets pin the version GetFlightInfo described, and a get retries when it
+    # changed. (Over shared memory the ticket holds that version itself: nothing to retry.)
+    client = quiver.connect(uri, transport="grpc")
     client.put("t", pa.table({"v": [0]}))
     other = flight.FlightClient(uri)
     real_flight_info = client._flight_info
     calls = []
 
-    def flight_info_then_replace(name: str) -> flight.FlightInfo:
-        info = real_flight_info(name)
+    def flight_info_then_replace(name: str, **kwargs: bool) -> flight.FlightInfo:
+        info = real_flight_info(name, **kwargs)
         calls.append(info)
         put(other, "t", pa.table({"v": [len(calls)]}))
         return info

@@ -165,6 +165,7 @@ def test_list_actions(flight_client: flight.FlightClient) -> None:
         "rename",
         "stats",
         "health",
+        "shm-put",
         # Flight SQL's (docs/protocol.md)
         "CreatePreparedStatement",
         "ClosePreparedStatement",

@@ -29,6 +29,11 @@ pub const ACTIONS: &[(&str, &str)] = &[
         "health",
         "Liveness: JSON {\"status\": \"ok\", uptime_seconds}.",
     ),
+    (
+        "shm-put",
+        "A ticket to put a table over the same-host shared-memory socket. Body: JSON \
+         {\"table\", \"options\": {\"mode\", \"partitions\"}}. Result: JSON {location, ticket (base64)}.",
+    ),
 ];
 
 /// The action types for ListActions.
@@ -46,7 +51,7 @@ pub fn action_types() -> Vec<ActionType> {
 /// `write` for those that change tables, `read` for the rest.
 pub(crate) fn role_needed(kind: &str) -> Role {
     match kind {
-        "delete" | "rename" => Role::Write,
+        "delete" | "rename" | "shm-put" => Role::Write,
         _ => Role::Read,
     }
 }

@@ -72,6 +72,7 @@ impl PutHarness {
                 max_flight_data_size: 2 << 20,
                 max_message_size: HARNESS_MAX_MESSAGE_SIZE,
                 sql: EngineOptions::default(),
+                shm: None,
             },
         );
         Self { runtime, service }

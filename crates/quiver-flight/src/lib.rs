@@ -28,6 +28,7 @@ mod request_body;
 mod rpc_log;
 pub mod server;
 mod service;
+pub mod shm;
 mod sql;
 pub mod ticket;
 pub mod timeouts;

@@ -18,6 +18,7 @@ use futures::TryStreamExt;
 
 use crate::auth::{AuthLayer, Authenticator};
 use crate::lingering::{Closes, LINGER, LingeringStream};
+use crate::shm::ShmServer;
 use crate::timeouts::TimeoutLayer;
 use crate::tls::TlsConfig;
 use crate::wire::DirectLayer;
@@ -117,6 +118,9 @@ pub struct ServerConfig {
     /// Who may call and what each may do ([`crate::auth`]); `None`: anyone
     /// may do anything.
     pub auth: Option<Arc<Authenticator>>,
+    /// The Unix socket of the same-host shared-memory data plane
+    /// ([`crate::shm`]); `None`: off.
+    pub shm_socket: Option<PathBuf>,
 }
 
 /// Why the server could not start or stopped with an error.
@@ -131,6 +135,14 @@ pub enum ServeError {
         path: String,
         /// What went wrong.
         source: quiver_sql::SqlError,
+    },
+    /// The shared-memory socket could not be opened.
+    #[error("--shm-socket {path}: {source}")]
+    Shm {
+        /// The socket's path.
+        path: String,
+        /// What went wrong.
+        source: std::io::Error,
     },
     /// The transport failed.
     #[error(transparent)]
@@ -173,6 +185,7 @@ impl Default for ServerConfig {
             limits: ServerLimits::default(),
             tls: None,
             auth: None,
+            shm_socket: None,
         }
     }
 }
@@ -211,9 +224,31 @@ pub async fn serve(
         (Some(_), Some(rest)) if config.advertise.is_none() => format!("grpc+tls://{rest}"),
         _ => location,
     };
+    let shm = match &config.shm_socket {
+        None => None,
+        Some(path) => match ShmServer::start(path, Arc::clone(&store)) {
+            Ok(shm) => {
+                tracing::info!(location = shm.location(), "shared-memory data plane on");
+                Some(Arc::new(shm))
+            }
+            // Another server on this host (in another network namespace,
+            // say) has the socket: serve Flight without shared memory.
+            Err(e) if e.kind() == std::io::ErrorKind::AddrInUse => {
+                tracing::warn!(error = %e, "shared-memory data plane off");
+                None
+            }
+            Err(source) => {
+                return Err(ServeError::Shm {
+                    path: path.display().to_string(),
+                    source,
+                });
+            }
+        },
+    };
     let service = QuiverService::new(
         store,
         ServiceOptions {
+            shm,
             location,
             default_partitions: config.partitions.max(1),
             max_flight_data_size: config.max_flight_data_size,

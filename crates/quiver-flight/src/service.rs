@@ -15,6 +15,7 @@ use arrow_flight::{
     Action, ActionType, Criteria, Empty, FlightData, FlightDescriptor, FlightEndpoint, FlightInfo,
     HandshakeRequest, HandshakeResponse, PollInfo, PutResult, SchemaAsIpc, SchemaResult, Ticket,
 };
+use base64::Engine as _;
 use bytes::Bytes;
 use futures::stream::{self, BoxStream};
 use futures::{FutureExt, Stream, StreamExt, TryStreamExt};
@@ -28,6 +29,7 @@ use crate::error::inbound_status;
 use crate::ipc_bounds::check_buffers;
 use crate::request_body::BodyOutcome;
 use crate::rpc_log::RpcLog;
+use crate::shm::{self, ShmServer};
 use crate::sql::{self, Batches, FlightSql};
 use crate::ticket::TableTicket;
 use crate::{Error, PutOptions, Result, actions, guard, table_name};
@@ -45,6 +47,8 @@ pub struct ServiceOptions {
     pub max_message_size: usize,
     /// The SQL engine's limits.
     pub sql: EngineOptions,
+    /// The same-host shared-memory data plane, if on.
+    pub shm: Option<Arc<ShmServer>>,
 }
 
 /// The Flight service: the standard RPCs over a [`TableStore`].
@@ -122,6 +126,7 @@ impl QuiverService {
         &self,
         descriptor: FlightDescriptor,
         caller: Result<Caller>,
+        want_shm: bool,
         log: &mut RpcLog,
     ) -> Result<FlightInfo> {
         if let Some(command) = sql::descriptor_command(&descriptor)? {
@@ -134,7 +139,53 @@ impl QuiverService {
         log.table(&name);
         let table = self.store.get(&name)?;
         log.add(table.num_rows(), table.num_bytes());
-        self.flight_info(&table, descriptor)
+        let mut info = self.flight_info(&table, descriptor)?;
+        // Asked for and on: one more endpoint, over shared memory. (Off: the
+        // client sees none and uses the gRPC endpoints.)
+        if let (true, Some(shm)) = (want_shm, &self.options.shm) {
+            // The caller passed authentication (any role may read a table).
+            caller?;
+            info.endpoint.push(shm.get_endpoint(table)?);
+        }
+        Ok(info)
+    }
+
+    /// The shared-memory put ticket of the `shm-put` action.
+    fn shm_put(&self, body: &[u8], caller: &Caller) -> Result<Bytes> {
+        let shm = self.options.shm.as_ref().ok_or_else(|| {
+            Error::Unimplemented(
+                "the shared-memory data plane is off on this server (--shm-socket off)".to_string(),
+            )
+        })?;
+        #[derive(serde::Deserialize)]
+        #[serde(deny_unknown_fields)]
+        struct Body {
+            table: String,
+            #[serde(default)]
+            options: Option<serde_json::Value>,
+        }
+        let body: Body = serde_json::from_slice(body).map_err(|e| {
+            Error::invalid(format!(
+                "shm-put takes JSON {{\"table\": NAME, \"options\": {{\"mode\": \"append\"}}}}: {e}"
+            ))
+        })?;
+        quiver_store::validate_name(&body.table)?;
+        let options = match &body.options {
+            None => PutOptions::default(),
+            Some(o) => PutOptions::from_app_metadata(o.to_string().as_bytes())?,
+        };
+        let ticket = shm.put_ticket(
+            body.table,
+            options.mode,
+            options.partitions,
+            Arc::clone(&caller.name),
+        )?;
+        Ok(json!({
+            "location": shm.location(),
+            "ticket": base64::engine::general_purpose::STANDARD.encode(ticket),
+        })
+        .to_string()
+        .into())
     }
 
     /// Largest FlightData message DoGet sends.
@@ -399,8 +450,12 @@ impl FlightService for QuiverService {
         guard::handler("GetFlightInfo", async {
             let mut log = RpcLog::new("GetFlightInfo");
             let caller = Caller::of(request.extensions());
+            let want_shm = request
+                .metadata()
+                .get(shm::TRANSPORT_HEADER)
+                .is_some_and(|v| v.as_bytes() == b"shm");
             let info = self
-                .info_for(request.into_inner(), caller, &mut log)
+                .info_for(request.into_inner(), caller, want_shm, &mut log)
                 .await
                 .map_err(Status::from);
             log.outcome(info).map(Response::new)
@@ -416,7 +471,7 @@ impl FlightService for QuiverService {
             let mut log = RpcLog::new("PollFlightInfo");
             let caller = Caller::of(request.extensions());
             let info = self
-                .info_for(request.into_inner(), caller, &mut log)
+                .info_for(request.into_inner(), caller, false, &mut log)
                 .await
                 .map_err(Status::from);
             let info = log.outcome(info)?;
@@ -556,8 +611,15 @@ impl FlightService for QuiverService {
                     actions::role_needed(&action.r#type),
                     &format!("action '{}'", action.r#type),
                 )
+                .map(|()| c)
             });
-            log.outcome(allowed.map_err(Status::from))?;
+            let caller = log.outcome(allowed.map_err(Status::from))?;
+            if action.r#type == "shm-put" {
+                let body =
+                    log.outcome(self.shm_put(&action.body, &caller).map_err(Status::from))?;
+                let body = arrow_flight::Result { body };
+                return Ok(Response::new(stream::once(async { Ok(body) }).boxed()));
+            }
             if let Some(result) = self.sql.action(&action.r#type, &action.body).await {
                 log.table(&action.r#type);
                 let bodies = log.outcome(result.map_err(Status::from))?;

@@ -654,6 +654,7 @@ async fn actions_delete_rename_stats_health() {
             "rename",
             "stats",
             "health",
+            "shm-put",
             // Flight SQL's
             "CreatePreparedStatement",
             "ClosePreparedStatement",

@@ -1,6 +1,7 @@
 //! Immutable table versions and the segments they share.
 
-use std::sync::Arc;
+use std::any::Any;
+use std::sync::{Arc, Mutex};
 
 use arrow::datatypes::SchemaRef;
 use arrow::record_batch::RecordBatch;
@@ -85,6 +86,9 @@ pub struct TableVersion {
     rows: u64,
     bytes: u64,
     partitions: Option<usize>,
+    /// Something a server derived from this version and keeps for as long as
+    /// the version lives (the shared-memory export of `quiver-flight`).
+    attachment: Mutex<Option<Arc<dyn Any + Send + Sync>>>,
 }
 
 impl TableVersion {
@@ -105,6 +109,7 @@ impl TableVersion {
             rows,
             bytes,
             partitions,
+            attachment: Mutex::new(None),
         }
     }
 
@@ -118,6 +123,7 @@ impl TableVersion {
             rows: self.rows,
             bytes: self.bytes,
             partitions: self.partitions,
+            attachment: Mutex::new(None),
         }
     }
 
@@ -149,6 +155,40 @@ impl TableVersion {
     /// The partition count chosen when the table was written, if any.
     pub fn partitions(&self) -> Option<usize> {
         self.partitions
+    }
+
+    /// The value of type `T` attached to this version, made by `make` the first
+    /// time (or when the one attached is of another type). Callers asking at
+    /// once wait for one `make`; a failed `make` attaches nothing. The value is
+    /// dropped with the version.
+    pub fn attachment<T, E>(
+        &self,
+        make: impl FnOnce() -> std::result::Result<T, E>,
+    ) -> std::result::Result<Arc<T>, E>
+    where
+        T: Any + Send + Sync,
+    {
+        let mut slot = self
+            .attachment
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if let Some(value) = slot
+            .as_ref()
+            .and_then(|v| Arc::clone(v).downcast::<T>().ok())
+        {
+            return Ok(value);
+        }
+        let value = Arc::new(make()?);
+        *slot = Some(Arc::clone(&value) as Arc<dyn Any + Send + Sync>);
+        Ok(value)
+    }
+
+    /// Attaches `value` (see [`TableVersion::attachment`]), replacing what was.
+    pub fn attach<T: Any + Send + Sync>(&self, value: Arc<T>) {
+        *self
+            .attachment
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(value);
     }
 
     pub(crate) fn segments(&self) -> &[Arc<Segment>] {

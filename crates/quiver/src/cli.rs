@@ -207,6 +207,12 @@ pub(crate) struct ServeArgs {
     /// Default: a random key per process.
     #[arg(long, env = "QUIVER_TOKEN_SECRET_FILE")]
     pub(crate) token_secret_file: Option<PathBuf>,
+
+    /// Unix socket of the same-host shared-memory data plane (docs/shm.md):
+    /// a path, `auto` ($XDG_RUNTIME_DIR, else the temporary directory,
+    /// `/quiver-PORT.sock`) or `off`.
+    #[arg(long, env = "QUIVER_SHM_SOCKET", default_value = "auto")]
+    pub(crate) shm_socket: String,
 }
 
 /// Credentials and TLS settings of the client commands.

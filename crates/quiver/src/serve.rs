@@ -71,6 +71,7 @@ pub(crate) async fn run(args: ServeArgs) -> Result<(), Box<dyn std::error::Error
         tables: args.tables.clone(),
         tls,
         auth,
+        shm_socket: shm_socket(&args.shm_socket, addr.port()),
         http2: Http2Config {
             stream_window: window("--h2-stream-window", args.h2_stream_window)?,
             connection_window: window("--h2-connection-window", args.h2_connection_window)?,
@@ -119,6 +120,21 @@ fn seconds(flag: &str, value: f64) -> Result<Option<std::time::Duration>, String
     let duration = std::time::Duration::try_from_secs_f64(value)
         .map_err(|e| format!("{flag} {value}: {e}"))?;
     Ok((!duration.is_zero()).then_some(duration))
+}
+
+/// The shared-memory socket's path from `--shm-socket`.
+fn shm_socket(arg: &str, port: u16) -> Option<std::path::PathBuf> {
+    match arg {
+        "off" => None,
+        "auto" => {
+            let dir = std::env::var_os("XDG_RUNTIME_DIR")
+                .map(std::path::PathBuf::from)
+                .filter(|d| d.is_dir())
+                .unwrap_or_else(std::env::temp_dir);
+            Some(dir.join(format!("quiver-{port}.sock")))
+        }
+        path => Some(path.into()),
+    }
 }
 
 /// TLS from `--tls-cert`, `--tls-key` and `--tls-client-ca`.

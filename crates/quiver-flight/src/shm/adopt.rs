@@ -1,0 +1,127 @@
+//! A put over shared memory: the client's sealed memfd, checked, validated and
+//! stored as the table without copying.
+
+use std::os::fd::{AsFd, OwnedFd};
+use std::panic::AssertUnwindSafe;
+use std::ptr::NonNull;
+use std::sync::Arc;
+
+use arrow::buffer::Buffer;
+use arrow::ipc::reader::StreamDecoder;
+use arrow::record_batch::RecordBatch;
+use quiver_store::{TableStore, TableVersion, WriteMode};
+
+use super::export::{self, Export};
+use super::sys;
+use crate::{Error, Result};
+
+/// An IPC stream's End of Stream marker.
+const END_OF_STREAM: [u8; 8] = [0xff, 0xff, 0xff, 0xff, 0, 0, 0, 0];
+
+/// What the client asked to store.
+#[derive(Debug)]
+pub(crate) struct PutRequest {
+    pub(crate) table: String,
+    pub(crate) mode: WriteMode,
+    pub(crate) partitions: Option<usize>,
+}
+
+/// Stores the IPC stream in `memfd` as `request.table`. The memfd must be
+/// sealed against writing, shrinking and growing; its bytes are untrusted and
+/// validated in full. The stored batches point into its mapping.
+pub(crate) fn adopt(
+    store: &TableStore,
+    request: &PutRequest,
+    memfd: OwnedFd,
+) -> Result<Arc<TableVersion>> {
+    let seals = sys::seals(memfd.as_fd()).map_err(|e| {
+        Error::invalid(format!(
+            "the handle passed is not a sealable memfd ({e}): create it with \
+             memfd_create(MFD_ALLOW_SEALING)"
+        ))
+    })?;
+    if seals & sys::IMMUTABLE != sys::IMMUTABLE {
+        return Err(Error::invalid(
+            "the memfd is not sealed: add F_SEAL_WRITE, F_SEAL_SHRINK and F_SEAL_GROW \
+             (and unmap every writable mapping) before passing it",
+        ));
+    }
+    let len = std::fs::File::from(
+        memfd
+            .try_clone()
+            .map_err(|e| Error::Internal(format!("cannot duplicate the memfd: {e}")))?,
+    )
+    .metadata()
+    .map_err(|e| Error::Internal(format!("cannot stat the memfd: {e}")))?
+    .len();
+    let pool = store.memory();
+    let available = pool.limit().saturating_sub(pool.used());
+    if len > available {
+        return Err(Error::ResourceExhausted(format!(
+            "a memfd of {len} bytes is over the {available} bytes left under the memory \
+             limit (--max-memory)"
+        )));
+    }
+    if len == 0 {
+        return Err(Error::invalid(
+            "the memfd is empty: expected an Arrow IPC stream",
+        ));
+    }
+    let map = Arc::new(export::map(&memfd)?);
+    let messages = export::scan(&map).map_err(Error::Decode)?;
+    let (schema, batches) = decode(&map, &messages)?;
+    let mut writer = store.writer(&request.table, request.mode, schema, request.partitions)?;
+    for batch in batches {
+        writer.push(batch)?;
+    }
+    let version = writer.commit()?;
+    if !store.is_durable() && request.mode != WriteMode::Append {
+        // The version's batches are the memfd's: later reads over shared memory
+        // pass it on as it is.
+        version.attach(Arc::new(Export::adopt(memfd, map, messages)));
+    }
+    Ok(version)
+}
+
+/// Decodes the stream in `map` with full validation; the arrays point into
+/// the mapping (the decoder copies only buffers that are not aligned).
+fn decode(
+    map: &Arc<memmap2::Mmap>,
+    messages: &[export::MessageLayout],
+) -> Result<(arrow::datatypes::SchemaRef, Vec<RecordBatch>)> {
+    let ptr = NonNull::new(map.as_ptr().cast_mut())
+        .ok_or_else(|| Error::Internal("a mapping at address 0".to_string()))?;
+    // SAFETY: `ptr` and `len` describe the mapping, which the buffer keeps alive
+    // through its owner, and which cannot change (the memfd is sealed).
+    let owner: Arc<memmap2::Mmap> = Arc::clone(map);
+    let whole = unsafe { Buffer::from_custom_allocation(ptr, map.len(), owner) };
+    let decoded = std::panic::catch_unwind(AssertUnwindSafe(|| {
+        let mut decoder = StreamDecoder::new();
+        let mut batches = Vec::new();
+        // The messages `scan` found, then an End of Stream marker of our own:
+        // the decoder handles a message only once bytes follow it.
+        let end = messages.last().map_or(0, |m| m.body.end);
+        for mut bytes in [
+            whole.slice_with_length(0, end),
+            Buffer::from(END_OF_STREAM.to_vec()),
+        ] {
+            while !bytes.is_empty() {
+                if let Some(batch) = decoder.decode(&mut bytes)? {
+                    batches.push(batch);
+                }
+            }
+        }
+        decoder.finish()?;
+        let schema = decoder
+            .schema()
+            .ok_or_else(|| arrow::error::ArrowError::IpcError("no schema message".into()))?;
+        Ok::<_, arrow::error::ArrowError>((schema, batches))
+    }));
+    match decoded {
+        Ok(Ok(decoded)) => Ok(decoded),
+        Ok(Err(e)) => Err(Error::Decode(e.to_string())),
+        Err(_) => Err(Error::Decode(
+            "the Arrow IPC decoder failed on this stream".to_string(),
+        )),
+    }
+}

@@ -1,0 +1,198 @@
+//! One client connection to the shared-memory socket: a stream sent
+//! (`want_data`, then `free_data` until every offset is freed) or a put.
+
+use std::collections::HashSet;
+use std::io::IoSlice;
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::sync::Arc;
+use std::time::Duration;
+
+use quiver_store::TableStore;
+use serde_json::json;
+use tonic::Status;
+
+use super::adopt::{self, PutRequest};
+use super::export::Export;
+use super::framing::{self, FREE_DATA, PUT_DATA, Request, WANT_DATA};
+use super::grants::{Grant, Grants};
+use super::sys;
+use crate::{Error, Result};
+
+/// How long a new connection may take to send its request.
+const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// What every connection shares.
+#[derive(Debug)]
+pub(crate) struct Shared {
+    pub(crate) store: Arc<TableStore>,
+    pub(crate) grants: Arc<Grants>,
+}
+
+/// Serves `socket` until the client is done or gone.
+pub(crate) fn serve(socket: OwnedFd, shared: &Shared) {
+    let fd = socket.as_fd();
+    let peer = sys::peer(fd).ok();
+    if let Err(e) = sys::set_read_timeout(fd, Some(REQUEST_TIMEOUT)) {
+        tracing::warn!(error = %e, "shm: cannot set a read timeout");
+    }
+    let first = match sys::recv(fd, sys::MAX_REQUEST) {
+        Ok(Some(first)) => first,
+        Ok(None) => return,
+        Err(e) => {
+            let _ = reply(fd, Err(Error::invalid(format!("reading the request: {e}"))));
+            return;
+        }
+    };
+    let outcome = match framing::request(&first.bytes) {
+        Ok(Request::Tagged {
+            tag: WANT_DATA,
+            body,
+        }) => {
+            let started = std::time::Instant::now();
+            match send_stream(fd, shared, body) {
+                // Sent: what remains is to wait for the frees.
+                Ok(()) => {
+                    tracing::debug!(?peer, elapsed = ?started.elapsed(), "shm get served");
+                    return;
+                }
+                Err(e) => Err(e),
+            }
+        }
+        Ok(Request::Tagged {
+            tag: PUT_DATA,
+            body,
+        }) => put(shared, body, first.fd).map(|(v, user)| {
+            tracing::info!(
+                ?peer,
+                %user,
+                table = v.name(),
+                version = v.version(),
+                rows = v.num_rows(),
+                bytes = v.num_bytes(),
+                "shm put"
+            );
+            json!({
+                "table": v.name(),
+                "version": v.version(),
+                "rows": v.num_rows(),
+                "bytes": v.num_bytes(),
+            })
+            .to_string()
+        }),
+        Ok(Request::Tagged { tag, .. }) => Err(Error::invalid(format!(
+            "a connection starts with want_data (tag {WANT_DATA}) or put_data (tag \
+             {PUT_DATA}), not tag {tag}"
+        ))),
+        Err(e) => Err(Error::invalid(e)),
+    };
+    if let Err(e) = &outcome {
+        tracing::info!(?peer, error = %e, "shm request refused");
+    }
+    let _ = reply(fd, outcome);
+}
+
+/// Sends the outcome of a request.
+fn reply(fd: BorrowedFd<'_>, outcome: Result<String>) -> std::io::Result<()> {
+    let message = match outcome {
+        Ok(text) => framing::reply(tonic::Code::Ok, &text),
+        Err(e) => {
+            let status = Status::from(e);
+            framing::reply(status.code(), status.message())
+        }
+    };
+    sys::send(fd, &[IoSlice::new(&message)], None)
+}
+
+/// Stores the memfd a put ticket allows; returns the version and who put it.
+fn put(
+    shared: &Shared,
+    ticket: &[u8],
+    memfd: Option<OwnedFd>,
+) -> Result<(Arc<quiver_store::TableVersion>, Arc<str>)> {
+    let Grant::Put {
+        table,
+        mode,
+        partitions,
+        caller,
+    } = shared.grants.redeem(ticket)?
+    else {
+        return Err(Error::invalid("a read ticket sent with put_data"));
+    };
+    let memfd = memfd
+        .ok_or_else(|| Error::invalid("put_data carries no memfd: attach one with SCM_RIGHTS"))?;
+    let request = PutRequest {
+        table,
+        mode,
+        partitions,
+    };
+    Ok((adopt::adopt(&shared.store, &request, memfd)?, caller))
+}
+
+/// Sends the stream a `want_data` ticket names, then holds the version until
+/// every offset sent is freed or the client disconnects.
+fn send_stream(fd: BorrowedFd<'_>, shared: &Shared, ticket: &[u8]) -> Result<()> {
+    let Grant::Get(version) = shared.grants.redeem(ticket)? else {
+        return Err(Error::invalid("a put ticket sent with want_data"));
+    };
+    let export: Arc<Export> =
+        version.attachment(|| Export::write(&version, shared.store.memory()))?;
+    let send_failed = |e: std::io::Error| Error::Cancelled(format!("sending the stream: {e}"));
+    let mut outstanding = HashSet::new();
+    let mut seq = 0u32;
+    for message in export.messages() {
+        let prefix = framing::metadata_prefix(seq);
+        // The memfd travels with the first message, the schema.
+        let handle = (seq == 0).then(|| export.fd());
+        sys::send(
+            fd,
+            &[
+                IoSlice::new(&prefix),
+                IoSlice::new(export.metadata(message)),
+            ],
+            handle,
+        )
+        .map_err(send_failed)?;
+        if let Some(buffers) = &message.buffers {
+            let body = framing::shared_body(seq, buffers);
+            sys::send(fd, &[IoSlice::new(&body)], None).map_err(send_failed)?;
+            outstanding.extend(buffers.iter().map(|(offset, _)| *offset));
+        }
+        seq = seq.wrapping_add(1);
+    }
+    sys::send(fd, &[IoSlice::new(&framing::end_of_stream(seq))], None).map_err(send_failed)?;
+    // The version and its memfd stay alive (even if the table is replaced or
+    // deleted) until the client frees every offset or goes away.
+    let _ = sys::set_read_timeout(fd, None);
+    while !outstanding.is_empty() {
+        let Ok(Some(message)) = sys::recv(fd, sys::MAX_REQUEST) else {
+            break;
+        };
+        match framing::request(&message.bytes) {
+            Ok(Request::Tagged {
+                tag: FREE_DATA,
+                body,
+            }) => match framing::freed_offsets(body) {
+                Ok(offsets) => {
+                    for offset in offsets {
+                        outstanding.remove(&offset);
+                    }
+                }
+                Err(e) => {
+                    let _ = reply(fd, Err(Error::invalid(e)));
+                    break;
+                }
+            },
+            other => {
+                let _ = reply(
+                    fd,
+                    Err(Error::invalid(format!(
+                        "after a stream only free_data (tag {FREE_DATA}) is expected, got {other:?}"
+                    ))),
+                );
+                break;
+            }
+        }
+    }
+    drop((export, version));
+    Ok(())
+}

@@ -1,0 +1,182 @@
+//! The messages of the shared-memory data plane, as bytes.
+//!
+//! Dissociated IPC needs two kinds of message on one connection: untagged
+//! (the metadata stream) and tagged (requests, and the body messages). A Unix
+//! `SOCK_SEQPACKET` socket delimits messages; quiver marks each with one byte
+//! (docs/shm.md):
+//!
+//! | first byte | then |
+//! |---|---|
+//! | `0` untagged | a metadata stream message: type (`1` metadata, `0` End of Stream), sequence number (u32 LE), flatbuffer |
+//! | `1` tagged | tag (u64 LE), body |
+//! | `2` reply | gRPC status code (u8), then UTF-8: JSON on success, the error otherwise |
+//!
+//! Data tags follow the spec: sequence number in bits 0-31, body type in bits
+//! 56-63 (quiver sends type `1`, shared memory: `[total, count, (offset,
+//! length)...]` as u64 LE), bits 32-55 zero.
+
+/// First byte of an untagged message.
+pub(crate) const UNTAGGED: u8 = 0;
+/// First byte of a tagged message.
+pub(crate) const TAGGED: u8 = 1;
+/// First byte of a reply (quiver's: the outcome of a request).
+pub(crate) const REPLY: u8 = 2;
+
+/// Metadata stream message type: End of Stream.
+pub(crate) const END_OF_STREAM: u8 = 0;
+/// Metadata stream message type: a flatbuffer IPC header.
+pub(crate) const METADATA: u8 = 1;
+
+/// Tag of a client's request for a stream; its body is the ticket.
+pub const WANT_DATA: u64 = 1;
+/// Tag of a client's message freeing offsets (u64 LE each).
+pub const FREE_DATA: u64 = 2;
+/// Tag of a client's put (quiver's extension); its body is the ticket and a
+/// sealed memfd holding an Arrow IPC stream is attached.
+pub const PUT_DATA: u64 = 3;
+
+/// Body type `1`: the buffers as (offset, length) pairs into shared memory.
+pub(crate) const BODY_SHARED: u8 = 1;
+
+/// A message a client sent.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum Request<'a> {
+    /// A tagged message.
+    Tagged {
+        /// Its tag.
+        tag: u64,
+        /// Its body.
+        body: &'a [u8],
+    },
+}
+
+/// Reads a client's message.
+pub(crate) fn request(bytes: &[u8]) -> Result<Request<'_>, String> {
+    match bytes.split_first() {
+        Some((&TAGGED, rest)) if rest.len() >= 8 => {
+            let (tag, body) = rest.split_at(8);
+            Ok(Request::Tagged {
+                tag: u64::from_le_bytes(tag.try_into().expect("8 bytes")),
+                body,
+            })
+        }
+        Some((&TAGGED, _)) => Err("a tagged message shorter than its 8-byte tag".to_string()),
+        Some((kind, _)) => Err(format!(
+            "a client sends tagged messages (first byte {TAGGED}), not kind {kind}"
+        )),
+        None => Err("an empty message".to_string()),
+    }
+}
+
+/// The first bytes of a metadata message with sequence number `seq`; the
+/// flatbuffer follows.
+pub(crate) fn metadata_prefix(seq: u32) -> [u8; 6] {
+    let s = seq.to_le_bytes();
+    [UNTAGGED, METADATA, s[0], s[1], s[2], s[3]]
+}
+
+/// The End of Stream message after sequence number `seq - 1`.
+pub(crate) fn end_of_stream(seq: u32) -> [u8; 6] {
+    let s = seq.to_le_bytes();
+    [UNTAGGED, END_OF_STREAM, s[0], s[1], s[2], s[3]]
+}
+
+/// The tag of the body message of sequence number `seq`, of body type `kind`.
+pub(crate) fn data_tag(kind: u8, seq: u32) -> u64 {
+    (u64::from(kind) << 56) | u64::from(seq)
+}
+
+/// A tagged body message of type 1: `buffers` as (offset, length) pairs.
+pub(crate) fn shared_body(seq: u32, buffers: &[(u64, u64)]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(9 + 16 * (buffers.len() + 1));
+    out.push(TAGGED);
+    out.extend_from_slice(&data_tag(BODY_SHARED, seq).to_le_bytes());
+    let total: u64 = buffers.iter().map(|(_, len)| len).sum();
+    out.extend_from_slice(&total.to_le_bytes());
+    out.extend_from_slice(&(buffers.len() as u64).to_le_bytes());
+    for (offset, len) in buffers {
+        out.extend_from_slice(&offset.to_le_bytes());
+        out.extend_from_slice(&len.to_le_bytes());
+    }
+    out
+}
+
+/// The offsets a `free_data` body lists.
+pub(crate) fn freed_offsets(body: &[u8]) -> Result<Vec<u64>, String> {
+    if body.is_empty() || !body.len().is_multiple_of(8) {
+        return Err(format!(
+            "a free_data body is one or more u64 offsets, not {} bytes",
+            body.len()
+        ));
+    }
+    Ok(body
+        .chunks_exact(8)
+        .map(|c| u64::from_le_bytes(c.try_into().expect("8 bytes")))
+        .collect())
+}
+
+/// A reply: gRPC status `code` and `text`.
+pub(crate) fn reply(code: tonic::Code, text: &str) -> Vec<u8> {
+    let mut out = Vec::with_capacity(2 + text.len());
+    out.push(REPLY);
+    out.push(code as u8);
+    out.extend_from_slice(text.as_bytes());
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tags_follow_the_spec() {
+        // Sequence number in the low 32 bits, body type in the top byte,
+        // bits 32-55 zero.
+        let tag = data_tag(BODY_SHARED, 0xdead_beef);
+        assert_eq!(tag, 0x0100_0000_dead_beef);
+        assert_eq!(tag & 0x0000_0000_ffff_ffff, 0xdead_beef);
+        assert_eq!(tag >> 56, 1);
+        assert_eq!(tag & 0x00ff_ffff_0000_0000, 0);
+    }
+
+    #[test]
+    fn metadata_and_end_of_stream_prefixes() {
+        assert_eq!(metadata_prefix(0), [0, 1, 0, 0, 0, 0]);
+        assert_eq!(metadata_prefix(258), [0, 1, 2, 1, 0, 0]);
+        // End of Stream: exactly 5 bytes after the kind byte, type 0.
+        assert_eq!(end_of_stream(7), [0, 0, 7, 0, 0, 0]);
+    }
+
+    #[test]
+    fn shared_body_layout() {
+        let body = shared_body(3, &[(64, 8), (128, 24)]);
+        assert_eq!(body[0], TAGGED);
+        let word = |i: usize| u64::from_le_bytes(body[1 + 8 * i..9 + 8 * i].try_into().unwrap());
+        assert_eq!(word(0), data_tag(BODY_SHARED, 3));
+        assert_eq!(word(1), 32, "total bytes of the buffers");
+        assert_eq!(word(2), 2, "buffer count");
+        assert_eq!((word(3), word(4)), (64, 8));
+        assert_eq!((word(5), word(6)), (128, 24));
+        assert_eq!(body.len(), 1 + 8 * 7);
+    }
+
+    #[test]
+    fn requests_are_parsed_and_bad_ones_refused() {
+        let mut bytes = vec![TAGGED];
+        bytes.extend_from_slice(&WANT_DATA.to_le_bytes());
+        bytes.extend_from_slice(b"ticket");
+        assert_eq!(
+            request(&bytes).unwrap(),
+            Request::Tagged {
+                tag: WANT_DATA,
+                body: b"ticket"
+            }
+        );
+        assert!(request(&[]).is_err());
+        assert!(request(&[TAGGED, 1, 2]).is_err());
+        assert!(request(&[UNTAGGED, 1, 2]).is_err());
+        assert_eq!(freed_offsets(&[1, 0, 0, 0, 0, 0, 0, 0]).unwrap(), vec![1]);
+        assert!(freed_offsets(&[]).is_err());
+        assert!(freed_offsets(&[1, 2, 3]).is_err());
+    }
+}

@@ -1,0 +1,299 @@
+//! The system calls of the shared-memory data plane: sealed memfds, Unix
+//! `SOCK_SEQPACKET` sockets, and file descriptors passed with `SCM_RIGHTS`.
+//!
+//! Every `unsafe` block of the shm module is here, each a plain libc call on
+//! descriptors this module owns.
+
+use std::ffi::CString;
+use std::io::{self, IoSlice};
+use std::mem::{size_of, zeroed};
+use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
+use std::os::unix::ffi::OsStrExt;
+use std::path::Path;
+
+/// The seals a memfd must carry to be trusted as immutable: no writes, no
+/// shrinking (which would fault a reader's mapping), no growing.
+pub(crate) const IMMUTABLE: libc::c_int =
+    libc::F_SEAL_WRITE | libc::F_SEAL_SHRINK | libc::F_SEAL_GROW;
+
+/// Largest datagram read from a client: requests are small (a ticket, a list
+/// of offsets to free).
+pub(crate) const MAX_REQUEST: usize = 1 << 20;
+
+fn check(ret: libc::c_int) -> io::Result<libc::c_int> {
+    if ret < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(ret)
+    }
+}
+
+fn check_size(ret: libc::ssize_t) -> io::Result<usize> {
+    usize::try_from(ret).map_err(|_| io::Error::last_os_error())
+}
+
+/// A new, empty memfd that can be sealed.
+pub(crate) fn memfd(name: &str) -> io::Result<OwnedFd> {
+    let name = CString::new(name).map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
+    // SAFETY: `name` is a valid C string; the descriptor returned is new and owned here.
+    let fd = check(unsafe {
+        libc::memfd_create(name.as_ptr(), libc::MFD_CLOEXEC | libc::MFD_ALLOW_SEALING)
+    })?;
+    // SAFETY: `fd` was just returned by memfd_create and nothing else owns it.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
+/// Seals `fd` immutable, and against further seals.
+pub(crate) fn seal(fd: BorrowedFd<'_>) -> io::Result<()> {
+    // SAFETY: fcntl on a descriptor we borrow; no memory is passed.
+    check(unsafe {
+        libc::fcntl(
+            fd.as_raw_fd(),
+            libc::F_ADD_SEALS,
+            IMMUTABLE | libc::F_SEAL_SEAL,
+        )
+    })?;
+    Ok(())
+}
+
+/// The seals on `fd`; an error if it cannot carry seals (not a memfd).
+pub(crate) fn seals(fd: BorrowedFd<'_>) -> io::Result<libc::c_int> {
+    // SAFETY: fcntl on a descriptor we borrow; no memory is passed.
+    check(unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_GET_SEALS) })
+}
+
+/// A `SOCK_SEQPACKET` Unix socket listening at `path`.
+pub(crate) fn listen(path: &Path) -> io::Result<OwnedFd> {
+    let socket = seqpacket_socket()?;
+    let (addr, len) = unix_address(path)?;
+    // SAFETY: `addr` is a valid sockaddr_un of `len` bytes.
+    check(unsafe {
+        libc::bind(
+            socket.as_raw_fd(),
+            (&raw const addr).cast::<libc::sockaddr>(),
+            len,
+        )
+    })?;
+    // SAFETY: listen on a socket we own.
+    check(unsafe { libc::listen(socket.as_raw_fd(), 128) })?;
+    Ok(socket)
+}
+
+/// Connects a `SOCK_SEQPACKET` socket to `path` (to probe for a live server).
+pub(crate) fn connect(path: &Path) -> io::Result<OwnedFd> {
+    let socket = seqpacket_socket()?;
+    let (addr, len) = unix_address(path)?;
+    // SAFETY: `addr` is a valid sockaddr_un of `len` bytes.
+    check(unsafe {
+        libc::connect(
+            socket.as_raw_fd(),
+            (&raw const addr).cast::<libc::sockaddr>(),
+            len,
+        )
+    })?;
+    Ok(socket)
+}
+
+fn seqpacket_socket() -> io::Result<OwnedFd> {
+    // SAFETY: creates a new socket; the descriptor is owned below.
+    let fd = check(unsafe {
+        libc::socket(libc::AF_UNIX, libc::SOCK_SEQPACKET | libc::SOCK_CLOEXEC, 0)
+    })?;
+    // SAFETY: `fd` is new and owned by nothing else.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
+fn unix_address(path: &Path) -> io::Result<(libc::sockaddr_un, libc::socklen_t)> {
+    // SAFETY: sockaddr_un is plain data; all zeroes is a valid value.
+    let mut addr: libc::sockaddr_un = unsafe { zeroed() };
+    addr.sun_family = libc::AF_UNIX as libc::sa_family_t;
+    let bytes = path.as_os_str().as_bytes();
+    if bytes.is_empty() || bytes.len() >= addr.sun_path.len() || bytes.contains(&0) {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!(
+                "a Unix socket path must have 1 to {} bytes and no NUL: {}",
+                addr.sun_path.len() - 1,
+                path.display()
+            ),
+        ));
+    }
+    for (dst, src) in addr.sun_path.iter_mut().zip(bytes) {
+        *dst = *src as libc::c_char;
+    }
+    let len = size_of::<libc::sa_family_t>() + bytes.len() + 1;
+    Ok((addr, len as libc::socklen_t))
+}
+
+/// Waits for the next connection on `listener`.
+pub(crate) fn accept(listener: BorrowedFd<'_>) -> io::Result<OwnedFd> {
+    // SAFETY: accept4 without an address buffer; the descriptor is owned below.
+    let fd = check(unsafe {
+        libc::accept4(
+            listener.as_raw_fd(),
+            std::ptr::null_mut(),
+            std::ptr::null_mut(),
+            libc::SOCK_CLOEXEC,
+        )
+    })?;
+    // SAFETY: `fd` is new and owned by nothing else.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
+/// The process and user at the other end of a connected Unix socket.
+pub(crate) fn peer(socket: BorrowedFd<'_>) -> io::Result<(libc::pid_t, libc::uid_t)> {
+    // SAFETY: ucred is plain data; getsockopt writes at most `len` bytes into it.
+    let mut cred: libc::ucred = unsafe { zeroed() };
+    let mut len = size_of::<libc::ucred>() as libc::socklen_t;
+    check(unsafe {
+        libc::getsockopt(
+            socket.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_PEERCRED,
+            (&raw mut cred).cast(),
+            &mut len,
+        )
+    })?;
+    Ok((cred.pid, cred.uid))
+}
+
+/// Sets how long a read on `socket` waits before failing (`None`: forever).
+pub(crate) fn set_read_timeout(
+    socket: BorrowedFd<'_>,
+    timeout: Option<std::time::Duration>,
+) -> io::Result<()> {
+    let timeout = timeout.unwrap_or_default();
+    let tv = libc::timeval {
+        tv_sec: libc::time_t::try_from(timeout.as_secs()).unwrap_or(libc::time_t::MAX),
+        tv_usec: libc::suseconds_t::from(timeout.subsec_micros() as i32),
+    };
+    // SAFETY: setsockopt reads `size_of::<timeval>()` bytes from `tv`.
+    check(unsafe {
+        libc::setsockopt(
+            socket.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_RCVTIMEO,
+            (&raw const tv).cast(),
+            size_of::<libc::timeval>() as libc::socklen_t,
+        )
+    })?;
+    Ok(())
+}
+
+/// Sends one datagram made of `parts`, with `fd` attached if given.
+pub(crate) fn send(
+    socket: BorrowedFd<'_>,
+    parts: &[IoSlice<'_>],
+    fd: Option<BorrowedFd<'_>>,
+) -> io::Result<()> {
+    // Room for one descriptor's control message, aligned for cmsghdr.
+    let mut control = [0u64; 8];
+    // SAFETY: msghdr is plain data; all zeroes is a valid value.
+    let mut msg: libc::msghdr = unsafe { zeroed() };
+    msg.msg_iov = parts.as_ptr().cast_mut().cast();
+    msg.msg_iovlen = parts.len();
+    if let Some(fd) = fd {
+        let raw: RawFd = fd.as_raw_fd();
+        // SAFETY: CMSG_SPACE of one descriptor fits in `control` (64 bytes);
+        // CMSG_FIRSTHDR of a msghdr with a control buffer that large is non-null
+        // and CMSG_DATA points inside it.
+        unsafe {
+            let space = libc::CMSG_SPACE(size_of::<RawFd>() as u32) as usize;
+            msg.msg_control = control.as_mut_ptr().cast();
+            msg.msg_controllen = space;
+            let header = libc::CMSG_FIRSTHDR(&raw const msg);
+            (*header).cmsg_level = libc::SOL_SOCKET;
+            (*header).cmsg_type = libc::SCM_RIGHTS;
+            (*header).cmsg_len = libc::CMSG_LEN(size_of::<RawFd>() as u32) as usize;
+            std::ptr::write_unaligned(libc::CMSG_DATA(header).cast::<RawFd>(), raw);
+        }
+    }
+    let expected: usize = parts.iter().map(|p| p.len()).sum();
+    // SAFETY: `msg` points at `parts` and `control`, both alive for the call.
+    let sent = check_size(unsafe {
+        libc::sendmsg(socket.as_raw_fd(), &raw const msg, libc::MSG_NOSIGNAL)
+    })?;
+    if sent != expected {
+        return Err(io::Error::new(
+            io::ErrorKind::WriteZero,
+            format!("sent {sent} of a {expected}-byte datagram"),
+        ));
+    }
+    Ok(())
+}
+
+/// One datagram received: its bytes and the descriptor attached, if any.
+#[derive(Debug)]
+pub(crate) struct Received {
+    pub(crate) bytes: Vec<u8>,
+    pub(crate) fd: Option<OwnedFd>,
+}
+
+/// Receives one datagram of at most `max` bytes. `Ok(None)` when the peer
+/// closed the connection. A longer datagram, or more than one descriptor, is
+/// an error (the descriptors are closed).
+pub(crate) fn recv(socket: BorrowedFd<'_>, max: usize) -> io::Result<Option<Received>> {
+    let mut bytes = vec![0u8; max];
+    let mut control = [0u64; 16];
+    let mut iov = libc::iovec {
+        iov_base: bytes.as_mut_ptr().cast(),
+        iov_len: bytes.len(),
+    };
+    // SAFETY: msghdr is plain data; all zeroes is a valid value.
+    let mut msg: libc::msghdr = unsafe { zeroed() };
+    msg.msg_iov = &raw mut iov;
+    msg.msg_iovlen = 1;
+    msg.msg_control = control.as_mut_ptr().cast();
+    msg.msg_controllen = size_of_val(&control);
+    // SAFETY: `msg` points at `iov` (over `bytes`) and `control`, alive for the call.
+    let n = check_size(unsafe {
+        libc::recvmsg(socket.as_raw_fd(), &raw mut msg, libc::MSG_CMSG_CLOEXEC)
+    })?;
+    let mut fds = Vec::new();
+    // SAFETY: walking the control messages the kernel wrote into `control`,
+    // with the CMSG macros, within `msg_controllen`; each SCM_RIGHTS payload
+    // holds whole descriptors, now owned by this process.
+    unsafe {
+        let mut header = libc::CMSG_FIRSTHDR(&raw const msg);
+        while !header.is_null() {
+            if (*header).cmsg_level == libc::SOL_SOCKET && (*header).cmsg_type == libc::SCM_RIGHTS {
+                let data = libc::CMSG_DATA(header);
+                let payload = (*header).cmsg_len - libc::CMSG_LEN(0) as usize;
+                for i in 0..payload / size_of::<RawFd>() {
+                    let raw = std::ptr::read_unaligned(data.cast::<RawFd>().add(i));
+                    fds.push(OwnedFd::from_raw_fd(raw));
+                }
+            }
+            header = libc::CMSG_NXTHDR(&raw const msg, header);
+        }
+    }
+    if msg.msg_flags & libc::MSG_CTRUNC != 0 {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidData,
+            "too many descriptors attached to one message",
+        ));
+    }
+    if msg.msg_flags & libc::MSG_TRUNC != 0 {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidData,
+            format!("a message over {max} bytes"),
+        ));
+    }
+    if n == 0 && fds.is_empty() {
+        return Ok(None);
+    }
+    if fds.len() > 1 {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidData,
+            format!(
+                "{} descriptors attached to one message: at most 1",
+                fds.len()
+            ),
+        ));
+    }
+    bytes.truncate(n);
+    Ok(Some(Received {
+        bytes,
+        fd: fds.pop(),
+    }))
+}

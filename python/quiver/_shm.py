@@ -1,0 +1,341 @@
+"""The same-host shared-memory transport: Arrow's Dissociated IPC over a Unix socket.
+
+The server's GetFlightInfo, asked with the ``x-quiver-transport: shm`` header, adds
+one endpoint whose location is ``shm+unix:///PATH?want_data=1&free_data=2&put_data=3``
+and whose ticket is a one-time capability. Over that socket (``SOCK_SEQPACKET``, one
+message per datagram, first byte 0 untagged, 1 tagged, 2 reply) the client sends
+``want_data`` with the ticket and receives:
+
+- the memfd holding the table as an Arrow IPC stream (``SCM_RIGHTS``, with the first
+  message), which it maps read-only;
+- the metadata stream: ``[type][sequence number u32][flatbuffer]``, type 1 for a
+  header and 0 for End of Stream;
+- for each message with a body, a tagged message, tag ``(1 << 56) | seq``, whose body
+  is ``[total, count, (offset, length) * count]`` (u64 LE): where the buffers lie.
+
+Each batch is then read in place from the mapping: nothing is copied. When the
+table's buffers are released, ``free_data`` returns the offsets and the connection
+closes. See docs/shm.md.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import mmap
+import os
+import socket
+import struct
+import weakref
+from dataclasses import dataclass
+from urllib.parse import parse_qs, unquote, urlsplit
+
+import pyarrow as pa
+
+from .errors import QuiverError, from_status_code
+
+#: The URI scheme of a shared-memory location.
+SCHEME = "shm+unix"
+
+#: The GetFlightInfo header that asks for a shared-memory endpoint.
+TRANSPORT_HEADER = (b"x-quiver-transport", b"shm")
+
+UNTAGGED, TAGGED, REPLY = 0, 1, 2
+END_OF_STREAM, METADATA = 0, 1
+BODY_SHARED = 1
+SEQUENCE_MASK = 0xFFFF_FFFF
+CONTINUATION = b"\xff\xff\xff\xff"
+
+#: Largest datagram expected from the server (a header or a list of buffers).
+MAX_MESSAGE = 4 << 20
+#: Offsets per free_data message.
+FREE_CHUNK = 8192
+
+_SEALS = fcntl.F_SEAL_WRITE | fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW | fcntl.F_SEAL_SEAL
+
+
+class ShmUnavailableError(QuiverError):
+    """The shared-memory path cannot be used here (another host, no socket, ...)."""
+
+    code = "UNAVAILABLE"
+
+
+@dataclass(frozen=True)
+class Location:
+    """A parsed ``shm+unix://`` location."""
+
+    path: str
+    want_data: int
+    free_data: int | None
+    put_data: int | None
+
+    @classmethod
+    def parse(cls, uri: str) -> Location | None:
+        """Return the location ``uri`` names, or ``None`` if it is not ``shm+unix://``."""
+        parts = urlsplit(uri)
+        if parts.scheme != SCHEME:
+            return None
+        query = parse_qs(parts.query)
+
+        def tag(name: str) -> int | None:
+            values = query.get(name)
+            return int(values[0]) if values else None
+
+        want = tag("want_data")
+        if want is None:
+            raise QuiverError(f"shared-memory location without want_data: {uri}")
+        return cls(unquote(parts.path), want, tag("free_data"), tag("put_data"))
+
+
+def _connect(location: Location) -> socket.socket:
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET | socket.SOCK_CLOEXEC)
+    try:
+        sock.connect(location.path)
+    except OSError as e:
+        sock.close()
+        raise ShmUnavailableError(
+            f"cannot connect to the shared-memory socket {location.path}: {e} "
+            "(is the server on this host?)"
+        ) from e
+    return sock
+
+
+def _tagged(tag: int, body: bytes) -> bytes:
+    return bytes([TAGGED]) + struct.pack("<Q", tag) + body
+
+
+def _raise_reply(message: bytes) -> None:
+    code = message[1] if len(message) > 1 else 2
+    text = message[2:].decode(errors="replace")
+    error = from_status_code(code, text)
+    if error.code == "PERMISSION_DENIED" and "shared-memory ticket" in text:
+        # Another server's socket at the same path: not this server.
+        raise ShmUnavailableError(text) from error
+    raise error
+
+
+class _Receiver:
+    """Reads datagrams into one reused buffer."""
+
+    def __init__(self, sock: socket.socket) -> None:
+        self.sock = sock
+        self.buffer = bytearray(MAX_MESSAGE)
+
+    def receive(self, want_fd: bool = False) -> tuple[bytes, int | None]:
+        fds = []
+        if want_fd:
+            size, ancillary, flags, _ = self.sock.recvmsg_into(
+                [self.buffer], socket.CMSG_SPACE(4 * 4)
+            )
+            for level, kind, data in ancillary:
+                if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
+                    usable = len(data) - len(data) % 4
+                    fds += list(struct.unpack(f"<{usable // 4}i", data[:usable]))
+        else:
+            size, _, flags, _ = self.sock.recvmsg_into([self.buffer])
+        if flags & (socket.MSG_TRUNC | socket.MSG_CTRUNC):
+            for fd in fds:
+                os.close(fd)
+            raise QuiverError("a shared-memory message was cut short", "INTERNAL")
+        if size == 0 and not fds:
+            raise QuiverError("the server closed the shared-memory connection", "UNAVAILABLE")
+        for extra in fds[1:]:
+            os.close(extra)
+        return bytes(self.buffer[:size]), (fds[0] if fds else None)
+
+
+class _Mapping:
+    """Holds the mapping; when the last buffer pointing into it goes, ``free_data`` is sent."""
+
+    __slots__ = ("__weakref__", "map", "view")
+
+    def __init__(self, memory: mmap.mmap) -> None:
+        self.map = memory
+        self.view = pa.py_buffer(memory)
+
+
+def _free(sock: socket.socket, tag: int | None, offsets: list[int]) -> None:
+    """Send ``free_data`` for ``offsets`` and close the connection (errors ignored)."""
+    with contextlib.suppress(OSError):
+        if tag is not None:
+            for i in range(0, len(offsets), FREE_CHUNK):
+                chunk = offsets[i : i + FREE_CHUNK]
+                sock.send(_tagged(tag, struct.pack(f"<{len(chunk)}Q", *chunk)))
+    sock.close()
+
+
+def get(location: Location, ticket: bytes) -> pa.Table:
+    """Read the table ``ticket`` names from the shared-memory socket at ``location``."""
+    sock = _connect(location)
+    try:
+        return _get(sock, location, ticket)
+    except BaseException:
+        sock.close()
+        raise
+
+
+def _get(sock: socket.socket, location: Location, ticket: bytes) -> pa.Table:
+    sock.sendall(_tagged(location.want_data, ticket))
+    receiver = _Receiver(sock)
+    first, fd = receiver.receive(want_fd=True)
+    if first[:1] == bytes([REPLY]):
+        if fd is not None:
+            os.close(fd)
+        _raise_reply(first)
+    if fd is None:
+        raise QuiverError("the server sent no memory handle with the stream", "INTERNAL")
+    try:
+        size = os.fstat(fd).st_size
+        memory = mmap.mmap(fd, size, flags=mmap.MAP_SHARED, prot=mmap.PROT_READ)
+    finally:
+        os.close(fd)
+    holder = _Mapping(memory)
+    region = pa.foreign_buffer(holder.view.address, size, base=holder)
+    metadata: dict[int, bytes] = {}
+    bodies: dict[int, list[tuple[int, int]]] = {}
+    end: int | None = None
+    message = first
+    while True:
+        kind = message[:1]
+        if kind == bytes([UNTAGGED]):
+            if len(message) < 6:
+                raise QuiverError("a metadata message shorter than its prefix", "INTERNAL")
+            (seq,) = struct.unpack_from("<I", message, 2)
+            if message[1] == END_OF_STREAM:
+                if len(message) != 6:
+                    raise QuiverError("an End of Stream message of the wrong length", "INTERNAL")
+                end = seq
+            elif message[1] == METADATA:
+                metadata[seq] = message[6:]
+            else:
+                raise QuiverError(f"unknown metadata message type {message[1]}", "INTERNAL")
+        elif kind == bytes([TAGGED]):
+            (tag,) = struct.unpack_from("<Q", message, 1)
+            bodies[tag & SEQUENCE_MASK] = _buffers(tag, message[9:], size)
+        elif kind == bytes([REPLY]):
+            _raise_reply(message)
+        else:
+            raise QuiverError(f"unknown message kind {message[:1]!r}", "INTERNAL")
+        if end is not None and len(metadata) == end and _bodies_complete(metadata, bodies):
+            break
+        message, stray = receiver.receive()
+        if stray is not None:
+            os.close(stray)
+    if sorted(metadata) != list(range(end)):
+        raise QuiverError("gaps in the metadata stream's sequence numbers", "INTERNAL")
+    table = _assemble(region, metadata, bodies)
+    offsets = sorted({offset for pairs in bodies.values() for offset, _ in pairs})
+    weakref.finalize(holder, _free, sock, location.free_data, offsets)
+    del holder
+    return table
+
+
+def _buffers(tag: int, body: bytes, size: int) -> list[tuple[int, int]]:
+    """Return the (offset, length) pairs of a body message, checked against the region."""
+    if tag >> 56 != BODY_SHARED:
+        raise QuiverError(f"body type {tag >> 56}: only type 1 (shared memory) is read", "INTERNAL")
+    if (tag >> 32) & 0xFF_FFFF:
+        raise QuiverError("reserved tag bits set in a body message", "INTERNAL")
+    if len(body) < 16 or len(body) % 16:
+        raise QuiverError("a body message that is not u64 pairs", "INTERNAL")
+    total, count = struct.unpack_from("<QQ", body)
+    if len(body) != 16 * (count + 1):
+        raise QuiverError("a body message whose count does not match its pairs", "INTERNAL")
+    words = struct.unpack_from(f"<{2 * count}Q", body, 16)
+    pairs = list(zip(words[::2], words[1::2], strict=True))
+    if sum(length for _, length in pairs) != total:
+        raise QuiverError("a body message whose total does not match its buffers", "INTERNAL")
+    for offset, length in pairs:
+        if offset + length > size:
+            raise QuiverError(
+                f"a buffer at {offset} of {length} bytes lies outside the {size}-byte region",
+                "INTERNAL",
+            )
+    return pairs
+
+
+def _bodies_complete(metadata: dict[int, bytes], bodies: dict[int, list]) -> bool:
+    # Every message but the schema (seq 0) has a body in quiver's streams.
+    return all(seq in bodies for seq in metadata if seq != 0)
+
+
+def _prefixed(header: bytes) -> bytes:
+    return CONTINUATION + struct.pack("<i", len(header)) + header
+
+
+def _assemble(
+    region: pa.Buffer, metadata: dict[int, bytes], bodies: dict[int, list[tuple[int, int]]]
+) -> pa.Table:
+    """Build the table: each batch read where its header and body lie in ``region``."""
+    schema = pa.ipc.read_schema(pa.py_buffer(_prefixed(metadata[0])))
+    batches = []
+    for seq in range(1, len(metadata)):
+        header = metadata[seq]
+        pairs = bodies.get(seq, [])
+        if pairs:
+            # The stream in the region holds each header right before its body.
+            start = pairs[0][0] - len(header) - 8
+            if start < 0 or region.slice(start, 8 + len(header)).to_pybytes() != _prefixed(header):
+                raise QuiverError(
+                    f"message {seq}: the region does not hold its header before its body",
+                    "INTERNAL",
+                )
+            message = pa.ipc.read_message(region.slice(start))
+        else:
+            message = pa.ipc.read_message(pa.py_buffer(_prefixed(header)))
+        if message.type == "dictionary":
+            # pyarrow reads dictionaries only as part of a stream: read the whole
+            # stream in the region (still in place).
+            return pa.ipc.open_stream(region).read_all()
+        batches.append(pa.ipc.read_record_batch(message, schema))
+    return pa.Table.from_batches(batches, schema)
+
+
+# -- put ---------------------------------------------------------------------------------
+
+
+def put(location: Location, ticket: bytes, table: pa.Table) -> bytes:
+    """Write ``table`` into a sealed memfd and hand it to the server; return its JSON reply."""
+    if location.put_data is None:
+        raise ShmUnavailableError("the server's shared-memory location takes no puts")
+    fd = sealed_memfd(table)
+    try:
+        sock = _connect(location)
+        with sock:
+            sock.sendmsg(
+                [_tagged(location.put_data, ticket)],
+                [(socket.SOL_SOCKET, socket.SCM_RIGHTS, struct.pack("<i", fd))],
+            )
+            reply, stray = _Receiver(sock).receive()
+            if stray is not None:
+                os.close(stray)
+    finally:
+        os.close(fd)
+    if reply[:1] != bytes([REPLY]) or len(reply) < 2:
+        raise QuiverError("the server answered a put with something else", "INTERNAL")
+    if reply[1] != 0:
+        _raise_reply(reply)
+    return reply[2:]
+
+
+def sealed_memfd(table: pa.Table) -> int:
+    """Return a memfd holding ``table`` as an Arrow IPC stream, sealed immutable.
+
+    Written with ``write(2)`` through a file opened on the memfd, not through a
+    mapping: the kernel fills the memfd's pages as it allocates them, where a
+    mapping would fault (or populate) every page first, which costs twice as
+    much on these machines (docs/shm.md).
+    """
+    fd = os.memfd_create("quiver-put", os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
+    try:
+        sink = pa.OSFile(f"/proc/self/fd/{fd}", "wb")
+        try:
+            with pa.ipc.new_stream(sink, table.schema) as writer:
+                writer.write_table(table)
+        finally:
+            sink.close()
+        fcntl.fcntl(fd, fcntl.F_ADD_SEALS, _SEALS)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd

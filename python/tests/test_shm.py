@@ -1,0 +1,392 @@
+"""The same-host shared-memory data plane (docs/shm.md), against the real server binary.
+
+Covers: round trips of every type through the shm path (and across the two
+transports), zero copy, the Dissociated IPC framing read off the socket by hand,
+refusal of unsealed, writable, foreign, oversized and out-of-bounds handles,
+one-time tickets, a reader keeping a version through replace and delete, a client
+that dies without ``free_data``, authorization, and the ``transport`` setting.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import gc
+import json
+import mmap
+import os
+import socket
+import struct
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.flight as flight
+import pytest
+
+import quiver
+from flight_helpers import typed_table
+from quiver import _shm
+from quiver.errors import (
+    InvalidArgumentError,
+    PermissionDeniedError,
+    QuiverError,
+    ResourceExhaustedError,
+)
+from security_helpers import PASSWORDS, make_users
+from server_process import ServerFactory
+
+
+def memfds(pid: int) -> list[str]:
+    """The server's open memfds that hold tables (its exports, and memfds clients put)."""
+    out = []
+    for fd in Path(f"/proc/{pid}/fd").iterdir():
+        try:
+            target = os.readlink(fd)
+        except OSError:
+            continue
+        if target.startswith(("/memfd:quiver:", "/memfd:quiver-put")):
+            out.append(target)
+    return out
+
+
+def mapped_memfds() -> list[str]:
+    """The memfd mappings of this process."""
+    return [line for line in Path("/proc/self/maps").read_text().splitlines() if "memfd:" in line]
+
+
+def wait_until(condition, timeout: float = 10.0) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if condition():
+            return True
+        time.sleep(0.05)
+    return condition()
+
+
+def shm_endpoint(client: flight.FlightClient, name: str) -> tuple[_shm.Location, bytes]:
+    options = flight.FlightCallOptions(headers=[_shm.TRANSPORT_HEADER])
+    info = client.get_flight_info(flight.FlightDescriptor.for_path(name), options)
+    for endpoint in info.endpoints:
+        for location in endpoint.locations:
+            parsed = _shm.Location.parse(location.uri.decode())
+            if parsed is not None:
+                return parsed, endpoint.ticket.ticket
+    raise AssertionError("no shared-memory endpoint offered")
+
+
+def numbers(rows: int, seed: int = 0) -> pa.Table:
+    return pa.table(
+        {f"c{i}": pa.array(range(seed + i, seed + i + rows), pa.int64()) for i in range(4)}
+    )
+
+
+# -- round trips ---------------------------------------------------------------------------
+
+
+def test_every_type_round_trips_through_shm(uri: str) -> None:
+    table = typed_table(batches=12, rows=150)
+    with quiver.connect(uri, transport="shm") as shm, quiver.connect(uri, transport="grpc") as grpc:
+        shm.put("typed", table)
+        assert shm.get("typed").equals(table)
+        assert grpc.get("typed").equals(table), "what shm put, gRPC reads"
+        grpc.put("typed2", table)
+        assert shm.get("typed2").equals(table), "what gRPC put, shm reads"
+        # Sliced input, an empty table, and appends.
+        sliced = table.slice(77, 500)
+        shm.put("sliced", sliced)
+        assert shm.get("sliced").equals(sliced)
+        empty = table.schema.empty_table()
+        shm.put("empty", empty)
+        assert shm.get("empty").equals(empty)
+        shm.put("grow", numbers(10))
+        shm.put("grow", numbers(5, seed=100), mode="append")
+        assert shm.get("grow").equals(pa.concat_tables([numbers(10), numbers(5, seed=100)]))
+
+
+def test_get_is_zero_copy_and_shared(uri: str, server) -> None:
+    table = numbers(200_000)
+    with quiver.connect(uri, transport="shm") as client:
+        client.put("big", table)
+        first = client.get("big")
+        second = client.get("big")
+        assert first.equals(table) and second.equals(table)
+        # Both results point into one mapping of the server's memfd.
+        maps = mapped_memfds()
+        assert maps, "the result is a mapping of the server's memfd"
+        address = first.column(0).chunk(0).buffers()[1].address
+        spans = []
+        for line in maps:
+            lo, hi = (int(x, 16) for x in line.split()[0].split("-"))
+            spans.append((lo, hi))
+        assert any(lo <= address < hi for lo, hi in spans)
+        # One export per version in the server, however many readers.
+        assert len(memfds(server.process.pid)) == 1
+
+
+# -- the framing, read by hand --------------------------------------------------------------
+
+
+def test_framing_follows_dissociated_ipc(flight_client: flight.FlightClient, uri: str) -> None:
+    with quiver.connect(uri, transport="grpc") as client:
+        client.put("framed", numbers(1000).combine_chunks().to_batches(max_chunksize=300))
+    location, ticket = shm_endpoint(flight_client, "framed")
+    assert location.want_data == 1 and location.free_data == 2
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    sock.connect(location.path)
+    sock.send(bytes([1]) + struct.pack("<Q", location.want_data) + ticket)
+    messages, fds = [], []
+    while True:
+        data, ancillary, flags, _ = sock.recvmsg(1 << 20, socket.CMSG_SPACE(4))
+        assert not flags & socket.MSG_TRUNC
+        for _level, _kind, payload in ancillary:
+            fds += struct.unpack(f"<{len(payload) // 4}i", payload)
+        messages.append((data, len(fds)))
+        if data[0] == 0 and data[1] == 0:
+            break
+    # The memfd comes with the first message, and is sealed read-only.
+    assert messages[0][1] == 1 and len(fds) == 1
+    seals = fcntl.fcntl(fds[0], fcntl.F_GET_SEALS)
+    assert seals & fcntl.F_SEAL_WRITE and seals & fcntl.F_SEAL_SHRINK and seals & fcntl.F_SEAL_GROW
+    size = os.fstat(fds[0]).st_size
+    region = mmap.mmap(fds[0], size, prot=mmap.PROT_READ)
+    os.close(fds[0])
+    metadata = [m for m, _ in messages if m[0] == 0 and m[1] == 1]
+    tagged = [m for m, _ in messages if m[0] == 1]
+    end = messages[-1][0]
+    # Metadata: sequence numbers from 0, schema first, one per message.
+    seqs = [struct.unpack_from("<I", m, 2)[0] for m in metadata]
+    assert seqs == list(range(len(metadata)))
+    assert len(metadata) == 1 + 4, "schema and 4 batches (300+300+300+100 rows)"
+    # End of Stream: type 0 and the next sequence number, exactly 5 bytes.
+    assert len(end) == 6 and struct.unpack_from("<I", end, 2)[0] == len(metadata)
+    # Body messages: tag = (1 << 56) | seq, reserved bits zero, type-1 pairs.
+    offsets = []
+    for message, seq in zip(tagged, range(1, len(metadata)), strict=True):
+        (tag,) = struct.unpack_from("<Q", message, 1)
+        assert tag >> 56 == 1 and (tag >> 32) & 0xFFFFFF == 0 and tag & 0xFFFFFFFF == seq
+        total, count = struct.unpack_from("<QQ", message, 9)
+        pairs = [struct.unpack_from("<QQ", message, 25 + 16 * i) for i in range(count)]
+        assert len(message) == 25 + 16 * count and sum(n for _, n in pairs) == total
+        for offset, length in pairs:
+            assert offset + length <= size
+        offsets += [offset for offset, _ in pairs]
+    # The first batch's first column, read where its pair says.
+    (_, _count) = struct.unpack_from("<QQ", tagged[0], 9)
+    values_offset, values_len = struct.unpack_from("<QQ", tagged[0], 25 + 16)
+    first = struct.unpack_from(f"<{values_len // 8}q", region, values_offset)
+    assert list(first) == list(range(300))
+    # free_data for every offset: the server is done and closes the connection.
+    sock.send(
+        bytes([1])
+        + struct.pack("<Q", location.free_data)
+        + struct.pack(f"<{len(offsets)}Q", *offsets)
+    )
+    sock.settimeout(10)
+    assert sock.recv(16) == b""
+    region.close()
+    sock.close()
+
+
+def test_tickets_are_single_use_and_unforgeable(
+    flight_client: flight.FlightClient, uri: str
+) -> None:
+    with quiver.connect(uri, transport="grpc") as client:
+        client.put("t", numbers(10))
+    location, ticket = shm_endpoint(flight_client, "t")
+    assert _shm.get(location, ticket).equals(numbers(10))
+    with pytest.raises(_shm.ShmUnavailableError, match="unknown, used or expired"):
+        _shm.get(location, ticket)
+    forged = ticket[:-1] + bytes([ticket[-1] ^ 1])
+    with pytest.raises(_shm.ShmUnavailableError):
+        _shm.get(location, forged)
+    # A gRPC ticket is no shared-memory ticket.
+    with pytest.raises(InvalidArgumentError, match="not a quiver shared-memory ticket"):
+        _shm.get(location, b"t")
+
+
+# -- puts that must be refused -------------------------------------------------------------
+
+
+def put_ticket(client: quiver.Client, name: str) -> tuple[_shm.Location, bytes]:
+    import base64
+
+    grant = client._action("shm-put", json.dumps({"table": name}).encode())
+    location = _shm.Location.parse(str(grant["location"]))
+    assert location is not None
+    return location, base64.b64decode(str(grant["ticket"]))
+
+
+def send_put(location: _shm.Location, ticket: bytes, fd: int) -> None:
+    with socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET) as sock:
+        sock.connect(location.path)
+        sock.sendmsg(
+            [bytes([1]) + struct.pack("<Q", location.put_data) + ticket],
+            [(socket.SOL_SOCKET, socket.SCM_RIGHTS, struct.pack("<i", fd))],
+        )
+        reply = sock.recv(1 << 16)
+    assert reply[0] == 2
+    if reply[1] != 0:
+        _shm._raise_reply(reply)
+
+
+def stream_bytes(table: pa.Table) -> bytes:
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, table.schema) as writer:
+        writer.write_table(table)
+    return sink.getvalue().to_pybytes()
+
+
+def memfd_with(data: bytes, seals: int) -> int:
+    fd = os.memfd_create("test", os.MFD_ALLOW_SEALING)
+    os.write(fd, data)
+    if seals:
+        fcntl.fcntl(fd, fcntl.F_ADD_SEALS, seals)
+    return fd
+
+
+def test_bad_handles_are_refused_and_nothing_changes(uri: str, tmp_path: Path) -> None:
+    sealed = fcntl.F_SEAL_WRITE | fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW
+    data = stream_bytes(numbers(8))
+    with quiver.connect(uri, transport="grpc") as client:
+        client.put("kept", numbers(3))
+        cases = {
+            "unsealed": memfd_with(data, 0),
+            "writable": memfd_with(data, fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW),
+        }
+        regular = tmp_path / "file.arrows"
+        regular.write_bytes(data)
+        cases["a regular file"] = os.open(regular, os.O_RDONLY)
+        # A buffer pointing past its body: patch the data buffer's (offset, length).
+        header_end = data.index(struct.pack("<qq", 0, 64))
+        outside = bytearray(data)
+        outside[header_end : header_end + 16] = struct.pack("<qq", 1 << 40, 64)
+        cases["out of bounds"] = memfd_with(bytes(outside), sealed)
+        cases["not arrow"] = memfd_with(b"\x00" * 4096, sealed)
+        for what, fd in cases.items():
+            location, ticket = put_ticket(client, "kept")
+            with pytest.raises(InvalidArgumentError) as caught:
+                send_put(location, ticket, fd)
+            os.close(fd)
+            message = str(caught.value)
+            if what in ("unsealed", "writable"):
+                assert "not sealed" in message
+            if what == "a regular file":
+                assert "memfd" in message
+            if what == "out of bounds":
+                assert "outside" in message
+        # A put without a handle.
+        location, ticket = put_ticket(client, "kept")
+        with socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET) as sock:
+            sock.connect(location.path)
+            sock.send(bytes([1]) + struct.pack("<Q", location.put_data) + ticket)
+            reply = sock.recv(4096)
+        assert reply[:2] == bytes([2, 3]) and b"no memfd" in reply
+        assert client.get("kept").equals(numbers(3))
+
+
+def test_oversized_handle_is_refused(start_quiver: ServerFactory) -> None:
+    server = start_quiver("--max-memory", "1MiB")
+    with quiver.connect(server.uri, transport="shm") as client:
+        with pytest.raises(ResourceExhaustedError, match="max-memory"):
+            client.put("big", numbers(100_000))
+        assert not client.exists("big")
+
+
+# -- lifetimes ------------------------------------------------------------------------------
+
+
+def test_reader_keeps_its_version_through_replace_and_delete(uri: str, server) -> None:
+    with quiver.connect(uri, transport="shm") as client:
+        client.put("t", numbers(50_000))
+        held = client.get("t")
+        client.put("t", numbers(10, seed=7))
+        assert client.get("t").equals(numbers(10, seed=7))
+        client.delete("t")
+        assert held.equals(numbers(50_000)), "the reader's data is unchanged"
+        pid = server.process.pid
+        # The old version's export lives while the reader holds it ...
+        assert len(memfds(pid)) >= 1
+        del held
+        gc.collect()
+        # ... and goes once it freed its offsets.
+        assert wait_until(lambda: memfds(pid) == []), memfds(pid)
+
+
+def test_client_that_dies_without_free_data(uri: str, server) -> None:
+    with quiver.connect(uri, transport="grpc") as client:
+        client.put("t", numbers(100_000))
+    script = textwrap.dedent(
+        f"""
+        import os, quiver
+        table = quiver.connect({uri!r}, transport="shm").get("t")
+        assert table.num_rows == 100_000
+        print("got", flush=True)
+        os._exit(0)  # no free_data, no close
+        """
+    )
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, timeout=60)
+    assert out.stdout.strip() == b"got", out.stderr.decode()
+    with quiver.connect(uri, transport="grpc") as client:
+        client.delete("t")
+    pid = server.process.pid
+    assert wait_until(lambda: memfds(pid) == []), memfds(pid)
+
+
+def test_server_memory_does_not_grow_per_reader(uri: str, server) -> None:
+    def rss() -> int:
+        for line in Path(f"/proc/{server.process.pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) * 1024
+        raise AssertionError
+
+    table = numbers(1_000_000)  # 32 MB
+    with quiver.connect(uri, transport="shm") as client:
+        client.put("t", table)
+        readers = [client.get("t")]
+        after_one = rss()
+        readers += [client.get("t") for _ in range(8)]
+        assert all(r.equals(table) for r in readers)
+        assert rss() - after_one < table.nbytes / 4
+
+
+# -- access and the transport setting --------------------------------------------------------
+
+
+def test_shm_needs_an_authorized_caller(start_quiver: ServerFactory, tmp_path: Path) -> None:
+    users, _tokens = make_users(tmp_path)
+    server = start_quiver("--users", str(users))
+    writer, reader = PASSWORDS["writer"], PASSWORDS["reader"]
+    with quiver.connect(server.uri, username="writer", password=writer, transport="shm") as w:
+        w.put("t", numbers(10))
+        assert w.get("t").equals(numbers(10))
+    with quiver.connect(server.uri, username="reader", password=reader, transport="shm") as r:
+        assert r.get("t").equals(numbers(10))
+        with pytest.raises(PermissionDeniedError):
+            r.put("t", numbers(3))
+    # No credentials, no ticket.
+    plain = flight.FlightClient(server.uri)
+    with pytest.raises(flight.FlightUnauthenticatedError):
+        shm_endpoint(plain, "t")
+    plain.close()
+
+
+def test_transport_setting(start_quiver: ServerFactory) -> None:
+    server = start_quiver("--shm-socket", "off")
+    with (
+        quiver.connect(server.uri, transport="shm") as client,
+        pytest.raises(QuiverError, match="shared-memory"),
+    ):
+        client.put("t", numbers(3))
+    with quiver.connect(server.uri) as client:  # auto: falls back to gRPC
+        client.put("t", numbers(3))
+        assert client.get("t").equals(numbers(3))
+    with (
+        quiver.connect(server.uri, transport="shm") as client,
+        pytest.raises(QuiverError, match="no shared-memory endpoint"),
+    ):
+        client.get("t")
+    with pytest.raises(ValueError, match="transport"):
+        quiver.connect(server.uri, transport="udp")  # type: ignore[arg-type]
