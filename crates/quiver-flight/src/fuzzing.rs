@@ -130,11 +130,13 @@ impl PutHarness {
             }
         }
         let charged: u64 = tables.iter().map(|t| t.num_bytes()).sum();
+        store.memory().settle();
         assert_eq!(store.memory().used(), charged, "memory charged to no table");
         drop(tables);
         for table in store.list("") {
             let _ = store.remove(table.name());
         }
+        store.memory().settle();
         assert_eq!(
             store.memory().used(),
             0,

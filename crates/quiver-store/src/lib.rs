@@ -25,6 +25,7 @@
 mod data_dir;
 mod disk;
 mod error;
+mod lazy_free;
 mod limits;
 mod manifest;
 mod memory;

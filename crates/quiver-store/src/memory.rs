@@ -1,7 +1,8 @@
 //! Memory accounting: a pool with a byte limit and charges against it.
 
-use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Condvar, Mutex};
+use std::time::Duration;
 
 use arrow::array::{Array, ArrayData};
 use arrow::record_batch::RecordBatch;
@@ -20,7 +21,15 @@ pub struct MemoryPool {
 struct PoolInner {
     limit: u64,
     used: AtomicU64,
+    /// Frees under way off the caller's thread ([`PendingFree`]s alive).
+    pending_frees: Mutex<usize>,
+    freed: Condvar,
 }
+
+/// How long a charge that would pass the limit waits for pending frees before
+/// it is refused: far longer than freeing any table takes, short enough that a
+/// stuck free cannot hang a write.
+const FREE_WAIT: Duration = Duration::from_secs(10);
 
 impl MemoryPool {
     /// A pool that admits at most `limit` bytes.
@@ -29,6 +38,8 @@ impl MemoryPool {
             inner: Arc::new(PoolInner {
                 limit,
                 used: AtomicU64::new(0),
+                pending_frees: Mutex::new(0),
+                freed: Condvar::new(),
             }),
         }
     }
@@ -38,7 +49,8 @@ impl MemoryPool {
         self.inner.limit
     }
 
-    /// Bytes currently charged.
+    /// Bytes currently charged, including versions a replace or delete has
+    /// let go of that are still being freed ([`Self::settle`] waits for those).
     pub fn used(&self) -> u64 {
         self.inner.used.load(Ordering::Acquire)
     }
@@ -51,7 +63,44 @@ impl MemoryPool {
         }
     }
 
+    /// Marks memory that is about to be freed on another thread: until the
+    /// returned guard drops, a charge that would pass the limit waits for it
+    /// (and [`Self::settle`] waits for it) instead of failing on bytes that
+    /// are on their way back.
+    pub(crate) fn pending_free(&self) -> PendingFree {
+        *self.lock_pending() += 1;
+        PendingFree { pool: self.clone() }
+    }
+
+    /// Waits (up to a bound) until no free is pending, so that [`Self::used`]
+    /// counts only what is still held. Returns whether any free was pending.
+    pub fn settle(&self) -> bool {
+        let pending = self.lock_pending();
+        if *pending == 0 {
+            return false;
+        }
+        let _ = self
+            .inner
+            .freed
+            .wait_timeout_while(pending, FREE_WAIT, |n| *n > 0);
+        true
+    }
+
+    fn lock_pending(&self) -> std::sync::MutexGuard<'_, usize> {
+        self.inner
+            .pending_frees
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+    }
+
     fn try_reserve(&self, bytes: u64) -> Result<()> {
+        match self.try_reserve_now(bytes) {
+            Err(StoreError::MemoryLimit { .. }) if self.settle() => self.try_reserve_now(bytes),
+            result => result,
+        }
+    }
+
+    fn try_reserve_now(&self, bytes: u64) -> Result<()> {
         let inner = &self.inner;
         let mut used = inner.used.load(Ordering::Acquire);
         loop {
@@ -77,6 +126,22 @@ impl MemoryPool {
 
     fn release(&self, bytes: u64) {
         self.inner.used.fetch_sub(bytes, Ordering::AcqRel);
+    }
+}
+
+/// A free under way on another thread; see [`MemoryPool::pending_free`].
+#[derive(Debug)]
+pub(crate) struct PendingFree {
+    pool: MemoryPool,
+}
+
+impl Drop for PendingFree {
+    fn drop(&mut self) {
+        let mut pending = self.pool.lock_pending();
+        *pending -= 1;
+        if *pending == 0 {
+            self.pool.inner.freed.notify_all();
+        }
     }
 }
 
@@ -164,6 +229,30 @@ mod tests {
         assert_eq!(pool.used(), 40);
         drop(b);
         assert_eq!(pool.used(), 0);
+    }
+
+    #[test]
+    fn a_charge_waits_for_pending_frees_before_failing() {
+        let pool = MemoryPool::new(100);
+        let mut held = pool.charge();
+        held.try_grow(80).unwrap();
+        let pending = pool.pending_free();
+        let freer = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(50));
+            drop(held);
+            drop(pending);
+        });
+        let mut next = pool.charge();
+        next.try_grow(60)
+            .expect("admitted once the pending free is done");
+        freer.join().unwrap();
+        assert_eq!(pool.used(), 60);
+        assert!(!pool.settle(), "nothing pending any more");
+        let mut more = pool.charge();
+        assert!(
+            more.try_grow(41).is_err(),
+            "no pending free: refused at once"
+        );
     }
 
     #[test]

@@ -9,6 +9,7 @@ use arrow::record_batch::RecordBatch;
 
 use crate::data_dir::{CommitFailure, DataDir, DurableOptions};
 use crate::disk::{Disk, OsDisk};
+use crate::lazy_free::LazyFree;
 use crate::manifest::{FORMAT, Manifest, ManifestTable};
 use crate::{MemoryCharge, MemoryPool, Result, Segment, StoreError, TableLimits, TableVersion};
 use crate::{batch_bytes, validate_name};
@@ -82,6 +83,8 @@ pub struct TableStore {
     /// to publishing the next, so that manifests are written in the order the
     /// changes are published.
     commits: Mutex<()>,
+    /// Where replaced maps (and the versions only they held) are dropped.
+    lazy_free: LazyFree<Tables>,
 }
 
 impl TableStore {
@@ -94,6 +97,7 @@ impl TableStore {
             next_version: AtomicU64::new(1),
             durable: None,
             commits: Mutex::new(()),
+            lazy_free: LazyFree::start(),
         }
     }
 
@@ -136,6 +140,7 @@ impl TableStore {
             next_version: AtomicU64::new(next_version),
             durable: Some(dir),
             commits: Mutex::new(()),
+            lazy_free: LazyFree::start(),
         };
         if recovered.dropped {
             // Forget the damaged tables on disk too.
@@ -285,7 +290,11 @@ impl TableStore {
     }
 
     /// Totals over the store.
+    ///
+    /// Waits for replaced versions still being freed, so that `memory_used`
+    /// counts only what is held.
     pub fn stats(&self) -> StoreStats {
+        self.pool.settle();
         let tables = self.read();
         StoreStats {
             tables: tables.len(),
@@ -334,12 +343,15 @@ impl TableStore {
     /// before its manifest is in place. A failure after the manifest's rename
     /// (its directory sync) still publishes the change: the store in memory
     /// always matches the manifest on disk.
+    ///
+    /// The map replaced is freed on the lazy-free thread, never under the lock.
     fn apply(&self, edit: impl FnOnce(&mut Tables), added: Option<u64>) -> Result<()> {
+        let mut next = self.read().clone();
         let Some(dir) = &self.durable else {
-            edit(&mut self.write());
+            edit(&mut next);
+            self.publish(next);
             return Ok(());
         };
-        let mut next = self.read().clone();
         let before = segment_files(&next);
         edit(&mut next);
         let manifest = Manifest {
@@ -358,7 +370,7 @@ impl TableStore {
         let unused: Vec<u64> = before.difference(&segment_files(&next)).copied().collect();
         match dir.commit(&manifest) {
             Ok(()) => {
-                drop(std::mem::replace(&mut *self.write(), next));
+                self.publish(next);
                 dir.discard(unused);
                 Ok(())
             }
@@ -366,7 +378,7 @@ impl TableStore {
                 error,
                 renamed: true,
             }) => {
-                drop(std::mem::replace(&mut *self.write(), next));
+                self.publish(next);
                 Err(error)
             }
             Err(CommitFailure {
@@ -377,6 +389,12 @@ impl TableStore {
                 Err(error)
             }
         }
+    }
+
+    /// Makes `next` the table map; the old one goes to the lazy-free thread.
+    fn publish(&self, next: Tables) {
+        let old = std::mem::replace(&mut *self.write(), next);
+        self.lazy_free.free(&self.pool, old);
     }
 
     // The map only ever holds complete `Arc`s, so a panic elsewhere while a lock
@@ -767,6 +785,7 @@ mod tests {
         }
         store.remove("t").unwrap();
         assert_eq!(values(&snapshot), vec![1, 2, 3]);
+        store.memory().settle();
         assert_eq!(
             store.memory().used(),
             24,
@@ -805,6 +824,20 @@ mod tests {
     }
 
     #[test]
+    fn back_to_back_replaces_near_the_limit_wait_for_the_free() {
+        // Room for exactly two versions: each replace needs the one before
+        // the current to be freed, which happens on the lazy-free thread.
+        let big = batch(&(0..10_000).collect::<Vec<_>>());
+        let store = TableStore::new(2 * batch_bytes(&big));
+        for _ in 0..200 {
+            store
+                .put("t", WriteMode::Replace, big.schema(), [big.clone()])
+                .expect("the replaced version is freed before the limit is checked");
+        }
+        assert_eq!(store.stats().memory_used, batch_bytes(&big));
+    }
+
+    #[test]
     fn memory_limit_refuses_put_and_keeps_previous_version() {
         let store = TableStore::new(100);
         let small = batch(&[1, 2, 3, 4, 5]); // 40 bytes
@@ -821,8 +854,10 @@ mod tests {
         );
         assert_eq!(values(&store.get("t").unwrap()), vec![1, 2, 3, 4, 5]);
         assert_eq!(store.memory().used(), 40);
-        // Deleting frees the memory for the next put.
+        // Deleting frees the memory for the next put (which waits for the
+        // free if it is still under way).
         store.remove("t").unwrap();
+        store.memory().settle();
         assert_eq!(store.memory().used(), 0);
         let big = batch(&[7; 12]);
         store

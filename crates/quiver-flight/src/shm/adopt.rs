@@ -55,6 +55,7 @@ pub(crate) fn adopt(
     .map_err(|e| Error::Internal(format!("cannot stat the memfd: {e}")))?
     .len();
     let pool = store.memory();
+    pool.settle();
     let available = pool.limit().saturating_sub(pool.used());
     if len > available {
         return Err(Error::ResourceExhausted(format!(
