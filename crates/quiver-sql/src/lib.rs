@@ -17,6 +17,7 @@ mod engine;
 mod error;
 mod params;
 mod query;
+mod scan;
 mod table;
 
 pub use datafusion::common::ParamValues;

@@ -6,11 +6,12 @@ use arrow::datatypes::SchemaRef;
 use async_trait::async_trait;
 use datafusion::catalog::Session;
 use datafusion::datasource::TableProvider;
-use datafusion::datasource::memory::MemorySourceConfig;
 use datafusion::error::Result;
 use datafusion::logical_expr::{Expr, TableType};
 use datafusion::physical_plan::ExecutionPlan;
 use quiver_store::TableVersion;
+
+use crate::scan::StoredScanExec;
 
 /// One version of a stored table. A query sees the version it was planned
 /// against, however the table changes while it runs.
@@ -50,12 +51,8 @@ impl TableProvider for StoredTable {
             .map(|i| self.version.partition(i, count))
             .collect::<Result<Vec<_>, _>>()
             .map_err(|e| datafusion::error::DataFusionError::External(Box::new(e)))?;
-        let source = MemorySourceConfig::try_new(
-            &partitions,
-            Arc::clone(self.version.schema()),
-            projection.cloned(),
-        )?
-        .with_limit(limit);
-        Ok(datafusion::datasource::source::DataSourceExec::from_data_source(source))
+        // Scanned as stored: no re-cut into `batch_size` rows (scan.rs).
+        let scan = StoredScanExec::try_new(partitions, self.version.schema(), projection, limit)?;
+        Ok(Arc::new(scan))
     }
 }
