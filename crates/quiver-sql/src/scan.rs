@@ -29,18 +29,18 @@ use datafusion::physical_plan::{
 /// Partitions of record batches, projected and limited, yielded as they are.
 #[derive(Debug)]
 pub(crate) struct StoredScanExec {
+    /// Each partition's batches, already projected and limited.
     partitions: Vec<Vec<RecordBatch>>,
-    /// The schema after projection.
-    schema: SchemaRef,
-    projection: Option<Vec<usize>>,
     properties: Arc<PlanProperties>,
 }
 
 impl StoredScanExec {
     /// A scan of `partitions` (batches of `schema`), keeping the columns of
-    /// `projection` and, in each partition, at most `limit` rows.
+    /// `projection` and, in each partition, at most `limit` rows (DataFusion
+    /// keeps its own limit above a scan: the total is cut there). Projecting
+    /// and slicing clone `Arc`s; no data is copied.
     pub(crate) fn try_new(
-        mut partitions: Vec<Vec<RecordBatch>>,
+        partitions: Vec<Vec<RecordBatch>>,
         schema: &SchemaRef,
         projection: Option<&Vec<usize>>,
         limit: Option<usize>,
@@ -49,13 +49,21 @@ impl StoredScanExec {
             Some(columns) => Arc::new(schema.project(columns)?),
             None => Arc::clone(schema),
         };
-        if let Some(limit) = limit {
-            for partition in &mut partitions {
-                *partition = first_rows(partition, limit);
-            }
-        }
+        let partitions = partitions
+            .into_iter()
+            .map(|batches| {
+                let batches = match limit {
+                    Some(limit) => first_rows(&batches, limit),
+                    None => batches,
+                };
+                match projection {
+                    Some(columns) => batches.iter().map(|b| b.project(columns)).collect(),
+                    None => Ok(batches),
+                }
+            })
+            .collect::<std::result::Result<Vec<_>, _>>()?;
         let properties = PlanProperties::new(
-            EquivalenceProperties::new(Arc::clone(&schema)),
+            EquivalenceProperties::new(schema),
             Partitioning::UnknownPartitioning(partitions.len()),
             EmissionType::Incremental,
             Boundedness::Bounded,
@@ -63,18 +71,16 @@ impl StoredScanExec {
         .with_scheduling_type(SchedulingType::Cooperative);
         Ok(Self {
             partitions,
-            schema,
-            projection: projection.cloned(),
             properties: Arc::new(properties),
         })
     }
 
     fn rows(&self, partition: Option<usize>) -> usize {
-        let batches: Box<dyn Iterator<Item = &RecordBatch>> = match partition {
-            Some(i) => Box::new(self.partitions[i].iter()),
-            None => Box::new(self.partitions.iter().flatten()),
-        };
-        batches.map(RecordBatch::num_rows).sum()
+        let count = |batches: &Vec<RecordBatch>| batches.iter().map(RecordBatch::num_rows).sum();
+        match partition {
+            Some(i) => count(&self.partitions[i]),
+            None => self.partitions.iter().map(count).sum(),
+        }
     }
 }
 
@@ -149,14 +155,7 @@ impl ExecutionPlan for StoredScanExec {
                 self.partitions.len()
             );
         };
-        // The stored schema goes in with the projection: MemoryStream projects
-        // each batch (an Arc clone per column) as it yields it.
-        let stored = match batches.first() {
-            Some(batch) => batch.schema(),
-            None => Arc::clone(&self.schema),
-        };
-        let projection = batches.first().and(self.projection.clone());
-        let stream = MemoryStream::try_new(batches.clone(), stored, projection)?;
+        let stream = MemoryStream::try_new(batches.clone(), self.schema(), None)?;
         Ok(Box::pin(stream))
     }
 
@@ -170,7 +169,7 @@ impl ExecutionPlan for StoredScanExec {
         {
             return internal_err!("StoredScanExec: partition {i} of {}", self.partitions.len());
         }
-        let mut stats = Statistics::new_unknown(&self.schema);
+        let mut stats = Statistics::new_unknown(&self.schema());
         stats.num_rows = Precision::Exact(self.rows(args.partition()));
         Ok(Arc::new(stats))
     }

@@ -127,6 +127,45 @@ async fn results_come_in_partitions_and_see_the_planned_version() {
 }
 
 #[tokio::test]
+async fn stored_tables_are_scanned_as_stored_with_limits_and_counts_exact() {
+    let (_, engine) = engine_with(EngineOptions {
+        target_partitions: 4,
+        ..Default::default()
+    });
+    // The scan limits each of the 4 partitions; the query's limit cuts the total.
+    let limited = query(&engine, "SELECT \"Name\" FROM Trips LIMIT 7")
+        .await
+        .unwrap();
+    assert_eq!(limited.num_rows(), 7);
+    assert_eq!(limited.num_columns(), 1);
+    let counted = query(&engine, "SELECT count(*) FROM Trips").await.unwrap();
+    assert_eq!(int(&counted, 0, 0), 1000);
+    // A stored batch larger than DataFusion's batch size (8,192 rows) comes out
+    // whole: its own memory scan re-cut it into 8,192-row pieces.
+    let store = Arc::new(TableStore::new(1 << 30));
+    let big = trips(0..20_000);
+    store
+        .put("Big", WriteMode::Replace, big.schema(), [big])
+        .unwrap();
+    let engine = SqlEngine::new(
+        store,
+        EngineOptions {
+            target_partitions: 1,
+            ..Default::default()
+        },
+    );
+    let Outcome::Query(all) = engine.run("SELECT * FROM Big", None).await.unwrap() else {
+        panic!()
+    };
+    let mut sizes = Vec::new();
+    let mut stream = all.execute(0).unwrap();
+    while let Some(batch) = stream.next().await {
+        sizes.push(batch.unwrap().num_rows());
+    }
+    assert_eq!(sizes, [20_000]);
+}
+
+#[tokio::test]
 async fn create_insert_drop_write_the_store_with_true_counts() {
     let (store, engine) = engine();
     let rows = changed(
