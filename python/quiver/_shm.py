@@ -1,10 +1,12 @@
 """The same-host shared-memory transport: Arrow's Dissociated IPC over a Unix socket.
 
 The server's GetFlightInfo, asked with the ``x-quiver-transport: shm`` header, adds
-one endpoint whose location is ``shm+unix:///PATH?want_data=1&free_data=2&put_data=3``
-and whose ticket is a one-time capability. Over that socket (``SOCK_SEQPACKET``, one
-message per datagram, first byte 0 untagged, 1 tagged, 2 reply) the client sends
-``want_data`` with the ticket and receives:
+one endpoint whose location is
+``shm+unix:///PATH?want_data=1&free_data=2&put_data=3&want_bundled=4`` and whose ticket
+is a one-time capability. Over that socket (``SOCK_SEQPACKET``, one message per
+datagram, first byte 0 untagged, 1 tagged, 2 reply, 3 a bundle of length-prefixed
+messages) the client sends ``want_bundled`` (or the spec's ``want_data``, which gets one
+message per datagram) with the ticket and receives:
 
 - the memfd holding the table as an Arrow IPC stream (``SCM_RIGHTS``, with the first
   message), which it maps read-only;
@@ -23,6 +25,7 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import mmap
+import operator
 import os
 import socket
 import struct
@@ -40,7 +43,7 @@ SCHEME = "shm+unix"
 #: The GetFlightInfo header that asks for a shared-memory endpoint.
 TRANSPORT_HEADER = (b"x-quiver-transport", b"shm")
 
-UNTAGGED, TAGGED, REPLY = 0, 1, 2
+UNTAGGED, TAGGED, REPLY, BUNDLE = 0, 1, 2, 3
 END_OF_STREAM, METADATA = 0, 1
 BODY_SHARED = 1
 SEQUENCE_MASK = 0xFFFF_FFFF
@@ -51,6 +54,7 @@ MAX_MESSAGE = 4 << 20
 #: Offsets per free_data message.
 FREE_CHUNK = 8192
 
+_CUT_SHORT = int(socket.MSG_TRUNC | socket.MSG_CTRUNC)
 _SEALS = fcntl.F_SEAL_WRITE | fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW | fcntl.F_SEAL_SEAL
 
 
@@ -68,6 +72,7 @@ class Location:
     want_data: int
     free_data: int | None
     put_data: int | None
+    want_bundled: int | None = None
 
     @classmethod
     def parse(cls, uri: str) -> Location | None:
@@ -84,7 +89,9 @@ class Location:
         want = tag("want_data")
         if want is None:
             raise QuiverError(f"shared-memory location without want_data: {uri}")
-        return cls(unquote(parts.path), want, tag("free_data"), tag("put_data"))
+        return cls(
+            unquote(parts.path), want, tag("free_data"), tag("put_data"), tag("want_bundled")
+        )
 
 
 def _connect(location: Location) -> socket.socket:
@@ -133,7 +140,7 @@ class _Receiver:
                     fds += list(struct.unpack(f"<{usable // 4}i", data[:usable]))
         else:
             size, _, flags, _ = self.sock.recvmsg_into([self.buffer])
-        if flags & (socket.MSG_TRUNC | socket.MSG_CTRUNC):
+        if flags & _CUT_SHORT:
             for fd in fds:
                 os.close(fd)
             raise QuiverError("a shared-memory message was cut short", "INTERNAL")
@@ -175,13 +182,14 @@ def get(location: Location, ticket: bytes) -> pa.Table:
 
 
 def _get(sock: socket.socket, location: Location, ticket: bytes) -> pa.Table:
-    sock.sendall(_tagged(location.want_data, ticket))
+    want = location.want_bundled if location.want_bundled is not None else location.want_data
+    sock.sendall(_tagged(want, ticket))
     receiver = _Receiver(sock)
-    first, fd = receiver.receive(want_fd=True)
-    if first[:1] == bytes([REPLY]):
+    datagram, fd = receiver.receive(want_fd=True)
+    if datagram[:1] == bytes([REPLY]):
         if fd is not None:
             os.close(fd)
-        _raise_reply(first)
+        _raise_reply(datagram)
     if fd is None:
         raise QuiverError("the server sent no memory handle with the stream", "INTERNAL")
     try:
@@ -191,47 +199,92 @@ def _get(sock: socket.socket, location: Location, ticket: bytes) -> pa.Table:
         os.close(fd)
     holder = _Mapping(memory)
     region = pa.foreign_buffer(holder.view.address, size, base=holder)
-    metadata: dict[int, bytes] = {}
-    bodies: dict[int, list[tuple[int, int]]] = {}
-    end: int | None = None
-    message = first
+    stream = _Stream(size)
     while True:
-        kind = message[:1]
-        if kind == bytes([UNTAGGED]):
+        for message in _unbundle(datagram):
+            stream.add(message)
+        if stream.complete():
+            break
+        datagram, stray = receiver.receive()
+        if stray is not None:
+            os.close(stray)
+    table = _assemble(region, stream)
+    offsets = [offset for offsets in stream.bodies.values() for offset in offsets]
+    weakref.finalize(holder, _free, sock, location.free_data, offsets)
+    del holder
+    return table
+
+
+def _unbundle(datagram: bytes) -> list[bytes]:
+    """Return the messages a datagram holds: itself, or the messages of a bundle."""
+    if datagram[:1] != bytes([BUNDLE]):
+        return [datagram]
+    messages, pos, end = [], 1, len(datagram)
+    while pos < end:
+        if pos + 4 > end:
+            raise QuiverError("a bundle cut inside a message's length", "INTERNAL")
+        (length,) = struct.unpack_from("<I", datagram, pos)
+        pos += 4
+        if pos + length > end or length == 0:
+            raise QuiverError("a bundled message longer than its bundle, or empty", "INTERNAL")
+        messages.append(datagram[pos : pos + length])
+        pos += length
+    return messages
+
+
+class _Stream:
+    """The metadata stream and the body messages received so far."""
+
+    def __init__(self, size: int) -> None:
+        self.size = size
+        self.metadata: dict[int, bytes] = {}
+        self.bodies: dict[int, tuple[int, ...]] = {}
+        #: Where each body lies: (first buffer's offset, end of the last buffer).
+        self.extents: dict[int, tuple[int, int]] = {}
+        self.end: int | None = None
+
+    def add(self, message: bytes) -> None:
+        """Take one message."""
+        kind = message[0]
+        if kind == UNTAGGED:
             if len(message) < 6:
                 raise QuiverError("a metadata message shorter than its prefix", "INTERNAL")
             (seq,) = struct.unpack_from("<I", message, 2)
             if message[1] == END_OF_STREAM:
                 if len(message) != 6:
                     raise QuiverError("an End of Stream message of the wrong length", "INTERNAL")
-                end = seq
+                self.end = seq
             elif message[1] == METADATA:
-                metadata[seq] = message[6:]
+                self.metadata[seq] = message[6:]
             else:
                 raise QuiverError(f"unknown metadata message type {message[1]}", "INTERNAL")
-        elif kind == bytes([TAGGED]):
+        elif kind == TAGGED:
             (tag,) = struct.unpack_from("<Q", message, 1)
-            bodies[tag & SEQUENCE_MASK] = _buffers(tag, message[9:], size)
-        elif kind == bytes([REPLY]):
+            seq = tag & SEQUENCE_MASK
+            offsets, end = _buffers(tag, message[9:], self.size)
+            self.bodies[seq] = offsets
+            if offsets:
+                self.extents[seq] = (offsets[0], end)
+        elif kind == REPLY:
             _raise_reply(message)
         else:
-            raise QuiverError(f"unknown message kind {message[:1]!r}", "INTERNAL")
-        if end is not None and len(metadata) == end and _bodies_complete(metadata, bodies):
-            break
-        message, stray = receiver.receive()
-        if stray is not None:
-            os.close(stray)
-    if sorted(metadata) != list(range(end)):
-        raise QuiverError("gaps in the metadata stream's sequence numbers", "INTERNAL")
-    table = _assemble(region, metadata, bodies)
-    offsets = sorted({offset for pairs in bodies.values() for offset, _ in pairs})
-    weakref.finalize(holder, _free, sock, location.free_data, offsets)
-    del holder
-    return table
+            raise QuiverError(f"unknown message kind {kind}", "INTERNAL")
+
+    def complete(self) -> bool:
+        """Whether End of Stream and everything before it arrived."""
+        if self.end is None or len(self.metadata) < self.end:
+            return False
+        if sorted(self.metadata) != list(range(self.end)):
+            raise QuiverError("gaps in the metadata stream's sequence numbers", "INTERNAL")
+        # Every message but the schema (seq 0) has a body in quiver's streams.
+        return all(seq in self.bodies for seq in range(1, self.end))
 
 
-def _buffers(tag: int, body: bytes, size: int) -> list[tuple[int, int]]:
-    """Return the (offset, length) pairs of a body message, checked against the region."""
+def _buffers(tag: int, body: bytes, size: int) -> tuple[tuple[int, ...], int]:
+    """Return the offsets of a body message's buffers and where the last one ends.
+
+    Every buffer is checked to lie in the region.
+    """
     if tag >> 56 != BODY_SHARED:
         raise QuiverError(f"body type {tag >> 56}: only type 1 (shared memory) is read", "INTERNAL")
     if (tag >> 32) & 0xFF_FFFF:
@@ -242,53 +295,85 @@ def _buffers(tag: int, body: bytes, size: int) -> list[tuple[int, int]]:
     if len(body) != 16 * (count + 1):
         raise QuiverError("a body message whose count does not match its pairs", "INTERNAL")
     words = struct.unpack_from(f"<{2 * count}Q", body, 16)
-    pairs = list(zip(words[::2], words[1::2], strict=True))
-    if sum(length for _, length in pairs) != total:
+    offsets, lengths = words[0::2], words[1::2]
+    if sum(lengths) != total:
         raise QuiverError("a body message whose total does not match its buffers", "INTERNAL")
-    for offset, length in pairs:
-        if offset + length > size:
-            raise QuiverError(
-                f"a buffer at {offset} of {length} bytes lies outside the {size}-byte region",
-                "INTERNAL",
-            )
-    return pairs
-
-
-def _bodies_complete(metadata: dict[int, bytes], bodies: dict[int, list]) -> bool:
-    # Every message but the schema (seq 0) has a body in quiver's streams.
-    return all(seq in bodies for seq in metadata if seq != 0)
+    end = max(map(operator.add, offsets, lengths)) if count else 0
+    if end > size:
+        offset, length = next((o, n) for o, n in zip(offsets, lengths, strict=True) if o + n > size)
+        raise QuiverError(
+            f"a buffer at {offset} of {length} bytes lies outside the {size}-byte region",
+            "INTERNAL",
+        )
+    if count and min(offsets) < offsets[0]:
+        raise QuiverError("a body message whose first buffer is not its lowest", "INTERNAL")
+    return offsets, end
 
 
 def _prefixed(header: bytes) -> bytes:
     return CONTINUATION + struct.pack("<i", len(header)) + header
 
 
-def _assemble(
-    region: pa.Buffer, metadata: dict[int, bytes], bodies: dict[int, list[tuple[int, int]]]
-) -> pa.Table:
-    """Build the table: each batch read where its header and body lie in ``region``."""
-    schema = pa.ipc.read_schema(pa.py_buffer(_prefixed(metadata[0])))
-    batches = []
-    for seq in range(1, len(metadata)):
-        header = metadata[seq]
-        pairs = bodies.get(seq, [])
-        if pairs:
-            # The stream in the region holds each header right before its body.
-            start = pairs[0][0] - len(header) - 8
-            if start < 0 or region.slice(start, 8 + len(header)).to_pybytes() != _prefixed(header):
+class _Feed:
+    """The IPC stream pyarrow reads: each header as received, each body in the region.
+
+    The reader asks for a message's prefix, its flatbuffer, then its body: the
+    first two come from the metadata stream, the body is a zero-copy slice of the
+    region starting at the message's first buffer (quiver's server starts every
+    body message with the buffer at the body's start). No page of the mapping is
+    touched here.
+    """
+
+    def __init__(self, region: pa.Buffer, stream: _Stream) -> None:
+        self.region = region
+        self.stream = stream
+        self.seq = 0
+        self.pending = b""
+        self.body: tuple[int, int, int] | None = None
+        self.closed = False
+
+    def read(self, n: int = -1) -> bytes | pa.Buffer:
+        """Return the next ``n`` bytes of the stream."""
+        if not self.pending and self.body is not None:
+            seq, start, end = self.body
+            self.body = None
+            if n < end - start or start + n > self.region.size:
                 raise QuiverError(
-                    f"message {seq}: the region does not hold its header before its body",
+                    f"message {seq}: its header's body length ({n}) does not cover its "
+                    f"buffers or runs past the region",
                     "INTERNAL",
                 )
-            message = pa.ipc.read_message(region.slice(start))
-        else:
-            message = pa.ipc.read_message(pa.py_buffer(_prefixed(header)))
-        if message.type == "dictionary":
-            # pyarrow reads dictionaries only as part of a stream: read the whole
-            # stream in the region (still in place).
-            return pa.ipc.open_stream(region).read_all()
-        batches.append(pa.ipc.read_record_batch(message, schema))
-    return pa.Table.from_batches(batches, schema)
+            return self.region.slice(start, n)
+        metadata = self.stream.metadata
+        while len(self.pending) < n and self.body is None and self.seq in metadata:
+            self.pending += _prefixed(metadata[self.seq])
+            extent = self.stream.extents.get(self.seq)
+            if extent is not None:
+                self.body = (self.seq, *extent)
+            self.seq += 1
+        out, self.pending = self.pending[:n], self.pending[n:]
+        return out
+
+    def readable(self) -> bool:
+        """Say it can be read."""
+        return True
+
+    def seekable(self) -> bool:
+        """Say it cannot seek."""
+        return False
+
+    def writable(self) -> bool:
+        """Say it cannot be written."""
+        return False
+
+    def close(self) -> None:
+        """Mark it closed."""
+        self.closed = True
+
+
+def _assemble(region: pa.Buffer, stream: _Stream) -> pa.Table:
+    """Build the table from the metadata received and the bodies in ``region``."""
+    return pa.ipc.open_stream(pa.PythonFile(_Feed(region, stream), mode="r")).read_all()
 
 
 # -- put ---------------------------------------------------------------------------------

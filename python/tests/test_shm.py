@@ -129,23 +129,39 @@ def test_get_is_zero_copy_and_shared(uri: str, server) -> None:
 # -- the framing, read by hand --------------------------------------------------------------
 
 
-def test_framing_follows_dissociated_ipc(flight_client: flight.FlightClient, uri: str) -> None:
+@pytest.mark.parametrize("want", ["want_data", "want_bundled"])
+def test_framing_follows_dissociated_ipc(
+    flight_client: flight.FlightClient, uri: str, want: str
+) -> None:
     with quiver.connect(uri, transport="grpc") as client:
         client.put("framed", numbers(1000).combine_chunks().to_batches(max_chunksize=300))
     location, ticket = shm_endpoint(flight_client, "framed")
-    assert location.want_data == 1 and location.free_data == 2
+    assert location.want_data == 1 and location.free_data == 2 and location.want_bundled == 4
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
     sock.connect(location.path)
-    sock.send(bytes([1]) + struct.pack("<Q", location.want_data) + ticket)
-    messages, fds = [], []
+    sock.send(bytes([1]) + struct.pack("<Q", getattr(location, want)) + ticket)
+    messages, fds, datagrams = [], [], 0
     while True:
         data, ancillary, flags, _ = sock.recvmsg(1 << 20, socket.CMSG_SPACE(4))
         assert not flags & socket.MSG_TRUNC
+        datagrams += 1
         for _level, _kind, payload in ancillary:
             fds += struct.unpack(f"<{len(payload) // 4}i", payload)
-        messages.append((data, len(fds)))
-        if data[0] == 0 and data[1] == 0:
+        if want == "want_bundled":
+            # A bundle: [3] then ([length u32 LE][message])*, at most 64 KiB.
+            assert data[0] == 3 and len(data) <= 64 << 10
+            pos = 1
+            while pos < len(data):
+                (length,) = struct.unpack_from("<I", data, pos)
+                messages.append((data[pos + 4 : pos + 4 + length], len(fds)))
+                pos += 4 + length
+            assert pos == len(data)
+        else:
+            messages.append((data, len(fds)))
+        if messages[-1][0][:2] == bytes([0, 0]):
             break
+    # want_data: one message per datagram; want_bundled: all of them in one here.
+    assert datagrams == (len(messages) if want == "want_data" else 1)
     # The memfd comes with the first message, and is sealed read-only.
     assert messages[0][1] == 1 and len(fds) == 1
     seals = fcntl.fcntl(fds[0], fcntl.F_GET_SEALS)
@@ -188,6 +204,60 @@ def test_framing_follows_dissociated_ipc(flight_client: flight.FlightClient, uri
     assert sock.recv(16) == b""
     region.close()
     sock.close()
+
+
+def _received(table: pa.Table) -> tuple[pa.Buffer, _shm._Stream]:
+    """Return ``table`` as a stream in a mapped memfd, and what a server would send of it."""
+    fd = _shm.sealed_memfd(table)
+    size = os.fstat(fd).st_size
+    memory = mmap.mmap(fd, size, prot=mmap.PROT_READ)
+    os.close(fd)
+    region = pa.py_buffer(memory)
+    stream = _shm._Stream(size)
+    reader = pa.BufferReader(region)
+    seq = 0
+    while True:
+        try:
+            message = pa.ipc.read_message(reader)
+        except EOFError:
+            break
+        stream.metadata[seq] = message.metadata.to_pybytes()
+        if message.body is not None and message.body.size:
+            start = message.body.address - region.address
+            stream.bodies[seq] = (start,)
+            stream.extents[seq] = (start, start + message.body.size)
+        seq += 1
+    stream.end = seq
+    return region, stream
+
+
+def test_batches_are_built_from_the_metadata_received_and_the_bodies_in_place() -> None:
+    table = typed_table()
+    region, stream = _received(table)
+    assert stream.complete()
+    got = _shm._assemble(region, stream)
+    assert got.equals(table)
+    # The bodies are not copied: a fixed-width column's values lie in the region.
+    values = got.column("i64").chunk(0).buffers()[1]
+    assert region.address <= values.address < region.address + region.size
+    last = max(stream.extents)
+    start, end = stream.extents[last]
+    stream.extents[last] = (start, end + 8)  # a header whose body is too short for its pairs
+    with pytest.raises(QuiverError, match="does not cover its buffers"):
+        _shm._assemble(region, stream)
+
+
+def test_malformed_bundles_are_refused() -> None:
+    message = bytes([0, 0, 1, 0, 0, 0])
+    bundle = bytes([3]) + struct.pack("<I", len(message)) + message
+    assert _shm._unbundle(bundle) == [message]
+    assert _shm._unbundle(message) == [message]
+    with pytest.raises(QuiverError, match="longer than its bundle"):
+        _shm._unbundle(bundle[:-1])
+    with pytest.raises(QuiverError, match="cut inside"):
+        _shm._unbundle(bundle + b"\x01")
+    with pytest.raises(QuiverError, match="or empty"):
+        _shm._unbundle(bytes([3, 0, 0, 0, 0]))
 
 
 def test_tickets_are_single_use_and_unforgeable(

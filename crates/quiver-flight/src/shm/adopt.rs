@@ -76,9 +76,15 @@ pub(crate) fn adopt(
         writer.push(batch)?;
     }
     let version = writer.commit()?;
-    if !store.is_durable() && request.mode != WriteMode::Append {
+    if !store.is_durable()
+        && request.mode != WriteMode::Append
+        && messages
+            .iter()
+            .all(export::MessageLayout::body_starts_at_first_buffer)
+    {
         // The version's batches are the memfd's: later reads over shared memory
-        // pass it on as it is.
+        // pass it on as it is. (A stream whose bodies start before their first
+        // buffer is written into a memfd of quiver's own when first read.)
         version.attach(Arc::new(Export::adopt(memfd, map, messages)));
     }
     Ok(version)

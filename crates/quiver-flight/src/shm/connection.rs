@@ -13,7 +13,7 @@ use tonic::Status;
 
 use super::adopt::{self, PutRequest};
 use super::export::Export;
-use super::framing::{self, FREE_DATA, PUT_DATA, Request, WANT_DATA};
+use super::framing::{self, Bundler, FREE_DATA, PUT_DATA, Request, WANT_BUNDLED, WANT_DATA};
 use super::grants::{Grant, Grants};
 use super::sys;
 use crate::{Error, Result};
@@ -45,11 +45,11 @@ pub(crate) fn serve(socket: OwnedFd, shared: &Shared) {
     };
     let outcome = match framing::request(&first.bytes) {
         Ok(Request::Tagged {
-            tag: WANT_DATA,
+            tag: tag @ (WANT_DATA | WANT_BUNDLED),
             body,
         }) => {
             let started = std::time::Instant::now();
-            match send_stream(fd, shared, body) {
+            match send_stream(fd, shared, body, tag == WANT_BUNDLED) {
                 // Sent: what remains is to wait for the frees.
                 Ok(()) => {
                     tracing::debug!(?peer, elapsed = ?started.elapsed(), "shm get served");
@@ -80,8 +80,8 @@ pub(crate) fn serve(socket: OwnedFd, shared: &Shared) {
             .to_string()
         }),
         Ok(Request::Tagged { tag, .. }) => Err(Error::invalid(format!(
-            "a connection starts with want_data (tag {WANT_DATA}) or put_data (tag \
-             {PUT_DATA}), not tag {tag}"
+            "a connection starts with want_data (tag {WANT_DATA}), want_bundled (tag \
+             {WANT_BUNDLED}) or put_data (tag {PUT_DATA}), not tag {tag}"
         ))),
         Err(e) => Err(Error::invalid(e)),
     };
@@ -128,9 +128,58 @@ fn put(
     Ok((adopt::adopt(&shared.store, &request, memfd)?, caller))
 }
 
-/// Sends the stream a `want_data` ticket names, then holds the version until
-/// every offset sent is freed or the client disconnects.
-fn send_stream(fd: BorrowedFd<'_>, shared: &Shared, ticket: &[u8]) -> Result<()> {
+/// Sends messages one per datagram, or packed into bundles; a descriptor
+/// goes with the first datagram sent after it is attached.
+struct Outbox<'a> {
+    socket: BorrowedFd<'a>,
+    bundler: Option<Bundler>,
+    handle: Option<BorrowedFd<'a>>,
+}
+
+impl<'a> Outbox<'a> {
+    fn new(socket: BorrowedFd<'a>, bundled: bool) -> Self {
+        Self {
+            socket,
+            bundler: bundled.then(Bundler::default),
+            handle: None,
+        }
+    }
+
+    /// Sends (or bundles) the message made of `parts`.
+    fn send(&mut self, parts: &[&[u8]]) -> std::io::Result<()> {
+        let len = parts.iter().map(|p| p.len()).sum();
+        match &mut self.bundler {
+            Some(bundler) if Bundler::takes(len) => {
+                if !bundler.has_room(len) {
+                    self.flush()?;
+                }
+                self.bundler.as_mut().expect("bundled outbox").push(parts);
+                Ok(())
+            }
+            _ => {
+                // Too large for a bundle (or not bundling): alone, in order.
+                self.flush()?;
+                let slices: Vec<IoSlice<'_>> = parts.iter().map(|p| IoSlice::new(p)).collect();
+                sys::send(self.socket, &slices, self.handle.take())
+            }
+        }
+    }
+
+    /// Sends the bundle as it stands, if it holds anything.
+    fn flush(&mut self) -> std::io::Result<()> {
+        match &mut self.bundler {
+            Some(bundler) if !bundler.is_empty() => {
+                let bytes = bundler.take();
+                sys::send(self.socket, &[IoSlice::new(&bytes)], self.handle.take())
+            }
+            _ => Ok(()),
+        }
+    }
+}
+
+/// Sends the stream a `want_data` (or `want_bundled`) ticket names, then holds
+/// the version until every offset sent is freed or the client disconnects.
+fn send_stream(fd: BorrowedFd<'_>, shared: &Shared, ticket: &[u8], bundled: bool) -> Result<()> {
     let Grant::Get(version) = shared.grants.redeem(ticket)? else {
         return Err(Error::invalid("a put ticket sent with want_data"));
     };
@@ -138,28 +187,26 @@ fn send_stream(fd: BorrowedFd<'_>, shared: &Shared, ticket: &[u8]) -> Result<()>
         version.attachment(|| Export::write(&version, shared.store.memory()))?;
     let send_failed = |e: std::io::Error| Error::Cancelled(format!("sending the stream: {e}"));
     let mut outstanding = HashSet::new();
+    let mut outbox = Outbox::new(fd, bundled);
+    // The memfd travels with the first datagram, which holds the schema.
+    outbox.handle = Some(export.fd());
     let mut seq = 0u32;
     for message in export.messages() {
         let prefix = framing::metadata_prefix(seq);
-        // The memfd travels with the first message, the schema.
-        let handle = (seq == 0).then(|| export.fd());
-        sys::send(
-            fd,
-            &[
-                IoSlice::new(&prefix),
-                IoSlice::new(export.metadata(message)),
-            ],
-            handle,
-        )
-        .map_err(send_failed)?;
+        outbox
+            .send(&[&prefix, export.metadata(message)])
+            .map_err(send_failed)?;
         if let Some(buffers) = &message.buffers {
             let body = framing::shared_body(seq, buffers);
-            sys::send(fd, &[IoSlice::new(&body)], None).map_err(send_failed)?;
+            outbox.send(&[&body]).map_err(send_failed)?;
             outstanding.extend(buffers.iter().map(|(offset, _)| *offset));
         }
         seq = seq.wrapping_add(1);
     }
-    sys::send(fd, &[IoSlice::new(&framing::end_of_stream(seq))], None).map_err(send_failed)?;
+    outbox
+        .send(&[&framing::end_of_stream(seq)])
+        .map_err(send_failed)?;
+    outbox.flush().map_err(send_failed)?;
     // The version and its memfd stay alive (even if the table is replaced or
     // deleted) until the client frees every offset or goes away.
     let _ = sys::set_read_timeout(fd, None);

@@ -37,6 +37,19 @@ pub(crate) struct MessageLayout {
     pub(crate) buffers: Option<Vec<(u64, u64)>>,
 }
 
+impl MessageLayout {
+    /// Whether the body's first buffer lies at the body's start, as arrow's
+    /// writers lay bodies out. Clients rely on it to find a body from its pairs
+    /// alone (the first pair is where the body starts), so a memfd whose stream
+    /// is laid out otherwise is not served as it is.
+    pub(crate) fn body_starts_at_first_buffer(&self) -> bool {
+        match self.buffers.as_deref() {
+            None | Some([]) => true,
+            Some([(offset, _), ..]) => *offset == self.body.start as u64,
+        }
+    }
+}
+
 /// A sealed memfd holding one IPC stream.
 #[derive(Debug)]
 pub(crate) struct Export {
@@ -67,6 +80,14 @@ impl Export {
         sys::seal(memfd.as_fd()).map_err(|e| io_error("seal the memfd", e))?;
         let map = Arc::new(map(&memfd)?);
         let messages = scan(&map).map_err(Error::Internal)?;
+        if !messages
+            .iter()
+            .all(MessageLayout::body_starts_at_first_buffer)
+        {
+            return Err(Error::Internal(
+                "the IPC writer laid a body out with space before its first buffer".to_string(),
+            ));
+        }
         Ok(Self {
             memfd,
             map,
@@ -291,6 +312,7 @@ mod tests {
         for m in &messages {
             assert_eq!(m.metadata.start % 8, 0);
             assert_eq!(m.body.start % 8, 0);
+            assert!(m.body_starts_at_first_buffer(), "clients find bodies by it");
             for (offset, len) in m.buffers.iter().flatten() {
                 assert!(*offset as usize >= m.body.start);
                 assert!((*offset + *len) as usize <= m.body.end);
@@ -303,6 +325,19 @@ mod tests {
             .map(|c| i64::from_le_bytes(c.try_into().unwrap()))
             .collect();
         assert_eq!(values, (0..100).collect::<Vec<_>>());
+    }
+
+    #[test]
+    fn a_body_with_room_before_its_first_buffer_is_told_apart() {
+        let layout = |buffers: Option<Vec<(u64, u64)>>| MessageLayout {
+            metadata: 8..64,
+            body: 64..128,
+            buffers,
+        };
+        assert!(layout(None).body_starts_at_first_buffer());
+        assert!(layout(Some(vec![])).body_starts_at_first_buffer());
+        assert!(layout(Some(vec![(64, 0), (64, 8)])).body_starts_at_first_buffer());
+        assert!(!layout(Some(vec![(72, 8)])).body_starts_at_first_buffer());
     }
 
     #[test]

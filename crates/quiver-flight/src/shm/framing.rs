@@ -10,6 +10,12 @@
 //! | `0` untagged | a metadata stream message: type (`1` metadata, `0` End of Stream), sequence number (u32 LE), flatbuffer |
 //! | `1` tagged | tag (u64 LE), body |
 //! | `2` reply | gRPC status code (u8), then UTF-8: JSON on success, the error otherwise |
+//! | `3` bundle | messages of the kinds above, each preceded by its length (u32 LE) |
+//!
+//! A client that asks with `want_bundled` instead of `want_data` gets the
+//! same messages packed into bundles of up to [`MAX_BUNDLE`] bytes: the
+//! spec's "framing mechanism ... leaving out the body bytes", which turns the
+//! two datagrams per batch into a few per stream.
 //!
 //! Data tags follow the spec: sequence number in bits 0-31, body type in bits
 //! 56-63 (quiver sends type `1`, shared memory: `[total, count, (offset,
@@ -21,6 +27,12 @@ pub(crate) const UNTAGGED: u8 = 0;
 pub(crate) const TAGGED: u8 = 1;
 /// First byte of a reply (quiver's: the outcome of a request).
 pub(crate) const REPLY: u8 = 2;
+/// First byte of a bundle of length-prefixed messages (quiver's).
+pub(crate) const BUNDLE: u8 = 3;
+
+/// Largest bundle sent: well under the default socket send buffer (208 KiB),
+/// so a bundle never waits for more room than a socket has to begin with.
+pub(crate) const MAX_BUNDLE: usize = 64 << 10;
 
 /// Metadata stream message type: End of Stream.
 pub(crate) const END_OF_STREAM: u8 = 0;
@@ -34,6 +46,9 @@ pub const FREE_DATA: u64 = 2;
 /// Tag of a client's put (quiver's extension); its body is the ticket and a
 /// sealed memfd holding an Arrow IPC stream is attached.
 pub const PUT_DATA: u64 = 3;
+/// Tag of a client's request for a stream sent in bundles (quiver's
+/// extension); its body is the ticket, as with `want_data`.
+pub const WANT_BUNDLED: u64 = 4;
 
 /// Body type `1`: the buffers as (offset, length) pairs into shared memory.
 pub(crate) const BODY_SHARED: u8 = 1;
@@ -101,6 +116,52 @@ pub(crate) fn shared_body(seq: u32, buffers: &[(u64, u64)]) -> Vec<u8> {
     out
 }
 
+/// Packs messages into bundles: `[BUNDLE] ([length u32 LE][message])*`.
+#[derive(Debug)]
+pub(crate) struct Bundler {
+    bytes: Vec<u8>,
+}
+
+impl Default for Bundler {
+    fn default() -> Self {
+        let mut bytes = Vec::with_capacity(MAX_BUNDLE);
+        bytes.push(BUNDLE);
+        Self { bytes }
+    }
+}
+
+impl Bundler {
+    /// Whether a message of `len` bytes fits in a bundle at all.
+    pub(crate) fn takes(len: usize) -> bool {
+        1 + 4 + len <= MAX_BUNDLE
+    }
+
+    /// Whether a message of `len` bytes fits in the bundle as it stands.
+    pub(crate) fn has_room(&self, len: usize) -> bool {
+        self.bytes.len() + 4 + len <= MAX_BUNDLE
+    }
+
+    /// Whether no message is in the bundle.
+    pub(crate) fn is_empty(&self) -> bool {
+        self.bytes.len() == 1
+    }
+
+    /// Appends the message made of `parts`; the caller checked [`Self::has_room`].
+    pub(crate) fn push(&mut self, parts: &[&[u8]]) {
+        let len: usize = parts.iter().map(|p| p.len()).sum();
+        let len = u32::try_from(len).expect("a bundled message is under MAX_BUNDLE");
+        self.bytes.extend_from_slice(&len.to_le_bytes());
+        for part in parts {
+            self.bytes.extend_from_slice(part);
+        }
+    }
+
+    /// The bundle as it stands; the bundler is empty again afterwards.
+    pub(crate) fn take(&mut self) -> Vec<u8> {
+        std::mem::replace(&mut self.bytes, Self::default().bytes)
+    }
+}
+
 /// The offsets a `free_data` body lists.
 pub(crate) fn freed_offsets(body: &[u8]) -> Result<Vec<u64>, String> {
     if body.is_empty() || !body.len().is_multiple_of(8) {
@@ -158,6 +219,31 @@ mod tests {
         assert_eq!((word(3), word(4)), (64, 8));
         assert_eq!((word(5), word(6)), (128, 24));
         assert_eq!(body.len(), 1 + 8 * 7);
+    }
+
+    #[test]
+    fn bundles_hold_length_prefixed_messages() {
+        let mut bundler = Bundler::default();
+        assert!(bundler.is_empty());
+        bundler.push(&[&metadata_prefix(0), b"schema"]);
+        bundler.push(&[&end_of_stream(1)]);
+        assert!(!bundler.is_empty());
+        let bytes = bundler.take();
+        assert!(bundler.is_empty(), "take leaves an empty bundle");
+        let mut expected = vec![BUNDLE];
+        expected.extend_from_slice(&12u32.to_le_bytes());
+        expected.extend_from_slice(&[0, 1, 0, 0, 0, 0]);
+        expected.extend_from_slice(b"schema");
+        expected.extend_from_slice(&6u32.to_le_bytes());
+        expected.extend_from_slice(&[0, 0, 1, 0, 0, 0]);
+        assert_eq!(bytes, expected);
+        // Room: a bundle never grows past MAX_BUNDLE.
+        assert!(Bundler::takes(MAX_BUNDLE - 5));
+        assert!(!Bundler::takes(MAX_BUNDLE - 4));
+        bundler.push(&[&vec![0u8; MAX_BUNDLE - 100]]);
+        // 1 + (4 + MAX_BUNDLE - 100) bytes used: 91 bytes of message still fit.
+        assert!(bundler.has_room(91));
+        assert!(!bundler.has_room(92));
     }
 
     #[test]

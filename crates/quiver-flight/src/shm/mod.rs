@@ -3,11 +3,13 @@
 //!
 //! A client that asks GetFlightInfo for it (header `x-quiver-transport: shm`)
 //! gets, next to the gRPC endpoints, one endpoint whose location is this
-//! server's Unix socket, `shm+unix:///PATH?want_data=1&free_data=2&put_data=3`,
-//! and whose ticket is a one-time capability ([`grants`]). Over the socket it
+//! server's Unix socket,
+//! `shm+unix:///PATH?want_data=1&free_data=2&put_data=3&want_bundled=4`, and
+//! whose ticket is a one-time capability ([`grants`]). Over the socket it
 //! sends `want_data` with the ticket and receives the memfd holding the table
 //! as an Arrow IPC stream ([`export`]), the metadata stream and one body
-//! message of (offset, length) pairs per batch ([`framing`]); it maps the memfd
+//! message of (offset, length) pairs per batch ([`framing`]; with
+//! `want_bundled`, the same messages packed a few hundred per datagram); it maps the memfd
 //! read-only and builds the batches in place. A put goes the other way: the
 //! client writes a stream into a memfd, seals it and passes it ([`adopt`]).
 //!
@@ -185,10 +187,11 @@ fn location(path: &Path) -> String {
         }
     }
     format!(
-        "{SCHEME}://{encoded}?want_data={}&free_data={}&put_data={}",
+        "{SCHEME}://{encoded}?want_data={}&free_data={}&put_data={}&want_bundled={}",
         framing::WANT_DATA,
         framing::FREE_DATA,
-        framing::PUT_DATA
+        framing::PUT_DATA,
+        framing::WANT_BUNDLED
     )
 }
 
@@ -200,7 +203,8 @@ mod tests {
     fn location_names_the_socket_and_the_tags() {
         assert_eq!(
             location(Path::new("/run/user/1000/quiver-8815.sock")),
-            "shm+unix:///run/user/1000/quiver-8815.sock?want_data=1&free_data=2&put_data=3"
+            "shm+unix:///run/user/1000/quiver-8815.sock?want_data=1&free_data=2&put_data=3\
+             &want_bundled=4"
         );
         assert!(
             location(Path::new("/tmp/a b?.sock")).starts_with("shm+unix:///tmp/a%20b%3F.sock?")
