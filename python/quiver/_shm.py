@@ -22,8 +22,11 @@ closes. See docs/shm.md.
 
 from __future__ import annotations
 
+import bisect
+import concurrent.futures
 import contextlib
 import fcntl
+import itertools
 import mmap
 import operator
 import os
@@ -51,6 +54,10 @@ CONTINUATION = b"\xff\xff\xff\xff"
 
 #: Largest datagram expected from the server (a header or a list of buffers).
 MAX_MESSAGE = 4 << 20
+#: Most memfds passed with one message (the server's limit too).
+MAX_FDS = 16
+#: Smallest part of a put written into a memfd of its own, by a thread of its own.
+PART_BYTES = 64 << 20
 #: Offsets per free_data message.
 FREE_CHUNK = 8192
 
@@ -128,11 +135,12 @@ class _Receiver:
         self.sock = sock
         self.buffer = bytearray(MAX_MESSAGE)
 
-    def receive(self, want_fd: bool = False) -> tuple[bytes, int | None]:
-        fds = []
-        if want_fd:
+    def receive(self, want_fds: bool = False) -> tuple[bytes, list[int]]:
+        """Return the next datagram and the descriptors attached to it (if wanted)."""
+        fds: list[int] = []
+        if want_fds:
             size, ancillary, flags, _ = self.sock.recvmsg_into(
-                [self.buffer], socket.CMSG_SPACE(4 * 4)
+                [self.buffer], socket.CMSG_SPACE(4 * MAX_FDS)
             )
             for level, kind, data in ancillary:
                 if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
@@ -146,19 +154,17 @@ class _Receiver:
             raise QuiverError("a shared-memory message was cut short", "INTERNAL")
         if size == 0 and not fds:
             raise QuiverError("the server closed the shared-memory connection", "UNAVAILABLE")
-        for extra in fds[1:]:
-            os.close(extra)
-        return bytes(self.buffer[:size]), (fds[0] if fds else None)
+        return bytes(self.buffer[:size]), fds
 
 
 class _Mapping:
-    """Holds the mapping; when the last buffer pointing into it goes, ``free_data`` is sent."""
+    """Holds the mappings; when the last buffer pointing into them goes, ``free_data`` is sent."""
 
-    __slots__ = ("__weakref__", "map", "view")
+    __slots__ = ("__weakref__", "maps", "views")
 
-    def __init__(self, memory: mmap.mmap) -> None:
-        self.map = memory
-        self.view = pa.py_buffer(memory)
+    def __init__(self, maps: list[mmap.mmap]) -> None:
+        self.maps = maps
+        self.views = [pa.py_buffer(memory) for memory in maps]
 
 
 def _free(sock: socket.socket, tag: int | None, offsets: list[int]) -> None:
@@ -185,30 +191,30 @@ def _get(sock: socket.socket, location: Location, ticket: bytes) -> pa.Table:
     want = location.want_bundled if location.want_bundled is not None else location.want_data
     sock.sendall(_tagged(want, ticket))
     receiver = _Receiver(sock)
-    datagram, fd = receiver.receive(want_fd=True)
-    if datagram[:1] == bytes([REPLY]):
-        if fd is not None:
-            os.close(fd)
-        _raise_reply(datagram)
-    if fd is None:
-        raise QuiverError("the server sent no memory handle with the stream", "INTERNAL")
+    datagram, fds = receiver.receive(want_fds=True)
     try:
-        size = os.fstat(fd).st_size
-        memory = mmap.mmap(fd, size, flags=mmap.MAP_SHARED, prot=mmap.PROT_READ)
+        if datagram[:1] == bytes([REPLY]):
+            _raise_reply(datagram)
+        if not fds:
+            raise QuiverError("the server sent no memory handle with the stream", "INTERNAL")
+        maps = []
+        for fd in fds:
+            size = os.fstat(fd).st_size
+            maps.append(mmap.mmap(fd, size, flags=mmap.MAP_SHARED, prot=mmap.PROT_READ))
     finally:
-        os.close(fd)
-    holder = _Mapping(memory)
-    region = pa.foreign_buffer(holder.view.address, size, base=holder)
-    stream = _Stream(size)
+        for fd in fds:
+            os.close(fd)
+    holder = _Mapping(maps)
+    # The offsets sent run over the memfds one after the other, in the order passed.
+    regions = [pa.foreign_buffer(view.address, view.size, base=holder) for view in holder.views]
+    stream = _Stream(sum(region.size for region in regions))
     while True:
         for message in _unbundle(datagram):
             stream.add(message)
         if stream.complete():
             break
-        datagram, stray = receiver.receive()
-        if stray is not None:
-            os.close(stray)
-    table = _assemble(region, stream)
+        datagram, _ = receiver.receive()
+    table = _assemble(regions, stream)
     offsets = [offset for offsets in stream.bodies.values() for offset in offsets]
     weakref.finalize(holder, _free, sock, location.free_data, offsets)
     del holder
@@ -324,8 +330,9 @@ class _Feed:
     touched here.
     """
 
-    def __init__(self, region: pa.Buffer, stream: _Stream) -> None:
-        self.region = region
+    def __init__(self, regions: list[pa.Buffer], stream: _Stream) -> None:
+        self.regions = regions
+        self.bases = list(itertools.accumulate((r.size for r in regions[:-1]), initial=0))
         self.stream = stream
         self.seq = 0
         self.pending = b""
@@ -337,13 +344,15 @@ class _Feed:
         if not self.pending and self.body is not None:
             seq, start, end = self.body
             self.body = None
-            if n < end - start or start + n > self.region.size:
+            index = bisect.bisect_right(self.bases, start) - 1
+            region, local = self.regions[index], start - self.bases[index]
+            if n < end - start or local + n > region.size:
                 raise QuiverError(
                     f"message {seq}: its header's body length ({n}) does not cover its "
-                    f"buffers or runs past the region",
+                    f"buffers or runs past its memfd",
                     "INTERNAL",
                 )
-            return self.region.slice(start, n)
+            return region.slice(local, n)
         metadata = self.stream.metadata
         while len(self.pending) < n and self.body is None and self.seq in metadata:
             self.pending += _prefixed(metadata[self.seq])
@@ -371,36 +380,78 @@ class _Feed:
         self.closed = True
 
 
-def _assemble(region: pa.Buffer, stream: _Stream) -> pa.Table:
-    """Build the table from the metadata received and the bodies in ``region``."""
-    return pa.ipc.open_stream(pa.PythonFile(_Feed(region, stream), mode="r")).read_all()
+def _assemble(regions: list[pa.Buffer], stream: _Stream) -> pa.Table:
+    """Build the table from the metadata received and the bodies in ``regions``."""
+    return pa.ipc.open_stream(pa.PythonFile(_Feed(regions, stream), mode="r")).read_all()
 
 
 # -- put ---------------------------------------------------------------------------------
 
 
 def put(location: Location, ticket: bytes, table: pa.Table) -> bytes:
-    """Write ``table`` into a sealed memfd and hand it to the server; return its JSON reply."""
+    """Write ``table`` into sealed memfds and hand them to the server; return its JSON reply."""
     if location.put_data is None:
         raise ShmUnavailableError("the server's shared-memory location takes no puts")
-    fd = sealed_memfd(table)
+    fds = sealed_memfds(table)
     try:
         sock = _connect(location)
         with sock:
             sock.sendmsg(
                 [_tagged(location.put_data, ticket)],
-                [(socket.SOL_SOCKET, socket.SCM_RIGHTS, struct.pack("<i", fd))],
+                [(socket.SOL_SOCKET, socket.SCM_RIGHTS, struct.pack(f"<{len(fds)}i", *fds))],
             )
-            reply, stray = _Receiver(sock).receive()
-            if stray is not None:
-                os.close(stray)
+            reply, _ = _Receiver(sock).receive()
     finally:
-        os.close(fd)
+        for fd in fds:
+            os.close(fd)
     if reply[:1] != bytes([REPLY]) or len(reply) < 2:
         raise QuiverError("the server answered a put with something else", "INTERNAL")
     if reply[1] != 0:
         _raise_reply(reply)
     return reply[2:]
+
+
+def _parts(table: pa.Table, cores: int) -> list[pa.Table]:
+    """Split ``table`` at batch boundaries into up to ``cores`` parts of similar size.
+
+    No part is smaller than :data:`PART_BYTES` (a thread and a memfd cost more than
+    they save below that), and there are at most :data:`MAX_FDS`.
+    """
+    count = min(cores, MAX_FDS, table.nbytes // PART_BYTES)
+    batches = table.to_batches()
+    if count <= 1 or len(batches) <= 1:
+        return [table]
+    target = table.nbytes / count
+    parts: list[list[pa.RecordBatch]] = [[]]
+    written = 0
+    for batch in batches:
+        if parts[-1] and written >= target * len(parts) and len(parts) < count:
+            parts.append([])
+        parts[-1].append(batch)
+        written += batch.nbytes
+    return [pa.Table.from_batches(part, table.schema) for part in parts]
+
+
+def sealed_memfds(table: pa.Table) -> list[int]:
+    """Return memfds holding ``table`` as Arrow IPC streams, one after the other, sealed.
+
+    A large table is written into several memfds at once, one thread each: filling
+    the fresh pages of a memfd costs more than copying into them (docs/shm.md), and
+    writers of one memfd take turns on its lock, where writers of several do not.
+    """
+    parts = _parts(table, len(os.sched_getaffinity(0)))
+    if len(parts) == 1:
+        return [sealed_memfd(table)]
+    with concurrent.futures.ThreadPoolExecutor(len(parts)) as pool:
+        futures = [pool.submit(sealed_memfd, part) for part in parts]
+        concurrent.futures.wait(futures)
+    fds = [f.result() for f in futures if f.exception() is None]
+    failed = next((f.exception() for f in futures if f.exception() is not None), None)
+    if failed is not None:
+        for fd in fds:
+            os.close(fd)
+        raise failed
+    return fds
 
 
 def sealed_memfd(table: pa.Table) -> int:

@@ -235,7 +235,7 @@ def test_batches_are_built_from_the_metadata_received_and_the_bodies_in_place() 
     table = typed_table()
     region, stream = _received(table)
     assert stream.complete()
-    got = _shm._assemble(region, stream)
+    got = _shm._assemble([region], stream)
     assert got.equals(table)
     # The bodies are not copied: a fixed-width column's values lie in the region.
     values = got.column("i64").chunk(0).buffers()[1]
@@ -244,7 +244,7 @@ def test_batches_are_built_from_the_metadata_received_and_the_bodies_in_place() 
     start, end = stream.extents[last]
     stream.extents[last] = (start, end + 8)  # a header whose body is too short for its pairs
     with pytest.raises(QuiverError, match="does not cover its buffers"):
-        _shm._assemble(region, stream)
+        _shm._assemble([region], stream)
 
 
 def test_malformed_bundles_are_refused() -> None:
@@ -289,12 +289,13 @@ def put_ticket(client: quiver.Client, name: str) -> tuple[_shm.Location, bytes]:
     return location, base64.b64decode(str(grant["ticket"]))
 
 
-def send_put(location: _shm.Location, ticket: bytes, fd: int) -> None:
+def send_put(location: _shm.Location, ticket: bytes, fd: int | list[int]) -> None:
+    fds = fd if isinstance(fd, list) else [fd]
     with socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET) as sock:
         sock.connect(location.path)
         sock.sendmsg(
             [bytes([1]) + struct.pack("<Q", location.put_data) + ticket],
-            [(socket.SOL_SOCKET, socket.SCM_RIGHTS, struct.pack("<i", fd))],
+            [(socket.SOL_SOCKET, socket.SCM_RIGHTS, struct.pack(f"<{len(fds)}i", *fds))],
         )
         reply = sock.recv(1 << 16)
     assert reply[0] == 2
@@ -355,6 +356,89 @@ def test_bad_handles_are_refused_and_nothing_changes(uri: str, tmp_path: Path) -
             reply = sock.recv(4096)
         assert reply[:2] == bytes([2, 3]) and b"no memfd" in reply
         assert client.get("kept").equals(numbers(3))
+
+
+def test_a_put_of_several_memfds_is_one_table(
+    flight_client: flight.FlightClient, uri: str, server
+) -> None:
+    parts = [numbers(300), numbers(5, seed=1000), numbers(1000, seed=2000)]
+    whole = pa.concat_tables(parts)
+    with quiver.connect(uri, transport="grpc") as client:
+        location, ticket = put_ticket(client, "several")
+        fds = [_shm.sealed_memfd(part) for part in parts]
+        sizes = [os.fstat(fd).st_size for fd in fds]
+        send_put(location, ticket, fds)
+        for fd in fds:
+            os.close(fd)
+        assert client.get("several").equals(whole)
+    with quiver.connect(uri, transport="shm") as client:
+        assert client.get("several").equals(whole)
+    # Read by hand: the three memfds come with the first datagram, and the offsets
+    # run over them one after the other.
+    location, ticket = shm_endpoint(flight_client, "several")
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    sock.connect(location.path)
+    sock.send(bytes([1]) + struct.pack("<Q", location.want_data) + ticket)
+    data, ancillary, _, _ = sock.recvmsg(1 << 20, socket.CMSG_SPACE(4 * 16))
+    received = [fd for _l, _k, p in ancillary for fd in struct.unpack(f"<{len(p) // 4}i", p)]
+    assert [os.fstat(fd).st_size for fd in received] == sizes
+    for fd in received:
+        os.close(fd)
+    bodies = []
+    while data[:2] != bytes([0, 0]):
+        if data[0] == 1:
+            bodies.append(struct.unpack_from("<Q", data, 25)[0])
+        data = sock.recv(1 << 20)
+    sock.close()
+    # The last batch (the third memfd's) lies past the first two memfds.
+    assert bodies[-1] > sizes[0] + sizes[1]
+    assert max(bodies) < sum(sizes)
+    assert len(memfds(server.process.pid)) >= 3
+
+
+def test_several_memfds_must_agree(uri: str) -> None:
+    with quiver.connect(uri, transport="grpc") as client:
+        client.put("agreed", numbers(3))
+        other = pa.table({"x": pa.array(["a", "b"])})
+        fds = [_shm.sealed_memfd(numbers(4)), _shm.sealed_memfd(other)]
+        location, ticket = put_ticket(client, "agreed")
+        with pytest.raises(InvalidArgumentError, match="memfd 2 of 2's schema differs"):
+            send_put(location, ticket, fds)
+        unsealed = memfd_with(stream_bytes(numbers(4)), 0)
+        location, ticket = put_ticket(client, "agreed")
+        with pytest.raises(InvalidArgumentError, match="memfd 3 of 3 is not sealed"):
+            send_put(location, ticket, [fds[0], fds[0], unsealed])
+        # More descriptors than the server takes with one message.
+        location, ticket = put_ticket(client, "agreed")
+        with pytest.raises(InvalidArgumentError, match="more than 16 descriptors"):
+            send_put(location, ticket, [fds[0]] * 17)
+        for fd in [*fds, unsealed]:
+            os.close(fd)
+        assert client.get("agreed").equals(numbers(3))
+
+
+def test_large_puts_are_written_by_several_threads(monkeypatch: pytest.MonkeyPatch) -> None:
+    table = numbers(100_000).combine_chunks()
+    batches = pa.Table.from_batches(table.to_batches(max_chunksize=10_000))
+    monkeypatch.setattr(_shm, "PART_BYTES", batches.nbytes // 8)
+    parts = _shm._parts(batches, cores=4)
+    assert len(parts) == 4
+    assert pa.concat_tables(parts).equals(batches)
+    # Cut at batch boundaries only, and about evenly.
+    assert all(part.num_rows % 10_000 == 0 for part in parts)
+    assert max(p.num_rows for p in parts) <= 4 * min(p.num_rows for p in parts)
+    # Small tables, one batch, or one core: one memfd.
+    assert len(_shm._parts(numbers(10), cores=4)) == 1
+    assert len(_shm._parts(table, cores=4)) == 1
+    assert len(_shm._parts(batches, cores=1)) == 1
+    assert len(_shm._parts(batches, cores=64)) == 8
+    fds = _shm.sealed_memfds(batches)
+    try:
+        read = [pa.ipc.open_stream(pa.OSFile(f"/proc/self/fd/{fd}")).read_all() for fd in fds]
+        assert pa.concat_tables(read).equals(batches)
+    finally:
+        for fd in fds:
+            os.close(fd)
 
 
 def test_oversized_handle_is_refused(start_quiver: ServerFactory) -> None:

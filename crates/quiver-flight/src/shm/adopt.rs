@@ -7,6 +7,7 @@ use std::ptr::NonNull;
 use std::sync::Arc;
 
 use arrow::buffer::Buffer;
+use arrow::datatypes::SchemaRef;
 use arrow::ipc::reader::StreamDecoder;
 use arrow::record_batch::RecordBatch;
 use quiver_store::{TableStore, TableVersion, WriteMode};
@@ -26,25 +27,97 @@ pub(crate) struct PutRequest {
     pub(crate) partitions: Option<usize>,
 }
 
-/// Stores the IPC stream in `memfd` as `request.table`. The memfd must be
-/// sealed against writing, shrinking and growing; its bytes are untrusted and
-/// validated in full. The stored batches point into its mapping.
+/// Stores the IPC streams in `memfds`, one after the other, as
+/// `request.table`. Each memfd must be sealed against writing, shrinking and
+/// growing and hold a whole stream; all of them the same schema. Their bytes
+/// are untrusted and validated in full. The stored batches point into their
+/// mappings. (A client writes several memfds at once to use several cores:
+/// filling fresh pages of one memfd does not scale, the file's lock serializes
+/// writers.)
 pub(crate) fn adopt(
     store: &TableStore,
     request: &PutRequest,
-    memfd: OwnedFd,
+    memfds: Vec<OwnedFd>,
 ) -> Result<Arc<TableVersion>> {
+    let count = memfds.len();
+    let which = |i: usize| {
+        if count == 1 {
+            "the memfd".to_string()
+        } else {
+            format!("memfd {} of {count}", i + 1)
+        }
+    };
+    let mut total = 0u64;
+    for (i, memfd) in memfds.iter().enumerate() {
+        total = total.saturating_add(checked_len(memfd, &which(i))?);
+    }
+    let pool = store.memory();
+    pool.settle();
+    let available = pool.limit().saturating_sub(pool.used());
+    if total > available {
+        return Err(Error::ResourceExhausted(format!(
+            "memfds of {total} bytes are over the {available} bytes left under the memory \
+             limit (--max-memory)"
+        )));
+    }
+    let mut parts = Vec::with_capacity(count);
+    let mut schema: Option<SchemaRef> = None;
+    let mut batches = Vec::new();
+    for (i, memfd) in memfds.into_iter().enumerate() {
+        let map = Arc::new(export::map(&memfd)?);
+        let messages =
+            export::scan(&map).map_err(|e| Error::Decode(format!("{}: {e}", which(i))))?;
+        let (part_schema, part_batches) = decode(&map, &messages)?;
+        match &schema {
+            None => schema = Some(part_schema),
+            Some(first) if *first != part_schema => {
+                return Err(Error::invalid(format!(
+                    "{}'s schema differs from the first memfd's: every memfd of a put holds \
+                     the same schema",
+                    which(i)
+                )));
+            }
+            Some(_) => {}
+        }
+        batches.extend(part_batches);
+        parts.push((memfd, map, messages));
+    }
+    let schema = schema.expect("at least one memfd");
+    let mut writer = store.writer(&request.table, request.mode, schema, request.partitions)?;
+    for batch in batches {
+        writer.push(batch)?;
+    }
+    let version = writer.commit()?;
+    if !store.is_durable()
+        && request.mode != WriteMode::Append
+        && parts.iter().all(|(_, _, messages)| {
+            messages
+                .iter()
+                .all(export::MessageLayout::body_starts_at_first_buffer)
+        })
+    {
+        // The version's batches are the memfds': later reads over shared memory
+        // pass them on as they are. (A stream whose bodies start before their
+        // first buffer is written into a memfd of quiver's own when first read.)
+        version.attach(Arc::new(Export::adopt(parts)));
+    }
+    Ok(version)
+}
+
+/// The length of a memfd sealed against writing, shrinking and growing;
+/// `what` names it in errors.
+fn checked_len(memfd: &OwnedFd, what: &str) -> Result<u64> {
     let seals = sys::seals(memfd.as_fd()).map_err(|e| {
         Error::invalid(format!(
-            "the handle passed is not a sealable memfd ({e}): create it with \
+            "{what} is not a sealable memfd ({e}): create it with \
              memfd_create(MFD_ALLOW_SEALING)"
         ))
     })?;
     if seals & sys::IMMUTABLE != sys::IMMUTABLE {
-        return Err(Error::invalid(
-            "the memfd is not sealed: add F_SEAL_WRITE, F_SEAL_SHRINK and F_SEAL_GROW \
-             (and unmap every writable mapping) before passing it",
-        ));
+        return Err(Error::invalid(format!(
+            "{what} is not sealed: add F_SEAL_WRITE, F_SEAL_SHRINK and F_SEAL_GROW \
+             (and unmap every writable mapping) before passing it"
+        )));
     }
     let len = std::fs::File::from(
         memfd
@@ -54,40 +127,12 @@ pub(crate) fn adopt(
     .metadata()
     .map_err(|e| Error::Internal(format!("cannot stat the memfd: {e}")))?
     .len();
-    let pool = store.memory();
-    pool.settle();
-    let available = pool.limit().saturating_sub(pool.used());
-    if len > available {
-        return Err(Error::ResourceExhausted(format!(
-            "a memfd of {len} bytes is over the {available} bytes left under the memory \
-             limit (--max-memory)"
+    if len == 0 {
+        return Err(Error::invalid(format!(
+            "{what} is empty: expected an Arrow IPC stream"
         )));
     }
-    if len == 0 {
-        return Err(Error::invalid(
-            "the memfd is empty: expected an Arrow IPC stream",
-        ));
-    }
-    let map = Arc::new(export::map(&memfd)?);
-    let messages = export::scan(&map).map_err(Error::Decode)?;
-    let (schema, batches) = decode(&map, &messages)?;
-    let mut writer = store.writer(&request.table, request.mode, schema, request.partitions)?;
-    for batch in batches {
-        writer.push(batch)?;
-    }
-    let version = writer.commit()?;
-    if !store.is_durable()
-        && request.mode != WriteMode::Append
-        && messages
-            .iter()
-            .all(export::MessageLayout::body_starts_at_first_buffer)
-    {
-        // The version's batches are the memfd's: later reads over shared memory
-        // pass it on as it is. (A stream whose bodies start before their first
-        // buffer is written into a memfd of quiver's own when first read.)
-        version.attach(Arc::new(Export::adopt(memfd, map, messages)));
-    }
-    Ok(version)
+    Ok(len)
 }
 
 /// Decodes the stream in `map` with full validation; the arrays point into

@@ -61,7 +61,7 @@ pub(crate) fn serve(socket: OwnedFd, shared: &Shared) {
         Ok(Request::Tagged {
             tag: PUT_DATA,
             body,
-        }) => put(shared, body, first.fd).map(|(v, user)| {
+        }) => put(shared, body, first.fds).map(|(v, user)| {
             tracing::info!(
                 ?peer,
                 %user,
@@ -100,14 +100,14 @@ fn reply(fd: BorrowedFd<'_>, outcome: Result<String>) -> std::io::Result<()> {
             framing::reply(status.code(), status.message())
         }
     };
-    sys::send(fd, &[IoSlice::new(&message)], None)
+    sys::send(fd, &[IoSlice::new(&message)], &[])
 }
 
-/// Stores the memfd a put ticket allows; returns the version and who put it.
+/// Stores the memfds a put ticket allows; returns the version and who put it.
 fn put(
     shared: &Shared,
     ticket: &[u8],
-    memfd: Option<OwnedFd>,
+    memfds: Vec<OwnedFd>,
 ) -> Result<(Arc<quiver_store::TableVersion>, Arc<str>)> {
     let Grant::Put {
         table,
@@ -118,22 +118,25 @@ fn put(
     else {
         return Err(Error::invalid("a read ticket sent with put_data"));
     };
-    let memfd = memfd
-        .ok_or_else(|| Error::invalid("put_data carries no memfd: attach one with SCM_RIGHTS"))?;
+    if memfds.is_empty() {
+        return Err(Error::invalid(
+            "put_data carries no memfd: attach one or more with SCM_RIGHTS",
+        ));
+    }
     let request = PutRequest {
         table,
         mode,
         partitions,
     };
-    Ok((adopt::adopt(&shared.store, &request, memfd)?, caller))
+    Ok((adopt::adopt(&shared.store, &request, memfds)?, caller))
 }
 
-/// Sends messages one per datagram, or packed into bundles; a descriptor
-/// goes with the first datagram sent after it is attached.
+/// Sends messages one per datagram, or packed into bundles; descriptors go
+/// with the first datagram sent after they are attached.
 struct Outbox<'a> {
     socket: BorrowedFd<'a>,
     bundler: Option<Bundler>,
-    handle: Option<BorrowedFd<'a>>,
+    handles: Vec<BorrowedFd<'a>>,
 }
 
 impl<'a> Outbox<'a> {
@@ -141,7 +144,7 @@ impl<'a> Outbox<'a> {
         Self {
             socket,
             bundler: bundled.then(Bundler::default),
-            handle: None,
+            handles: Vec::new(),
         }
     }
 
@@ -160,7 +163,7 @@ impl<'a> Outbox<'a> {
                 // Too large for a bundle (or not bundling): alone, in order.
                 self.flush()?;
                 let slices: Vec<IoSlice<'_>> = parts.iter().map(|p| IoSlice::new(p)).collect();
-                sys::send(self.socket, &slices, self.handle.take())
+                sys::send(self.socket, &slices, &std::mem::take(&mut self.handles))
             }
         }
     }
@@ -170,7 +173,11 @@ impl<'a> Outbox<'a> {
         match &mut self.bundler {
             Some(bundler) if !bundler.is_empty() => {
                 let bytes = bundler.take();
-                sys::send(self.socket, &[IoSlice::new(&bytes)], self.handle.take())
+                sys::send(
+                    self.socket,
+                    &[IoSlice::new(&bytes)],
+                    &std::mem::take(&mut self.handles),
+                )
             }
             _ => Ok(()),
         }
@@ -188,8 +195,9 @@ fn send_stream(fd: BorrowedFd<'_>, shared: &Shared, ticket: &[u8], bundled: bool
     let send_failed = |e: std::io::Error| Error::Cancelled(format!("sending the stream: {e}"));
     let mut outstanding = HashSet::new();
     let mut outbox = Outbox::new(fd, bundled);
-    // The memfd travels with the first datagram, which holds the schema.
-    outbox.handle = Some(export.fd());
+    // The memfds travel with the first datagram, which holds the schema; the
+    // offsets sent are into their concatenation, in the order attached.
+    outbox.handles = export.fds();
     let mut seq = 0u32;
     for message in export.messages() {
         let prefix = framing::metadata_prefix(seq);

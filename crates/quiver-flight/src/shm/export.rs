@@ -4,7 +4,10 @@
 //! A version is written to a memfd once, the first time a client reads it over
 //! shared memory, and the memfd lives as long as the version (it is the
 //! version's attachment) or a reader holds it. A table put over shared memory
-//! needs no writing: the client's memfd is the export.
+//! needs no writing: the client's memfds are the export. An export of several
+//! memfds is one stream over their concatenation: offsets run on from one
+//! memfd into the next, the first memfd's schema heads the stream and the
+//! other memfds' schema messages are left out.
 
 use std::fs::File;
 use std::io::{self, BufWriter, Write};
@@ -28,6 +31,8 @@ const CONTINUATION: [u8; 4] = [0xff; 4];
 /// One IPC message of the stream in the memfd.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct MessageLayout {
+    /// The memfd of the export that holds the message.
+    pub(crate) region: usize,
     /// The flatbuffer header, padded, as a range of the memfd.
     pub(crate) metadata: Range<usize>,
     /// The body, as a range of the memfd (empty for a schema).
@@ -50,11 +55,19 @@ impl MessageLayout {
     }
 }
 
-/// A sealed memfd holding one IPC stream.
+/// A sealed memfd and its mapping, at `base` in its export's concatenation.
 #[derive(Debug)]
-pub(crate) struct Export {
+struct Region {
     memfd: OwnedFd,
     map: Arc<Mmap>,
+    base: usize,
+}
+
+/// One IPC stream in one or more sealed memfds.
+#[derive(Debug)]
+pub(crate) struct Export {
+    regions: Vec<Region>,
+    /// The messages, offsets into the concatenation of the memfds.
     messages: Vec<MessageLayout>,
     /// The memory this export holds, charged to the store's pool (none when
     /// the memfd also holds the version's batches).
@@ -89,26 +102,50 @@ impl Export {
             ));
         }
         Ok(Self {
-            memfd,
-            map,
+            regions: vec![Region {
+                memfd,
+                map,
+                base: 0,
+            }],
             messages,
             _charge: Some(charge),
         })
     }
 
-    /// The export of a sealed memfd whose stream was validated, mapped as `map`.
-    pub(crate) fn adopt(memfd: OwnedFd, map: Arc<Mmap>, messages: Vec<MessageLayout>) -> Self {
+    /// The export of sealed memfds, in order, each holding a validated stream
+    /// (mapped, with its messages as `scan` found them) of the same schema.
+    pub(crate) fn adopt(parts: Vec<(OwnedFd, Arc<Mmap>, Vec<MessageLayout>)>) -> Self {
+        let mut regions = Vec::with_capacity(parts.len());
+        let mut messages = Vec::new();
+        let mut base = 0usize;
+        for (index, (memfd, map, layouts)) in parts.into_iter().enumerate() {
+            // The first memfd's schema heads the stream; the others' are the same.
+            let skip = usize::from(index > 0);
+            messages.extend(layouts.into_iter().skip(skip).map(|m| MessageLayout {
+                region: index,
+                metadata: m.metadata.start + base..m.metadata.end + base,
+                body: m.body.start + base..m.body.end + base,
+                buffers: m.buffers.map(|pairs| {
+                    pairs
+                        .into_iter()
+                        .map(|(offset, len)| (offset + base as u64, len))
+                        .collect()
+                }),
+            }));
+            let len = map.len();
+            regions.push(Region { memfd, map, base });
+            base += len;
+        }
         Self {
-            memfd,
-            map,
+            regions,
             messages,
             _charge: None,
         }
     }
 
-    /// The memfd, to pass to a client.
-    pub(crate) fn fd(&self) -> BorrowedFd<'_> {
-        self.memfd.as_fd()
+    /// The memfds, in order, to pass to a client.
+    pub(crate) fn fds(&self) -> Vec<BorrowedFd<'_>> {
+        self.regions.iter().map(|r| r.memfd.as_fd()).collect()
     }
 
     /// The stream's messages, schema first.
@@ -118,7 +155,8 @@ impl Export {
 
     /// The flatbuffer header of `message`.
     pub(crate) fn metadata(&self, message: &MessageLayout) -> &[u8] {
-        &self.map[message.metadata.clone()]
+        let region = &self.regions[message.region];
+        &region.map[message.metadata.start - region.base..message.metadata.end - region.base]
     }
 }
 
@@ -267,6 +305,7 @@ pub(crate) fn scan(bytes: &[u8]) -> Result<Vec<MessageLayout>, String> {
             }
         };
         messages.push(MessageLayout {
+            region: 0,
             metadata,
             body: body.clone(),
             buffers,
@@ -330,6 +369,7 @@ mod tests {
     #[test]
     fn a_body_with_room_before_its_first_buffer_is_told_apart() {
         let layout = |buffers: Option<Vec<(u64, u64)>>| MessageLayout {
+            region: 0,
             metadata: 8..64,
             body: 64..128,
             buffers,
@@ -338,6 +378,49 @@ mod tests {
         assert!(layout(Some(vec![])).body_starts_at_first_buffer());
         assert!(layout(Some(vec![(64, 0), (64, 8)])).body_starts_at_first_buffer());
         assert!(!layout(Some(vec![(72, 8)])).body_starts_at_first_buffer());
+    }
+
+    /// A sealed memfd holding `batches` as a stream, mapped, with its layout.
+    fn sealed(batches: &[RecordBatch]) -> (OwnedFd, Arc<Mmap>, Vec<MessageLayout>) {
+        let memfd = sys::memfd("test").unwrap();
+        let mut file = File::from(memfd);
+        write_stream(&mut file, &batches[0].schema(), batches.iter()).unwrap();
+        let memfd = OwnedFd::from(file);
+        sys::seal(memfd.as_fd()).unwrap();
+        let map = Arc::new(map(&memfd).unwrap());
+        let messages = scan(&map).unwrap();
+        (memfd, map, messages)
+    }
+
+    #[test]
+    fn an_export_of_several_memfds_is_one_stream_over_their_concatenation() {
+        let first = sealed(&[batch(0, 10), batch(10, 5)]);
+        let second = sealed(&[batch(100, 7)]);
+        let first_len = first.1.len();
+        let second_header = second.1[second.2[1].metadata.clone()].to_vec();
+        let export = Export::adopt(vec![first, second]);
+        assert_eq!(export.fds().len(), 2);
+        let messages = export.messages();
+        // One schema (the first memfd's), then the three batches in order.
+        assert_eq!(messages.len(), 4);
+        assert!(messages[0].buffers.is_none());
+        assert_eq!(
+            messages.iter().map(|m| m.region).collect::<Vec<_>>(),
+            [0, 0, 0, 1]
+        );
+        // The second memfd's batch: its header read from its own mapping, its
+        // offsets counted from the end of the first memfd.
+        let last = &messages[3];
+        assert_eq!(export.metadata(last), &second_header[..]);
+        assert!(last.body.start >= first_len);
+        let (offset, len) = last.buffers.as_ref().unwrap()[1];
+        let region = &export.regions[1];
+        let local = offset as usize - region.base;
+        let values: Vec<i64> = region.map[local..local + len as usize]
+            .chunks_exact(8)
+            .map(|c| i64::from_le_bytes(c.try_into().unwrap()))
+            .collect();
+        assert_eq!(values, (100..107).collect::<Vec<_>>());
     }
 
     #[test]

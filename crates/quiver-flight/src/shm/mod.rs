@@ -155,7 +155,7 @@ fn accept_loop(listener: &OwnedFd, shared: &Arc<Shared>) {
                 tonic::Code::ResourceExhausted,
                 &format!("{MAX_CONNECTIONS} shared-memory connections open: try again later"),
             );
-            let _ = sys::send(socket.as_fd(), &[io::IoSlice::new(&refusal)], None);
+            let _ = sys::send(socket.as_fd(), &[io::IoSlice::new(&refusal)], &[]);
             continue;
         }
         let shared = Arc::clone(shared);

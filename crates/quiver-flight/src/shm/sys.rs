@@ -180,32 +180,49 @@ pub(crate) fn set_read_timeout(
     Ok(())
 }
 
-/// Sends one datagram made of `parts`, with `fd` attached if given.
+/// Most descriptors attached to one message (a put's memfds).
+pub(crate) const MAX_FDS: usize = 16;
+
+/// Room for [`MAX_FDS`] descriptors' control message, aligned for cmsghdr:
+/// CMSG_SPACE(16 × 4) is 80 bytes on 64-bit Linux.
+type Control = [u64; 10];
+
+/// Sends one datagram made of `parts`, with `fds` attached (at most [`MAX_FDS`]).
 pub(crate) fn send(
     socket: BorrowedFd<'_>,
     parts: &[IoSlice<'_>],
-    fd: Option<BorrowedFd<'_>>,
+    fds: &[BorrowedFd<'_>],
 ) -> io::Result<()> {
-    // Room for one descriptor's control message, aligned for cmsghdr.
-    let mut control = [0u64; 8];
+    if fds.len() > MAX_FDS {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!("{} descriptors: at most {MAX_FDS} per message", fds.len()),
+        ));
+    }
+    let mut control: Control = [0; 10];
     // SAFETY: msghdr is plain data; all zeroes is a valid value.
     let mut msg: libc::msghdr = unsafe { zeroed() };
     msg.msg_iov = parts.as_ptr().cast_mut().cast();
     msg.msg_iovlen = parts.len();
-    if let Some(fd) = fd {
-        let raw: RawFd = fd.as_raw_fd();
-        // SAFETY: CMSG_SPACE of one descriptor fits in `control` (64 bytes);
-        // CMSG_FIRSTHDR of a msghdr with a control buffer that large is non-null
-        // and CMSG_DATA points inside it.
+    if !fds.is_empty() {
+        let payload = (fds.len() * size_of::<RawFd>()) as u32;
+        // SAFETY: CMSG_SPACE of at most MAX_FDS descriptors fits in `control`
+        // (checked below); CMSG_FIRSTHDR of a msghdr with a control buffer that
+        // large is non-null and CMSG_DATA points inside it, with room for
+        // `fds.len()` descriptors.
         unsafe {
-            let space = libc::CMSG_SPACE(size_of::<RawFd>() as u32) as usize;
+            let space = libc::CMSG_SPACE(payload) as usize;
+            assert!(space <= size_of::<Control>(), "control buffer too small");
             msg.msg_control = control.as_mut_ptr().cast();
             msg.msg_controllen = space;
             let header = libc::CMSG_FIRSTHDR(&raw const msg);
             (*header).cmsg_level = libc::SOL_SOCKET;
             (*header).cmsg_type = libc::SCM_RIGHTS;
-            (*header).cmsg_len = libc::CMSG_LEN(size_of::<RawFd>() as u32) as usize;
-            std::ptr::write_unaligned(libc::CMSG_DATA(header).cast::<RawFd>(), raw);
+            (*header).cmsg_len = libc::CMSG_LEN(payload) as usize;
+            let data = libc::CMSG_DATA(header).cast::<RawFd>();
+            for (i, fd) in fds.iter().enumerate() {
+                std::ptr::write_unaligned(data.add(i), fd.as_raw_fd());
+            }
         }
     }
     let expected: usize = parts.iter().map(|p| p.len()).sum();
@@ -222,19 +239,19 @@ pub(crate) fn send(
     Ok(())
 }
 
-/// One datagram received: its bytes and the descriptor attached, if any.
+/// One datagram received: its bytes and the descriptors attached, in order.
 #[derive(Debug)]
 pub(crate) struct Received {
     pub(crate) bytes: Vec<u8>,
-    pub(crate) fd: Option<OwnedFd>,
+    pub(crate) fds: Vec<OwnedFd>,
 }
 
 /// Receives one datagram of at most `max` bytes. `Ok(None)` when the peer
-/// closed the connection. A longer datagram, or more than one descriptor, is
-/// an error (the descriptors are closed).
+/// closed the connection. A longer datagram, or more than [`MAX_FDS`]
+/// descriptors, is an error (the descriptors are closed).
 pub(crate) fn recv(socket: BorrowedFd<'_>, max: usize) -> io::Result<Option<Received>> {
     let mut bytes = vec![0u8; max];
-    let mut control = [0u64; 16];
+    let mut control: Control = [0; 10];
     let mut iov = libc::iovec {
         iov_base: bytes.as_mut_ptr().cast(),
         iov_len: bytes.len(),
@@ -270,7 +287,7 @@ pub(crate) fn recv(socket: BorrowedFd<'_>, max: usize) -> io::Result<Option<Rece
     if msg.msg_flags & libc::MSG_CTRUNC != 0 {
         return Err(io::Error::new(
             io::ErrorKind::InvalidData,
-            "too many descriptors attached to one message",
+            format!("more than {MAX_FDS} descriptors attached to one message"),
         ));
     }
     if msg.msg_flags & libc::MSG_TRUNC != 0 {
@@ -282,18 +299,6 @@ pub(crate) fn recv(socket: BorrowedFd<'_>, max: usize) -> io::Result<Option<Rece
     if n == 0 && fds.is_empty() {
         return Ok(None);
     }
-    if fds.len() > 1 {
-        return Err(io::Error::new(
-            io::ErrorKind::InvalidData,
-            format!(
-                "{} descriptors attached to one message: at most 1",
-                fds.len()
-            ),
-        ));
-    }
     bytes.truncate(n);
-    Ok(Some(Received {
-        bytes,
-        fd: fds.pop(),
-    }))
+    Ok(Some(Received { bytes, fds }))
 }
