@@ -8,14 +8,17 @@ datagram, first byte 0 untagged, 1 tagged, 2 reply, 3 a bundle of length-prefixe
 messages) the client sends ``want_bundled`` (or the spec's ``want_data``, which gets one
 message per datagram) with the ticket and receives:
 
-- the memfd holding the table as an Arrow IPC stream (``SCM_RIGHTS``, with the first
-  message), which it maps read-only;
+- the memfd (or memfds, for a table put in several) holding the table as an Arrow
+  IPC stream (``SCM_RIGHTS``, with the first message), which it maps read-only; the
+  offsets run over the memfds one after the other;
 - the metadata stream: ``[type][sequence number u32][flatbuffer]``, type 1 for a
   header and 0 for End of Stream;
 - for each message with a body, a tagged message, tag ``(1 << 56) | seq``, whose body
   is ``[total, count, (offset, length) * count]`` (u64 LE): where the buffers lie.
 
-Each batch is then read in place from the mapping: nothing is copied. When the
+Each batch is built from its header as received and its body in place in the
+mapping: nothing is copied. A put writes the table into sealed memfds (one thread
+each, for a large table) and passes them with ``put_data``. When the
 table's buffers are released, ``free_data`` returns the offsets and the connection
 closes. See docs/shm.md.
 """
