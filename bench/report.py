@@ -637,7 +637,8 @@ def _shm_section(rows: list[Row]) -> list[str]:
         "## Shared memory (same host)",
         "",
         'The quiver Python client with `transport="shm"` (Dissociated IPC over a Unix '
-        "socket: a get maps the server's sealed memfd, a put hands one over; docs/shm.md) "
+        "socket: a get maps the server's sealed memfds, a put writes the table into "
+        "memfds, one thread each, and hands them over; docs/shm.md) "
         'against the same client with `transport="grpc"`, both to quiver, same table, '
         "median (min-max) seconds.",
         "",
