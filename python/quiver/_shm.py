@@ -218,7 +218,7 @@ def _get(sock: socket.socket, location: Location, ticket: bytes) -> pa.Table:
             break
         datagram, _ = receiver.receive()
     table = _assemble(regions, stream)
-    offsets = [offset for offsets in stream.bodies.values() for offset in offsets]
+    offsets = [offset for offsets, _ in stream.bodies.values() for offset in offsets]
     weakref.finalize(holder, _free, sock, location.free_data, offsets)
     del holder
     return table
@@ -247,9 +247,9 @@ class _Stream:
     def __init__(self, size: int) -> None:
         self.size = size
         self.metadata: dict[int, bytes] = {}
-        self.bodies: dict[int, tuple[int, ...]] = {}
-        #: Where each body lies: (first buffer's offset, end of the last buffer).
-        self.extents: dict[int, tuple[int, int]] = {}
+        #: Each body message's buffer offsets (the first is where the body starts)
+        #: and where its last buffer ends.
+        self.bodies: dict[int, tuple[tuple[int, ...], int]] = {}
         self.end: int | None = None
 
     def add(self, message: bytes) -> None:
@@ -270,10 +270,7 @@ class _Stream:
         elif kind == TAGGED:
             (tag,) = struct.unpack_from("<Q", message, 1)
             seq = tag & SEQUENCE_MASK
-            offsets, end = _buffers(tag, message[9:], self.size)
-            self.bodies[seq] = offsets
-            if offsets:
-                self.extents[seq] = (offsets[0], end)
+            self.bodies[seq] = _buffers(tag, message[9:], self.size)
         elif kind == REPLY:
             _raise_reply(message)
         else:
@@ -359,9 +356,9 @@ class _Feed:
         metadata = self.stream.metadata
         while len(self.pending) < n and self.body is None and self.seq in metadata:
             self.pending += _prefixed(metadata[self.seq])
-            extent = self.stream.extents.get(self.seq)
-            if extent is not None:
-                self.body = (self.seq, *extent)
+            offsets, end = self.stream.bodies.get(self.seq, ((), 0))
+            if offsets:
+                self.body = (self.seq, offsets[0], end)
             self.seq += 1
         out, self.pending = self.pending[:n], self.pending[n:]
         return out

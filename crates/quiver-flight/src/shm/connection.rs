@@ -135,7 +135,8 @@ fn put(
 /// with the first datagram sent after they are attached.
 struct Outbox<'a> {
     socket: BorrowedFd<'a>,
-    bundler: Option<Bundler>,
+    /// Present when the client asked for bundles.
+    bundle: Option<Bundler>,
     handles: Vec<BorrowedFd<'a>>,
 }
 
@@ -143,7 +144,7 @@ impl<'a> Outbox<'a> {
     fn new(socket: BorrowedFd<'a>, bundled: bool) -> Self {
         Self {
             socket,
-            bundler: bundled.then(Bundler::default),
+            bundle: bundled.then(Bundler::default),
             handles: Vec::new(),
         }
     }
@@ -151,36 +152,35 @@ impl<'a> Outbox<'a> {
     /// Sends (or bundles) the message made of `parts`.
     fn send(&mut self, parts: &[&[u8]]) -> std::io::Result<()> {
         let len = parts.iter().map(|p| p.len()).sum();
-        match &mut self.bundler {
-            Some(bundler) if Bundler::takes(len) => {
-                if !bundler.has_room(len) {
-                    self.flush()?;
-                }
-                self.bundler.as_mut().expect("bundled outbox").push(parts);
-                Ok(())
-            }
-            _ => {
-                // Too large for a bundle (or not bundling): alone, in order.
+        if let Some(bundle) = &self.bundle
+            && Bundler::takes(len)
+        {
+            if !bundle.has_room(len) {
                 self.flush()?;
-                let slices: Vec<IoSlice<'_>> = parts.iter().map(|p| IoSlice::new(p)).collect();
-                sys::send(self.socket, &slices, &std::mem::take(&mut self.handles))
             }
+            if let Some(bundle) = &mut self.bundle {
+                bundle.push(parts);
+            }
+            return Ok(());
         }
+        // Not bundling, or too large for a bundle: alone, in order.
+        self.flush()?;
+        let slices: Vec<IoSlice<'_>> = parts.iter().map(|p| IoSlice::new(p)).collect();
+        sys::send(self.socket, &slices, &std::mem::take(&mut self.handles))
     }
 
     /// Sends the bundle as it stands, if it holds anything.
     fn flush(&mut self) -> std::io::Result<()> {
-        match &mut self.bundler {
-            Some(bundler) if !bundler.is_empty() => {
-                let bytes = bundler.take();
-                sys::send(
-                    self.socket,
-                    &[IoSlice::new(&bytes)],
-                    &std::mem::take(&mut self.handles),
-                )
-            }
-            _ => Ok(()),
-        }
+        let Some(bundle) = self.bundle.as_mut().filter(|b| !b.is_empty()) else {
+            return Ok(());
+        };
+        let sent = sys::send(
+            self.socket,
+            &[IoSlice::new(bundle.bytes())],
+            &std::mem::take(&mut self.handles),
+        );
+        bundle.clear();
+        sent
     }
 }
 
@@ -198,6 +198,7 @@ fn send_stream(fd: BorrowedFd<'_>, shared: &Shared, ticket: &[u8], bundled: bool
     // The memfds travel with the first datagram, which holds the schema; the
     // offsets sent are into their concatenation, in the order attached.
     outbox.handles = export.fds();
+    let mut body = Vec::new();
     let mut seq = 0u32;
     for message in export.messages() {
         let prefix = framing::metadata_prefix(seq);
@@ -205,7 +206,7 @@ fn send_stream(fd: BorrowedFd<'_>, shared: &Shared, ticket: &[u8], bundled: bool
             .send(&[&prefix, export.metadata(message)])
             .map_err(send_failed)?;
         if let Some(buffers) = &message.buffers {
-            let body = framing::shared_body(seq, buffers);
+            framing::shared_body(seq, buffers, &mut body);
             outbox.send(&[&body]).map_err(send_failed)?;
             outstanding.extend(buffers.iter().map(|(offset, _)| *offset));
         }

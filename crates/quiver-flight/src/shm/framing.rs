@@ -101,9 +101,11 @@ pub(crate) fn data_tag(kind: u8, seq: u32) -> u64 {
     (u64::from(kind) << 56) | u64::from(seq)
 }
 
-/// A tagged body message of type 1: `buffers` as (offset, length) pairs.
-pub(crate) fn shared_body(seq: u32, buffers: &[(u64, u64)]) -> Vec<u8> {
-    let mut out = Vec::with_capacity(9 + 16 * (buffers.len() + 1));
+/// A tagged body message of type 1: `buffers` as (offset, length) pairs,
+/// written over `out` (one buffer reused for every batch of a stream).
+pub(crate) fn shared_body(seq: u32, buffers: &[(u64, u64)], out: &mut Vec<u8>) {
+    out.clear();
+    out.reserve(9 + 16 * (buffers.len() + 1));
     out.push(TAGGED);
     out.extend_from_slice(&data_tag(BODY_SHARED, seq).to_le_bytes());
     let total: u64 = buffers.iter().map(|(_, len)| len).sum();
@@ -113,7 +115,6 @@ pub(crate) fn shared_body(seq: u32, buffers: &[(u64, u64)]) -> Vec<u8> {
         out.extend_from_slice(&offset.to_le_bytes());
         out.extend_from_slice(&len.to_le_bytes());
     }
-    out
 }
 
 /// Packs messages into bundles: `[BUNDLE] ([length u32 LE][message])*`.
@@ -156,9 +157,14 @@ impl Bundler {
         }
     }
 
-    /// The bundle as it stands; the bundler is empty again afterwards.
-    pub(crate) fn take(&mut self) -> Vec<u8> {
-        std::mem::replace(&mut self.bytes, Self::default().bytes)
+    /// The bundle as it stands.
+    pub(crate) fn bytes(&self) -> &[u8] {
+        &self.bytes
+    }
+
+    /// Empties the bundle (its buffer is kept for the next one).
+    pub(crate) fn clear(&mut self) {
+        self.bytes.truncate(1);
     }
 }
 
@@ -210,7 +216,8 @@ mod tests {
 
     #[test]
     fn shared_body_layout() {
-        let body = shared_body(3, &[(64, 8), (128, 24)]);
+        let mut body = vec![9; 500];
+        shared_body(3, &[(64, 8), (128, 24)], &mut body);
         assert_eq!(body[0], TAGGED);
         let word = |i: usize| u64::from_le_bytes(body[1 + 8 * i..9 + 8 * i].try_into().unwrap());
         assert_eq!(word(0), data_tag(BODY_SHARED, 3));
@@ -228,8 +235,10 @@ mod tests {
         bundler.push(&[&metadata_prefix(0), b"schema"]);
         bundler.push(&[&end_of_stream(1)]);
         assert!(!bundler.is_empty());
-        let bytes = bundler.take();
-        assert!(bundler.is_empty(), "take leaves an empty bundle");
+        let bytes = bundler.bytes().to_vec();
+        bundler.clear();
+        assert!(bundler.is_empty(), "clear leaves an empty bundle");
+        assert_eq!(bundler.bytes(), [BUNDLE]);
         let mut expected = vec![BUNDLE];
         expected.extend_from_slice(&12u32.to_le_bytes());
         expected.extend_from_slice(&[0, 1, 0, 0, 0, 0]);
