@@ -273,3 +273,39 @@ def test_basic_token_handshake_is_accepted(uri: str) -> None:
     header = client.authenticate_basic_token("user", "password")
     assert isinstance(header, tuple)
     client.close()
+
+
+def _batches_received(client: flight.FlightClient, name: str) -> list[int]:
+    """Return the row counts of the record batches a DoGet of ``name`` delivers."""
+    info = client.get_flight_info(flight.FlightDescriptor.for_path(name))
+    reader = client.do_get(info.endpoints[0].ticket)
+    return [chunk.data.num_rows for chunk in reader]
+
+
+def test_pyarrow_gets_a_large_batch_whole(start_quiver: ServerFactory) -> None:
+    # pyarrow's Flight client takes messages of any size (Arrow C++ servers send batches
+    # whole), and tells it by gRPC C++'s user-agent: quiver sends it a 16 MiB batch as one
+    # message, where clients with gRPC's 4 MiB default limit get 2 MiB slices.
+    server = start_quiver()
+    client = flight.FlightClient(server.uri)
+    rows = 1 << 20
+    table = pa.table({"a": pa.array(range(rows), pa.int64()), "b": pa.array([0.5] * rows)})
+    table = pa.concat_tables([table, table.slice(0, 1000)])
+    put(client, "big", table)
+    assert _batches_received(client, "big") == [rows, 1000]
+    assert get(client, "big").equals(table)
+    client.close()
+
+
+def test_large_flight_data_size_caps_what_pyarrow_gets(start_quiver: ServerFactory) -> None:
+    server = start_quiver("--large-flight-data-size", "2MiB")
+    client = flight.FlightClient(server.uri)
+    rows = 1 << 20  # 16 MiB: cut into 64-row-aligned slices of about 2 MiB
+    table = pa.table({"a": pa.array(range(rows), pa.int64()), "b": pa.array([0.5] * rows)})
+    put(client, "big", table)
+    received = _batches_received(client, "big")
+    assert len(received) == 8
+    assert sum(received) == rows
+    assert all(n % 64 == 0 for n in received[:-1])
+    assert get(client, "big").equals(table)
+    client.close()

@@ -70,6 +70,7 @@ impl PutHarness {
                 location: "grpc+tcp://127.0.0.1:0".into(),
                 default_partitions: 1,
                 max_flight_data_size: 2 << 20,
+                large_flight_data_size: 2 << 20,
                 max_message_size: HARNESS_MAX_MESSAGE_SIZE,
                 sql: EngineOptions::default(),
                 shm: None,

@@ -34,6 +34,11 @@ pub const DEFAULT_MAX_MESSAGE_SIZE: usize = 1 << 30;
 /// encoder recommends. Larger batches are split into slices.
 pub const DEFAULT_MAX_FLIGHT_DATA_SIZE: usize = 2 << 20;
 
+/// Default largest FlightData message DoGet sends to Arrow C++ clients
+/// (pyarrow), which take messages of any size: 64 MiB, so that ordinary
+/// batches leave whole (`wire::message_size`).
+pub const DEFAULT_LARGE_FLIGHT_DATA_SIZE: usize = 64 << 20;
+
 /// Default HTTP/2 stream window: 16 MiB. With hyper's 1 MiB a client cannot
 /// send one 2 MiB batch without waiting for a WINDOW_UPDATE; 1 GiB puts from
 /// pyarrow measured +20% (docs/performance.md).
@@ -98,6 +103,8 @@ pub struct ServerConfig {
     pub max_message_size: usize,
     /// Largest FlightData message DoGet sends.
     pub max_flight_data_size: usize,
+    /// Largest FlightData message DoGet sends to Arrow C++ clients (pyarrow).
+    pub large_flight_data_size: usize,
     /// How long RPCs in flight may take to finish once shutdown begins; then
     /// the server closes the connections still open.
     pub shutdown_timeout: Duration,
@@ -177,6 +184,7 @@ impl Default for ServerConfig {
             partitions: 1,
             max_message_size: DEFAULT_MAX_MESSAGE_SIZE,
             max_flight_data_size: DEFAULT_MAX_FLIGHT_DATA_SIZE,
+            large_flight_data_size: DEFAULT_LARGE_FLIGHT_DATA_SIZE,
             shutdown_timeout: DEFAULT_SHUTDOWN_TIMEOUT,
             http2: Http2Config::default(),
             direct_wire: true,
@@ -252,6 +260,7 @@ pub async fn serve(
             location,
             default_partitions: config.partitions.max(1),
             max_flight_data_size: config.max_flight_data_size,
+            large_flight_data_size: config.large_flight_data_size,
             max_message_size: config.max_message_size,
             sql: config.sql.clone(),
         },

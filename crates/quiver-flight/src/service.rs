@@ -43,6 +43,9 @@ pub struct ServiceOptions {
     pub default_partitions: usize,
     /// Largest FlightData message DoGet sends; larger batches are split.
     pub max_flight_data_size: usize,
+    /// Largest FlightData message DoGet sends to Arrow C++ clients, which take
+    /// any size (`wire::message_size`).
+    pub large_flight_data_size: usize,
     /// Largest gRPC message accepted.
     pub max_message_size: usize,
     /// The SQL engine's limits.
@@ -191,6 +194,14 @@ impl QuiverService {
     /// Largest FlightData message DoGet sends.
     pub(crate) fn max_flight_data_size(&self) -> usize {
         self.options.max_flight_data_size
+    }
+
+    /// Largest FlightData message DoGet sends to clients that take any size;
+    /// never more than the largest gRPC message.
+    pub(crate) fn large_flight_data_size(&self) -> usize {
+        self.options
+            .large_flight_data_size
+            .min(self.options.max_message_size)
     }
 
     /// Largest gRPC message accepted.

@@ -81,8 +81,16 @@ pub(crate) struct ServeArgs {
     pub(crate) max_message_size: ByteSize,
 
     /// Largest FlightData message DoGet sends; larger batches are split.
+    /// tonic (arrow-rs) and grpc-go clients refuse messages over 4 MiB by default.
     #[arg(long, env = "QUIVER_MAX_FLIGHT_DATA_SIZE", default_value = "2MiB")]
     pub(crate) max_flight_data_size: ByteSize,
+
+    /// Largest FlightData message DoGet sends to Arrow C++ Flight clients
+    /// (pyarrow; told by the gRPC C++ token in their user-agent), which take
+    /// messages of any size: batches up to this size leave whole. Set it to
+    /// --max-flight-data-size to split for every client alike.
+    #[arg(long, env = "QUIVER_LARGE_FLIGHT_DATA_SIZE", default_value = "64MiB")]
+    pub(crate) large_flight_data_size: ByteSize,
 
     /// Seconds RPCs in flight may take to finish after SIGINT/SIGTERM; then the
     /// connections still open are closed.

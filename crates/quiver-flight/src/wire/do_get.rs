@@ -18,6 +18,7 @@ use tonic::body::Body;
 
 use super::frames::FlightMessageEncoder;
 use super::grpc_body::{GrpcBody, grpc_frame, message_length};
+use super::message_size;
 use crate::rpc_log::RpcLog;
 use crate::sql::Batches;
 use crate::{Error, QuiverService, guard};
@@ -73,9 +74,14 @@ async fn prepare(
     request: http::Request<Body>,
     log: &mut RpcLog,
 ) -> Result<(SchemaRef, Batches, FlightMessageEncoder), Error> {
+    let max_message_bytes = message_size::for_request(
+        request.headers(),
+        service.max_flight_data_size(),
+        service.large_flight_data_size(),
+    );
     let ticket = read_ticket(request.into_body()).await?;
     let (schema, batches) = service.open_ticket(&ticket.ticket, log)?;
-    let encoder = FlightMessageEncoder::try_new(&schema, service.max_flight_data_size())
+    let encoder = FlightMessageEncoder::try_new(&schema, max_message_bytes)
         .map_err(|e| Error::Internal(format!("cannot encode the schema: {e}")))?;
     Ok((schema, batches, encoder))
 }

@@ -25,6 +25,7 @@ mod do_get;
 mod do_put;
 pub(crate) mod frames;
 pub(crate) mod grpc_body;
+mod message_size;
 
 use std::task::{Context, Poll};
 
