@@ -218,7 +218,8 @@ def _get(sock: socket.socket, location: Location, ticket: bytes) -> pa.Table:
             break
         datagram, _ = receiver.receive()
     table = _assemble(regions, stream)
-    offsets = [offset for offsets, _ in stream.bodies.values() for offset in offsets]
+    # Buffers of length 0 may share an offset with the next: each offset is freed once.
+    offsets = sorted({offset for offsets, _ in stream.bodies.values() for offset in offsets})
     weakref.finalize(holder, _free, sock, location.free_data, offsets)
     del holder
     return table

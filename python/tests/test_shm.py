@@ -106,6 +106,22 @@ def test_every_type_round_trips_through_shm(uri: str) -> None:
         assert shm.get("grow").equals(pa.concat_tables([numbers(10), numbers(5, seed=100)]))
 
 
+def test_each_offset_is_freed_once(uri: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    # A column without nulls has an empty validity buffer at its values' offset.
+    freed: list[list[int]] = []
+    monkeypatch.setattr(_shm, "_free", lambda _sock, _tag, offsets: freed.append(offsets))
+    table = typed_table(batches=3, rows=100)
+    with quiver.connect(uri, transport="shm") as client:
+        client.put("freed", table)
+        got = client.get("freed")
+        assert got.equals(table)
+        del got
+        gc.collect()
+    assert len(freed) == 1
+    assert freed[0] == sorted(set(freed[0]))
+    assert len(freed[0]) > 3
+
+
 def test_get_is_zero_copy_and_shared(uri: str, server) -> None:
     table = numbers(200_000)
     with quiver.connect(uri, transport="shm") as client:

@@ -131,57 +131,71 @@ fn put(
     Ok((adopt::adopt(&shared.store, &request, memfds)?, caller))
 }
 
-/// Sends messages one per datagram, or packed into bundles; descriptors go
-/// with the first datagram sent after they are attached.
+/// Sends messages one per datagram, or packed into bundles; the descriptors
+/// go with the first datagram sent.
 struct Outbox<'a> {
     socket: BorrowedFd<'a>,
     /// Present when the client asked for bundles.
     bundle: Option<Bundler>,
+    /// Descriptors not sent yet.
     handles: Vec<BorrowedFd<'a>>,
 }
 
 impl<'a> Outbox<'a> {
-    fn new(socket: BorrowedFd<'a>, bundled: bool) -> Self {
+    fn new(socket: BorrowedFd<'a>, bundled: bool, handles: Vec<BorrowedFd<'a>>) -> Self {
         Self {
             socket,
             bundle: bundled.then(Bundler::default),
-            handles: Vec::new(),
+            handles,
         }
     }
 
     /// Sends (or bundles) the message made of `parts`.
     fn send(&mut self, parts: &[&[u8]]) -> std::io::Result<()> {
         let len = parts.iter().map(|p| p.len()).sum();
-        if let Some(bundle) = &self.bundle
-            && Bundler::takes(len)
-        {
-            if !bundle.has_room(len) {
-                self.flush()?;
-            }
-            if let Some(bundle) = &mut self.bundle {
+        match &mut self.bundle {
+            Some(bundle) if Bundler::takes(len) => {
+                if !bundle.has_room(len) {
+                    send_bundle(self.socket, bundle, &mut self.handles)?;
+                }
                 bundle.push(parts);
+                Ok(())
             }
-            return Ok(());
+            _ => {
+                // Not bundling, or too large for a bundle: alone, in order.
+                self.flush()?;
+                let slices: Vec<IoSlice<'_>> = parts.iter().map(|p| IoSlice::new(p)).collect();
+                sys::send(self.socket, &slices, &std::mem::take(&mut self.handles))
+            }
         }
-        // Not bundling, or too large for a bundle: alone, in order.
-        self.flush()?;
-        let slices: Vec<IoSlice<'_>> = parts.iter().map(|p| IoSlice::new(p)).collect();
-        sys::send(self.socket, &slices, &std::mem::take(&mut self.handles))
     }
 
-    /// Sends the bundle as it stands, if it holds anything.
+    /// Sends the bundle as it stands, if bundling.
     fn flush(&mut self) -> std::io::Result<()> {
-        let Some(bundle) = self.bundle.as_mut().filter(|b| !b.is_empty()) else {
-            return Ok(());
-        };
-        let sent = sys::send(
-            self.socket,
-            &[IoSlice::new(bundle.bytes())],
-            &std::mem::take(&mut self.handles),
-        );
-        bundle.clear();
-        sent
+        match &mut self.bundle {
+            Some(bundle) => send_bundle(self.socket, bundle, &mut self.handles),
+            None => Ok(()),
+        }
     }
+}
+
+/// Sends `bundle` if it holds anything, with the `handles` not sent yet, and
+/// empties it (its buffer is kept for the next one).
+fn send_bundle(
+    socket: BorrowedFd<'_>,
+    bundle: &mut Bundler,
+    handles: &mut Vec<BorrowedFd<'_>>,
+) -> std::io::Result<()> {
+    if bundle.is_empty() {
+        return Ok(());
+    }
+    let sent = sys::send(
+        socket,
+        &[IoSlice::new(bundle.bytes())],
+        &std::mem::take(handles),
+    );
+    bundle.clear();
+    sent
 }
 
 /// Sends the stream a `want_data` (or `want_bundled`) ticket names, then holds
@@ -194,10 +208,9 @@ fn send_stream(fd: BorrowedFd<'_>, shared: &Shared, ticket: &[u8], bundled: bool
         version.attachment(|| Export::write(&version, shared.store.memory()))?;
     let send_failed = |e: std::io::Error| Error::Cancelled(format!("sending the stream: {e}"));
     let mut outstanding = HashSet::new();
-    let mut outbox = Outbox::new(fd, bundled);
     // The memfds travel with the first datagram, which holds the schema; the
     // offsets sent are into their concatenation, in the order attached.
-    outbox.handles = export.fds();
+    let mut outbox = Outbox::new(fd, bundled, export.fds());
     let mut body = Vec::new();
     let mut seq = 0u32;
     for message in export.messages() {
