@@ -9,6 +9,7 @@ use serde::Deserialize;
 use serde_json::json;
 
 use crate::auth::Role;
+use crate::wire::body_pool::BodyPool;
 use crate::{Error, Result};
 
 /// Every action: its type and a description for ListActions.
@@ -77,6 +78,7 @@ pub(crate) struct ActionOutcome {
 /// Runs the action `kind` with `body`.
 pub(crate) fn run(
     store: &TableStore,
+    body_pool: &BodyPool,
     started: Instant,
     kind: &str,
     body: &[u8],
@@ -118,6 +120,7 @@ pub(crate) fn run(
         }
         "stats" => {
             let s = store.stats();
+            let pool = body_pool.stats();
             Ok(ActionOutcome {
                 body: json_bytes(json!({
                     "tables": s.tables,
@@ -125,6 +128,7 @@ pub(crate) fn run(
                     "bytes": s.bytes,
                     "memory_used": s.memory_used,
                     "memory_limit": s.memory_limit,
+                    "put_buffer_pool_bytes": pool.idle_bytes,
                     "uptime_seconds": uptime,
                     "version": env!("CARGO_PKG_VERSION"),
                 })),

@@ -72,6 +72,7 @@ impl PutHarness {
                 max_flight_data_size: 2 << 20,
                 large_flight_data_size: 2 << 20,
                 max_message_size: HARNESS_MAX_MESSAGE_SIZE,
+                put_buffer_pool: 64 << 20,
                 sql: EngineOptions::default(),
                 shm: None,
             },

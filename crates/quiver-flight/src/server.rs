@@ -39,6 +39,11 @@ pub const DEFAULT_MAX_FLIGHT_DATA_SIZE: usize = 2 << 20;
 /// batches leave whole (`wire::message_size`).
 pub const DEFAULT_LARGE_FLIGHT_DATA_SIZE: usize = 64 << 20;
 
+/// Default bytes of freed DoPut bodies kept for reuse: 1 GiB. A body copied
+/// into warm memory costs a fraction of one copied into fresh pages
+/// (`wire::body_pool`, docs/performance.md).
+pub const DEFAULT_PUT_BUFFER_POOL: usize = 1 << 30;
+
 /// Default HTTP/2 stream window: 16 MiB. With hyper's 1 MiB a client cannot
 /// send one 2 MiB batch without waiting for a WINDOW_UPDATE; 1 GiB puts from
 /// pyarrow measured +20% (docs/performance.md).
@@ -105,6 +110,8 @@ pub struct ServerConfig {
     pub max_flight_data_size: usize,
     /// Largest FlightData message DoGet sends to Arrow C++ clients (pyarrow).
     pub large_flight_data_size: usize,
+    /// Bytes of freed DoPut bodies kept for reuse by later puts; 0 for none.
+    pub put_buffer_pool: usize,
     /// How long RPCs in flight may take to finish once shutdown begins; then
     /// the server closes the connections still open.
     pub shutdown_timeout: Duration,
@@ -185,6 +192,7 @@ impl Default for ServerConfig {
             max_message_size: DEFAULT_MAX_MESSAGE_SIZE,
             max_flight_data_size: DEFAULT_MAX_FLIGHT_DATA_SIZE,
             large_flight_data_size: DEFAULT_LARGE_FLIGHT_DATA_SIZE,
+            put_buffer_pool: DEFAULT_PUT_BUFFER_POOL,
             shutdown_timeout: DEFAULT_SHUTDOWN_TIMEOUT,
             http2: Http2Config::default(),
             direct_wire: true,
@@ -262,6 +270,7 @@ pub async fn serve(
             max_flight_data_size: config.max_flight_data_size,
             large_flight_data_size: config.large_flight_data_size,
             max_message_size: config.max_message_size,
+            put_buffer_pool: config.put_buffer_pool,
             sql: config.sql.clone(),
         },
     );

@@ -32,6 +32,7 @@ use crate::rpc_log::RpcLog;
 use crate::shm::{self, ShmServer};
 use crate::sql::{self, Batches, FlightSql};
 use crate::ticket::TableTicket;
+use crate::wire::body_pool::BodyPool;
 use crate::{Error, PutOptions, Result, actions, guard, table_name};
 
 /// Settings of the Flight service that do not belong to the transport.
@@ -48,6 +49,8 @@ pub struct ServiceOptions {
     pub large_flight_data_size: usize,
     /// Largest gRPC message accepted.
     pub max_message_size: usize,
+    /// Bytes of freed DoPut bodies kept for reuse ([`crate::wire::body_pool`]).
+    pub put_buffer_pool: usize,
     /// The SQL engine's limits.
     pub sql: EngineOptions,
     /// The same-host shared-memory data plane, if on.
@@ -60,6 +63,7 @@ pub struct QuiverService {
     store: Arc<TableStore>,
     options: Arc<ServiceOptions>,
     sql: Arc<FlightSql>,
+    body_pool: Arc<BodyPool>,
     started: Instant,
 }
 
@@ -69,8 +73,10 @@ impl QuiverService {
     /// A service over `store`.
     pub fn new(store: Arc<TableStore>, options: ServiceOptions) -> Self {
         let engine = Arc::new(SqlEngine::new(Arc::clone(&store), options.sql.clone()));
+        let body_pool = Arc::new(BodyPool::new(options.put_buffer_pool));
         Self {
             store,
+            body_pool,
             options: Arc::new(options),
             sql: Arc::new(FlightSql::new(engine)),
             started: Instant::now(),
@@ -202,6 +208,11 @@ impl QuiverService {
         self.options
             .large_flight_data_size
             .min(self.options.max_message_size)
+    }
+
+    /// Where DoPut bodies are copied to.
+    pub(crate) fn body_pool(&self) -> &Arc<BodyPool> {
+        &self.body_pool
     }
 
     /// Largest gRPC message accepted.
@@ -640,7 +651,13 @@ impl FlightService for QuiverService {
                 return Ok(Response::new(stream::iter(results).boxed()));
             }
             let result = quiver_sql::store_write(|| {
-                actions::run(&self.store, self.started, &action.r#type, &action.body)
+                actions::run(
+                    &self.store,
+                    &self.body_pool,
+                    self.started,
+                    &action.r#type,
+                    &action.body,
+                )
             });
             if let Ok(outcome) = &result {
                 if let Some(table) = &outcome.table {

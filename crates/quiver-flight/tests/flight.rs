@@ -774,13 +774,97 @@ async fn message_over_the_limit_is_resource_exhausted() {
     assert_eq!(server.store.stats().tables, 0);
 }
 
+/// A batch of `rows` copies of `v`.
+fn uniform(v: i64, rows: usize) -> RecordBatch {
+    RecordBatch::try_from_iter([("x", Arc::new(Int64Array::from(vec![v; rows])) as ArrayRef)])
+        .expect("batch")
+}
+
+/// Whether every value of column 0 of `batches` is `v`, and how many there are.
+fn all_equal(batches: &[RecordBatch], v: i64) -> (bool, usize) {
+    let all = concat(batches);
+    let col = all
+        .column(0)
+        .as_any()
+        .downcast_ref::<Int64Array>()
+        .expect("ints");
+    (col.values().iter().all(|x| *x == v), col.len())
+}
+
+#[tokio::test]
+async fn recycled_put_memory_never_reaches_a_version_still_read() {
+    // 80 KB bodies: over the body pool's minimum, so replaced versions'
+    // bodies go back to the pool and later puts are copied into them.
+    let server = TestServer::start().await;
+    let mut client = server.client().await;
+    put(&mut client, "t", vec![uniform(0, 10_000); 20]).await;
+    let mut reading = client.do_get(Ticket::new("t")).await.expect("get");
+    let mut old = vec![reading.next().await.expect("a batch").expect("ok")];
+    let mut writer = server.client().await;
+    for v in 1..6 {
+        put(&mut writer, "t", vec![uniform(v, 10_000); 20]).await;
+    }
+    while let Some(batch) = reading.next().await {
+        old.push(batch.expect("the old version streams to its end"));
+    }
+    assert_eq!(
+        all_equal(&old, 0),
+        (true, 200_000),
+        "the old version intact"
+    );
+    let now = get_all(&mut writer, "t").await.expect("get");
+    assert_eq!(all_equal(&now, 5), (true, 200_000), "the latest version");
+
+    // Deleted, its bodies wait in the pool; the next put of that size takes them.
+    drop((old, now, reading));
+    let _ = writer
+        .do_action(Action::new("delete", "t"))
+        .await
+        .expect("delete")
+        .try_collect::<Vec<_>>()
+        .await
+        .expect("delete");
+    let mut pooled = pool_bytes(&mut writer).await;
+    for _ in 0..100 {
+        // Versions are freed on a thread of their own.
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        let now = pool_bytes(&mut writer).await;
+        if now == pooled && now > 0 {
+            break;
+        }
+        pooled = now;
+    }
+    assert!(pooled >= 20 * 80_000, "freed bodies are kept: {pooled}");
+    put(&mut writer, "u", vec![uniform(7, 10_000); 20]).await;
+    let taken = pooled - pool_bytes(&mut writer).await;
+    assert!(
+        (20 * 80_000..=20 * 90_000).contains(&taken),
+        "the put took its 20 bodies from the pool: {taken} bytes"
+    );
+    let got = get_all(&mut writer, "u").await.expect("get");
+    assert_eq!(all_equal(&got, 7), (true, 200_000));
+}
+
+/// Bytes the server's DoPut body pool holds (the `stats` action).
+async fn pool_bytes(client: &mut FlightClient) -> u64 {
+    let results: Vec<Bytes> = client
+        .do_action(Action::new("stats", ""))
+        .await
+        .expect("stats")
+        .try_collect()
+        .await
+        .expect("stats");
+    let stats: serde_json::Value = serde_json::from_slice(&results[0]).expect("JSON");
+    stats["put_buffer_pool_bytes"]
+        .as_u64()
+        .expect("put_buffer_pool_bytes")
+}
+
 #[tokio::test]
 async fn reader_sees_one_version_while_a_writer_replaces() {
     let server = TestServer::start().await;
-    let uniform = |v: i64| {
-        RecordBatch::try_from_iter([("x", Arc::new(Int64Array::from(vec![v; 1000])) as ArrayRef)])
-            .expect("batch")
-    };
+    // 80 KB bodies, recycled through the body pool from one version to the next.
+    let uniform = |v: i64| uniform(v, 10_000);
     let mut client = server.client().await;
     put(&mut client, "t", vec![uniform(0); 20]).await;
     let mut writer = server.client().await;
@@ -797,15 +881,15 @@ async fn reader_sees_one_version_while_a_writer_replaces() {
             .try_collect()
             .await
             .expect("b");
-        let all = concat(&got);
-        let col = all
+        let first = got[0]
             .column(0)
             .as_any()
             .downcast_ref::<Int64Array>()
-            .expect("ints");
-        assert_eq!(col.len(), 20_000);
-        assert!(
-            col.values().iter().all(|v| *v == col.value(0)),
+            .expect("ints")
+            .value(0);
+        assert_eq!(
+            all_equal(&got, first),
+            (true, 200_000),
             "a read mixed two versions"
         );
     }

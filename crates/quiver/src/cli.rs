@@ -92,6 +92,12 @@ pub(crate) struct ServeArgs {
     #[arg(long, env = "QUIVER_LARGE_FLIGHT_DATA_SIZE", default_value = "64MiB")]
     pub(crate) large_flight_data_size: ByteSize,
 
+    /// Memory of replaced and deleted tables kept, for up to 10 s, for the
+    /// bodies of later puts: a put into warm memory skips the kernel's zeroing
+    /// of fresh pages. 0 turns it off.
+    #[arg(long, env = "QUIVER_PUT_BUFFER_POOL", default_value = "1GiB")]
+    pub(crate) put_buffer_pool: ByteSize,
+
     /// Seconds RPCs in flight may take to finish after SIGINT/SIGTERM; then the
     /// connections still open are closed.
     #[arg(long, env = "QUIVER_SHUTDOWN_TIMEOUT", default_value_t = 30.0)]

@@ -61,6 +61,7 @@ pub(crate) async fn run(args: ServeArgs) -> Result<(), Box<dyn std::error::Error
         max_flight_data_size: usize::try_from(args.max_flight_data_size.0).unwrap_or(usize::MAX),
         large_flight_data_size: usize::try_from(args.large_flight_data_size.0)
             .unwrap_or(usize::MAX),
+        put_buffer_pool: usize::try_from(args.put_buffer_pool.0).unwrap_or(usize::MAX),
         shutdown_timeout: std::time::Duration::try_from_secs_f64(args.shutdown_timeout)
             .map_err(|e| format!("--shutdown-timeout {}: {e}", args.shutdown_timeout))?,
         direct_wire: args.wire_path == WirePath::Direct,

@@ -9,17 +9,17 @@
 
 use std::future::poll_fn;
 use std::pin::Pin;
+use std::sync::Arc;
 
-use arrow::buffer::{Buffer, MutableBuffer};
 use arrow_flight::{FlightData, FlightDescriptor, PutResult};
-use bytes::Bytes;
 use futures::{Stream, StreamExt, stream};
 use http_body::Body as _;
 use prost::Message;
 use tonic::Status;
 use tonic::body::Body;
 
-use super::frames::{Rope, to_bytes};
+use super::body_pool::BodyPool;
+use super::frames::Rope;
 use super::grpc_body::{GrpcBody, grpc_message, message_length};
 use crate::auth::Caller;
 use crate::rpc_log::RpcLog;
@@ -52,6 +52,7 @@ async fn put_body(
         body,
         service.max_message_size(),
         service.store().memory().charge(),
+        std::sync::Arc::clone(service.body_pool()),
     );
     let result = service
         .put(Box::pin(reader.into_stream()), None, caller, &mut log)
@@ -64,7 +65,7 @@ async fn put_body(
 #[cfg(any(test, feature = "fuzzing"))]
 pub(crate) async fn put_frames(
     service: &QuiverService,
-    frames: Vec<Bytes>,
+    frames: Vec<bytes::Bytes>,
 ) -> Result<PutResult, Status> {
     let frames = frames
         .into_iter()
@@ -78,6 +79,8 @@ struct FlightDataReader {
     body: Body,
     received: Rope,
     max_message_size: usize,
+    /// Where bodies are copied to.
+    bodies: Arc<BodyPool>,
     /// The message being received, charged to the memory pool from the moment
     /// its length is known until it is parsed (then the writer charges it).
     in_flight: MemoryCharge,
@@ -85,11 +88,17 @@ struct FlightDataReader {
 }
 
 impl FlightDataReader {
-    fn new(body: Body, max_message_size: usize, in_flight: MemoryCharge) -> Self {
+    fn new(
+        body: Body,
+        max_message_size: usize,
+        in_flight: MemoryCharge,
+        bodies: Arc<BodyPool>,
+    ) -> Self {
         Self {
             body,
             received: Rope::default(),
             max_message_size,
+            bodies,
             in_flight,
             done: false,
         }
@@ -154,7 +163,7 @@ impl FlightDataReader {
         }
         self.received.take(5).map_err(malformed)?;
         let message = self.received.split_to(len).map_err(malformed)?;
-        let parsed = parse_flight_data(message)?;
+        let parsed = parse_flight_data(message, &self.bodies)?;
         self.in_flight.release();
         Ok(Some(parsed))
     }
@@ -189,8 +198,9 @@ fn read_len(rope: &mut Rope) -> Result<usize, Error> {
     Ok(len)
 }
 
-/// Decodes one FlightData; `data_body` lands in a fresh 64-byte aligned buffer.
-fn parse_flight_data(mut rope: Rope) -> Result<FlightData, Error> {
+/// Decodes one FlightData; `data_body` lands in a 64-byte aligned buffer from
+/// `bodies`.
+fn parse_flight_data(mut rope: Rope, bodies: &BodyPool) -> Result<FlightData, Error> {
     let mut data = FlightData::default();
     while !rope.is_empty() {
         let key = read_varint(&mut rope)?;
@@ -211,7 +221,7 @@ fn parse_flight_data(mut rope: Rope) -> Result<FlightData, Error> {
             }
             (1000, 2) => {
                 let len = read_len(&mut rope)?;
-                data.data_body = aligned(rope.take(len).map_err(malformed)?, len);
+                data.data_body = bodies.copy(&rope.take(len).map_err(malformed)?, len);
             }
             (0, _) => return Err(malformed("field number 0")),
             (1 | 2 | 3 | 1000, wire_type) => {
@@ -242,18 +252,10 @@ fn parse_flight_data(mut rope: Rope) -> Result<FlightData, Error> {
     Ok(data)
 }
 
-/// `chunks` copied into one 64-byte aligned allocation: the one copy of a body.
-fn aligned(chunks: Vec<Bytes>, len: usize) -> Bytes {
-    let mut buffer = MutableBuffer::with_capacity(len);
-    for chunk in &chunks {
-        buffer.extend_from_slice(chunk);
-    }
-    to_bytes(Buffer::from(buffer))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use bytes::Bytes;
 
     fn rope_of(bytes: &[u8], piece: usize) -> Rope {
         Rope::new(bytes.chunks(piece).map(Bytes::copy_from_slice))
@@ -268,9 +270,12 @@ mod tests {
             data_body: Bytes::from((0..100_000u32).map(|i| i as u8).collect::<Vec<_>>()),
         };
         let encoded = original.encode_to_vec();
-        for piece in [1, 7, 4096, encoded.len()] {
-            let parsed = parse_flight_data(rope_of(&encoded, piece)).unwrap();
-            assert_eq!(parsed, original, "pieces of {piece}");
+        for (piece, pool) in [1, 7, 4096, encoded.len()]
+            .into_iter()
+            .flat_map(|piece| [(piece, 0), (piece, 16 << 20)])
+        {
+            let parsed = parse_flight_data(rope_of(&encoded, piece), &BodyPool::new(pool)).unwrap();
+            assert_eq!(parsed, original, "pieces of {piece}, pool of {pool}");
             assert_eq!(
                 parsed.data_body.as_ptr() as usize % 64,
                 0,
@@ -291,7 +296,9 @@ mod tests {
             0x48, 0x96, 0x01, 0x55, 1, 2, 3, 4, 0x59, 1, 2, 3, 4, 5, 6, 7, 8, 0x62, 2, 9, 9,
         ]);
         assert_eq!(
-            parse_flight_data(rope_of(&encoded, 3)).unwrap().data_header,
+            parse_flight_data(rope_of(&encoded, 3), &BodyPool::new(0))
+                .unwrap()
+                .data_header,
             Bytes::from_static(b"h")
         );
         for garbage in [
@@ -301,7 +308,7 @@ mod tests {
             &[0xc2, 0x3e, 0xff, 0xff, 0xff, 0xff, 0x0f],
         ] {
             assert!(
-                parse_flight_data(rope_of(garbage, 2)).is_err(),
+                parse_flight_data(rope_of(garbage, 2), &BodyPool::new(0)).is_err(),
                 "{garbage:?}"
             );
         }
