@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Runs the benchmark suite and regenerates BENCHMARKS.md:
 #   scripts/bench.sh --quick    # under 2 minutes
-#   scripts/bench.sh --full     # about 15 minutes
+#   scripts/bench.sh --full     # about 25 minutes
 # Builds the release binary, sets up the venv the tests use (plus the harness's
 # pins), and installs iperf3 from the system packages when it can, for the
 # loopback ceiling. Extra arguments go to `python -m bench` (see bench/README.md).
@@ -21,4 +21,6 @@ if [ ! -x "$venv/bin/python" ]; then
     "${PYTHON:-python3}" -m venv "$venv"
 fi
 "$venv/bin/python" -m pip install --quiet -r python/requirements-dev.txt -r bench/requirements.txt
+# The shm suite drives the quiver client itself: this checkout's, not another's.
+"$venv/bin/python" -m pip install --quiet --no-deps -e python
 QUIVER_BIN="$CARGO_TARGET_DIR/release/quiver" exec "$venv/bin/python" -m bench "$@"

@@ -63,7 +63,7 @@ struct State {
     idle_bytes: usize,
 }
 
-/// How the pool served a body, for tests.
+/// What the pool holds (reported by the `stats` action).
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
 pub struct PoolStats {
     /// Bytes held idle, ready for reuse.
@@ -89,10 +89,10 @@ impl BodyPool {
         }
     }
 
-    /// `chunks` (`len` bytes in all) copied into one 64-byte aligned buffer,
+    /// `chunks` copied, one after the other, into one 64-byte aligned buffer:
     /// pooled memory when the size allows.
-    pub fn copy(&self, chunks: &[Bytes], len: usize) -> Bytes {
-        debug_assert_eq!(chunks.iter().map(Bytes::len).sum::<usize>(), len);
+    pub fn copy(&self, chunks: &[Bytes]) -> Bytes {
+        let len = chunks.iter().map(Bytes::len).sum::<usize>();
         if len < MIN_POOLED || self.shared.capacity == 0 {
             return copy_unpooled(chunks, len);
         }
@@ -343,7 +343,7 @@ mod tests {
             (3 << 20) + 5,
         ] {
             let chunks = body(len, 3);
-            let copied = pool.copy(&chunks, len);
+            let copied = pool.copy(&chunks);
             assert_eq!(copied.as_ref(), joined(&chunks).as_slice(), "{len} bytes");
             assert_eq!(copied.as_ptr() as usize % ALIGNMENT, 0, "{len} bytes");
         }
@@ -353,7 +353,7 @@ mod tests {
     fn freed_bodies_are_reused_by_the_next_put() {
         let pool = BodyPool::new(64 << 20);
         let len = (2 << 20) + 192;
-        let first = pool.copy(&body(len, 1), len);
+        let first = pool.copy(&body(len, 1));
         let address = first.as_ptr();
         assert_eq!(pool.stats(), PoolStats::default());
         // An arrow buffer sharing the body keeps it out of the pool.
@@ -370,12 +370,12 @@ mod tests {
         );
         // Same class, new contents, same memory.
         let second_chunks = body(len - 100, 9);
-        let second = pool.copy(&second_chunks, len - 100);
+        let second = pool.copy(&second_chunks);
         assert_eq!(second.as_ptr(), address);
         assert_eq!(second.as_ref(), joined(&second_chunks).as_slice());
         assert_eq!(pool.stats(), PoolStats::default());
         // Another class gets other memory.
-        let other = pool.copy(&body(len * 2, 0), len * 2);
+        let other = pool.copy(&body(len * 2, 0));
         assert_ne!(other.as_ptr(), address);
     }
 
@@ -383,7 +383,7 @@ mod tests {
     fn holds_no_more_than_its_capacity() {
         let len = 1 << 20;
         let pool = BodyPool::new(3 * len);
-        let bodies: Vec<Bytes> = (0..5).map(|i| pool.copy(&body(len, i), len)).collect();
+        let bodies: Vec<Bytes> = (0..5).map(|i| pool.copy(&body(len, i))).collect();
         drop(bodies);
         assert_eq!(
             pool.stats(),
@@ -393,7 +393,7 @@ mod tests {
             }
         );
         let off = BodyPool::new(0);
-        drop(off.copy(&body(len, 0), len));
+        drop(off.copy(&body(len, 0)));
         assert_eq!(off.stats(), PoolStats::default());
     }
 
@@ -428,7 +428,7 @@ mod tests {
     fn a_thread_frees_idle_memory() {
         let len = 1 << 20;
         let pool = BodyPool::with_idle(8 * len, Duration::from_millis(200));
-        drop(pool.copy(&body(len, 0), len));
+        drop(pool.copy(&body(len, 0)));
         assert_eq!(pool.stats().idle_regions, 1);
         assert!(pool.shared.trimming.load(Ordering::Acquire));
         let deadline = Instant::now() + Duration::from_secs(30);

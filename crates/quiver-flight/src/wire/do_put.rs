@@ -221,7 +221,7 @@ fn parse_flight_data(mut rope: Rope, bodies: &BodyPool) -> Result<FlightData, Er
             }
             (1000, 2) => {
                 let len = read_len(&mut rope)?;
-                data.data_body = bodies.copy(&rope.take(len).map_err(malformed)?, len);
+                data.data_body = bodies.copy(&rope.take(len).map_err(malformed)?);
             }
             (0, _) => return Err(malformed("field number 0")),
             (1 | 2 | 3 | 1000, wire_type) => {
