@@ -725,9 +725,9 @@ def _measure_sql(
                 with run.attempt(f"sql warm-up {fetcher.peer.label} {rows:,} rows"):
                     fetcher.fetch(name)
                     measured.append(fetcher)
-        reps = {id(f): _sql_reps(plan, f, rows) for f in measured}
-        for rep in range(max(reps.values(), default=0)):
-            taking_part = [f for f in measured if rep < reps[id(f)]]
+        reps = [_sql_reps(plan, f, rows) for f in measured]
+        for rep in range(max(reps, default=0)):
+            taking_part = [f for f, n in zip(measured, reps, strict=True) if rep < n]
             for fetcher in _order(taking_part, rep):
                 with run.attempt(f"sql {fetcher.peer.label} {rows:,} rows"):
                     _sql_fetch(run, fetcher, name, shape, nbytes, rep)

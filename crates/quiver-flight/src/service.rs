@@ -63,7 +63,7 @@ pub struct QuiverService {
     store: Arc<TableStore>,
     options: Arc<ServiceOptions>,
     sql: Arc<FlightSql>,
-    body_pool: Arc<BodyPool>,
+    body_pool: BodyPool,
     started: Instant,
 }
 
@@ -73,7 +73,7 @@ impl QuiverService {
     /// A service over `store`.
     pub fn new(store: Arc<TableStore>, options: ServiceOptions) -> Self {
         let engine = Arc::new(SqlEngine::new(Arc::clone(&store), options.sql.clone()));
-        let body_pool = Arc::new(BodyPool::new(options.put_buffer_pool));
+        let body_pool = BodyPool::new(options.put_buffer_pool);
         Self {
             store,
             body_pool,
@@ -211,7 +211,7 @@ impl QuiverService {
     }
 
     /// Where DoPut bodies are copied to.
-    pub(crate) fn body_pool(&self) -> &Arc<BodyPool> {
+    pub(crate) fn body_pool(&self) -> &BodyPool {
         &self.body_pool
     }
 

@@ -40,8 +40,9 @@ const ALIGNMENT: usize = 64;
 /// How often the trimming thread looks for idle memory.
 const TRIM_EVERY: Duration = Duration::from_secs(1);
 
-/// A pool of body-sized allocations shared by the service's DoPuts.
-#[derive(Debug)]
+/// A pool of body-sized allocations shared by the service's DoPuts; clones
+/// share one pool.
+#[derive(Debug, Clone)]
 pub struct BodyPool {
     shared: Arc<Shared>,
 }
@@ -114,15 +115,11 @@ impl BodyPool {
             }
             offset += chunk.len();
         }
-        let ptr = region.ptr;
-        let lease = Arc::new(Lease {
+        Bytes::from_owner(PooledBody {
             region: Some(region),
+            len,
             pool: Arc::clone(&self.shared),
-        });
-        // SAFETY: `ptr` is valid for `len` initialized bytes for as long as the
-        // lease lives, and the buffer keeps the lease alive.
-        let buffer = unsafe { Buffer::from_custom_allocation(ptr, len, lease) };
-        to_bytes(buffer)
+        })
     }
 
     /// What the pool holds now.
@@ -194,21 +191,20 @@ fn trim_until_empty(pool: &Weak<Shared>) {
     loop {
         thread::sleep(every);
         let Some(shared) = pool.upgrade() else { return };
-        let expired = {
-            let mut state = shared.lock();
-            let expired = state.trim(Instant::now(), shared.idle);
-            if state.idle_bytes == 0 {
-                // Cleared under the lock: a region given back after this
-                // sees `false` and starts a new thread.
-                shared.trimming.store(false, Ordering::Release);
-                drop(state);
-                drop(expired);
-                return;
-            }
-            expired
-        };
+        let mut state = shared.lock();
+        let expired = state.trim(Instant::now(), shared.idle);
+        let empty = state.idle_bytes == 0;
+        if empty {
+            // Cleared under the lock: a region given back after this sees
+            // `false` and starts a new thread.
+            shared.trimming.store(false, Ordering::Release);
+        }
+        drop(state);
         // Freed outside the lock.
         drop(expired);
+        if empty {
+            return;
+        }
     }
 }
 
@@ -257,7 +253,7 @@ struct Region {
 }
 
 // SAFETY: a region owns its allocation alone; nothing else points into it
-// while it is idle, and a lease hands it out read-only.
+// while it is idle, and a `PooledBody` hands it out read-only.
 unsafe impl Send for Region {}
 // SAFETY: as above; `&Region` gives no access to the bytes.
 unsafe impl Sync for Region {}
@@ -270,6 +266,16 @@ impl Region {
         let ptr = unsafe { alloc(layout) };
         let ptr = NonNull::new(ptr).unwrap_or_else(|| handle_alloc_error(layout));
         Some(Self { ptr, size })
+    }
+
+    /// The first `len` bytes.
+    ///
+    /// # Safety
+    /// They must have been written (`len <= size`).
+    unsafe fn prefix(&self, len: usize) -> &[u8] {
+        // SAFETY: the caller vouches for `len`; the region lives as long as
+        // the borrow.
+        unsafe { std::slice::from_raw_parts(self.ptr.as_ptr(), len) }
     }
 }
 
@@ -286,16 +292,27 @@ impl Drop for Region {
     }
 }
 
-/// A region lent to a stored buffer; given back to the pool when the last
-/// array using it is dropped.
-struct Lease {
+/// A body in pooled memory, the owner behind its `Bytes` (and the arrays the
+/// IPC decoder makes of them): the region goes back to the pool when the last
+/// of them is dropped.
+struct PooledBody {
+    /// Always `Some` until dropped.
     region: Option<Region>,
+    /// Bytes written at the start of the region.
+    len: usize,
     pool: Arc<Shared>,
 }
 
-impl std::panic::RefUnwindSafe for Lease {}
+impl AsRef<[u8]> for PooledBody {
+    fn as_ref(&self) -> &[u8] {
+        // SAFETY: `BodyPool::copy` wrote `len` bytes before making the body.
+        self.region
+            .as_ref()
+            .map_or(&[], |region| unsafe { region.prefix(self.len) })
+    }
+}
 
-impl Drop for Lease {
+impl Drop for PooledBody {
     fn drop(&mut self) {
         if let Some(region) = self.region.take() {
             self.pool.give_back(region);
@@ -356,7 +373,8 @@ mod tests {
         let first = pool.copy(&body(len, 1));
         let address = first.as_ptr();
         assert_eq!(pool.stats(), PoolStats::default());
-        // An arrow buffer sharing the body keeps it out of the pool.
+        // An arrow buffer sharing the body keeps it out of the pool (the IPC
+        // decoder makes its arrays' buffers so).
         let array_buffer = Buffer::from(first.clone());
         drop(first);
         assert_eq!(pool.stats().idle_regions, 0);

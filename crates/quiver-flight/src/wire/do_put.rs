@@ -9,7 +9,6 @@
 
 use std::future::poll_fn;
 use std::pin::Pin;
-use std::sync::Arc;
 
 use arrow_flight::{FlightData, FlightDescriptor, PutResult};
 use futures::{Stream, StreamExt, stream};
@@ -52,7 +51,7 @@ async fn put_body(
         body,
         service.max_message_size(),
         service.store().memory().charge(),
-        std::sync::Arc::clone(service.body_pool()),
+        service.body_pool().clone(),
     );
     let result = service
         .put(Box::pin(reader.into_stream()), None, caller, &mut log)
@@ -80,7 +79,7 @@ struct FlightDataReader {
     received: Rope,
     max_message_size: usize,
     /// Where bodies are copied to.
-    bodies: Arc<BodyPool>,
+    bodies: BodyPool,
     /// The message being received, charged to the memory pool from the moment
     /// its length is known until it is parsed (then the writer charges it).
     in_flight: MemoryCharge,
@@ -88,12 +87,7 @@ struct FlightDataReader {
 }
 
 impl FlightDataReader {
-    fn new(
-        body: Body,
-        max_message_size: usize,
-        in_flight: MemoryCharge,
-        bodies: Arc<BodyPool>,
-    ) -> Self {
+    fn new(body: Body, max_message_size: usize, in_flight: MemoryCharge, bodies: BodyPool) -> Self {
         Self {
             body,
             received: Rope::default(),
