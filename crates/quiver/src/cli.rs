@@ -125,7 +125,7 @@ pub(crate) struct ServeArgs {
     pub(crate) h2_connection_window: ByteSize,
 
     /// Largest HTTP/2 frame the server accepts (16KiB to 16MiB-1).
-    #[arg(long, env = "QUIVER_H2_MAX_FRAME_SIZE", default_value = "16KiB")]
+    #[arg(long, env = "QUIVER_H2_MAX_FRAME_SIZE", default_value = "1MiB")]
     pub(crate) h2_max_frame_size: ByteSize,
 
     /// How DoGet and DoPut meet the wire: `direct` sends Arrow buffers to the
