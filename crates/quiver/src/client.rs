@@ -7,6 +7,9 @@ use arrow_flight::flight_service_client::FlightServiceClient;
 use arrow_flight::{FlightClient, HandshakeRequest};
 use base64::Engine as _;
 use futures::StreamExt;
+use quiver_flight::server::{
+    DEFAULT_CONNECTION_WINDOW, DEFAULT_MAX_FRAME_SIZE, DEFAULT_STREAM_WINDOW,
+};
 use tonic::transport::{Certificate, Channel, ClientTlsConfig, Endpoint, Identity};
 
 use crate::cli::ClientAuthArgs;
@@ -125,7 +128,13 @@ pub(crate) async fn connect(location: &str) -> Result<FlightClient, Box<dyn std:
     let settings = SETTINGS.get_or_init(ClientSettings::default);
     let uri = http_uri(location)?;
     let tls = uri.starts_with("https://");
-    let mut endpoint = Endpoint::from_shared(uri)?.tcp_nodelay(true);
+    // The HTTP/2 settings the server advertises, for what this client
+    // receives: hyper's client defaults are 16 KiB frames and a 2 MiB window.
+    let mut endpoint = Endpoint::from_shared(uri)?
+        .tcp_nodelay(true)
+        .initial_stream_window_size(DEFAULT_STREAM_WINDOW)
+        .initial_connection_window_size(DEFAULT_CONNECTION_WINDOW)
+        .max_frame_size(DEFAULT_MAX_FRAME_SIZE);
     if tls {
         let ca = settings.tls_ca.as_ref().ok_or_else(|| {
             format!("{location}: give the CA certificate that verifies the server (--tls-ca)")
