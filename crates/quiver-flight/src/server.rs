@@ -53,7 +53,7 @@ pub const DEFAULT_CONNECTION_WINDOW: u32 = 64 << 20;
 /// Default largest HTTP/2 frame accepted: 1 MiB. A client's DATA frames are
 /// at most this large; with the protocol's minimum, 16 KiB, a 1 GiB put from
 /// pyarrow cost the server 0.83 s of CPU in 65,536 frames, with 256 KiB to
-/// 4 MiB 0.31-0.37 s (docs/performance.md).
+/// 4 MiB 0.29-0.37 s (docs/performance.md).
 pub const DEFAULT_MAX_FRAME_SIZE: u32 = 1 << 20;
 
 /// Default time RPCs in flight get to finish after shutdown begins: 30 s.

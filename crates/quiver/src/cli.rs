@@ -5,6 +5,7 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 
 use clap::{Args, Parser, Subcommand};
+use quiver_flight::server;
 
 use crate::size::ByteSize;
 
@@ -77,25 +78,29 @@ pub(crate) struct ServeArgs {
 
     /// Largest gRPC message accepted or sent. pyarrow sends a whole record
     /// batch as one message.
-    #[arg(long, env = "QUIVER_MAX_MESSAGE_SIZE", default_value = "1GiB")]
+    #[arg(long, env = "QUIVER_MAX_MESSAGE_SIZE",
+          default_value_t = ByteSize(server::DEFAULT_MAX_MESSAGE_SIZE as u64))]
     pub(crate) max_message_size: ByteSize,
 
     /// Largest FlightData message DoGet sends; larger batches are split.
     /// tonic (arrow-rs) and grpc-go clients refuse messages over 4 MiB by default.
-    #[arg(long, env = "QUIVER_MAX_FLIGHT_DATA_SIZE", default_value = "2MiB")]
+    #[arg(long, env = "QUIVER_MAX_FLIGHT_DATA_SIZE",
+          default_value_t = ByteSize(server::DEFAULT_MAX_FLIGHT_DATA_SIZE as u64))]
     pub(crate) max_flight_data_size: ByteSize,
 
     /// Largest FlightData message DoGet sends to Arrow C++ Flight clients
     /// (pyarrow; told by the gRPC C++ token in their user-agent), which take
     /// messages of any size: batches up to this size leave whole. Set it to
     /// --max-flight-data-size to split for every client alike.
-    #[arg(long, env = "QUIVER_LARGE_FLIGHT_DATA_SIZE", default_value = "64MiB")]
+    #[arg(long, env = "QUIVER_LARGE_FLIGHT_DATA_SIZE",
+          default_value_t = ByteSize(server::DEFAULT_LARGE_FLIGHT_DATA_SIZE as u64))]
     pub(crate) large_flight_data_size: ByteSize,
 
     /// Memory of replaced and deleted tables kept, for up to 10 s, for the
     /// bodies of later puts: a put into warm memory skips the kernel's zeroing
     /// of fresh pages. 0 turns it off.
-    #[arg(long, env = "QUIVER_PUT_BUFFER_POOL", default_value = "1GiB")]
+    #[arg(long, env = "QUIVER_PUT_BUFFER_POOL",
+          default_value_t = ByteSize(server::DEFAULT_PUT_BUFFER_POOL as u64))]
     pub(crate) put_buffer_pool: ByteSize,
 
     /// Seconds RPCs in flight may take to finish after SIGINT/SIGTERM; then the
@@ -117,15 +122,18 @@ pub(crate) struct ServeArgs {
     pub(crate) fsync: FsyncArg,
 
     /// HTTP/2 stream flow-control window the server advertises.
-    #[arg(long, env = "QUIVER_H2_STREAM_WINDOW", default_value = "16MiB")]
+    #[arg(long, env = "QUIVER_H2_STREAM_WINDOW",
+          default_value_t = ByteSize(server::DEFAULT_STREAM_WINDOW as u64))]
     pub(crate) h2_stream_window: ByteSize,
 
     /// HTTP/2 connection flow-control window the server advertises.
-    #[arg(long, env = "QUIVER_H2_CONNECTION_WINDOW", default_value = "64MiB")]
+    #[arg(long, env = "QUIVER_H2_CONNECTION_WINDOW",
+          default_value_t = ByteSize(server::DEFAULT_CONNECTION_WINDOW as u64))]
     pub(crate) h2_connection_window: ByteSize,
 
     /// Largest HTTP/2 frame the server accepts (16KiB to 16MiB-1).
-    #[arg(long, env = "QUIVER_H2_MAX_FRAME_SIZE", default_value = "1MiB")]
+    #[arg(long, env = "QUIVER_H2_MAX_FRAME_SIZE",
+          default_value_t = ByteSize(server::DEFAULT_MAX_FRAME_SIZE as u64))]
     pub(crate) h2_max_frame_size: ByteSize,
 
     /// How DoGet and DoPut meet the wire: `direct` sends Arrow buffers to the
@@ -386,6 +394,34 @@ mod tests {
     #[test]
     fn cli_is_well_formed() {
         Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn byte_size_defaults_are_the_servers_constants() {
+        // clap parses a `default_value_t` back from its Display, which rounds
+        // to a tenth of a unit: a constant it cannot spell would drift here.
+        let Command::Serve(args) = Cli::try_parse_from(["quiver", "serve"]).unwrap().command else {
+            panic!("not serve")
+        };
+        let parsed = [
+            args.max_message_size,
+            args.max_flight_data_size,
+            args.large_flight_data_size,
+            args.put_buffer_pool,
+            args.h2_stream_window,
+            args.h2_connection_window,
+            args.h2_max_frame_size,
+        ];
+        let constants = [
+            server::DEFAULT_MAX_MESSAGE_SIZE as u64,
+            server::DEFAULT_MAX_FLIGHT_DATA_SIZE as u64,
+            server::DEFAULT_LARGE_FLIGHT_DATA_SIZE as u64,
+            server::DEFAULT_PUT_BUFFER_POOL as u64,
+            server::DEFAULT_STREAM_WINDOW as u64,
+            server::DEFAULT_CONNECTION_WINDOW as u64,
+            server::DEFAULT_MAX_FRAME_SIZE as u64,
+        ];
+        assert_eq!(parsed.map(|size| size.0), constants);
     }
 
     #[test]
