@@ -24,6 +24,11 @@ class Plan:
         ``quick``, ``full`` or ``smoke``.
     reps : int
         Repetitions of every throughput measurement.
+    warm_up_reps : int
+        Untimed rounds of each pyarrow get and put measurement before its ``reps``, per
+        server: the first puts into a server fault in fresh memory (quiver's body pool and
+        the Arrow C++ server's allocator have nothing to recycle yet), which a long-running
+        service pays once. The headline's warm-up times are kept in the run's notes.
     streams : tuple of int
         Parallel streams of the grid (the paper's 1, 2, 4, 8, 16).
     rows_per_stream : tuple of int
@@ -89,6 +94,7 @@ class Plan:
     soak_seconds: float = 10.0
     soak_rows: int = 10_000
     shm_bytes: tuple[int, ...] = (64 * MI, 256 * MI)
+    warm_up_reps: int = 0
 
     @property
     def headline_rows(self) -> int:
@@ -143,6 +149,7 @@ def plan_for(mode: str, ram_bytes: int) -> Plan:
             soak_seconds=2.0,
             soak_rows=1_000,
             shm_bytes=(4 * MI,),
+            warm_up_reps=1,
         )
     if mode == "quick":
         return Plan(
@@ -192,5 +199,6 @@ def plan_for(mode: str, ram_bytes: int) -> Plan:
             soak_seconds=60.0,
             soak_rows=10_000,
             shm_bytes=(64 * MI, 256 * MI, 1 * GIB),
+            warm_up_reps=1,
         )
     raise ValueError(f"unknown mode {mode!r}: expected quick, full or smoke")

@@ -117,6 +117,28 @@ def test_every_suite_measured_quiver_and_the_cpp_peer(smoke_run):
             assert row["mode"] == "smoke"
 
 
+def test_warm_ups_are_noted_and_left_out_of_the_measurements(smoke_run):
+    plan = plan_for("smoke", GIB)
+    assert plan.warm_up_reps == 1
+    for suite, op in (("headline", "get"), ("headline", "put"), ("get", "get"), ("put", "put")):
+        for server in ("quiver", "arrow-cpp"):
+            reps = [
+                int(r["rep"])
+                for r in smoke_run["rows"]
+                if (r["suite"], r["op"], r["server"], r["client"]) == (suite, op, server, "pyarrow")
+            ]
+            shapes = 1 if suite == "headline" else len(plan.grid())
+            assert sorted(reps) == sorted(list(range(plan.reps)) * shapes), (suite, server, reps)
+    notes = json.loads((smoke_run["tmp"] / "out" / "run.json").read_text())["notes"]
+    for op in ("get", "put"):
+        for server in ("quiver", "arrow-cpp"):
+            assert any(
+                n.startswith(f"headline {op} warm-up (untimed in the medians), {server}: ")
+                and n.endswith(" GB/s")
+                for n in notes
+            ), notes
+
+
 def test_rust_client_rows_exist_exactly_when_quiver_bench_does(smoke_run):
     rows = smoke_run["rows"]
     rust = [r for r in rows if r["client"] == "rust"]
