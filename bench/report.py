@@ -684,6 +684,15 @@ def _shm_section(rows: list[Row]) -> list[str]:
     return [*lines, ""]
 
 
+def _warm_up_text(run: dict[str, object]) -> str:
+    """Say how many untimed rounds preceded each pyarrow get and put measurement."""
+    plan = run.get("plan")
+    rounds = plan.get("warm_up_reps", 0) if isinstance(plan, dict) else 0
+    if not rounds:
+        return ""
+    return f", after {rounds} untimed warm-up round(s) per server for pyarrow gets and puts"
+
+
 def _figure(title: str, plot: Path | None, report_dir: Path) -> list[str]:
     if plot is None:
         return []
@@ -734,7 +743,8 @@ def render(
         "(ODBC, psycopg, ADBC) and DuckDB on Parquet.",
         "",
         f"- **Run**: {mode} mode, {run['date']}, {run['reps']} repetitions per measurement "
-        f"(median and min–max shown); command `{run['command']}`; {run['elapsed']}",
+        f"(median and min–max shown){_warm_up_text(run)}; command `{run['command']}`; "
+        f"{run['elapsed']}",
         f"- **Machine**: {machine['nproc']} CPUs ({machine['cpu_model']}), "
         f"{machine['ram_gib']} GiB RAM, {machine['kernel']}",
         f"- **Software**: {run['quiver_version']} (git {run['git']}), "

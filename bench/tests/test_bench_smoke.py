@@ -129,6 +129,8 @@ def test_warm_ups_are_noted_and_left_out_of_the_measurements(smoke_run):
             ]
             shapes = 1 if suite == "headline" else len(plan.grid())
             assert sorted(reps) == sorted(list(range(plan.reps)) * shapes), (suite, server, reps)
+    report = (smoke_run["tmp"] / "BENCHMARKS.md").read_text()
+    assert "after 1 untimed warm-up round(s) per server for pyarrow gets and puts" in report
     notes = json.loads((smoke_run["tmp"] / "out" / "run.json").read_text())["notes"]
     for op in ("get", "put"):
         for server in ("quiver", "arrow-cpp"):
