@@ -192,7 +192,8 @@ class _Clients:
 
     def __init__(self, group: list[ServerProcess], count: int) -> None:
         self.by_server = {s.name: flight_client.connect_many(s.uri, count) for s in group}
-        self.pool = ThreadPoolExecutor(max_workers=count) if count > 1 else None
+        # A pool even for one stream: gets read every endpoint in a pool thread.
+        self.pool = ThreadPoolExecutor(max_workers=count)
 
     def __enter__(self) -> _Clients:
         return self
@@ -200,8 +201,7 @@ class _Clients:
     def __exit__(self, *exc: object) -> None:
         for clients in self.by_server.values():
             flight_client.close_all(clients)
-        if self.pool is not None:
-            self.pool.shutdown()
+        self.pool.shutdown()
 
 
 def measure_get(
