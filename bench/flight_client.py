@@ -137,7 +137,7 @@ def timed_get(
     else:
         # One endpoint too goes to the pool, so every get reads the same way. The calling
         # (main) thread allocates gRPC's messages from glibc's main heap, which gives freed
-        # memory back to the kernel: a 4M-row taxi table read there faulted 72-98 thousand
+        # memory back to the kernel: a 4M-row taxi table read there faulted 72-78 thousand
         # pages per get, against about 5 thousand in a pool thread (docs/performance.md).
         futures = [
             pool.submit(_read_endpoint, clients[i % len(clients)], e.ticket)
