@@ -2,6 +2,9 @@
 
 use std::time::Instant;
 
+use futures::stream::{self, BoxStream};
+use futures::{Stream, StreamExt};
+
 /// Collects what an RPC did and logs it once, when dropped (for streaming
 /// responses: when the stream ends or the client goes away).
 #[derive(Debug)]
@@ -12,6 +15,9 @@ pub(crate) struct RpcLog {
     bytes: u64,
     started: Instant,
     error: Option<(tonic::Code, String)>,
+    /// A response stream that has not reached its end yet: dropped like
+    /// this, the client cancelled or its connection closed.
+    unfinished: bool,
 }
 
 impl RpcLog {
@@ -23,6 +29,7 @@ impl RpcLog {
             bytes: 0,
             started: Instant::now(),
             error: None,
+            unfinished: false,
         }
     }
 
@@ -33,6 +40,11 @@ impl RpcLog {
     pub(crate) fn add(&mut self, rows: u64, bytes: u64) {
         self.rows += rows;
         self.bytes += bytes;
+    }
+
+    /// Records that the response stream reached its end.
+    fn finish(&mut self) {
+        self.unfinished = false;
     }
 
     /// Records that the RPC failed with `status`.
@@ -52,11 +64,49 @@ impl RpcLog {
     }
 }
 
+/// The response stream of a streaming RPC: each item of `inner` goes through
+/// `f` with the log, whose line is written when the stream ends (`ok`, or
+/// `failed` after an error) or is dropped before its end (`cancelled`: the
+/// client cancelled the call or its connection closed).
+pub(crate) fn logged<T, U, F>(
+    inner: BoxStream<'static, T>,
+    mut log: RpcLog,
+    f: F,
+) -> impl Stream<Item = Result<U, tonic::Status>> + Send + 'static
+where
+    T: Send + 'static,
+    U: Send + 'static,
+    F: FnMut(&mut RpcLog, T) -> Result<U, tonic::Status> + Send + 'static,
+{
+    log.unfinished = true;
+    stream::unfold((inner, log, f), |(mut inner, mut log, mut f)| async move {
+        match inner.next().await {
+            Some(item) => {
+                let out = f(&mut log, item);
+                Some((out, (inner, log, f)))
+            }
+            None => {
+                log.finish();
+                None
+            }
+        }
+    })
+}
+
 impl Drop for RpcLog {
     fn drop(&mut self) {
         let duration_ms = self.started.elapsed().as_secs_f64() * 1e3;
         let table = self.table.as_deref().unwrap_or("-");
         match &self.error {
+            None if self.unfinished => tracing::info!(
+                rpc = self.rpc,
+                table,
+                rows = self.rows,
+                bytes = self.bytes,
+                duration_ms = format_args!("{duration_ms:.2}"),
+                "cancelled: the stream was dropped before its end (the client cancelled \
+                 the call or its connection closed)"
+            ),
             None => tracing::info!(
                 rpc = self.rpc,
                 table,
@@ -76,5 +126,82 @@ impl Drop for RpcLog {
                 "failed"
             ),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::io::Write;
+    use std::sync::{Arc, Mutex};
+
+    use super::*;
+
+    #[derive(Clone, Default)]
+    struct Lines(Arc<Mutex<Vec<u8>>>);
+
+    impl Write for Lines {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            self.0.lock().unwrap().extend_from_slice(buf);
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    /// Runs `f` and returns what it logged.
+    fn logged_by(f: impl FnOnce()) -> String {
+        let lines = Lines::default();
+        let writer = lines.clone();
+        let subscriber = tracing_subscriber::fmt()
+            .with_writer(move || writer.clone())
+            .with_ansi(false)
+            .finish();
+        tracing::subscriber::with_default(subscriber, f);
+        String::from_utf8(lines.0.lock().unwrap().clone()).unwrap()
+    }
+
+    fn counted(
+        items: Vec<Result<u64, tonic::Status>>,
+    ) -> impl Stream<Item = Result<u64, tonic::Status>> {
+        logged(
+            stream::iter(items).boxed(),
+            RpcLog::new("DoGet"),
+            |log, item| log.outcome(item).inspect(|rows| log.add(*rows, *rows * 8)),
+        )
+    }
+
+    #[test]
+    fn a_stream_read_to_its_end_is_ok() {
+        let out = logged_by(|| {
+            let all = futures::executor::block_on(counted(vec![Ok(2), Ok(3)]).collect::<Vec<_>>());
+            assert_eq!(all.len(), 2);
+        });
+        assert!(out.contains(" ok ") && out.contains("rows=5"), "{out}");
+    }
+
+    #[test]
+    fn a_stream_dropped_before_its_end_is_cancelled() {
+        let out = logged_by(|| {
+            let mut items = counted(vec![Ok(2), Ok(3)]).boxed();
+            let first = futures::executor::block_on(items.next());
+            assert_eq!(first.unwrap().unwrap(), 2);
+            drop(items);
+        });
+        assert!(out.contains("cancelled") && out.contains("rows=2"), "{out}");
+        assert!(!out.contains(" ok "), "{out}");
+    }
+
+    #[test]
+    fn a_stream_that_fails_is_failed() {
+        let out = logged_by(|| {
+            let mut items = counted(vec![Ok(2), Err(tonic::Status::internal("broken"))]).boxed();
+            let _ = futures::executor::block_on(items.next());
+            let second = futures::executor::block_on(items.next()).unwrap();
+            assert!(second.is_err());
+            drop(items);
+        });
+        assert!(out.contains("failed") && out.contains("broken"), "{out}");
+        assert!(!out.contains("cancelled"), "{out}");
     }
 }

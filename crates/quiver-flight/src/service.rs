@@ -28,7 +28,7 @@ use crate::auth::{Caller, Role};
 use crate::error::inbound_status;
 use crate::ipc_bounds::check_buffers;
 use crate::request_body::BodyOutcome;
-use crate::rpc_log::RpcLog;
+use crate::rpc_log::{RpcLog, logged};
 use crate::shm::{self, ShmServer};
 use crate::sql::{self, Batches, FlightSql};
 use crate::ticket::TableTicket;
@@ -558,7 +558,7 @@ impl FlightService for QuiverService {
                 .with_max_flight_data_size(self.options.max_flight_data_size)
                 .with_dictionary_handling(DictionaryHandling::Resend)
                 .build(batches);
-            let responses = encoded.map(move |item| {
+            let responses = logged(encoded.boxed(), log, move |log, item| {
                 let item = item.map_err(|e| Status::from(Error::from(e)));
                 let (rows, bytes) = std::mem::take(
                     &mut *counted
@@ -597,7 +597,7 @@ impl FlightService for QuiverService {
         &self,
         request: Request<Streaming<FlightData>>,
     ) -> Result<Response<Self::DoExchangeStream>, Status> {
-        let mut log = RpcLog::new("DoExchange");
+        let log = RpcLog::new("DoExchange");
         let echoed = request
             .into_inner()
             // A message that carried only the descriptor has nothing to echo;
@@ -609,12 +609,13 @@ impl FlightService for QuiverService {
                     && data.app_metadata.is_empty();
                 futures::future::ready(Ok((!empty).then_some(data)))
             })
-            .map(move |item| {
-                let item = item.map_err(inbound_status).inspect(|data| {
-                    log.add(0, data.data_body.len() as u64);
-                });
-                log.outcome(item)
+            .boxed();
+        let echoed = logged(echoed, log, |log, item| {
+            let item = item.map_err(inbound_status).inspect(|data| {
+                log.add(0, data.data_body.len() as u64);
             });
+            log.outcome(item)
+        });
         Ok(Response::new(
             Box::pin(guard::stream("DoExchange", echoed)) as Self::DoExchangeStream
         ))

@@ -19,7 +19,7 @@ use tonic::body::Body;
 use super::frames::FlightMessageEncoder;
 use super::grpc_body::{GrpcBody, grpc_frame, message_length};
 use super::message_size;
-use crate::rpc_log::RpcLog;
+use crate::rpc_log::{RpcLog, logged};
 use crate::sql::Batches;
 use crate::{Error, QuiverService, guard};
 
@@ -41,9 +41,12 @@ pub(super) async fn respond(
     // `None` marks the end: a stream that gave no batch still sends its
     // schema (and one empty batch).
     let mut sent = false;
-    let items = batches.map(Some).chain(stream::once(async { None }));
-    let frames = items.map(move |item| {
-        // The stream holds the log, whose line is written when it ends.
+    let items = batches
+        .map(Some)
+        .chain(stream::once(async { None }))
+        .boxed();
+    // The stream holds the log, whose line is written when it ends.
+    let frames = logged(items, log, move |log, item| {
         let batch = match item {
             Some(Ok(batch)) => batch,
             Some(Err(e)) => return log.outcome(Err(Status::from(e))),
