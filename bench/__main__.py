@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import platform
+import resource
 import shutil
 import sys
 import time
@@ -165,6 +166,10 @@ def measure(args: argparse.Namespace, argv: list[str]) -> tuple[dict[str, object
             if suite in args.only:
                 with run.attempt(f"suite {suite}"):
                     SUITE_FUNCTIONS[suite](run)
+                # The clients live in this process: a run that grows it towards the machine's
+                # memory measures the kernel's reclaim, not the servers.
+                peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20  # KiB to GiB
+                run.note(f"the harness's peak RSS after suite {suite}: {peak:.1f} GiB")
         failures = run.failures
     finally:
         # The sql suite replaces the Flight servers by fresh ones: stop what runs now.

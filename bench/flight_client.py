@@ -16,6 +16,28 @@ import pyarrow.flight as flight
 CHANNEL_OPTIONS = [("grpc.use_local_subchannel_pool", 1)]
 
 
+#: Most endpoints a get reads at once (the suites' most streams).
+MAX_READERS = 16
+
+_readers: ThreadPoolExecutor | None = None
+
+
+def readers() -> ThreadPoolExecutor:
+    """Return the threads that read endpoints and run parallel puts, one pool per process.
+
+    Every get reads its endpoints in these threads, a single endpoint too, so all gets read
+    the same way: the main thread allocates from glibc's main heap, which gives freed memory
+    back to the kernel, so a get read there faults its pages in again (docs/performance.md).
+    One pool for the whole process, not one per client: each thread keeps the heap it read
+    into, so pools per client kept several copies of the largest result in the harness's
+    memory (19 GB at 16M taxi rows, where the kernel killed it).
+    """
+    global _readers
+    if _readers is None:
+        _readers = ThreadPoolExecutor(max_workers=MAX_READERS, thread_name_prefix="reader")
+    return _readers
+
+
 def connect(uri: str) -> flight.FlightClient:
     """Return a client on its own connection, already connected."""
     client = flight.FlightClient(uri, generic_options=CHANNEL_OPTIONS)
@@ -110,9 +132,8 @@ def timed_get(
     clients: list[flight.FlightClient],
     name: str | flight.FlightDescriptor,
     keep: bool = False,
-    pool: ThreadPoolExecutor | None = None,
 ) -> GetResult:
-    """GetFlightInfo, then DoGet every endpoint in parallel (one thread and client each).
+    """GetFlightInfo, then DoGet every endpoint in parallel (one reader thread and client each).
 
     Parameters
     ----------
@@ -123,27 +144,16 @@ def timed_get(
     keep : bool
         Return the table read (the endpoints' data in their order) in
         :attr:`GetResult.table`.
-    pool : concurrent.futures.ThreadPoolExecutor, optional
-        Threads that read the endpoints, one each (even a single one); without it, the
-        only endpoint is read in the calling thread.
     """
     started = time.perf_counter()
     wanted = descriptor(name) if isinstance(name, str) else name
     info = clients[0].get_flight_info(wanted)
     endpoints = info.endpoints
-    if pool is None:
-        assert len(endpoints) == 1, "a get over several endpoints needs a thread pool"
-        parts = [_read_endpoint(clients[0], endpoints[0].ticket)]
-    else:
-        # One endpoint too goes to the pool, so every get reads the same way. The calling
-        # (main) thread allocates gRPC's messages from glibc's main heap, which gives freed
-        # memory back to the kernel: a 4M-row taxi table read there faulted 72-78 thousand
-        # pages per get, against about 5 thousand in a pool thread (docs/performance.md).
-        futures = [
-            pool.submit(_read_endpoint, clients[i % len(clients)], e.ticket)
-            for i, e in enumerate(endpoints)
-        ]
-        parts = [f.result() for f in futures]
+    futures = [
+        readers().submit(_read_endpoint, clients[i % len(clients)], e.ticket)
+        for i, e in enumerate(endpoints)
+    ]
+    parts = [f.result() for f in futures]
     seconds = time.perf_counter() - started
     ttfb = min(first for first, _ in parts) - started
     rows = sum(t.num_rows for _, t in parts)
@@ -154,20 +164,15 @@ def timed_get(
     return GetResult(seconds, ttfb, rows, nbytes, len(endpoints), table)
 
 
-def timed_put(
-    clients: list[flight.FlightClient],
-    table: pa.Table,
-    batch_rows: int,
-    pool: ThreadPoolExecutor | None = None,
-) -> float:
+def timed_put(clients: list[flight.FlightClient], table: pa.Table, batch_rows: int) -> float:
     """DoPut ``table`` as ``t0``, ``t1``... in parallel, one per client; return the seconds."""
     started = time.perf_counter()
     if len(clients) == 1:
         put(clients[0], "t0", table, batch_rows)
     else:
-        assert pool is not None, "parallel puts need a thread pool"
         futures = [
-            pool.submit(put, client, f"t{i}", table, batch_rows) for i, client in enumerate(clients)
+            readers().submit(put, client, f"t{i}", table, batch_rows)
+            for i, client in enumerate(clients)
         ]
         for f in futures:
             f.result()

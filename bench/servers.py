@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ctypes
 import os
 import selectors
 import signal
@@ -15,6 +16,10 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 START_TIMEOUT_S = 60.0
 STOP_TIMEOUT_S = 30.0
+#: prctl(2) option: the signal a process gets when its parent dies (Linux).
+PR_SET_PDEATHSIG = 1
+#: Loaded before any fork: the child only calls into it.
+_LIBC = ctypes.CDLL(None, use_errno=True)
 
 
 def quiver_bin() -> Path:
@@ -83,6 +88,16 @@ class ServerProcess:
         return self.process.returncode
 
 
+def _stop_with_parent() -> None:
+    """In the child, before exec: ask the kernel for SIGTERM when the harness dies.
+
+    A harness killed outright (the kernel's OOM killer, a CI timeout) runs no cleanup;
+    without this its servers stay behind holding the tables they were given, gigabytes
+    that the next run then misses.
+    """
+    _LIBC.prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+
+
 def start(name: str, command: list[str], banner: str, log_dir: Path) -> ServerProcess:
     """Start ``command`` and wait until it prints ``banner`` followed by its URI.
 
@@ -96,7 +111,14 @@ def start(name: str, command: list[str], banner: str, log_dir: Path) -> ServerPr
     env = {k: v for k, v in os.environ.items() if not k.startswith("QUIVER_")}
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))
     with log_path.open("wb") as log:
-        process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=log, env=env, cwd=REPO)
+        process = subprocess.Popen(
+            command,
+            stdout=subprocess.PIPE,
+            stderr=log,
+            env=env,
+            cwd=REPO,
+            preexec_fn=_stop_with_parent,
+        )
     assert process.stdout is not None
     line = b""
     deadline = time.monotonic() + START_TIMEOUT_S

@@ -27,7 +27,6 @@ import glob
 import os
 import subprocess
 import time
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -206,13 +205,11 @@ class FlightFetcher(Fetcher):
         self.peer = peer
         self.uri = uri
         self.clients: list[flight.FlightClient] = []
-        self.pool: ThreadPoolExecutor | None = None
 
     def open(self) -> None:
         """Open a connection per core (endpoints are read in parallel, one per thread)."""
         count = max(2, os.cpu_count() or 1)
         self.clients = flight_client.connect_many(self.uri, count)
-        self.pool = ThreadPoolExecutor(max_workers=count)
 
     def fetch(self, name: str) -> Fetched:
         """Get the table or the query's result, then convert it."""
@@ -220,17 +217,15 @@ class FlightFetcher(Fetcher):
         if self.peer.op == "sql+to_pandas":
             wanted = flight_sql_descriptor(select_all(name))
         started = time.perf_counter()
-        got = flight_client.timed_get(self.clients, wanted, keep=True, pool=self.pool)
+        got = flight_client.timed_get(self.clients, wanted, keep=True)
         assert got.table is not None
         frame = got.table.to_pandas()
         seconds = time.perf_counter() - started
         return Fetched(seconds, *_shape(frame), got.ttfb_seconds, got.endpoints)
 
     def close(self) -> None:
-        """Close the connections and the threads."""
+        """Close the connections."""
         flight_client.close_all(self.clients)
-        if self.pool is not None:
-            self.pool.shutdown()
 
 
 class DbapiFetcher(Fetcher):

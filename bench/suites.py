@@ -16,7 +16,6 @@ import threading
 import time
 import traceback
 from collections.abc import Iterator
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -188,12 +187,10 @@ def run_ceilings(run: Run) -> None:
 
 
 class _Clients:
-    """Per server, ``count`` pyarrow clients on their own connections, and a thread pool."""
+    """Per server, ``count`` pyarrow clients on their own connections."""
 
     def __init__(self, group: list[ServerProcess], count: int) -> None:
         self.by_server = {s.name: flight_client.connect_many(s.uri, count) for s in group}
-        # A pool even for one stream: gets read every endpoint in a pool thread.
-        self.pool = ThreadPoolExecutor(max_workers=count)
 
     def __enter__(self) -> _Clients:
         return self
@@ -201,7 +198,6 @@ class _Clients:
     def __exit__(self, *exc: object) -> None:
         for clients in self.by_server.values():
             flight_client.close_all(clients)
-        self.pool.shutdown()
 
 
 def measure_get(
@@ -221,18 +217,14 @@ def measure_get(
         for server in stored:
             with run.attempt(f"{suite} warm-up get {server.name}"):
                 for _ in range(run.plan.warm_up_reps):
-                    got = flight_client.timed_get(
-                        clients.by_server[server.name], name, pool=clients.pool
-                    )
+                    got = flight_client.timed_get(clients.by_server[server.name], name)
                     _note_warm_up(run, suite, server, "get", table.nbytes, got.seconds)
                     del got
         for rep in range(run.plan.reps):
             for server in _order(stored, rep):
                 shape = _shape_text(streams, rows, batch_rows)
                 with run.attempt(f"{suite} get {server.name} {shape}"):
-                    got = flight_client.timed_get(
-                        clients.by_server[server.name], name, pool=clients.pool
-                    )
+                    got = flight_client.timed_get(clients.by_server[server.name], name)
                     if got.rows != table.num_rows:
                         raise RuntimeError(f"got {got.rows} rows, expected {table.num_rows}")
                     note = "" if got.endpoints == streams else f"{got.endpoints} endpoint(s)"
@@ -268,7 +260,7 @@ def measure_put(
             with run.attempt(f"{suite} warm-up put {server.name}"):
                 for _ in range(run.plan.warm_up_reps):
                     seconds = flight_client.timed_put(
-                        clients.by_server[server.name], table, batch_rows, pool=clients.pool
+                        clients.by_server[server.name], table, batch_rows
                     )
                     _note_warm_up(run, suite, server, "put", table.nbytes * streams, seconds)
         for rep in range(run.plan.reps):
@@ -277,7 +269,7 @@ def measure_put(
                     f"{suite} put {server.name} {_shape_text(streams, rows, batch_rows)}"
                 ):
                     seconds = flight_client.timed_put(
-                        clients.by_server[server.name], table, batch_rows, pool=clients.pool
+                        clients.by_server[server.name], table, batch_rows
                     )
                     run.add(
                         Measurement(
