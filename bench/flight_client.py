@@ -23,14 +23,10 @@ _readers: ThreadPoolExecutor | None = None
 
 
 def readers() -> ThreadPoolExecutor:
-    """Return the threads that read endpoints and run parallel puts, one pool per process.
+    """Return the threads that read the endpoints of multi-endpoint gets and run parallel puts.
 
-    Every get reads its endpoints in these threads, a single endpoint too, so all gets read
-    the same way: the main thread allocates from glibc's main heap, which gives freed memory
-    back to the kernel, so a get read there faults its pages in again (docs/performance.md).
-    One pool for the whole process, not one per client: each thread keeps the heap it read
-    into, so pools per client kept several copies of the largest result in the harness's
-    memory (19 GB at 16M taxi rows, where the kernel killed it).
+    One pool for the whole process, not one per client: each thread keeps the glibc heap it
+    read into, so a pool per client kept a copy of the largest result per client.
     """
     global _readers
     if _readers is None:
@@ -135,6 +131,8 @@ def timed_get(
 ) -> GetResult:
     """GetFlightInfo, then DoGet every endpoint in parallel (one reader thread and client each).
 
+    A single endpoint is read in the calling thread.
+
     Parameters
     ----------
     clients : list of pyarrow.flight.FlightClient
@@ -149,11 +147,18 @@ def timed_get(
     wanted = descriptor(name) if isinstance(name, str) else name
     info = clients[0].get_flight_info(wanted)
     endpoints = info.endpoints
-    futures = [
-        readers().submit(_read_endpoint, clients[i % len(clients)], e.ticket)
-        for i, e in enumerate(endpoints)
-    ]
-    parts = [f.result() for f in futures]
+    if len(endpoints) == 1:
+        # A single endpoint is read in the calling thread. Reader threads keep the heaps they
+        # read into, which made gets faster alone (fewer page faults) but took the harness,
+        # which holds every client of the sql suite, to 18.7 GB and the kernel's OOM killer
+        # at 16M taxi rows (docs/performance.md).
+        parts = [_read_endpoint(clients[0], endpoints[0].ticket)]
+    else:
+        futures = [
+            readers().submit(_read_endpoint, clients[i % len(clients)], e.ticket)
+            for i, e in enumerate(endpoints)
+        ]
+        parts = [f.result() for f in futures]
     seconds = time.perf_counter() - started
     ttfb = min(first for first, _ in parts) - started
     rows = sum(t.num_rows for _, t in parts)

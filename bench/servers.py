@@ -89,13 +89,14 @@ class ServerProcess:
 
 
 def _stop_with_parent() -> None:
-    """In the child, before exec: ask the kernel for SIGTERM when the harness dies.
+    """In the child, before exec: ask the kernel for SIGKILL when the harness dies.
 
     A harness killed outright (the kernel's OOM killer, a CI timeout) runs no cleanup;
     without this its servers stay behind holding the tables they were given, gigabytes
-    that the next run then misses.
+    that the next run then misses. SIGKILL, not SIGTERM: the Arrow C++ peer's graceful
+    shutdown waited on a DoGet to the dead harness and never ended.
     """
-    _LIBC.prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+    _LIBC.prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
 
 
 def start(name: str, command: list[str], banner: str, log_dir: Path) -> ServerProcess:
