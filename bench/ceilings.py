@@ -9,6 +9,7 @@ import subprocess
 import time
 from pathlib import Path
 
+from . import servers
 from .rust_client import run_json_lines
 
 
@@ -48,6 +49,7 @@ def iperf3_tcp(seconds: float) -> dict:
         ["iperf3", "-s", "-B", "127.0.0.1", "-p", str(port)],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
+        preexec_fn=servers.stop_with_parent,
     )
     client = ["iperf3", "-c", "127.0.0.1", "-p", str(port), "-J", "-l", "1M", "-t", str(seconds)]
     try:

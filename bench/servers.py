@@ -88,8 +88,10 @@ class ServerProcess:
         return self.process.returncode
 
 
-def _stop_with_parent() -> None:
+def stop_with_parent() -> None:
     """In the child, before exec: ask the kernel for SIGKILL when the harness dies.
+
+    Every long-lived process the harness starts passes this as ``preexec_fn``.
 
     A harness killed outright (the kernel's OOM killer, a CI timeout) runs no cleanup;
     without this its servers stay behind holding the tables they were given, gigabytes
@@ -118,7 +120,7 @@ def start(name: str, command: list[str], banner: str, log_dir: Path) -> ServerPr
             stderr=log,
             env=env,
             cwd=REPO,
-            preexec_fn=_stop_with_parent,
+            preexec_fn=stop_with_parent,
         )
     assert process.stdout is not None
     line = b""

@@ -2,7 +2,7 @@
 
 use std::time::Instant;
 
-use futures::stream::{self, BoxStream};
+use futures::stream;
 use futures::{Stream, StreamExt};
 
 /// Collects what an RPC did and logs it once, when dropped (for streaming
@@ -68,15 +68,15 @@ impl RpcLog {
 /// `f` with the log, whose line is written when the stream ends (`ok`, or
 /// `failed` after an error) or is dropped before its end (`cancelled`: the
 /// client cancelled the call or its connection closed).
-pub(crate) fn logged<T, U, F>(
-    inner: BoxStream<'static, T>,
+pub(crate) fn logged<S, U, F>(
+    inner: S,
     mut log: RpcLog,
     f: F,
 ) -> impl Stream<Item = Result<U, tonic::Status>> + Send + 'static
 where
-    T: Send + 'static,
+    S: Stream + Unpin + Send + 'static,
     U: Send + 'static,
-    F: FnMut(&mut RpcLog, T) -> Result<U, tonic::Status> + Send + 'static,
+    F: FnMut(&mut RpcLog, S::Item) -> Result<U, tonic::Status> + Send + 'static,
 {
     log.unfinished = true;
     stream::unfold((inner, log, f), |(mut inner, mut log, mut f)| async move {
@@ -164,11 +164,9 @@ mod tests {
     fn counted(
         items: Vec<Result<u64, tonic::Status>>,
     ) -> impl Stream<Item = Result<u64, tonic::Status>> {
-        logged(
-            stream::iter(items).boxed(),
-            RpcLog::new("DoGet"),
-            |log, item| log.outcome(item).inspect(|rows| log.add(*rows, *rows * 8)),
-        )
+        logged(stream::iter(items), RpcLog::new("DoGet"), |log, item| {
+            log.outcome(item).inspect(|rows| log.add(*rows, *rows * 8))
+        })
     }
 
     #[test]

@@ -558,7 +558,7 @@ impl FlightService for QuiverService {
                 .with_max_flight_data_size(self.options.max_flight_data_size)
                 .with_dictionary_handling(DictionaryHandling::Resend)
                 .build(batches);
-            let responses = logged(encoded.boxed(), log, move |log, item| {
+            let responses = logged(encoded, log, move |log, item| {
                 let item = item.map_err(|e| Status::from(Error::from(e)));
                 let (rows, bytes) = std::mem::take(
                     &mut *counted
@@ -608,8 +608,7 @@ impl FlightService for QuiverService {
                     && data.data_body.is_empty()
                     && data.app_metadata.is_empty();
                 futures::future::ready(Ok((!empty).then_some(data)))
-            })
-            .boxed();
+            });
         let echoed = logged(echoed, log, |log, item| {
             let item = item.map_err(inbound_status).inspect(|data| {
                 log.add(0, data.data_body.len() as u64);

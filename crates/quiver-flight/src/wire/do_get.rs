@@ -43,8 +43,7 @@ pub(super) async fn respond(
     let mut sent = false;
     let items = batches
         .map(Some)
-        .chain(stream::once(async { None }))
-        .boxed();
+        .chain(stream::once(futures::future::ready(None)));
     // The stream holds the log, whose line is written when it ends.
     let frames = logged(items, log, move |log, item| {
         let batch = match item {
