@@ -471,9 +471,12 @@ def _sql_intro(run: dict[str, object], cap: int | None, largest: int) -> list[st
         "speed-up goals from a pyarrow.flight DoGet times the 1.3× a query may cost over it. "
         "The goals are also evaluated against quiver Flight SQL through ADBC, whose Go "
         "driver adds a client cost of its own. "
-        "Connections are opened before the timing, and each client fetches the smallest "
-        "result once untimed first (the first fetch of a process maps its memory); the "
-        "clients take turns within each repetition. Columnar clients fetching results of "
+        "Every fetch runs in a fresh worker process of its own (forked from a server that "
+        "has imported pyarrow and pandas), so that no client pays for what another keeps: "
+        "the worker connects, columnar clients fetch the result twice untimed (a fresh "
+        "process's first two fetches fault in their memory; row-based clients' first "
+        "fetches were no slower), then the timed fetch runs; the clients take turns within "
+        "each repetition. Columnar clients fetching results of "
         "up to 2M rows (a tenth of a second each) repeat three times as often as the "
         "others, so that one scheduling hiccup does not move a median. "
         "Time to first batch: from GetFlightInfo "
@@ -495,10 +498,12 @@ def _sql_table(rows: list[Row], cap: int | None) -> list[str]:
     reference = SQL_REFERENCE
     lines = [
         "Seconds, median (min–max) of the repetitions; the ratio is the client's median over "
-        f"{reference.label}'s (higher: slower).",
+        f"{reference.label}'s (higher: slower). Client peak RSS: the median of the worker "
+        "processes' peak resident memory, over the warm-ups and the timed fetch.",
         "",
-        "| rows | Arrow size | client | seconds | × quiver Flight SQL | time to first batch |",
-        "| --- | --- | --- | --- | --- | --- |",
+        "| rows | Arrow size | client | seconds | × quiver Flight SQL | time to first batch "
+        "| client peak RSS |",
+        "| --- | --- | --- | --- | --- | --- | --- |",
     ]
     for size in sql_sizes(rows):
         sized = select(rows, suite="sql", rows_per_stream=size)
@@ -511,18 +516,20 @@ def _sql_table(rows: list[Row], cap: int | None) -> list[str]:
                 if peer.row_based and cap is not None and size > cap and sql_rows_of(rows, peer):
                     lines.append(
                         f"| {size:,} | {arrow} | {peer.label} | not run (above "
-                        f"{cap:,} rows) | — | — |"
+                        f"{cap:,} rows) | — | — | — |"
                     )
                 continue
             ttfb = spread(
                 [r for r in group if r.get("ttfb_seconds") is not None],
                 lambda r: float(r["ttfb_seconds"]) * 1e3,
             )
+            peak = spread([r for r in group if r.get("hwm_bytes") is not None], "hwm_bytes")
             lines.append(
                 f"| {size:,} | {arrow} | {peer.label} | "
                 f"{found.median:.3f} ({found.low:.3f}–{found.high:.3f}) | "
                 f"{_times(_ratio(found, ours))} | "
-                f"{'—' if ttfb is None else f'{ttfb.median:.1f} ms'} |"
+                f"{'—' if ttfb is None else f'{ttfb.median:.1f} ms'} | "
+                f"{'—' if peak is None else _size(peak.median)} |"
             )
     return lines
 

@@ -53,7 +53,8 @@ class Measurement:
     endpoints : int or None
         Endpoints the server split a get over.
     rss_bytes, hwm_bytes : int or None
-        ``memory``: the server's largest VmRSS seen during the repetition, and its VmHWM.
+        ``memory``: the server's largest VmRSS seen during the repetition, and its VmHWM;
+        ``sql``: ``hwm_bytes`` is the peak RSS of the client's worker process.
     note : str
         Anything that makes the row not comparable.
     ops, errors : int or None

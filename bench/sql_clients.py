@@ -160,6 +160,9 @@ class Fetched:
         From sending the query to the first record batch (Flight paths only).
     endpoints : int or None
         Endpoints read (Flight paths only).
+    peak_rss_bytes : int or None
+        The peak RSS of the worker process that fetched (:mod:`bench.sql_worker`), over its
+        warm-up and timed fetches.
     """
 
     seconds: float
@@ -167,6 +170,7 @@ class Fetched:
     columns: int
     ttfb_seconds: float | None = None
     endpoints: int | None = None
+    peak_rss_bytes: int | None = None
 
 
 class Fetcher:
@@ -307,6 +311,8 @@ class DuckDBFetcher(Fetcher):
         import duckdb
 
         self.connection = duckdb.connect()
+        # No progress bar: it would print to the harness's log while timed.
+        self.connection.execute("SET enable_progress_bar = false")
 
     def fetch(self, name: str) -> Fetched:
         """Read the whole file into a DataFrame."""
@@ -322,16 +328,12 @@ class DuckDBFetcher(Fetcher):
             self.connection.close()
 
 
-def flight_fetchers(server: str, uri: str) -> list[Fetcher]:
-    """Return the fetchers of a Flight server: raw DoGet, and for quiver Flight SQL too."""
+def flight_clients(server: str, uri: str) -> list[tuple[SqlPeer, str]]:
+    """Return the clients of a Flight server and their targets: raw DoGet, quiver's SQL too."""
     if server == QUIVER:
-        return [
-            DbapiFetcher(QUIVER_ADBC, lambda: _adbc_flight_sql(uri)),
-            FlightFetcher(QUIVER_FLIGHT_SQL, uri),
-            FlightFetcher(QUIVER_DOGET, uri),
-        ]
+        return [(QUIVER_ADBC, uri), (QUIVER_FLIGHT_SQL, uri), (QUIVER_DOGET, uri)]
     if server == ARROW_CPP:
-        return [FlightFetcher(ARROW_CPP_DOGET, uri)]
+        return [(ARROW_CPP_DOGET, uri)]
     return []
 
 
@@ -359,6 +361,39 @@ def _pyodbc(connection_string: str) -> Any:
     return pyodbc.connect(connection_string, autocommit=True)
 
 
+#: How each DB-API client connects, given its target (a URI or an ODBC connection string).
+_DBAPI_CONNECT = {
+    QUIVER_ADBC: _adbc_flight_sql,
+    POSTGRES_ADBC: _adbc_postgres,
+    POSTGRES_PSYCOPG: _psycopg,
+    POSTGRES_ODBC: _pyodbc,
+}
+
+
+def make_fetcher(peer: SqlPeer, target: str) -> Fetcher:
+    """Return ``peer``'s fetcher of ``target``, in this process.
+
+    ``target`` is the server's URI, PostgreSQL's ODBC connection string for ODBC, or the
+    directory of the Parquet files for DuckDB.
+    """
+    if peer in _DBAPI_CONNECT:
+        connect = _DBAPI_CONNECT[peer]
+        return DbapiFetcher(peer, lambda: connect(target))
+    if peer == DUCKDB_PARQUET:
+        return DuckDBFetcher(Path(target))
+    if peer in SQL_PEERS:
+        return FlightFetcher(peer, target)
+    raise ValueError(f"not a client of the sql suite: {peer!r}")
+
+
+def peer_labelled(label: str) -> SqlPeer:
+    """Return the client whose :attr:`SqlPeer.label` is ``label``."""
+    for peer in SQL_PEERS:
+        if peer.label == label:
+            return peer
+    raise ValueError(f"no client of the sql suite is labelled {label!r}")
+
+
 def odbc_driver() -> str | None:
     """Return psqlODBC's Unicode driver: its library's path, else its registered name.
 
@@ -384,13 +419,9 @@ def odbc_driver() -> str | None:
     return ODBC_DRIVER_NAME if listed.returncode == 0 and listed.stdout.strip() else None
 
 
-def postgres_fetchers(server: PostgresServer, odbc: str | None) -> list[Fetcher]:
-    """Return the fetchers of PostgreSQL: ADBC, psycopg and, with a driver, ODBC."""
-    fetchers: list[Fetcher] = [
-        DbapiFetcher(POSTGRES_ADBC, lambda: _adbc_postgres(server.uri)),
-        DbapiFetcher(POSTGRES_PSYCOPG, lambda: _psycopg(server.uri)),
-    ]
+def postgres_clients(server: PostgresServer, odbc: str | None) -> list[tuple[SqlPeer, str]]:
+    """Return the clients of PostgreSQL and their targets: ADBC, psycopg, ODBC with a driver."""
+    clients = [(POSTGRES_ADBC, server.uri), (POSTGRES_PSYCOPG, server.uri)]
     if odbc is not None:
-        connection_string = server.odbc_connection_string(odbc)
-        fetchers.append(DbapiFetcher(POSTGRES_ODBC, lambda: _pyodbc(connection_string)))
-    return fetchers
+        clients.append((POSTGRES_ODBC, server.odbc_connection_string(odbc)))
+    return clients

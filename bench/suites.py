@@ -23,7 +23,17 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.flight as flight
 
-from . import ceilings, data, flight_client, rust_client, servers, soak, sql_clients, taxi
+from . import (
+    ceilings,
+    data,
+    flight_client,
+    rust_client,
+    servers,
+    soak,
+    sql_clients,
+    sql_worker,
+    taxi,
+)
 from .peers import json_socket, postgres
 from .plan import Plan
 from .results import ARROW_CPP, JSON_SOCKET, QUIVER, Measurement, ResultsFile
@@ -634,9 +644,8 @@ def run_sql(run: Run) -> None:
         if pg is not None:
             stack.callback(_stop_postgres, run, pg)
         workdir = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="quiver-sql-")))
-        for i, rows in enumerate(run.plan.sql_rows):
-            _measure_sql(run, rows, pg, odbc, workdir, warm_up=i == 0)
-            gc.collect()
+        for rows in run.plan.sql_rows:
+            _measure_sql(run, rows, pg, odbc, workdir)
 
 
 def _start_postgres(run: Run) -> postgres.PostgresServer | None:
@@ -666,9 +675,12 @@ def _sql_fetchers(
     odbc: str | None,
     workdir: Path,
 ) -> list[sql_clients.Fetcher]:
-    """Store ``table`` as ``name`` in every peer; return the fetchers of those that have it."""
+    """Store ``table`` as ``name`` in every peer; return the fetchers of those that have it.
+
+    Each fetcher runs its fetches in worker processes (:mod:`bench.sql_worker`).
+    """
     batch_rows = run.plan.batch_rows
-    fetchers: list[sql_clients.Fetcher] = []
+    clients: list[tuple[sql_clients.SqlPeer, str]] = []
     for server in run.servers_alive():
         with run.attempt(f"sql put {name} {server.name}"):
             client = flight_client.connect(server.uri)
@@ -676,19 +688,20 @@ def _sql_fetchers(
                 flight_client.put(client, name, table, batch_rows)
             finally:
                 client.close()
-            fetchers += sql_clients.flight_fetchers(server.name, server.uri)
+            clients += sql_clients.flight_clients(server.name, server.uri)
     if pg is not None:
         with run.attempt(f"sql load {name} into PostgreSQL"):
             started = time.perf_counter()
             pg.load(name, table)
             log(f"sql: loaded {name} into PostgreSQL in {time.perf_counter() - started:.1f} s")
-            fetchers += sql_clients.postgres_fetchers(pg, odbc)
-    duckdb = sql_clients.DuckDBFetcher(workdir)
+            clients += sql_clients.postgres_clients(pg, odbc)
     with run.attempt(f"sql write {name}.parquet"):
-        duckdb.write(name, table)
-        fetchers.append(duckdb)
+        sql_clients.DuckDBFetcher(workdir).write(name, table)
+        clients.append((sql_clients.DUCKDB_PARQUET, str(workdir)))
     opened = []
-    for fetcher in fetchers:
+    for peer, target in clients:
+        warm_ups = 0 if peer.row_based else SQL_WARM_UPS
+        fetcher = sql_worker.ProcessFetcher(peer, target, warm_ups)
         with run.attempt(f"sql connect {fetcher.peer.label}"):
             fetcher.open()
             opened.append(fetcher)
@@ -713,12 +726,11 @@ def _measure_sql(
     pg: postgres.PostgresServer | None,
     odbc: str | None,
     workdir: Path,
-    warm_up: bool,
 ) -> None:
     """Store the taxi table of ``rows`` rows in every peer, time each client's fetches of it.
 
-    With ``warm_up``, each client first fetches it once untimed: the first fetch of a
-    process pays for mapping its memory (three times the next ones for a raw DoGet).
+    Every fetch runs in a worker process of its own, after untimed fetches of the same
+    result in that worker for columnar clients (:class:`bench.sql_worker.ProcessFetcher`).
     """
     plan = run.plan
     name = taxi.table_name(rows)
@@ -737,12 +749,8 @@ def _measure_sql(
                     f"{plan.sql_row_clients_max_rows:,} rows (a row-based client: a Python "
                     "object per value, minutes per repetition and over 10 GB at 16M rows)"
                 )
-            elif not warm_up:
-                measured.append(fetcher)
             else:
-                with run.attempt(f"sql warm-up {fetcher.peer.label} {rows:,} rows"):
-                    fetcher.fetch(name)
-                    measured.append(fetcher)
+                measured.append(fetcher)
         reps = [_sql_reps(plan, f, rows) for f in measured]
         for rep in range(max(reps, default=0)):
             taking_part = [f for f, n in zip(measured, reps, strict=True) if rep < n]
@@ -762,6 +770,16 @@ SMALL_RESULT_ROWS = 2_000_000
 SMALL_RESULT_REP_FACTOR = 3
 
 
+#: Untimed fetches of the same result before each timed one of a columnar client, in the same
+#: worker process. A fresh process's first two fetches of 16M taxi rows each faulted in
+#: 550-930 thousand pages, the next ones 4-130 thousand (pyarrow.flight: 3.5-5.5 s, then
+#: 2.4-3.2 s, then 1.4-3.4 s; ADBC: 4.8-5.4 s, then 8.9-9.1 s, then 2.3-3.2 s): the timed
+#: fetch is the third. Row-based clients get none: their first fetch of 1M rows in a fresh
+#: process was no slower than the next two (psycopg 7.35 s then 6.14 and 6.98 s; ODBC 11.4
+#: then 12.8 and 12.5 s), and warm-ups would triple the suite's longest fetches.
+SQL_WARM_UPS = 2
+
+
 def _sql_reps(plan: Plan, fetcher: sql_clients.Fetcher, rows: int) -> int:
     """Repetitions of ``fetcher`` at ``rows``: more for quick columnar fetches."""
     if fetcher.peer.row_based or rows > SMALL_RESULT_ROWS:
@@ -779,7 +797,6 @@ def _sql_fetch(
 ) -> None:
     """Time one fetch of table ``name`` and record it; its DataFrame must be ``shape``."""
     got = fetcher.fetch(name)
-    gc.collect()
     if (got.rows, got.columns) != shape:
         raise RuntimeError(
             f"got a DataFrame of {got.rows} x {got.columns}, expected {shape[0]} x {shape[1]}"
@@ -800,6 +817,7 @@ def _sql_fetch(
             rep=rep,
             ttfb_seconds=got.ttfb_seconds,
             endpoints=got.endpoints,
+            hwm_bytes=got.peak_rss_bytes,
         )
     )
 

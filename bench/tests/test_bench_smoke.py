@@ -17,6 +17,7 @@ import dataclasses
 import itertools
 import json
 import os
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -24,7 +25,7 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 
-from bench import flight_client, report, sql_clients, taxi
+from bench import flight_client, report, sql_clients, sql_worker, taxi
 from bench.peers import postgres
 from bench.peers.cpp_flight_server import partition_bounds
 from bench.plan import GIB, plan_for
@@ -176,11 +177,31 @@ def test_the_sql_suite_fetched_into_pandas_with_every_client(smoke_run):
         assert row["rows_per_stream"] == "2000"
         assert float(row["seconds"]) > 0
         assert int(row["bytes"]) > 2000 * 140
+        # Each fetch ran in a worker process of its own, which reported its peak RSS: more
+        # than the interpreter with pyarrow and pandas loaded, less than the harness's.
+        assert 50 * 2**20 < int(row["hwm_bytes"]) < 4 * 2**30, row
     flight_sql = [r for r in rows if r["client"] == "pyarrow-flightsql"]
     assert all(float(r["ttfb_seconds"]) > 0 for r in flight_sql)
     report_text = (smoke_run["tmp"] / "BENCHMARKS.md").read_text()
     assert "## Query results into pandas (the paper's Figure 8)" in report_text
     assert "(plots/sql_to_pandas.png)" in report_text
+    assert "| client peak RSS |" in report_text
+
+
+def test_a_failing_sql_worker_says_which_client_and_why():
+    # A closed port: the worker's connect fails, and the harness gets the client's name and
+    # the driver's last error line, not a hang or a bare exit code.
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    fetcher = sql_worker.ProcessFetcher(
+        sql_clients.QUIVER_DOGET, f"grpc+tcp://127.0.0.1:{port}", warm_ups=0
+    )
+    with pytest.raises(RuntimeError) as failed:
+        fetcher.open()
+    message = str(failed.value)
+    assert message.startswith("quiver raw DoGet, pyarrow.flight: the worker failed: "), message
+    assert "Flight" in message or "onnect" in message, message
 
 
 def test_the_shm_suite_reaches_the_report(smoke_run):
