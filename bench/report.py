@@ -733,7 +733,7 @@ def render(
         "# quiver benchmarks",
         "",
         "Generated file: do not edit. Regenerate it from the repository root with "
-        "`python -m bench --full` (about 20 minutes, 13 of them the sql suite) or "
+        "`python -m bench --full` (about 40 minutes, 31 of them the sql suite) or "
         "`python -m bench --quick` (under 2 minutes), using the venv of "
         "`bench/requirements.txt`, PostgreSQL and psqlODBC (`scripts/install-postgres.sh`) and "
         "a release build of quiver (`cargo build --release`; or set `QUIVER_BIN`). "

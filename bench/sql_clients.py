@@ -17,7 +17,8 @@ DataFrame, on a connection opened beforehand.
 - DuckDB reading a local Parquet file of the table (``.df()``), the floor.
 
 The drivers are imported when a fetcher opens, so that a missing one fails its own
-measurements only.
+measurements only. The suite runs each fetch in a worker process of its own
+(:mod:`bench.sql_worker`), which builds its fetcher with :func:`make_fetcher`.
 """
 
 from __future__ import annotations
