@@ -1,18 +1,20 @@
 """The ``sql`` suite's fetches, each in a fresh worker process.
 
 A :class:`ProcessFetcher` runs every fetch of its client in a process of its own, forked
-from a fork server that has imported pyarrow, pandas, the fetchers and the drivers' Python
-modules, and nothing else (no driver library loaded, no connection, no data). The worker connects, fetches the result untimed as often as
-it is told (twice for columnar clients: ``bench.suites.SQL_WARM_UPS``) and once timed,
-reports the timed fetch and its peak RSS through a pipe, and exits.
+from a fork server that has imported pyarrow, pandas, the fetchers and the drivers'
+Python modules, and nothing else (no driver library loaded, no connection, no data). The
+worker connects, fetches the result untimed as often as it is told (twice for columnar
+clients: ``bench.suites.SQL_WARM_UPS``) and once timed, reports the timed fetch and its
+peak RSS through a pipe, and exits.
 
 So each measurement is of a client process that holds its own connection and result and
-nothing else, warmed up by fetches of the same result. In the harness's own process, every client kept
-what it had fetched: the ADBC Flight SQL driver's Go heap alone kept 4.6-6.8 GB after a
-16M-row fetch; with every client in the harness, a pyarrow.flight fetch of 16M rows took
-6.3-6.8 s instead of 1.1-1.3 s, and the harness went to 17-19 GB, twice into the kernel's
-OOM killer (docs/performance.md). Forking from the fork server costs milliseconds where
-starting a Python process and importing pyarrow and pandas costs 0.7 s.
+nothing else, warmed up by fetches of the same result. In the harness's own process,
+every client kept what it had fetched: the ADBC Flight SQL driver's Go heap alone kept
+4.6-6.8 GB after a 16M-row fetch; with every client in the harness, a pyarrow.flight
+fetch of 16M rows took 6.3-6.8 s instead of 1.1-1.3 s, and the harness went to 17-19 GB,
+twice into the kernel's OOM killer (docs/performance.md). Forking from the fork server
+costs milliseconds where starting a Python process and importing pyarrow and pandas
+costs 0.7 s.
 
 Nothing that starts threads runs before the fork: the drivers' libraries are loaded and
 connected in the worker (the ADBC Flight SQL driver's Go runtime and gRPC's threads do not
