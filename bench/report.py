@@ -474,9 +474,11 @@ def _sql_intro(run: dict[str, object], cap: int | None, largest: int) -> list[st
         "Every fetch runs in a fresh worker process of its own (forked from a server that "
         "has imported pyarrow and pandas), so that no client pays for what another keeps: "
         "the worker connects, columnar clients fetch the result twice untimed (a fresh "
-        "process's first two fetches fault in their memory; row-based clients' first "
-        "fetches were no slower), then the timed fetch runs; the clients take turns within "
-        "each repetition. Columnar clients fetching results of "
+        "process's first two fetches fault in their memory), then the timed fetch runs. "
+        "Row-based clients are timed on their first fetch (a second one would add minutes; "
+        "in a fresh process ODBC's first fetch was no slower than its next, psycopg's up to "
+        "a fifth slower). The clients take turns within each repetition. "
+        "Columnar clients fetching results of "
         "up to 2M rows (a tenth of a second each) repeat three times as often as the "
         "others, so that one scheduling hiccup does not move a median. "
         "Time to first batch: from GetFlightInfo "
@@ -499,7 +501,9 @@ def _sql_table(rows: list[Row], cap: int | None) -> list[str]:
     lines = [
         "Seconds, median (min–max) of the repetitions; the ratio is the client's median over "
         f"{reference.label}'s (higher: slower). Client peak RSS: the median of the worker "
-        "processes' peak resident memory, over the warm-ups and the timed fetch.",
+        "processes' peak resident memory, over the warm-ups and the timed fetch; it "
+        "includes the interpreter with pyarrow, pandas and every driver's library (a few "
+        "hundred MiB).",
         "",
         "| rows | Arrow size | client | seconds | × quiver Flight SQL | time to first batch "
         "| client peak RSS |",

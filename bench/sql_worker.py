@@ -2,13 +2,13 @@
 
 A :class:`ProcessFetcher` runs every fetch of its client in a process of its own, forked
 from a fork server that has imported pyarrow, pandas, the fetchers and the drivers'
-Python modules, and nothing else (no driver library loaded, no connection, no data). The
+Python modules (:data:`PRELOAD`), and made no connection and holds no data. The
 worker connects, fetches the result untimed as often as it is told (twice for columnar
 clients: ``bench.suites.SQL_WARM_UPS``) and once timed, reports the timed fetch and its
 peak RSS through a pipe, and exits.
 
 So each measurement is of a client process that holds its own connection and result and
-nothing else, warmed up by fetches of the same result. In the harness's own process,
+no other client's, warmed up by fetches of the same result. In the harness's own process,
 every client kept what it had fetched: the ADBC Flight SQL driver's Go heap alone kept
 4.6-6.8 GB after a 16M-row fetch; with every client in the harness, a pyarrow.flight
 fetch of 16M rows took 6.3-6.8 s instead of 1.1-1.3 s, and the harness went to 17-19 GB,
@@ -16,9 +16,8 @@ twice into the kernel's OOM killer (docs/performance.md). Forking from the fork 
 costs milliseconds where starting a Python process and importing pyarrow and pandas
 costs 0.7 s.
 
-Nothing that starts threads runs before the fork: the drivers' libraries are loaded and
-connected in the worker (the ADBC Flight SQL driver's Go runtime and gRPC's threads do not
-survive a fork).
+Nothing that starts a Go runtime or gRPC's threads runs before the fork (neither survives
+one): the ADBC drivers are loaded and every client connects in the worker.
 """
 
 from __future__ import annotations
@@ -38,12 +37,14 @@ from typing import Any
 from . import sql_clients
 from .sql_clients import Fetched, Fetcher, SqlPeer
 
-#: Longest a worker may take: its warm-up fetch and the timed one (ODBC fetched 4M rows in
+#: Longest a worker may take: its warm-up fetches and the timed one (ODBC fetched 4M rows in
 #: 49 s; 16M rows through ADBC from PostgreSQL took 31 s).
 WORKER_TIMEOUT_S = 900.0
 #: What the fork server imports before it forks workers (a missing one is skipped): the
-#: fetchers with pyarrow and pandas, and the drivers' Python modules, none of which starts a
-#: thread or loads a driver library on import (ADBC loads its driver at connect).
+#: fetchers with pyarrow and pandas, and the drivers' Python modules. These load libpq,
+#: unixODBC and DuckDB's engine, and start only allocator and BLAS helper threads (jemalloc's
+#: background threads, OpenBLAS, polars' through ADBC's DB-API), which have fork handlers;
+#: the ADBC drivers' Go runtimes and gRPC's threads start at connect, in the worker.
 PRELOAD = [
     "bench.sql_worker",
     "adbc_driver_flightsql.dbapi",
@@ -92,8 +93,8 @@ def _serve(
     With no ``name`` it only connects. It sends ``("ok", Fetched as dict)`` or
     ``("error", traceback)``.
     """
-    _die_with(harness)
     try:
+        _die_with(harness)
         fetcher = sql_clients.make_fetcher(sql_clients.peer_labelled(peer_label), target)
         fetcher.open()
         try:
@@ -162,7 +163,9 @@ class ProcessFetcher(Fetcher):
             worker.join()
         if status != "ok":
             last = payload.strip().splitlines()[-1]
-            raise RuntimeError(f"{self.peer.label}: the worker failed: {last}")
+            error = RuntimeError(f"{self.peer.label}: the worker failed: {last}")
+            error.add_note(f"the worker's traceback:\n{payload}")
+            raise error
         return payload
 
     def open(self) -> None:
