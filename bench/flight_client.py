@@ -150,7 +150,7 @@ def timed_get(
     if len(endpoints) == 1:
         # A single endpoint is read in the calling thread. Reader threads keep the heaps they
         # read into, which made gets faster alone (fewer page faults) but took the harness,
-        # which holds every client of the sql suite, to 18.7 GB and the kernel's OOM killer
+        # when it held every client of the sql suite, to 18.7 GB and the kernel's OOM killer
         # at 16M taxi rows (docs/performance.md).
         parts = [_read_endpoint(clients[0], endpoints[0].ticket)]
     else:

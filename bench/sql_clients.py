@@ -387,14 +387,6 @@ def make_fetcher(peer: SqlPeer, target: str) -> Fetcher:
     raise ValueError(f"not a client of the sql suite: {peer!r}")
 
 
-def peer_labelled(label: str) -> SqlPeer:
-    """Return the client whose :attr:`SqlPeer.label` is ``label``."""
-    for peer in SQL_PEERS:
-        if peer.label == label:
-            return peer
-    raise ValueError(f"no client of the sql suite is labelled {label!r}")
-
-
 def odbc_driver() -> str | None:
     """Return psqlODBC's Unicode driver: its library's path, else its registered name.
 

@@ -86,7 +86,7 @@ def _die_with(harness: int) -> None:
 
 
 def _serve(
-    harness: int, peer_label: str, target: str, name: str | None, warm_ups: int, out: Connection
+    harness: int, peer: SqlPeer, target: str, name: str | None, warm_ups: int, out: Connection
 ) -> None:
     """In the worker: connect, fetch ``warm_ups`` times then once timed, send the result.
 
@@ -95,7 +95,7 @@ def _serve(
     """
     try:
         _die_with(harness)
-        fetcher = sql_clients.make_fetcher(sql_clients.peer_labelled(peer_label), target)
+        fetcher = sql_clients.make_fetcher(peer, target)
         fetcher.open()
         try:
             if name is None:
@@ -139,7 +139,7 @@ class ProcessFetcher(Fetcher):
         receiving, sending = context.Pipe(duplex=False)
         worker = context.Process(
             target=_serve,
-            args=(os.getpid(), self.peer.label, self.target, name, self.warm_ups, sending),
+            args=(os.getpid(), self.peer, self.target, name, self.warm_ups, sending),
             name=f"sql worker: {self.peer.label}",
         )
         worker.start()
