@@ -95,7 +95,13 @@ impl MemoryPool {
 
     fn try_reserve(&self, bytes: u64) -> Result<()> {
         match self.try_reserve_now(bytes) {
-            Err(StoreError::MemoryLimit { .. }) if self.settle() => self.try_reserve_now(bytes),
+            // Retried whether or not a free is still pending when settling: one
+            // may have ended between the refusal and the look, its bytes already
+            // back (a replace near the limit was refused so, under load).
+            Err(StoreError::MemoryLimit { .. }) => {
+                self.settle();
+                self.try_reserve_now(bytes)
+            }
             result => result,
         }
     }
