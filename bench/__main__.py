@@ -121,7 +121,9 @@ def measure(args: argparse.Namespace, argv: list[str]) -> tuple[dict[str, object
     machine = machine_info()
     plan = plan_for(args.mode, int(float(machine["ram_gib"]) * 2**30))
     if args.reps:
-        plan = dataclasses.replace(plan, reps=args.reps, sql_reps=args.reps)
+        plan = dataclasses.replace(
+            plan, reps=args.reps, sql_reps=args.reps, headline_reps=args.reps
+        )
     if args.sql_rows:
         plan = dataclasses.replace(plan, sql_rows=args.sql_rows)
     binary = servers.quiver_bin()

@@ -24,6 +24,10 @@ class Plan:
         ``quick``, ``full`` or ``smoke``.
     reps : int
         Repetitions of every throughput measurement.
+    headline_reps : int
+        Repetitions of the pyarrow client's headline get and put, on which the goals are read
+        (0: ``reps``). The single-stream 1 GiB gets and puts spread over 2x from one round to
+        the next on this machine, and a round costs seconds.
     warm_up_reps : int
         Untimed rounds of each pyarrow get and put measurement before its ``reps``, per
         server: the first puts into a server fault in fresh memory (quiver's body pool and
@@ -95,6 +99,12 @@ class Plan:
     soak_rows: int = 10_000
     shm_bytes: tuple[int, ...] = (64 * MI, 256 * MI)
     warm_up_reps: int = 0
+    headline_reps: int = 0
+
+    @property
+    def headline_repetitions(self) -> int:
+        """Repetitions of the pyarrow client's headline get and put."""
+        return self.headline_reps or self.reps
 
     @property
     def headline_rows(self) -> int:
@@ -200,5 +210,6 @@ def plan_for(mode: str, ram_bytes: int) -> Plan:
             soak_rows=10_000,
             shm_bytes=(64 * MI, 256 * MI, 1 * GIB),
             warm_up_reps=1,
+            headline_reps=11,
         )
     raise ValueError(f"unknown mode {mode!r}: expected quick, full or smoke")

@@ -704,6 +704,15 @@ def _warm_up_text(run: dict[str, object]) -> str:
     return f", after {rounds} untimed warm-up round(s) per server for pyarrow gets and puts"
 
 
+def _headline_reps_text(run: dict[str, object]) -> str:
+    """Say how many repetitions the pyarrow headline had, when not the run's."""
+    plan = run.get("plan")
+    reps = plan.get("headline_reps", 0) if isinstance(plan, dict) else 0
+    if not reps or reps == run.get("reps"):
+        return ""
+    return f" ({reps} for the pyarrow client's headline get and put, where the goals are read)"
+
+
 def _figure(title: str, plot: Path | None, report_dir: Path) -> list[str]:
     if plot is None:
         return []
@@ -753,8 +762,9 @@ def render(
         "it also times query results into pandas: quiver's Flight SQL against PostgreSQL "
         "(ODBC, psycopg, ADBC) and DuckDB on Parquet.",
         "",
-        f"- **Run**: {mode} mode, {run['date']}, {run['reps']} repetitions per measurement "
-        f"(median and min–max shown){_warm_up_text(run)}; command `{run['command']}`; "
+        f"- **Run**: {mode} mode, {run['date']}, {run['reps']} repetitions per measurement"
+        f"{_headline_reps_text(run)} (median and min–max shown){_warm_up_text(run)}; "
+        f"command `{run['command']}`; "
         f"{run['elapsed']}",
         f"- **Machine**: {machine['nproc']} CPUs ({machine['cpu_model']}), "
         f"{machine['ram_gib']} GiB RAM, {machine['kernel']}",

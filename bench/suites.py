@@ -27,12 +27,14 @@ from . import (
     ceilings,
     data,
     flight_client,
+    flight_worker,
     rust_client,
     servers,
     soak,
     sql_clients,
     sql_worker,
     taxi,
+    workers,
 )
 from .peers import json_socket, postgres
 from .plan import Plan
@@ -196,48 +198,50 @@ def run_ceilings(run: Run) -> None:
 # --- pyarrow client throughput ----------------------------------------------------------------
 
 
-class _Clients:
-    """Per server, ``count`` pyarrow clients on their own connections."""
+@contextlib.contextmanager
+def _client_workers(
+    run: Run, suite: str, group: list[ServerProcess], streams: int
+) -> Iterator[dict[str, workers.Worker]]:
+    """Per server, a worker process with ``streams`` pyarrow clients of it
+    (:mod:`bench.flight_worker`); a server whose worker fails to start is noted and left out.
+    """  # noqa: D205
+    with contextlib.ExitStack() as stack:
+        started = {}
+        for server in group:
+            with run.attempt(f"{suite} start the client worker of {server.name}"):
+                label = f"{suite}, pyarrow client of {server.name}"
+                started[server.name] = stack.enter_context(
+                    flight_worker.start(label, server.uri, streams)
+                )
+        yield started
 
-    def __init__(self, group: list[ServerProcess], count: int) -> None:
-        self.by_server = {s.name: flight_client.connect_many(s.uri, count) for s in group}
 
-    def __enter__(self) -> _Clients:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        for clients in self.by_server.values():
-            flight_client.close_all(clients)
-
-
-def measure_get(
-    run: Run, suite: str, table: pa.Table, streams: int, rows: int, batch_rows: int
-) -> None:
-    """Put ``table`` split into ``streams`` partitions on every server, then time gets of it."""
-    alive = run.servers_alive()
+def measure_get(run: Run, suite: str, streams: int, rows: int, batch_rows: int, reps: int) -> None:
+    """Put ``streams * rows`` records split into ``streams`` partitions on every server, then
+    time gets of them, each server's clients in a worker process of their own.
+    """  # noqa: D205
     name = "bench-get"
-    with _Clients(alive, streams) as clients:
+    total_rows = streams * rows
+    shape = _shape_text(streams, rows, batch_rows)
+    with _client_workers(run, suite, run.servers_alive(), streams) as clients:
         stored = []
-        for server in alive:
+        nbytes = 0
+        for server in [s for s in run.flight_servers if s.name in clients]:
             with run.attempt(f"{suite} put before get, {server.name}"):
-                control = clients.by_server[server.name][0]
-                options = {"mode": "replace", "partitions": streams}
-                flight_client.put(control, name, table, batch_rows, options)
+                nbytes = clients[server.name].call("store", name, total_rows, batch_rows, streams)
                 stored.append(server)
         for server in stored:
             with run.attempt(f"{suite} warm-up get {server.name}"):
                 for _ in range(run.plan.warm_up_reps):
-                    got = flight_client.timed_get(clients.by_server[server.name], name)
-                    _note_warm_up(run, suite, server, "get", table.nbytes, got.seconds)
-                    del got
-        for rep in range(run.plan.reps):
+                    got = clients[server.name].call("get", name)
+                    _note_warm_up(run, suite, server, "get", nbytes, got["seconds"])
+        for rep in range(reps):
             for server in _order(stored, rep):
-                shape = _shape_text(streams, rows, batch_rows)
                 with run.attempt(f"{suite} get {server.name} {shape}"):
-                    got = flight_client.timed_get(clients.by_server[server.name], name)
-                    if got.rows != table.num_rows:
-                        raise RuntimeError(f"got {got.rows} rows, expected {table.num_rows}")
-                    note = "" if got.endpoints == streams else f"{got.endpoints} endpoint(s)"
+                    got = clients[server.name].call("get", name)
+                    if got["rows"] != total_rows:
+                        raise RuntimeError(f"got {got['rows']} rows, expected {total_rows}")
+                    endpoints = got["endpoints"]
                     run.add(
                         Measurement(
                             suite,
@@ -247,40 +251,41 @@ def measure_get(
                             streams,
                             rows,
                             batch_rows,
-                            bytes=table.nbytes,
-                            seconds=got.seconds,
+                            bytes=nbytes,
+                            seconds=got["seconds"],
                             rep=rep,
-                            ttfb_seconds=got.ttfb_seconds,
-                            endpoints=got.endpoints,
-                            note=note,
+                            ttfb_seconds=got["ttfb_seconds"],
+                            endpoints=endpoints,
+                            note="" if endpoints == streams else f"{endpoints} endpoint(s)",
                         )
                     )
-                    del got
         for server in stored:
-            flight_client.delete(clients.by_server[server.name][0], name)
+            with run.attempt(f"{suite} delete after get, {server.name}"):
+                clients[server.name].call("delete", [name])
 
 
-def measure_put(
-    run: Run, suite: str, table: pa.Table, streams: int, rows: int, batch_rows: int
-) -> None:
-    """Time ``streams`` parallel puts of ``table`` (as ``t0``, ``t1``...) to every server."""
-    alive = run.servers_alive()
-    with _Clients(alive, streams) as clients:
-        for server in alive:
+def measure_put(run: Run, suite: str, streams: int, rows: int, batch_rows: int, reps: int) -> None:
+    """Time ``streams`` parallel puts of ``rows`` records (as ``t0``, ``t1``...) to every
+    server, each server's clients in a worker process of their own.
+    """  # noqa: D205
+    shape = _shape_text(streams, rows, batch_rows)
+    names = [f"t{i}" for i in range(streams)]
+    with _client_workers(run, suite, run.servers_alive(), streams) as clients:
+        ready = []
+        nbytes = 0
+        for server in [s for s in run.flight_servers if s.name in clients]:
+            with run.attempt(f"{suite} make the put table, {server.name}"):
+                nbytes = clients[server.name].call("make", rows, batch_rows) * streams
+                ready.append(server)
+        for server in ready:
             with run.attempt(f"{suite} warm-up put {server.name}"):
                 for _ in range(run.plan.warm_up_reps):
-                    seconds = flight_client.timed_put(
-                        clients.by_server[server.name], table, batch_rows
-                    )
-                    _note_warm_up(run, suite, server, "put", table.nbytes * streams, seconds)
-        for rep in range(run.plan.reps):
-            for server in _order(alive, rep):
-                with run.attempt(
-                    f"{suite} put {server.name} {_shape_text(streams, rows, batch_rows)}"
-                ):
-                    seconds = flight_client.timed_put(
-                        clients.by_server[server.name], table, batch_rows
-                    )
+                    seconds = clients[server.name].call("put", batch_rows)
+                    _note_warm_up(run, suite, server, "put", nbytes, seconds)
+        for rep in range(reps):
+            for server in _order(ready, rep):
+                with run.attempt(f"{suite} put {server.name} {shape}"):
+                    seconds = clients[server.name].call("put", batch_rows)
                     run.add(
                         Measurement(
                             suite,
@@ -290,14 +295,14 @@ def measure_put(
                             streams,
                             rows,
                             batch_rows,
-                            bytes=table.nbytes * streams,
+                            bytes=nbytes,
                             seconds=seconds,
                             rep=rep,
                         )
                     )
-        for server in alive:
-            for i in range(streams):
-                flight_client.delete(clients.by_server[server.name][0], f"t{i}")
+        for server in ready:
+            with run.attempt(f"{suite} delete after put, {server.name}"):
+                clients[server.name].call("delete", names)
 
 
 def _note_warm_up(
@@ -315,26 +320,22 @@ def run_get(run: Run) -> None:
     """Time the pyarrow client's gets over the grid, then of the headline table."""
     for streams, rows, batch_rows in run.plan.grid():
         log(f"get: {_shape_text(streams, rows, batch_rows)}")
-        table = data.records(streams * rows, batch_rows)
-        measure_get(run, "get", table, streams, rows, batch_rows)
-        del table
-        gc.collect()
+        measure_get(run, "get", streams, rows, batch_rows, run.plan.reps)
     rows = run.plan.headline_rows
     log(f"get: headline, {_shape_text(1, rows, run.plan.batch_rows)}")
-    table = data.records(rows, run.plan.batch_rows)
-    measure_get(run, "headline", table, 1, rows, run.plan.batch_rows)
+    reps = run.plan.headline_repetitions
+    measure_get(run, "headline", 1, rows, run.plan.batch_rows, reps)
 
 
 def run_put(run: Run) -> None:
     """Time the pyarrow client's puts over the grid, then of the headline table."""
     for streams, rows, batch_rows in run.plan.grid():
         log(f"put: {_shape_text(streams, rows, batch_rows)}")
-        table = data.records(rows, batch_rows)
-        measure_put(run, "put", table, streams, rows, batch_rows)
+        measure_put(run, "put", streams, rows, batch_rows, run.plan.reps)
     rows = run.plan.headline_rows
     log(f"put: headline, {_shape_text(1, rows, run.plan.batch_rows)}")
-    table = data.records(rows, run.plan.batch_rows)
-    measure_put(run, "headline", table, 1, rows, run.plan.batch_rows)
+    reps = run.plan.headline_repetitions
+    measure_put(run, "headline", 1, rows, run.plan.batch_rows, reps)
 
 
 def run_memory(run: Run) -> None:
@@ -664,7 +665,7 @@ def _start_postgres(run: Run) -> postgres.PostgresServer | None:
 def _stop_postgres(run: Run, pg: postgres.PostgresServer) -> None:
     code = pg.stop()
     if code != 0:
-        run.note(f"PostgreSQL: pg_ctl stop exited with code {code}; its log: {run.log_dir}")
+        run.note(f"PostgreSQL exited with code {code} at its stop; its log: {run.log_dir}")
 
 
 def _sql_fetchers(

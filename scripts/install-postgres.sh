@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Installs what the benchmark suite's `sql` suite needs from Debian's packages:
-#   postgresql        the server (initdb, pg_ctl, postgres) the harness starts on loopback;
+#   postgresql        the server (initdb, postgres, pg_isready) the harness starts on loopback;
 #   odbc-postgresql   psqlODBC, the PostgreSQL ODBC driver pyodbc loads;
 #   unixodbc          the ODBC driver manager (libodbc, odbcinst).
 # Idempotent: it runs apt-get only when one of them is missing. The harness does not use

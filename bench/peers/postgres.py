@@ -3,10 +3,15 @@
 The ``sql`` suite fetches the taxi table from PostgreSQL with psycopg, ODBC and ADBC. It
 uses the Debian packages' binaries (``scripts/install-postgres.sh``) but not their cluster:
 :func:`start` runs ``initdb`` into a temporary directory (as the ``postgres`` user when run
-as root, which PostgreSQL requires), starts the server with ``pg_ctl`` on ``127.0.0.1`` and
-a free port, with its Unix socket in the same directory, and :meth:`PostgresServer.stop`
-stops it and removes the directory. Authentication is ``trust``: it listens on loopback
-only.
+as root, which PostgreSQL requires), starts ``postgres`` itself as the harness's child on
+``127.0.0.1`` and a free port, with its Unix socket in the same directory, and
+:meth:`PostgresServer.stop` stops it (fast shutdown) and removes the directory.
+Authentication is ``trust``: it listens on loopback only.
+
+The server is not started with ``pg_ctl``, which detaches it: a harness killed outright
+(the kernel's OOM killer, a CI timeout) left that server running with its gigabytes of
+tables. As the harness's child it gets the parent-death signal every server of the harness
+gets (:func:`bench.servers.stop_with_parent`); its backends end when it does.
 
 Durability is off (``fsync``, ``synchronous_commit``, ``full_page_writes``) and WAL is
 minimal, so that loading the tables is quick; none of that changes how a ``SELECT`` runs.
@@ -22,15 +27,19 @@ import io
 import os
 import pwd
 import shutil
+import signal
 import socket
 import subprocess
 import tempfile
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pyarrow as pa
 import pyarrow.csv as pacsv
+
+from ..servers import stop_with_parent
 
 if TYPE_CHECKING:
     import psycopg
@@ -58,6 +67,9 @@ TYPES = {
 #: Rows per CSV chunk sent to COPY.
 COPY_CHUNK_ROWS = 256 * 1024
 START_TIMEOUT_S = 60
+#: The start of the temporary directories' names.
+ROOT_PREFIX = "quiver-bench-pg-"
+STOP_TIMEOUT_S = 60
 
 
 class PostgresUnavailable(RuntimeError):
@@ -65,15 +77,15 @@ class PostgresUnavailable(RuntimeError):
 
 
 def bin_dir() -> Path | None:
-    """Return the directory of the newest installed ``initdb``/``pg_ctl``, or ``None``."""
+    """Return the directory of the newest installed ``initdb``/``postgres``, or ``None``."""
     versions = sorted(
-        Path("/usr/lib/postgresql").glob("*/bin/pg_ctl"),
+        Path("/usr/lib/postgresql").glob("*/bin/postgres"),
         key=lambda p: int(p.parent.parent.name) if p.parent.parent.name.isdigit() else 0,
     )
     if versions:
         return versions[-1].parent
-    found = shutil.which("pg_ctl")
-    if found and shutil.which("initdb"):
+    found = shutil.which("postgres")
+    if found and shutil.which("initdb") and shutil.which("pg_isready"):
         return Path(found).resolve().parent
     return None
 
@@ -98,7 +110,7 @@ def _run_as() -> list[str]:
 def available() -> str | None:
     """Return why a server cannot be started here, or ``None`` when it can."""
     if bin_dir() is None:
-        return "PostgreSQL is not installed (no initdb/pg_ctl): run scripts/install-postgres.sh"
+        return "PostgreSQL is not installed (no initdb/postgres): run scripts/install-postgres.sh"
     try:
         _run_as()
     except PostgresUnavailable as e:
@@ -129,6 +141,8 @@ class PostgresServer:
         Where its log is copied when it stops.
     version : str
         The server's version, e.g. ``15.18 (Debian 15.18-0+deb12u1)``.
+    process : subprocess.Popen
+        The ``postgres`` process (the postmaster).
     """
 
     port: int
@@ -136,6 +150,7 @@ class PostgresServer:
     bin_dir: Path
     log_dir: Path
     version: str
+    process: subprocess.Popen
 
     @property
     def data_dir(self) -> Path:
@@ -195,16 +210,20 @@ class PostgresServer:
         Returns
         -------
         int
-            ``pg_ctl stop``'s exit code.
+            The server's exit code (0 after a clean shutdown; -9 if it had to be killed).
         """
-        code = 0
-        if (self.data_dir / "postmaster.pid").exists():
-            code = _pg_ctl(self.bin_dir, ["stop", "-D", str(self.data_dir), "-m", "fast", "-w"])
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGINT)
+            try:
+                self.process.wait(STOP_TIMEOUT_S)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
         with contextlib.suppress(OSError):
             self.log_dir.mkdir(parents=True, exist_ok=True)
             shutil.copyfile(self.log_path, self.log_dir / "postgresql.log")
         shutil.rmtree(self.root, ignore_errors=True)
-        return code
+        return self.process.returncode
 
 
 def _csv(table: pa.Table) -> bytes:
@@ -214,17 +233,70 @@ def _csv(table: pa.Table) -> bytes:
     return sink.getvalue()
 
 
-def _pg_ctl(directory: Path, args: list[str]) -> int:
-    command = [*_run_as(), str(directory / "pg_ctl"), *args]
-    result = subprocess.run(command, capture_output=True, text=True, timeout=START_TIMEOUT_S)
-    return result.returncode
-
-
 def _check(command: list[str], what: str) -> str:
     result = subprocess.run(command, capture_output=True, text=True, timeout=START_TIMEOUT_S)
     if result.returncode != 0:
         raise RuntimeError(f"{what} failed ({result.returncode}): {result.stderr.strip()[-1500:]}")
     return result.stdout
+
+
+def _running(pid: int) -> bool:
+    """Whether process ``pid`` runs (a zombie, dead but not yet reaped, does not)."""
+    try:
+        status = Path(f"/proc/{pid}/status").read_text()
+    except OSError:
+        return False
+    return "\nState:\tZ" not in status
+
+
+def _remove_left_behind() -> None:
+    """Remove the directories of servers whose harness was killed (their server is gone)."""
+    for root in Path(tempfile.gettempdir()).glob(f"{ROOT_PREFIX}*"):
+        pid_file = root / "data" / "postmaster.pid"
+        try:
+            pid = int(pid_file.read_text().split()[0])
+        except (OSError, ValueError, IndexError):
+            pid = None
+        if pid is not None and _running(pid):
+            continue  # another harness's server, still running
+        if pid is None and time.time() - root.stat().st_mtime < START_TIMEOUT_S:
+            continue  # another harness's server, still starting
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def _spawn(command: list[str], log_path: Path) -> subprocess.Popen:
+    """Start ``postgres`` as the harness's child (as the ``postgres`` user when root)."""
+    owner: dict = {}
+    if os.geteuid() == 0:
+        owner = {"user": "postgres", "group": "postgres", "extra_groups": []}
+    with log_path.open("ab") as log:
+        # The harness's parent-death signal is set after the change of user, which would
+        # clear it (Popen changes the user before it calls preexec_fn).
+        return subprocess.Popen(
+            command,
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=log,
+            preexec_fn=stop_with_parent,
+            **owner,
+        )
+
+
+def _wait_ready(directory: Path, process: subprocess.Popen, root: Path, port: int) -> bool:
+    """Wait until the server accepts connections; ``False`` if it exits or takes too long."""
+    deadline = time.monotonic() + START_TIMEOUT_S
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            return False
+        ready = subprocess.run(
+            [str(directory / "pg_isready"), "-q", "-h", "127.0.0.1", "-p", str(port)],
+            capture_output=True,
+            check=False,
+        )
+        if ready.returncode == 0:
+            return True
+        time.sleep(0.1)
+    return False
 
 
 def start(log_dir: Path, attempts: int = 3) -> PostgresServer:
@@ -242,7 +314,7 @@ def start(log_dir: Path, attempts: int = 3) -> PostgresServer:
     PostgresUnavailable
         PostgreSQL is not installed.
     RuntimeError
-        ``initdb`` or ``pg_ctl start`` failed.
+        ``initdb`` failed, or the server did not start.
     """
     why = available()
     if why is not None:
@@ -250,7 +322,8 @@ def start(log_dir: Path, attempts: int = 3) -> PostgresServer:
     directory = bin_dir()
     assert directory is not None
     prefix = _run_as()
-    root = Path(tempfile.mkdtemp(prefix="quiver-bench-pg-"))
+    _remove_left_behind()
+    root = Path(tempfile.mkdtemp(prefix=ROOT_PREFIX))
     try:
         if prefix:
             shutil.chown(root, "postgres", "postgres")
@@ -262,22 +335,24 @@ def start(log_dir: Path, attempts: int = 3) -> PostgresServer:
         )  # fmt: skip
         version = _check([str(directory / "postgres"), "--version"], "postgres --version")
         version = version.strip().removeprefix("postgres (PostgreSQL) ")
-        settings = " ".join(f"-c {k}={v}" for k, v in SETTINGS.items())
+        settings = [arg for k, v in SETTINGS.items() for arg in ("-c", f"{k}={v}")]
         for attempt in range(attempts):
             port = free_port()
-            options = f"-k {root} -h 127.0.0.1 -p {port} {settings}"
             command = [
-                *prefix, str(directory / "pg_ctl"), "start", "-D", str(data), "-w",
-                "-t", str(START_TIMEOUT_S), "-l", str(root / "postgresql.log"), "-o", options,
+                str(directory / "postgres"), "-D", str(data), "-k", str(root),
+                "-h", "127.0.0.1", "-p", str(port), *settings,
             ]  # fmt: skip
-            result = subprocess.run(command, capture_output=True, text=True, check=False)
-            if result.returncode == 0:
-                return PostgresServer(port, root, directory, log_dir, version)
+            process = _spawn(command, root / "postgresql.log")
+            if _wait_ready(directory, process, root, port):
+                return PostgresServer(port, root, directory, log_dir, version, process)
+            if process.poll() is None:
+                process.kill()
+            process.wait()
             if attempt == attempts - 1:
                 log_tail = (root / "postgresql.log").read_text(errors="replace")[-1500:]
                 raise RuntimeError(
-                    f"pg_ctl start failed ({result.returncode}): {result.stderr.strip()}\n"
-                    f"{log_tail}"
+                    f"postgres did not start (exit code {process.returncode}) on "
+                    f"127.0.0.1:{port}; its log:\n{log_tail}"
                 )
     except BaseException:
         shutil.rmtree(root, ignore_errors=True)

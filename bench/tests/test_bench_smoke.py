@@ -20,6 +20,7 @@ import os
 import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pyarrow as pa
@@ -129,7 +130,8 @@ def test_warm_ups_are_noted_and_left_out_of_the_measurements(smoke_run):
                 if (r["suite"], r["op"], r["server"], r["client"]) == (suite, op, server, "pyarrow")
             ]
             shapes = 1 if suite == "headline" else len(plan.grid())
-            assert sorted(reps) == sorted(list(range(plan.reps)) * shapes), (suite, server, reps)
+            count = plan.headline_repetitions if suite == "headline" else plan.reps
+            assert sorted(reps) == sorted(list(range(count)) * shapes), (suite, server, reps)
     report = (smoke_run["tmp"] / "BENCHMARKS.md").read_text()
     assert "after 1 untimed warm-up round(s) per server for pyarrow gets and puts" in report
     notes = json.loads((smoke_run["tmp"] / "out" / "run.json").read_text())["notes"]
@@ -203,6 +205,54 @@ def test_a_failing_sql_worker_says_which_client_and_why():
     message = str(failed.value)
     assert message.startswith("quiver raw DoGet, pyarrow.flight: the worker failed: "), message
     assert "Connection refused" in message, message
+
+
+_KILLED_HARNESS = """
+import os, sys
+from pathlib import Path
+from bench import workers
+from bench.peers import postgres
+worker = workers.Worker("probe", dict, (), 60)
+pg = postgres.start(Path(sys.argv[1]))
+print(worker._process.pid, pg.process.pid, pg.root, flush=True)
+os.kill(os.getpid(), 9)
+"""
+
+
+def _gone(pid: int) -> bool:
+    status = Path(f"/proc/{pid}/status")
+    try:
+        return "State:\tZ" in status.read_text()
+    except OSError:
+        return True
+
+
+def test_postgresql_and_the_client_workers_die_with_a_killed_harness(tmp_path, smoke_run):
+    # A harness killed outright (the OOM killer, a CI timeout) runs no cleanup: PostgreSQL,
+    # once detached by pg_ctl, stayed behind with its tables, and so would a worker forked
+    # by the fork server (its parent). Both must end with the harness; the next start
+    # removes the dead server's directory.
+    missing = smoke_run["postgres_missing"]
+    if missing is not None:
+        pytest.skip(f"PostgreSQL not available: {missing}")
+    killed = subprocess.run(
+        [sys.executable, "-c", _KILLED_HARNESS, str(tmp_path)],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert killed.returncode == -9, killed.stderr
+    worker_pid, pg_pid, root = killed.stdout.split()
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline and not (_gone(int(worker_pid)) and _gone(int(pg_pid))):
+        time.sleep(0.1)
+    assert _gone(int(worker_pid)), "the client worker outlived the harness"
+    assert _gone(int(pg_pid)), "PostgreSQL outlived the harness"
+    assert Path(root).exists()
+    pg = postgres.start(tmp_path)
+    pg.stop()
+    assert not Path(root).exists(), "the killed harness's PostgreSQL directory was left"
 
 
 def test_the_shm_suite_reaches_the_report(smoke_run):

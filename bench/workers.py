@@ -1,0 +1,226 @@
+"""Client processes of their own: what the harness measures runs in worker processes.
+
+A :class:`Worker` is a process forked from a multiprocessing fork server that has imported
+pyarrow, pandas, the bench's client modules and the drivers' Python modules
+(:data:`PRELOAD`), and made no connection and holds no data. The worker builds one object
+(a set of Flight clients, a SQL fetcher) and runs the calls the harness sends it, one at a
+time, until it is closed.
+
+Why: a measurement in the harness's own process is a measurement of that process's
+history. Every client there kept what it had fetched and what its allocator held on to:
+with the sql suite's clients in the harness, a pyarrow.flight fetch of 16M taxi rows took
+6.3-6.8 s instead of 1.1-1.3 s, and in run 12 the headline DoGet from quiver measured 0.57x
+the Arrow C++ server's, with the harness at 9.3 GiB after the grid, where the same gets in a
+process of their own measured 0.91x (docs/performance.md). Forking from the fork server
+costs milliseconds where starting a Python process and importing pyarrow and pandas costs
+0.7 s.
+
+Nothing that starts a Go runtime or gRPC's threads runs before the fork (neither survives
+one): the preload starts only allocator and BLAS helper threads (jemalloc's background
+threads, OpenBLAS, polars' through ADBC's DB-API), which have fork handlers; every client
+connects in the worker, and the ADBC drivers load their Go runtimes there.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import gc
+import multiprocessing
+import os
+import resource
+import select
+import signal
+import threading
+import traceback
+from collections.abc import Callable
+from multiprocessing.connection import Connection
+from typing import Any
+
+#: What the fork server imports before it forks workers (a missing one is skipped): the
+#: bench's client modules with pyarrow and pandas, and the drivers' Python modules, which load
+#: libpq, unixODBC and DuckDB's engine.
+PRELOAD = [
+    "bench.flight_worker",
+    "bench.sql_worker",
+    "adbc_driver_flightsql.dbapi",
+    "adbc_driver_postgresql.dbapi",
+    "psycopg",
+    "pyodbc",
+    "duckdb",
+]
+
+#: The call every worker answers besides its object's methods: its peak RSS in bytes.
+PEAK_RSS = "peak_rss"
+
+_context: Any = None
+
+
+def _fork_server() -> Any:
+    """Return the multiprocessing context of the fork server (started on first use)."""
+    global _context
+    if _context is None:
+        _context = multiprocessing.get_context("forkserver")
+        _context.set_forkserver_preload(PRELOAD)
+    return _context
+
+
+def _die_with(harness: int) -> None:
+    """Kill this worker when the harness process ``harness`` ends, however it ends.
+
+    The worker's parent is the fork server, which outlives a killed harness until its
+    children end, so the kernel's parent-death signal does not reach it: a thread waits on
+    the harness's pidfd instead.
+    """
+    try:
+        pidfd = os.pidfd_open(harness)
+    except ProcessLookupError:
+        os._exit(1)
+
+    def wait() -> None:
+        select.select([pidfd], [], [])
+        os.kill(os.getpid(), signal.SIGKILL)
+
+    threading.Thread(target=wait, name="harness watch", daemon=True).start()
+
+
+def _serve(harness: int, build: Callable[..., Any], args: tuple, conn: Connection) -> None:
+    """In the worker: build the object, then answer calls until told to stop.
+
+    Every answer is ``("ok", result)`` or ``("error", traceback)``; a ``None`` request (or
+    the harness's end of the pipe closing) ends the worker, after the object's ``close``.
+    Between calls the worker collects garbage, so a call's data does not wait for a later
+    one's allocations to be freed.
+    """
+    target = None
+    try:
+        _die_with(harness)
+        target = build(*args)
+        conn.send(("ok", None))
+    except BaseException:
+        conn.send(("error", traceback.format_exc()))
+        conn.close()
+        return
+    try:
+        while True:
+            try:
+                request = conn.recv()
+            except EOFError:
+                break
+            if request is None:
+                break
+            method, call_args = request
+            try:
+                if method == PEAK_RSS:
+                    # ru_maxrss is in KiB on Linux.
+                    result = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+                else:
+                    result = getattr(target, method)(*call_args)
+                conn.send(("ok", result))
+            except BaseException:
+                conn.send(("error", traceback.format_exc()))
+            gc.collect()
+    finally:
+        close = getattr(target, "close", None)
+        if close is not None:
+            close()
+        conn.close()
+
+
+class Worker:
+    """A process of its own that builds ``build(*args)`` and runs calls of its methods.
+
+    Parameters
+    ----------
+    label : str
+        Who the worker is, at the start of every error it raises (e.g. a client's name).
+    build : callable
+        A module-level callable (it is pickled to the worker) returning the object.
+    args : tuple
+        Its arguments (pickled too).
+    timeout : float
+        Longest the worker may take to build the object or to answer one call.
+
+    Raises
+    ------
+    RuntimeError
+        When building fails: the label and the failure's last line, with the worker's
+        traceback attached as a note.
+    """
+
+    def __init__(self, label: str, build: Callable[..., Any], args: tuple, timeout: float):
+        self.label = label
+        self.timeout = timeout
+        context = _fork_server()
+        self._conn, theirs = context.Pipe(duplex=True)
+        self._process = context.Process(
+            target=_serve, args=(os.getpid(), build, args, theirs), name=f"worker: {label}"
+        )
+        self._process.start()
+        theirs.close()
+        try:
+            self._answer("start")
+        except BaseException:
+            self.close()
+            raise
+
+    def __enter__(self) -> Worker:
+        """Return the worker; it is closed at the end of the ``with`` block."""
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        """Close the worker (:meth:`close`)."""
+        self.close()
+
+    def call(self, method: str, *args: Any) -> Any:
+        """Run ``method(*args)`` on the worker's object; return its result.
+
+        Raises
+        ------
+        RuntimeError
+            When the call raised in the worker, the worker died, or it did not answer in
+            time (the worker is then killed): the label, what happened and, for a raise,
+            the worker's traceback as a note.
+        """
+        try:
+            self._conn.send((method, args))
+        except (BrokenPipeError, ConnectionResetError, OSError):
+            self._process.join(10)
+            raise RuntimeError(
+                f"{self.label}: the worker died (exit code {self._process.exitcode})"
+            ) from None
+        return self._answer(method)
+
+    def peak_rss(self) -> int:
+        """Return the worker's peak RSS so far, in bytes (with the libraries it loaded)."""
+        return self.call(PEAK_RSS)
+
+    def _answer(self, what: str) -> Any:
+        if not self._conn.poll(self.timeout):
+            self._process.kill()
+            raise RuntimeError(
+                f"{self.label}: the worker did not finish {what} in {self.timeout:.0f} s"
+            )
+        try:
+            status, payload = self._conn.recv()
+        except EOFError:
+            self._process.join(10)
+            raise RuntimeError(
+                f"{self.label}: the worker died (exit code {self._process.exitcode})"
+            ) from None
+        if status != "ok":
+            last = payload.strip().splitlines()[-1]
+            error = RuntimeError(f"{self.label}: the worker failed: {last}")
+            error.add_note(f"the worker's traceback:\n{payload}")
+            raise error
+        return payload
+
+    def close(self) -> None:
+        """Ask the worker to close its object and end; kill it if it does not in 30 s."""
+        if self._process.is_alive():
+            with contextlib.suppress(OSError):
+                self._conn.send(None)
+            self._process.join(30)
+        if self._process.is_alive():
+            self._process.kill()
+        self._process.join()
+        self._conn.close()
