@@ -3,7 +3,7 @@
 For one measurement (a shape of the grid, or the headline) each server gets a worker
 process of its own (:mod:`bench.workers`) holding its pyarrow clients, one per stream. The
 worker makes the table it puts itself (:func:`bench.data.records`, the same values in every
-worker), so no data crosses the pipe: the harness sends "get" or "put" and gets seconds
+worker), so no data crosses the pipe: the harness sends "get" or "put" and gets the times
 back. Repetitions still alternate between the servers, one call to each worker at a time.
 """
 

@@ -23,7 +23,8 @@ class Plan:
     mode : str
         ``quick``, ``full`` or ``smoke``.
     reps : int
-        Repetitions of every throughput measurement.
+        Repetitions of every throughput measurement (the pyarrow headline's:
+        ``headline_reps``).
     headline_reps : int
         Repetitions of the pyarrow client's headline get and put, on which the goals are read
         (0: ``reps``). The single-stream 1 GiB gets and puts spread over 2x from one round to
@@ -32,7 +33,11 @@ class Plan:
         Untimed rounds of each pyarrow get and put measurement before its ``reps``, per
         server: the first puts into a server fault in fresh memory (quiver's body pool and
         the Arrow C++ server's allocator have nothing to recycle yet), which a long-running
-        service pays once. The headline's warm-up times are kept in the run's notes.
+        service pays once, and so does each measurement's fresh client worker. With one
+        warm-up round (run 13), the first timed round was still the slowest or close to it in
+        most shapes, for both servers: the headline puts 0.75 and 0.73 GB/s, the rounds
+        after 1.1-3.4. Full mode makes two. The headline's warm-up times are kept in the
+        run's notes.
     streams : tuple of int
         Parallel streams of the grid (the paper's 1, 2, 4, 8, 16).
     rows_per_stream : tuple of int
@@ -131,9 +136,10 @@ def plan_for(mode: str, ram_bytes: int) -> Plan:
     """Return the plan of ``mode`` (``quick``, ``full`` or ``smoke``) for a machine's RAM.
 
     Full mode keeps the data of one measurement (all its streams) under a twelfth of the RAM
-    and at most 2 GiB: a get holds it in the client, in each server and once more as it is
-    read, and the Arrow C++ peer's RSS reached 15 GiB holding 16 x 256 MiB tables (the
-    kernel killed it at the 4 GiB cap this replaced).
+    and at most 2 GiB: a get holds it in each server and in each server's client worker as
+    it is read, a put holds it in each server's client worker (each makes its own copy) and
+    in each server, and the Arrow C++ peer's RSS reached 15 GiB holding 16 x 256 MiB tables
+    (the kernel killed it at the 4 GiB cap this replaced).
     """
     if mode == "smoke":
         return Plan(
@@ -209,7 +215,7 @@ def plan_for(mode: str, ram_bytes: int) -> Plan:
             soak_seconds=60.0,
             soak_rows=10_000,
             shm_bytes=(64 * MI, 256 * MI, 1 * GIB),
-            warm_up_reps=1,
+            warm_up_reps=2,
             headline_reps=11,
         )
     raise ValueError(f"unknown mode {mode!r}: expected quick, full or smoke")

@@ -1,4 +1,8 @@
-"""Client processes of their own: what the harness measures runs in worker processes.
+"""Client processes of their own: the throughput and sql clients run in worker processes.
+
+The pyarrow gets and puts of the grid and the headline (:mod:`bench.flight_worker`) and the
+sql suite's fetches (:mod:`bench.sql_worker`) are measured in workers; the suites of small
+gets, JSON, memory, shared memory and the soak keep their clients in the harness.
 
 A :class:`Worker` is a process forked from a multiprocessing fork server that has imported
 pyarrow, pandas, the bench's client modules and the drivers' Python modules
@@ -67,9 +71,9 @@ def _fork_server() -> Any:
 def _die_with(harness: int) -> None:
     """Kill this worker when the harness process ``harness`` ends, however it ends.
 
-    The worker's parent is the fork server, which outlives a killed harness until its
-    children end, so the kernel's parent-death signal does not reach it: a thread waits on
-    the harness's pidfd instead.
+    The worker's parent is the fork server, not the harness, so a parent-death signal
+    would fire only when the fork server ends, and the fork server does not kill its
+    children when it ends: a thread waits on the harness's pidfd instead.
     """
     try:
         pidfd = os.pidfd_open(harness)
@@ -88,13 +92,16 @@ def _serve(harness: int, build: Callable[..., Any], args: tuple, conn: Connectio
 
     Every answer is ``("ok", result)`` or ``("error", traceback)``; a ``None`` request (or
     the harness's end of the pipe closing) ends the worker, after the object's ``close``.
-    Between calls the worker collects garbage, so a call's data does not wait for a later
-    one's allocations to be freed.
+    After each call the worker collects garbage before it answers, so that a call's data is
+    freed before the next call, and no collection runs while the harness times another
+    worker; what the build and the preload made is frozen out of the collections.
     """
     target = None
     try:
         _die_with(harness)
         target = build(*args)
+        gc.collect()
+        gc.freeze()
         conn.send(("ok", None))
     except BaseException:
         conn.send(("error", traceback.format_exc()))
@@ -112,13 +119,13 @@ def _serve(harness: int, build: Callable[..., Any], args: tuple, conn: Connectio
             try:
                 if method == PEAK_RSS:
                     # ru_maxrss is in KiB on Linux.
-                    result = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+                    answer = ("ok", resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024)
                 else:
-                    result = getattr(target, method)(*call_args)
-                conn.send(("ok", result))
+                    answer = ("ok", getattr(target, method)(*call_args))
             except BaseException:
-                conn.send(("error", traceback.format_exc()))
+                answer = ("error", traceback.format_exc())
             gc.collect()
+            conn.send(answer)
     finally:
         close = getattr(target, "close", None)
         if close is not None:
@@ -150,15 +157,21 @@ class Worker:
     def __init__(self, label: str, build: Callable[..., Any], args: tuple, timeout: float):
         self.label = label
         self.timeout = timeout
+        self._dead: str | None = None
         context = _fork_server()
         self._conn, theirs = context.Pipe(duplex=True)
         self._process = context.Process(
             target=_serve, args=(os.getpid(), build, args, theirs), name=f"worker: {label}"
         )
-        self._process.start()
-        theirs.close()
         try:
-            self._answer("start")
+            self._process.start()
+        except BaseException:
+            self._conn.close()
+            raise
+        finally:
+            theirs.close()
+        try:
+            self._answer("its start")
         except BaseException:
             self.close()
             raise
@@ -179,34 +192,39 @@ class Worker:
         RuntimeError
             When the call raised in the worker, the worker died, or it did not answer in
             time (the worker is then killed): the label, what happened and, for a raise,
-            the worker's traceback as a note.
+            the worker's traceback as a note. After a death or a timeout every later call
+            raises at once.
         """
+        if self._dead is not None:
+            raise RuntimeError(f"{self.label}: {self._dead}")
         try:
             self._conn.send((method, args))
-        except (BrokenPipeError, ConnectionResetError, OSError):
-            self._process.join(10)
-            raise RuntimeError(
-                f"{self.label}: the worker died (exit code {self._process.exitcode})"
-            ) from None
+        except OSError:
+            raise self._died() from None
         return self._answer(method)
 
     def peak_rss(self) -> int:
         """Return the worker's peak RSS so far, in bytes (with the libraries it loaded)."""
         return self.call(PEAK_RSS)
 
+    def _died(self) -> RuntimeError:
+        self._process.join(10)
+        self._dead = f"the worker died (exit code {self._process.exitcode})"
+        return RuntimeError(f"{self.label}: {self._dead}")
+
     def _answer(self, what: str) -> Any:
-        if not self._conn.poll(self.timeout):
+        try:
+            answered = self._conn.poll(self.timeout)
+        except OSError:
+            raise self._died() from None
+        if not answered:
             self._process.kill()
-            raise RuntimeError(
-                f"{self.label}: the worker did not finish {what} in {self.timeout:.0f} s"
-            )
+            self._dead = f"the worker did not finish {what} in {self.timeout:.0f} s"
+            raise RuntimeError(f"{self.label}: {self._dead}")
         try:
             status, payload = self._conn.recv()
-        except EOFError:
-            self._process.join(10)
-            raise RuntimeError(
-                f"{self.label}: the worker died (exit code {self._process.exitcode})"
-            ) from None
+        except (EOFError, OSError):
+            raise self._died() from None
         if status != "ok":
             last = payload.strip().splitlines()[-1]
             error = RuntimeError(f"{self.label}: the worker failed: {last}")

@@ -11,7 +11,8 @@ Authentication is ``trust``: it listens on loopback only.
 The server is not started with ``pg_ctl``, which detaches it: a harness killed outright
 (the kernel's OOM killer, a CI timeout) left that server running with its gigabytes of
 tables. As the harness's child it gets the parent-death signal every server of the harness
-gets (:func:`bench.servers.stop_with_parent`); its backends end when it does.
+gets (:func:`bench.servers.stop_with_parent`); its backends end soon after, when they
+notice. The next :func:`start` removes what such a server left in its directory.
 
 Durability is off (``fsync``, ``synchronous_commit``, ``full_page_writes``) and WAL is
 minimal, so that loading the tables is quick; none of that changes how a ``SELECT`` runs.
@@ -23,6 +24,7 @@ not set hint bits.
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import io
 import os
 import pwd
@@ -69,6 +71,8 @@ COPY_CHUNK_ROWS = 256 * 1024
 START_TIMEOUT_S = 60
 #: The start of the temporary directories' names.
 ROOT_PREFIX = "quiver-bench-pg-"
+#: The file in a server's directory the harness holds a lock on while the server is its.
+LOCK_FILE = ".harness.lock"
 STOP_TIMEOUT_S = 60
 
 
@@ -76,17 +80,23 @@ class PostgresUnavailable(RuntimeError):
     """PostgreSQL's server binaries (or the ``postgres`` user, when root) are not installed."""
 
 
+#: The binaries the suite runs, all from one directory.
+BINARIES = ("initdb", "postgres", "pg_isready")
+
+
 def bin_dir() -> Path | None:
-    """Return the directory of the newest installed ``initdb``/``postgres``, or ``None``."""
-    versions = sorted(
-        Path("/usr/lib/postgresql").glob("*/bin/postgres"),
-        key=lambda p: int(p.parent.parent.name) if p.parent.parent.name.isdigit() else 0,
+    """Return the directory of the newest installed PostgreSQL with :data:`BINARIES`."""
+    candidates = sorted(
+        (p.parent for p in Path("/usr/lib/postgresql").glob("*/bin/postgres")),
+        key=lambda d: int(d.parent.name) if d.parent.name.isdigit() else 0,
+        reverse=True,
     )
-    if versions:
-        return versions[-1].parent
     found = shutil.which("postgres")
-    if found and shutil.which("initdb") and shutil.which("pg_isready"):
-        return Path(found).resolve().parent
+    if found:
+        candidates.append(Path(found).resolve().parent)
+    for directory in candidates:
+        if all((directory / name).is_file() for name in BINARIES):
+            return directory
     return None
 
 
@@ -110,7 +120,10 @@ def _run_as() -> list[str]:
 def available() -> str | None:
     """Return why a server cannot be started here, or ``None`` when it can."""
     if bin_dir() is None:
-        return "PostgreSQL is not installed (no initdb/postgres): run scripts/install-postgres.sh"
+        return (
+            "PostgreSQL is not installed (no initdb/postgres/pg_isready): "
+            "run scripts/install-postgres.sh"
+        )
     try:
         _run_as()
     except PostgresUnavailable as e:
@@ -143,6 +156,8 @@ class PostgresServer:
         The server's version, e.g. ``15.18 (Debian 15.18-0+deb12u1)``.
     process : subprocess.Popen
         The ``postgres`` process (the postmaster).
+    lock : int
+        The descriptor of the harness's lock on ``root`` (held until :meth:`stop`).
     """
 
     port: int
@@ -151,6 +166,7 @@ class PostgresServer:
     log_dir: Path
     version: str
     process: subprocess.Popen
+    lock: int
 
     @property
     def data_dir(self) -> Path:
@@ -223,6 +239,7 @@ class PostgresServer:
             self.log_dir.mkdir(parents=True, exist_ok=True)
             shutil.copyfile(self.log_path, self.log_dir / "postgresql.log")
         shutil.rmtree(self.root, ignore_errors=True)
+        os.close(self.lock)
         return self.process.returncode
 
 
@@ -240,27 +257,39 @@ def _check(command: list[str], what: str) -> str:
     return result.stdout
 
 
-def _running(pid: int) -> bool:
-    """Whether process ``pid`` runs (a zombie, dead but not yet reaped, does not)."""
-    try:
-        status = Path(f"/proc/{pid}/status").read_text()
-    except OSError:
-        return False
-    return "\nState:\tZ" not in status
+def _lock(root: Path) -> int:
+    """Take the harness's lock on a server directory; return its descriptor.
+
+    The kernel drops it when the harness ends, however it ends, so a directory whose lock
+    can be taken belongs to no running harness.
+    """
+    fd = os.open(root / LOCK_FILE, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    fcntl.flock(fd, fcntl.LOCK_EX)
+    return fd
 
 
 def _remove_left_behind() -> None:
-    """Remove the directories of servers whose harness was killed (their server is gone)."""
+    """Remove the directories of servers whose harness was killed (their server is gone).
+
+    What a SIGKILLed server leaves outside its directory (a SysV segment of a few bytes, its
+    dynamic shared memory in ``/dev/shm``) stays until the machine restarts.
+    """
     for root in Path(tempfile.gettempdir()).glob(f"{ROOT_PREFIX}*"):
-        pid_file = root / "data" / "postmaster.pid"
         try:
-            pid = int(pid_file.read_text().split()[0])
-        except (OSError, ValueError, IndexError):
-            pid = None
-        if pid is not None and _running(pid):
-            continue  # another harness's server, still running
-        if pid is None and time.time() - root.stat().st_mtime < START_TIMEOUT_S:
-            continue  # another harness's server, still starting
+            fd = os.open(root / LOCK_FILE, os.O_RDWR | os.O_CLOEXEC)
+        except FileNotFoundError:
+            with contextlib.suppress(OSError):
+                if time.time() - root.stat().st_mtime > START_TIMEOUT_S:
+                    shutil.rmtree(root, ignore_errors=True)  # never locked, long ago
+            continue  # (or another harness's, just created)
+        except OSError:
+            continue
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            continue  # another harness's server
+        finally:
+            os.close(fd)
         shutil.rmtree(root, ignore_errors=True)
 
 
@@ -268,7 +297,8 @@ def _spawn(command: list[str], log_path: Path) -> subprocess.Popen:
     """Start ``postgres`` as the harness's child (as the ``postgres`` user when root)."""
     owner: dict = {}
     if os.geteuid() == 0:
-        owner = {"user": "postgres", "group": "postgres", "extra_groups": []}
+        user = pwd.getpwnam("postgres")  # there: _run_as() checked
+        owner = {"user": user.pw_uid, "group": user.pw_gid, "extra_groups": []}
     with log_path.open("ab") as log:
         # The harness's parent-death signal is set after the change of user, which would
         # clear it (Popen changes the user before it calls preexec_fn).
@@ -283,18 +313,23 @@ def _spawn(command: list[str], log_path: Path) -> subprocess.Popen:
 
 
 def _wait_ready(directory: Path, process: subprocess.Popen, root: Path, port: int) -> bool:
-    """Wait until the server accepts connections; ``False`` if it exits or takes too long."""
+    """Wait until the server accepts connections; ``False`` if it exits or takes too long.
+
+    It asks on the server's own Unix socket (in ``root``), where no other server can answer
+    for it, as another could on a loopback port taken between :func:`free_port` and the
+    bind.
+    """
     deadline = time.monotonic() + START_TIMEOUT_S
     while time.monotonic() < deadline:
         if process.poll() is not None:
             return False
         ready = subprocess.run(
-            [str(directory / "pg_isready"), "-q", "-h", "127.0.0.1", "-p", str(port)],
+            [str(directory / "pg_isready"), "-q", "-h", str(root), "-p", str(port)],
             capture_output=True,
             check=False,
         )
         if ready.returncode == 0:
-            return True
+            return process.poll() is None
         time.sleep(0.1)
     return False
 
@@ -324,6 +359,8 @@ def start(log_dir: Path, attempts: int = 3) -> PostgresServer:
     prefix = _run_as()
     _remove_left_behind()
     root = Path(tempfile.mkdtemp(prefix=ROOT_PREFIX))
+    lock = _lock(root)
+    process: subprocess.Popen | None = None
     try:
         if prefix:
             shutil.chown(root, "postgres", "postgres")
@@ -344,10 +381,8 @@ def start(log_dir: Path, attempts: int = 3) -> PostgresServer:
             ]  # fmt: skip
             process = _spawn(command, root / "postgresql.log")
             if _wait_ready(directory, process, root, port):
-                return PostgresServer(port, root, directory, log_dir, version, process)
-            if process.poll() is None:
-                process.kill()
-            process.wait()
+                return PostgresServer(port, root, directory, log_dir, version, process, lock)
+            _end(process)
             if attempt == attempts - 1:
                 log_tail = (root / "postgresql.log").read_text(errors="replace")[-1500:]
                 raise RuntimeError(
@@ -355,6 +390,24 @@ def start(log_dir: Path, attempts: int = 3) -> PostgresServer:
                     f"127.0.0.1:{port}; its log:\n{log_tail}"
                 )
     except BaseException:
+        if process is not None:
+            _end(process)
         shutil.rmtree(root, ignore_errors=True)
+        os.close(lock)
         raise
     raise AssertionError("unreachable")
+
+
+def _end(process: subprocess.Popen) -> None:
+    """Stop a server that failed to start: immediate shutdown (SIGQUIT), then SIGKILL.
+
+    SIGQUIT lets the postmaster take its children down with it, so that the next attempt
+    does not find their shared memory still in use.
+    """
+    if process.poll() is None:
+        process.send_signal(signal.SIGQUIT)
+        try:
+            process.wait(STOP_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            process.kill()
+    process.wait()
