@@ -169,9 +169,9 @@ def measure(args: argparse.Namespace, argv: list[str]) -> tuple[dict[str, object
             if suite in args.only:
                 with run.attempt(f"suite {suite}"):
                     SUITE_FUNCTIONS[suite](run)
-                # The clients of every suite but sql live in this process: a run that grows it
-                # towards the machine's memory measures the kernel's reclaim, not the servers.
-                # Noted when it grew.
+                # The clients of the small, json, memory, shm and soak suites live in this
+                # process: a run that grows it towards the machine's memory measures the
+                # kernel's reclaim, not the servers. Noted when it grew.
                 peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20  # KiB to GiB
                 if round(peak, 1) > round(noted_peak, 1):
                     run.note(f"the harness's peak RSS rose to {peak:.1f} GiB in suite {suite}")

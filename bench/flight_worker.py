@@ -1,73 +1,91 @@
 """The pyarrow gets and puts of the throughput suites, each server's client in a process.
 
 For one measurement (a shape of the grid, or the headline) each server gets a worker
-process of its own (:mod:`bench.workers`) holding its pyarrow clients, one per stream. The
-worker makes the table it puts itself (:func:`bench.data.records`, the same values in every
-worker), so no data crosses the pipe: the harness sends "get" or "put" and gets the times
-back. Repetitions still alternate between the servers, one call to each worker at a time.
+process of its own (:mod:`bench.workers`) holding a :class:`FlightRounds`: its pyarrow
+clients, one per stream, and the data the rounds move. The worker makes that data itself
+(:func:`bench.data.records`, the same values in every worker), so no data crosses the pipe:
+the harness asks for a round and gets its times back. Repetitions still alternate between
+the servers, one round of one worker at a time.
 """
 
 from __future__ import annotations
 
-from dataclasses import asdict
-
-import pyarrow as pa
-
 from . import data, flight_client, workers
 
-#: Longest a worker may take to connect or to answer one call (a put or get of the largest
-#: table of the grid at the slowest rate seen, 0.3 GB/s, takes under a minute).
+#: Longest a worker may take to connect and prepare, or to run one round (a put or get of
+#: the largest table of the grid at the slowest rate seen, 0.3 GB/s, takes under a minute).
 WORKER_TIMEOUT_S = 600.0
+#: The table a get measurement stores and reads back.
+GET_TABLE = "bench-get"
 
 
-class FlightClients:
-    """In the worker: ``count`` pyarrow clients of one server, and the table to put.
+class FlightRounds:
+    """In the worker: timed gets or puts of one shape against one server.
+
+    Built, it connects ``streams`` clients and prepares: for ``get``, it puts
+    ``streams * rows`` records split into ``streams`` partitions; for ``put``, it makes the
+    table of ``rows`` records that each client puts. Closed, it deletes what it stored.
 
     Parameters
     ----------
     uri : str
         The server.
-    count : int
-        Clients, each on its own connection (one per stream).
+    op : str
+        ``get`` or ``put``.
+    streams, rows, batch_rows : int
+        The shape: parallel streams, records per stream, rows per record batch.
     """
 
-    def __init__(self, uri: str, count: int) -> None:
-        self.clients = flight_client.connect_many(uri, count)
-        self.table: pa.Table | None = None
+    def __init__(self, uri: str, op: str, streams: int, rows: int, batch_rows: int) -> None:
+        if op not in ("get", "put"):
+            raise ValueError(f"not a throughput op: {op!r}")
+        self.op = op
+        self.streams = streams
+        self.batch_rows = batch_rows
+        self.clients = flight_client.connect_many(uri, streams)
+        if op == "get":
+            self.names = [GET_TABLE]
+            self.total_rows = streams * rows
+            table = data.records(self.total_rows, batch_rows)
+            options = {"mode": "replace", "partitions": streams}
+            flight_client.put(self.clients[0], GET_TABLE, table, batch_rows, options)
+            self.table = None
+        else:
+            self.names = [f"t{i}" for i in range(streams)]
+            self.table = data.records(rows, batch_rows)
 
-    def store(self, name: str, rows: int, batch_rows: int, partitions: int) -> int:
-        """Put ``rows`` records as ``name``, split over ``partitions``; return its bytes."""
-        table = data.records(rows, batch_rows)
-        options = {"mode": "replace", "partitions": partitions}
-        flight_client.put(self.clients[0], name, table, batch_rows, options)
-        return table.nbytes
+    def round(self) -> dict:
+        """Time one get or put; return the :class:`bench.results.Measurement` fields it sets.
 
-    def get(self, name: str) -> dict:
-        """Time a get of ``name`` (:func:`bench.flight_client.timed_get`), without its data."""
-        got = flight_client.timed_get(self.clients, name)
-        return asdict(got)
-
-    def make(self, rows: int, batch_rows: int) -> int:
-        """Make the table :meth:`put` sends: ``rows`` records; return its bytes."""
-        self.table = data.records(rows, batch_rows)
-        return self.table.nbytes
-
-    def put(self, batch_rows: int) -> float:
-        """Time parallel puts of the table as ``t0``, ``t1``... (one per client)."""
-        if self.table is None:
-            raise RuntimeError("no table to put: make() was not called")
-        return flight_client.timed_put(self.clients, self.table, batch_rows)
-
-    def delete(self, names: list[str]) -> None:
-        """Delete tables (one that is not there is no error)."""
-        for name in names:
-            flight_client.delete(self.clients[0], name)
+        Raises
+        ------
+        RuntimeError
+            A get read another number of rows than was stored.
+        """
+        if self.table is not None:
+            return {"seconds": flight_client.timed_put(self.clients, self.table, self.batch_rows)}
+        got = flight_client.timed_get(self.clients, GET_TABLE)
+        if got.rows != self.total_rows:
+            raise RuntimeError(f"got {got.rows} rows, expected {self.total_rows}")
+        return {
+            "seconds": got.seconds,
+            "ttfb_seconds": got.ttfb_seconds,
+            "endpoints": got.endpoints,
+            "note": "" if got.endpoints == self.streams else f"{got.endpoints} endpoint(s)",
+        }
 
     def close(self) -> None:
-        """Close every client."""
-        flight_client.close_all(self.clients)
+        """Delete what the rounds stored, and close every client."""
+        try:
+            for name in self.names:
+                flight_client.delete(self.clients[0], name)
+        finally:
+            flight_client.close_all(self.clients)
 
 
-def start(label: str, uri: str, count: int) -> workers.Worker:
-    """Start a worker with ``count`` clients of the server at ``uri``."""
-    return workers.Worker(label, FlightClients, (uri, count), WORKER_TIMEOUT_S)
+def start(
+    label: str, uri: str, op: str, streams: int, rows: int, batch_rows: int
+) -> workers.Worker:
+    """Start a worker with a :class:`FlightRounds` of the server at ``uri``."""
+    args = (uri, op, streams, rows, batch_rows)
+    return workers.Worker(label, FlightRounds, args, WORKER_TIMEOUT_S)

@@ -26,8 +26,8 @@ class Plan:
         Repetitions of every throughput measurement (the pyarrow headline's:
         ``headline_reps``).
     headline_reps : int
-        Repetitions of the pyarrow client's headline get and put, on which the goals are read
-        (0: ``reps``). The single-stream 1 GiB gets and puts spread over 2x from one round to
+        Repetitions of the pyarrow client's headline get and put, on which the goals are
+        read. The single-stream 1 GiB gets and puts spread over 2x from one round to
         the next on this machine, and a round costs seconds.
     warm_up_reps : int
         Untimed rounds of each pyarrow get and put measurement before its ``reps``, per
@@ -83,6 +83,7 @@ class Plan:
 
     mode: str
     reps: int
+    headline_reps: int
     streams: tuple[int, ...]
     rows_per_stream: tuple[int, ...]
     batch_rows: int
@@ -104,12 +105,6 @@ class Plan:
     soak_rows: int = 10_000
     shm_bytes: tuple[int, ...] = (64 * MI, 256 * MI)
     warm_up_reps: int = 0
-    headline_reps: int = 0
-
-    @property
-    def headline_repetitions(self) -> int:
-        """Repetitions of the pyarrow client's headline get and put."""
-        return self.headline_reps or self.reps
 
     @property
     def headline_rows(self) -> int:
@@ -145,6 +140,7 @@ def plan_for(mode: str, ram_bytes: int) -> Plan:
         return Plan(
             mode="smoke",
             reps=1,
+            headline_reps=1,
             streams=(1,),
             rows_per_stream=(10_000,),
             batch_rows=4096,
@@ -171,6 +167,7 @@ def plan_for(mode: str, ram_bytes: int) -> Plan:
         return Plan(
             mode="quick",
             reps=3,
+            headline_reps=3,
             streams=(1, 4),
             rows_per_stream=(1_000_000, 4_000_000),
             batch_rows=64 * KI,
@@ -195,6 +192,7 @@ def plan_for(mode: str, ram_bytes: int) -> Plan:
         return Plan(
             mode="full",
             reps=5,
+            headline_reps=11,
             streams=(1, 2, 4, 8, 16),
             rows_per_stream=(1_000_000, 8_000_000, 30_000_000),
             batch_rows=64 * KI,
@@ -216,6 +214,5 @@ def plan_for(mode: str, ram_bytes: int) -> Plan:
             soak_rows=10_000,
             shm_bytes=(64 * MI, 256 * MI, 1 * GIB),
             warm_up_reps=2,
-            headline_reps=11,
         )
     raise ValueError(f"unknown mode {mode!r}: expected quick, full or smoke")

@@ -708,7 +708,7 @@ def _headline_reps_text(run: dict[str, object]) -> str:
     """Say how many repetitions the pyarrow headline had, when not the run's."""
     plan = run.get("plan")
     reps = plan.get("headline_reps", 0) if isinstance(plan, dict) else 0
-    if not reps or reps == run.get("reps"):
+    if not reps or reps == run.get("reps"):  # (runs before headline_reps have none)
         return ""
     return f" ({reps} for the pyarrow client's headline get and put, where the goals are read)"
 

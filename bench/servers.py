@@ -76,16 +76,23 @@ class ServerProcess:
 
     def stop(self) -> int:
         """SIGTERM the server, wait for it (SIGKILL after a while) and return its exit code."""
-        if self.process.poll() is None:
-            self.process.send_signal(signal.SIGTERM)
-            try:
-                self.process.wait(timeout=STOP_TIMEOUT_S)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
+        terminate(self.process, signal.SIGTERM, STOP_TIMEOUT_S)
         if self.process.stdout is not None:
             self.process.stdout.close()
         return self.process.returncode
+
+
+def terminate(process: subprocess.Popen, sig: int, timeout: float) -> int:
+    """Send ``sig`` to a running ``process``, wait ``timeout`` seconds for it to end, then
+    SIGKILL it; return its exit code.
+    """  # noqa: D205
+    if process.poll() is None:
+        process.send_signal(sig)
+        try:
+            process.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            process.kill()
+    return process.wait()
 
 
 def stop_with_parent() -> None:

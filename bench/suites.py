@@ -18,6 +18,7 @@ import traceback
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TypeVar
 
 import pandas as pd
 import pyarrow as pa
@@ -40,6 +41,8 @@ from .peers import json_socket, postgres
 from .plan import Plan
 from .results import ARROW_CPP, JSON_SOCKET, QUIVER, Measurement, ResultsFile
 from .servers import ServerProcess
+
+T = TypeVar("T")
 
 
 @dataclass
@@ -129,8 +132,8 @@ def log(text: str) -> None:
     print(f"[bench {time.strftime('%H:%M:%S')}] {text}", file=sys.stderr, flush=True)
 
 
-def _order(group: list[ServerProcess], rep: int) -> list[ServerProcess]:
-    """Return the servers in an order that alternates with the repetition."""
+def _order(group: list[T], rep: int) -> list[T]:
+    """Return the servers (or clients) in an order that alternates with the repetition."""
     return group if rep % 2 == 0 else list(reversed(group))
 
 
@@ -198,144 +201,78 @@ def run_ceilings(run: Run) -> None:
 # --- pyarrow client throughput ----------------------------------------------------------------
 
 
-@contextlib.contextmanager
-def _client_workers(
-    run: Run, suite: str, group: list[ServerProcess], streams: int
-) -> Iterator[dict[str, workers.Worker]]:
-    """Per server, a worker process with ``streams`` pyarrow clients of it
-    (:mod:`bench.flight_worker`); a server whose worker fails to start is noted and left out.
-    """  # noqa: D205
-    with contextlib.ExitStack() as stack:
-        started = {}
-        for server in group:
-            with run.attempt(f"{suite} start the client worker of {server.name}"):
-                label = f"{suite}, pyarrow client of {server.name}"
-                started[server.name] = stack.enter_context(
-                    flight_worker.start(label, server.uri, streams)
-                )
-        yield started
-
-
-def measure_get(run: Run, suite: str, streams: int, rows: int, batch_rows: int, reps: int) -> None:
-    """Put ``streams * rows`` records split into ``streams`` partitions on every server, then
-    time gets of them, each server's clients in a worker process of their own.
-    """  # noqa: D205
-    name = "bench-get"
-    total_rows = streams * rows
-    shape = _shape_text(streams, rows, batch_rows)
-    with _client_workers(run, suite, run.servers_alive(), streams) as clients:
-        stored = []
-        nbytes = 0
-        for server in [s for s in run.flight_servers if s.name in clients]:
-            with run.attempt(f"{suite} put before get, {server.name}"):
-                nbytes = clients[server.name].call("store", name, total_rows, batch_rows, streams)
-                stored.append(server)
-        for server in stored:
-            with run.attempt(f"{suite} warm-up get {server.name}"):
-                for _ in range(run.plan.warm_up_reps):
-                    got = clients[server.name].call("get", name)
-                    _note_warm_up(run, suite, server, "get", nbytes, got["seconds"])
-        for rep in range(reps):
-            for server in _order(stored, rep):
-                with run.attempt(f"{suite} get {server.name} {shape}"):
-                    got = clients[server.name].call("get", name)
-                    if got["rows"] != total_rows:
-                        raise RuntimeError(f"got {got['rows']} rows, expected {total_rows}")
-                    endpoints = got["endpoints"]
-                    run.add(
-                        Measurement(
-                            suite,
-                            server.name,
-                            "pyarrow",
-                            "get",
-                            streams,
-                            rows,
-                            batch_rows,
-                            bytes=nbytes,
-                            seconds=got["seconds"],
-                            rep=rep,
-                            ttfb_seconds=got["ttfb_seconds"],
-                            endpoints=endpoints,
-                            note="" if endpoints == streams else f"{endpoints} endpoint(s)",
-                        )
-                    )
-        for server in stored:
-            with run.attempt(f"{suite} delete after get, {server.name}"):
-                clients[server.name].call("delete", [name])
-
-
-def measure_put(run: Run, suite: str, streams: int, rows: int, batch_rows: int, reps: int) -> None:
-    """Time ``streams`` parallel puts of ``rows`` records (as ``t0``, ``t1``...) to every
-    server, each server's clients in a worker process of their own.
-    """  # noqa: D205
-    shape = _shape_text(streams, rows, batch_rows)
-    names = [f"t{i}" for i in range(streams)]
-    with _client_workers(run, suite, run.servers_alive(), streams) as clients:
-        ready = []
-        nbytes = 0
-        for server in [s for s in run.flight_servers if s.name in clients]:
-            with run.attempt(f"{suite} make the put table, {server.name}"):
-                nbytes = clients[server.name].call("make", rows, batch_rows) * streams
-                ready.append(server)
-        for server in ready:
-            with run.attempt(f"{suite} warm-up put {server.name}"):
-                for _ in range(run.plan.warm_up_reps):
-                    seconds = clients[server.name].call("put", batch_rows)
-                    _note_warm_up(run, suite, server, "put", nbytes, seconds)
-        for rep in range(reps):
-            for server in _order(ready, rep):
-                with run.attempt(f"{suite} put {server.name} {shape}"):
-                    seconds = clients[server.name].call("put", batch_rows)
-                    run.add(
-                        Measurement(
-                            suite,
-                            server.name,
-                            "pyarrow",
-                            "put",
-                            streams,
-                            rows,
-                            batch_rows,
-                            bytes=nbytes,
-                            seconds=seconds,
-                            rep=rep,
-                        )
-                    )
-        for server in ready:
-            with run.attempt(f"{suite} delete after put, {server.name}"):
-                clients[server.name].call("delete", names)
-
-
-def _note_warm_up(
-    run: Run, suite: str, server: ServerProcess, op: str, nbytes: int, seconds: float
+def measure(
+    run: Run, suite: str, op: str, streams: int, rows: int, batch_rows: int, reps: int
 ) -> None:
+    """Time ``reps`` pyarrow gets or puts (``op``) of one shape on every server.
+
+    Each server's clients are in a worker process of their own (:mod:`bench.flight_worker`),
+    which prepares the data when it starts (a get's table stored on its server, a put's
+    table made), makes the warm-up rounds, then one round per repetition, the servers
+    taking turns; it deletes what it stored when closed.
+    """
+    shape = _shape_text(streams, rows, batch_rows)
+    # Both ops move streams x rows records: a get of them split into streams partitions, a
+    # put of rows records by each of streams clients.
+    nbytes = streams * rows * data.RECORD_BYTES
+    with contextlib.ExitStack() as stack:
+        rounds: dict[str, workers.Worker] = {}
+        for server in run.servers_alive():
+            with run.attempt(f"{suite} {op}: prepare the client worker of {server.name}"):
+                label = f"{suite} {op}, pyarrow client of {server.name}"
+                worker = flight_worker.start(label, server.uri, op, streams, rows, batch_rows)
+                rounds[server.name] = stack.enter_context(worker)
+        for name, worker in rounds.items():
+            with run.attempt(f"{suite} warm-up {op} {name}"):
+                for _ in range(run.plan.warm_up_reps):
+                    seconds = worker.call("round")["seconds"]
+                    _note_warm_up(run, suite, name, op, nbytes, seconds)
+        for rep in range(reps):
+            for name in _order(list(rounds), rep):
+                with run.attempt(f"{suite} {op} {name} {shape}"):
+                    got = rounds[name].call("round")
+                    run.add(
+                        Measurement(
+                            suite,
+                            name,
+                            "pyarrow",
+                            op,
+                            streams,
+                            rows,
+                            batch_rows,
+                            bytes=nbytes,
+                            rep=rep,
+                            **got,
+                        )
+                    )
+
+
+def _note_warm_up(run: Run, suite: str, server: str, op: str, nbytes: int, seconds: float) -> None:
     """Keep a headline warm-up's time in the notes: it is left out of the medians."""
     if suite == "headline":
         run.note(
-            f"headline {op} warm-up (untimed in the medians), {server.name}: "
+            f"headline {op} warm-up (untimed in the medians), {server}: "
             f"{nbytes / seconds / 1e9:.2f} GB/s"
         )
 
 
 def run_get(run: Run) -> None:
     """Time the pyarrow client's gets over the grid, then of the headline table."""
-    for streams, rows, batch_rows in run.plan.grid():
-        log(f"get: {_shape_text(streams, rows, batch_rows)}")
-        measure_get(run, "get", streams, rows, batch_rows, run.plan.reps)
-    rows = run.plan.headline_rows
-    log(f"get: headline, {_shape_text(1, rows, run.plan.batch_rows)}")
-    reps = run.plan.headline_repetitions
-    measure_get(run, "headline", 1, rows, run.plan.batch_rows, reps)
+    _run_throughput(run, "get")
 
 
 def run_put(run: Run) -> None:
     """Time the pyarrow client's puts over the grid, then of the headline table."""
-    for streams, rows, batch_rows in run.plan.grid():
-        log(f"put: {_shape_text(streams, rows, batch_rows)}")
-        measure_put(run, "put", streams, rows, batch_rows, run.plan.reps)
-    rows = run.plan.headline_rows
-    log(f"put: headline, {_shape_text(1, rows, run.plan.batch_rows)}")
-    reps = run.plan.headline_repetitions
-    measure_put(run, "headline", 1, rows, run.plan.batch_rows, reps)
+    _run_throughput(run, "put")
+
+
+def _run_throughput(run: Run, op: str) -> None:
+    plan = run.plan
+    for streams, rows, batch_rows in plan.grid():
+        log(f"{op}: {_shape_text(streams, rows, batch_rows)}")
+        measure(run, op, op, streams, rows, batch_rows, plan.reps)
+    log(f"{op}: headline, {_shape_text(1, plan.headline_rows, plan.batch_rows)}")
+    measure(run, "headline", op, 1, plan.headline_rows, plan.batch_rows, plan.headline_reps)
 
 
 def run_memory(run: Run) -> None:

@@ -203,6 +203,11 @@ class Worker:
             raise self._died() from None
         return self._answer(method)
 
+    @property
+    def pid(self) -> int:
+        """The worker's process id."""
+        return self._process.pid
+
     def peak_rss(self) -> int:
         """Return the worker's peak RSS so far, in bytes (with the libraries it loaded)."""
         return self.call(PEAK_RSS)

@@ -41,7 +41,7 @@ from typing import TYPE_CHECKING
 import pyarrow as pa
 import pyarrow.csv as pacsv
 
-from ..servers import stop_with_parent
+from ..servers import stop_with_parent, terminate
 
 if TYPE_CHECKING:
     import psycopg
@@ -100,21 +100,20 @@ def bin_dir() -> Path | None:
     return None
 
 
-def _run_as() -> list[str]:
-    """Return the prefix that runs a command as the cluster's owner (``postgres`` if root)."""
+def _owner() -> dict[str, object]:
+    """Return the :class:`subprocess.Popen` arguments that run a command as the cluster's
+    owner: the ``postgres`` user when root (PostgreSQL refuses to run as root), else none.
+    """  # noqa: D205
     if os.geteuid() != 0:
-        return []
+        return {}
     try:
-        pwd.getpwnam("postgres")
+        user = pwd.getpwnam("postgres")
     except KeyError as e:
         raise PostgresUnavailable(
             "running as root, and there is no `postgres` user to own the cluster: "
             "run scripts/install-postgres.sh"
         ) from e
-    runuser = shutil.which("runuser")
-    if runuser:
-        return [runuser, "-u", "postgres", "--"]
-    return ["su", "postgres", "-s", "/bin/sh", "-c", '"$0" "$@"']
+    return {"user": user.pw_uid, "group": user.pw_gid, "extra_groups": []}
 
 
 def available() -> str | None:
@@ -125,7 +124,7 @@ def available() -> str | None:
             "run scripts/install-postgres.sh"
         )
     try:
-        _run_as()
+        _owner()
     except PostgresUnavailable as e:
         return str(e)
     return None
@@ -227,20 +226,17 @@ class PostgresServer:
         -------
         int
             The server's exit code (0 after a clean shutdown; -9 if it had to be killed).
+            Fast shutdown (SIGINT) ends the sessions; a server that fails to start gets an
+            immediate shutdown (SIGQUIT), which takes its children down with it, so that
+            the next attempt does not find their shared memory in use.
         """
-        if self.process.poll() is None:
-            self.process.send_signal(signal.SIGINT)
-            try:
-                self.process.wait(STOP_TIMEOUT_S)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
+        code = terminate(self.process, signal.SIGINT, STOP_TIMEOUT_S)
         with contextlib.suppress(OSError):
             self.log_dir.mkdir(parents=True, exist_ok=True)
             shutil.copyfile(self.log_path, self.log_dir / "postgresql.log")
         shutil.rmtree(self.root, ignore_errors=True)
         os.close(self.lock)
-        return self.process.returncode
+        return code
 
 
 def _csv(table: pa.Table) -> bytes:
@@ -250,8 +246,10 @@ def _csv(table: pa.Table) -> bytes:
     return sink.getvalue()
 
 
-def _check(command: list[str], what: str) -> str:
-    result = subprocess.run(command, capture_output=True, text=True, timeout=START_TIMEOUT_S)
+def _check(command: list[str], what: str, **popen: object) -> str:
+    result = subprocess.run(
+        command, capture_output=True, text=True, timeout=START_TIMEOUT_S, **popen
+    )
     if result.returncode != 0:
         raise RuntimeError(f"{what} failed ({result.returncode}): {result.stderr.strip()[-1500:]}")
     return result.stdout
@@ -293,12 +291,8 @@ def _remove_left_behind() -> None:
         shutil.rmtree(root, ignore_errors=True)
 
 
-def _spawn(command: list[str], log_path: Path) -> subprocess.Popen:
-    """Start ``postgres`` as the harness's child (as the ``postgres`` user when root)."""
-    owner: dict = {}
-    if os.geteuid() == 0:
-        user = pwd.getpwnam("postgres")  # there: _run_as() checked
-        owner = {"user": user.pw_uid, "group": user.pw_gid, "extra_groups": []}
+def _spawn(command: list[str], log_path: Path, owner: dict[str, object]) -> subprocess.Popen:
+    """Start ``postgres`` as the harness's child, as ``owner`` (:func:`_owner`)."""
     with log_path.open("ab") as log:
         # The harness's parent-death signal is set after the change of user, which would
         # clear it (Popen changes the user before it calls preexec_fn).
@@ -356,19 +350,20 @@ def start(log_dir: Path, attempts: int = 3) -> PostgresServer:
         raise PostgresUnavailable(why)
     directory = bin_dir()
     assert directory is not None
-    prefix = _run_as()
+    owner = _owner()
     _remove_left_behind()
     root = Path(tempfile.mkdtemp(prefix=ROOT_PREFIX))
     lock = _lock(root)
     process: subprocess.Popen | None = None
     try:
-        if prefix:
-            shutil.chown(root, "postgres", "postgres")
+        if owner:
+            os.chown(root, owner["user"], owner["group"])
         data = root / "data"
         _check(
-            [*prefix, str(directory / "initdb"), "-D", str(data), "-U", USER, "-A", "trust",
+            [str(directory / "initdb"), "-D", str(data), "-U", USER, "-A", "trust",
              "-E", "UTF8", "--locale=C", "--no-sync"],
             "initdb",
+            **owner,
         )  # fmt: skip
         version = _check([str(directory / "postgres"), "--version"], "postgres --version")
         version = version.strip().removeprefix("postgres (PostgreSQL) ")
@@ -379,10 +374,10 @@ def start(log_dir: Path, attempts: int = 3) -> PostgresServer:
                 str(directory / "postgres"), "-D", str(data), "-k", str(root),
                 "-h", "127.0.0.1", "-p", str(port), *settings,
             ]  # fmt: skip
-            process = _spawn(command, root / "postgresql.log")
+            process = _spawn(command, root / "postgresql.log", owner)
             if _wait_ready(directory, process, root, port):
                 return PostgresServer(port, root, directory, log_dir, version, process, lock)
-            _end(process)
+            terminate(process, signal.SIGQUIT, STOP_TIMEOUT_S)
             if attempt == attempts - 1:
                 log_tail = (root / "postgresql.log").read_text(errors="replace")[-1500:]
                 raise RuntimeError(
@@ -391,23 +386,8 @@ def start(log_dir: Path, attempts: int = 3) -> PostgresServer:
                 )
     except BaseException:
         if process is not None:
-            _end(process)
+            terminate(process, signal.SIGQUIT, STOP_TIMEOUT_S)
         shutil.rmtree(root, ignore_errors=True)
         os.close(lock)
         raise
     raise AssertionError("unreachable")
-
-
-def _end(process: subprocess.Popen) -> None:
-    """Stop a server that failed to start: immediate shutdown (SIGQUIT), then SIGKILL.
-
-    SIGQUIT lets the postmaster take its children down with it, so that the next attempt
-    does not find their shared memory still in use.
-    """
-    if process.poll() is None:
-        process.send_signal(signal.SIGQUIT)
-        try:
-            process.wait(STOP_TIMEOUT_S)
-        except subprocess.TimeoutExpired:
-            process.kill()
-    process.wait()

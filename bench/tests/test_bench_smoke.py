@@ -17,6 +17,7 @@ import dataclasses
 import itertools
 import json
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -26,7 +27,7 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 
-from bench import flight_client, report, sql_clients, sql_worker, taxi
+from bench import flight_client, report, sql_clients, sql_worker, taxi, workers
 from bench.peers import postgres
 from bench.peers.cpp_flight_server import partition_bounds
 from bench.plan import GIB, plan_for
@@ -130,7 +131,7 @@ def test_warm_ups_are_noted_and_left_out_of_the_measurements(smoke_run):
                 if (r["suite"], r["op"], r["server"], r["client"]) == (suite, op, server, "pyarrow")
             ]
             shapes = 1 if suite == "headline" else len(plan.grid())
-            count = plan.headline_repetitions if suite == "headline" else plan.reps
+            count = plan.headline_reps if suite == "headline" else plan.reps
             assert sorted(reps) == sorted(list(range(count)) * shapes), (suite, server, reps)
     report = (smoke_run["tmp"] / "BENCHMARKS.md").read_text()
     assert "after 1 untimed warm-up round(s) per server for pyarrow gets and puts" in report
@@ -207,6 +208,24 @@ def test_a_failing_sql_worker_says_which_client_and_why():
     assert "Connection refused" in message, message
 
 
+def test_a_worker_reports_a_failed_call_and_its_own_death_with_its_label():
+    # A call that raises leaves the worker usable; a worker that died says so on that call
+    # and on every later one, at once, instead of a bare OSError or a wait for the timeout.
+    worker = workers.Worker("probe", dict, (), 60)
+    try:
+        assert worker.call("setdefault", "a", 1) == 1
+        with pytest.raises(RuntimeError, match=r"^probe: the worker failed: KeyError: 'b'"):
+            worker.call("pop", "b")
+        assert worker.call("get", "a") == 1
+        os.kill(worker.pid, signal.SIGKILL)
+        for _ in range(2):
+            with pytest.raises(RuntimeError, match=r"^probe: the worker died \(exit code -9\)"):
+                worker.call("get", "a")
+    finally:
+        worker.close()
+    worker.close()  # a second close is harmless
+
+
 _KILLED_HARNESS = """
 import os, sys
 from pathlib import Path
@@ -214,7 +233,7 @@ from bench import workers
 from bench.peers import postgres
 worker = workers.Worker("probe", dict, (), 60)
 pg = postgres.start(Path(sys.argv[1]))
-print(worker._process.pid, pg.process.pid, pg.root, flush=True)
+print(worker.pid, pg.process.pid, pg.root, flush=True)
 os.kill(os.getpid(), 9)
 """
 
@@ -234,6 +253,8 @@ def test_postgresql_and_the_client_workers_die_with_a_killed_harness(tmp_path, s
     # removes the dead server's directory.
     missing = smoke_run["postgres_missing"]
     if missing is not None:
+        if os.environ.get("CI") == "true":
+            pytest.fail(f"CI must start PostgreSQL: {missing}", pytrace=False)
         pytest.skip(f"PostgreSQL not available: {missing}")
     killed = subprocess.run(
         [sys.executable, "-c", _KILLED_HARNESS, str(tmp_path)],
