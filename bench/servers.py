@@ -1,16 +1,20 @@
-"""Starting, watching and stopping the servers under test, each a separate process on loopback."""
+"""Starting, watching and stopping the servers under test, each a separate process on loopback.
+
+Each server is a :class:`quiver.testing.ServerProcess`, started by the helper the
+client's tests use too.
+"""
 
 from __future__ import annotations
 
 import ctypes
 import os
-import selectors
 import signal
 import subprocess
 import sys
-import time
-from dataclasses import dataclass
 from pathlib import Path
+
+from quiver import testing
+from quiver.testing import ServerProcess
 
 #: The repository root (``bench/`` is one of its folders).
 REPO = Path(__file__).resolve().parents[1]
@@ -28,58 +32,7 @@ def quiver_bin() -> Path:
     It is ``$QUIVER_BIN``, else ``$CARGO_TARGET_DIR/release/quiver``, else
     ``target/release/quiver`` in the repository.
     """
-    if os.environ.get("QUIVER_BIN"):
-        return Path(os.environ["QUIVER_BIN"])
-    target = os.environ.get("CARGO_TARGET_DIR")
-    return (Path(target) if target else REPO / "target") / "release" / "quiver"
-
-
-@dataclass
-class ServerProcess:
-    """A running server: its name, URI and process.
-
-    Attributes
-    ----------
-    name : str
-        The label its measurements carry (``quiver``, ``arrow-cpp``, ``json-socket``).
-    uri : str
-        Where it listens, e.g. ``grpc+tcp://127.0.0.1:40123``.
-    process : subprocess.Popen
-        The child process.
-    log_path : pathlib.Path
-        Where its stderr goes.
-    """
-
-    name: str
-    uri: str
-    process: subprocess.Popen
-    log_path: Path
-
-    @property
-    def pid(self) -> int:
-        """The process id."""
-        return self.process.pid
-
-    def memory(self) -> tuple[int, int]:
-        """Return the process's resident set size and its peak (VmRSS, VmHWM), in bytes."""
-        rss = hwm = 0
-        for line in Path(f"/proc/{self.pid}/status").read_text().splitlines():
-            if line.startswith("VmRSS:"):
-                rss = int(line.split()[1]) * 1024
-            elif line.startswith("VmHWM:"):
-                hwm = int(line.split()[1]) * 1024
-        return rss, hwm
-
-    def alive(self) -> bool:
-        """Whether the process is still running."""
-        return self.process.poll() is None
-
-    def stop(self) -> int:
-        """SIGTERM the server, wait for it (SIGKILL after a while) and return its exit code."""
-        terminate(self.process, signal.SIGTERM, STOP_TIMEOUT_S)
-        if self.process.stdout is not None:
-            self.process.stdout.close()
-        return self.process.returncode
+    return testing.find_quiver_binary(REPO)
 
 
 def terminate(process: subprocess.Popen, sig: int, timeout: float) -> int:
@@ -111,49 +64,29 @@ def stop_with_parent() -> None:
 def start(name: str, command: list[str], banner: str, log_dir: Path) -> ServerProcess:
     """Start ``command`` and wait until it prints ``banner`` followed by its URI.
 
+    The process runs in the repository, with it on ``PYTHONPATH`` (the Python peers
+    are ``bench.peers`` modules), and dies with the harness (:func:`stop_with_parent`).
+
     Raises
     ------
     RuntimeError
-        The process exited, or did not print the banner in time.
+        The process exited, or did not print the banner in time
+        (:class:`quiver.testing.ServerStartError`).
     """
     log_dir.mkdir(parents=True, exist_ok=True)
-    log_path = log_dir / f"{name}.log"
     env = {k: v for k, v in os.environ.items() if not k.startswith("QUIVER_")}
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))
-    with log_path.open("wb") as log:
-        process = subprocess.Popen(
-            command,
-            stdout=subprocess.PIPE,
-            stderr=log,
-            env=env,
-            cwd=REPO,
-            preexec_fn=stop_with_parent,
-        )
-    assert process.stdout is not None
-    line = b""
-    deadline = time.monotonic() + START_TIMEOUT_S
-    with selectors.DefaultSelector() as selector:
-        selector.register(process.stdout, selectors.EVENT_READ)
-        while not line.endswith(b"\n") and process.poll() is None:
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                break
-            if selector.select(timeout=min(remaining, 0.5)):
-                chunk = os.read(process.stdout.fileno(), 4096)
-                if not chunk:
-                    break
-                line += chunk
-    text = line.decode(errors="replace").strip()
-    if not text.startswith(banner):
-        if process.poll() is None:
-            process.kill()
-        process.wait()
-        log_tail = log_path.read_text(errors="replace")[-2000:]
-        raise RuntimeError(
-            f"`{' '.join(command)}` did not print '{banner}<uri>' (exit code "
-            f"{process.returncode}); stdout: {text!r}; stderr:\n{log_tail}"
-        )
-    return ServerProcess(name, text[len(banner) :].strip(), process, log_path)
+    return testing.start(
+        command,
+        banner=banner,
+        name=name,
+        log_path=log_dir / f"{name}.log",
+        env=env,
+        cwd=REPO,
+        timeout=START_TIMEOUT_S,
+        preexec_fn=stop_with_parent,
+        stop_timeout=STOP_TIMEOUT_S,
+    )
 
 
 def start_quiver(binary: Path, log_dir: Path) -> ServerProcess:

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import signal
 from pathlib import Path
 
 import pytest
 
+from quiver import testing
 from server_process import start_server
 
 
@@ -21,3 +23,27 @@ def test_a_server_that_cannot_start_shows_its_stderr(tmp_path: Path) -> None:
     with pytest.raises(pytest.fail.Exception, match="--max-memory") as raised:
         start_server("--max-memory", "lots", log_dir=tmp_path)
     assert "did not print 'quiver listening on <uri>'" in str(raised.value)
+
+
+def test_the_banner_gives_the_uri_and_stop_returns_the_exit_code(tmp_path: Path) -> None:
+    command = ["sh", "-c", "echo 'listening on tcp://127.0.0.1:9'; exec sleep 30"]
+    server = testing.start(command, banner="listening on ", name="sh", log_path=tmp_path / "l")
+    assert server.uri == "tcp://127.0.0.1:9"
+    assert server.alive()
+    assert server.stop() == -signal.SIGTERM
+    assert not server.killed
+
+
+def test_a_process_ignoring_sigterm_is_killed(tmp_path: Path) -> None:
+    command = ["sh", "-c", "trap '' TERM; echo 'up x'; while :; do sleep 1; done"]
+    server = testing.start(command, banner="up ", name="sh", log_path=tmp_path / "l")
+    assert server.stop(timeout=0.5) == -signal.SIGKILL
+    assert server.killed
+
+
+def test_a_wrong_banner_is_an_error_with_the_output(tmp_path: Path) -> None:
+    command = ["sh", "-c", "echo oops >&2; echo 'something else'"]
+    with pytest.raises(testing.ServerStartError, match="something else") as raised:
+        testing.start(command, banner="listening on ", name="sh", log_path=tmp_path / "l")
+    assert "oops" in str(raised.value)
+    assert "exit code 0" in str(raised.value)

@@ -1,0 +1,303 @@
+"""Running a real quiver server as a child process, for tests and benchmarks.
+
+``quiver serve`` prints one line once it listens, ``quiver listening on <uri>``,
+with the port it bound (``--listen 127.0.0.1:0`` picks a free one). This module
+starts a command, waits for such a banner line and keeps the process, its URI
+and its log together; quiver's own test suite and benchmark harness use it.
+
+>>> from pathlib import Path
+>>> from quiver.testing import start_quiver
+>>> server = start_quiver("--max-memory", "1GiB", log_dir=Path("/tmp"))  # doctest: +SKIP
+>>> server.uri  # doctest: +SKIP
+'grpc+tcp://127.0.0.1:40123'
+>>> server.stop()  # doctest: +SKIP
+0
+"""
+
+from __future__ import annotations
+
+import os
+import selectors
+import shutil
+import signal
+import subprocess
+import tempfile
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+__all__ = [
+    "LISTENING",
+    "ServerProcess",
+    "ServerStartError",
+    "find_quiver_binary",
+    "start",
+    "start_quiver",
+]
+
+#: What ``quiver serve`` prints before its URI once it listens.
+LISTENING = "quiver listening on "
+
+#: Seconds :func:`start` waits for the banner by default.
+START_TIMEOUT_S = 30.0
+
+#: Seconds :meth:`ServerProcess.stop` waits after its signal by default, before SIGKILL.
+STOP_TIMEOUT_S = 20.0
+
+
+class ServerStartError(RuntimeError):
+    """The server did not start: no binary, or it exited or stayed silent instead of
+    printing its banner. The message holds what it wrote to stdout and stderr.
+    """  # noqa: D205
+
+
+@dataclass
+class ServerProcess:
+    """A running server: its name, URI, process and log.
+
+    Attributes
+    ----------
+    name : str
+        A label, e.g. ``"quiver"``.
+    uri : str
+        Where it listens, e.g. ``grpc+tcp://127.0.0.1:40123``.
+    process : subprocess.Popen
+        The child process.
+    log_path : pathlib.Path
+        Where its stderr goes.
+    flags : tuple of str
+        The flags it was started with (after ``serve --listen ...`` for quiver).
+    stop_timeout : float
+        Seconds :meth:`stop` waits by default before SIGKILL.
+    killed : bool
+        Whether :meth:`stop` had to SIGKILL it.
+    """
+
+    name: str
+    uri: str
+    process: subprocess.Popen[bytes]
+    log_path: Path
+    flags: tuple[str, ...] = field(default_factory=tuple)
+    stop_timeout: float = STOP_TIMEOUT_S
+    killed: bool = False
+
+    @property
+    def pid(self) -> int:
+        """The process id."""
+        return self.process.pid
+
+    def alive(self) -> bool:
+        """Return whether the process is still running."""
+        return self.process.poll() is None
+
+    def log(self) -> str:
+        """Return what the server wrote to stderr so far."""
+        return self.log_path.read_text(errors="replace")
+
+    def memory(self) -> tuple[int, int]:
+        """Return the process's resident set size and its peak (VmRSS, VmHWM), in bytes.
+
+        Linux only: read from ``/proc/<pid>/status``.
+        """
+        rss = hwm = 0
+        for line in Path(f"/proc/{self.pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                rss = int(line.split()[1]) * 1024
+            elif line.startswith("VmHWM:"):
+                hwm = int(line.split()[1]) * 1024
+        return rss, hwm
+
+    def stop(self, timeout: float | None = None, sig: int = signal.SIGTERM) -> int:
+        """Send ``sig`` (SIGTERM), wait ``timeout`` seconds, then SIGKILL; return the exit code.
+
+        ``timeout`` is :attr:`stop_timeout` by default. A server that had to be
+        killed sets :attr:`killed`.
+        """
+        if self.process.poll() is None:
+            self.process.send_signal(sig)
+            try:
+                self.process.wait(timeout=self.stop_timeout if timeout is None else timeout)
+            except subprocess.TimeoutExpired:
+                self.killed = True
+                self.process.kill()
+        code = self.process.wait()
+        if self.process.stdout is not None:
+            self.process.stdout.close()
+        return code
+
+
+def find_quiver_binary(repo: Path | None = None) -> Path:
+    """Return the ``quiver`` binary to run.
+
+    It is ``$QUIVER_BIN``, else ``$CARGO_TARGET_DIR/release/quiver``, else
+    ``<repo>/target/release/quiver`` when ``repo`` is given, else ``quiver`` on the
+    ``PATH`` (the path returned may not exist; :func:`start_quiver` says so).
+    """
+    if os.environ.get("QUIVER_BIN"):
+        return Path(os.environ["QUIVER_BIN"])
+    target = os.environ.get("CARGO_TARGET_DIR")
+    if target:
+        return Path(target) / "release" / "quiver"
+    if repo is not None:
+        return repo / "target" / "release" / "quiver"
+    return Path(shutil.which("quiver") or "quiver")
+
+
+def start(
+    command: Sequence[str],
+    *,
+    banner: str,
+    name: str,
+    log_path: Path,
+    env: Mapping[str, str] | None = None,
+    cwd: Path | None = None,
+    timeout: float = START_TIMEOUT_S,
+    preexec_fn: Callable[[], object] | None = None,
+    flags: Sequence[str] = (),
+    stop_timeout: float = STOP_TIMEOUT_S,
+) -> ServerProcess:
+    """Start ``command`` and wait until its stdout's first line is ``banner`` and a URI.
+
+    Parameters
+    ----------
+    command : sequence of str
+        The program and its arguments.
+    banner : str
+        What the line starts with, e.g. :data:`LISTENING`; the rest is the URI.
+    name : str
+        The label of the :class:`ServerProcess`.
+    log_path : pathlib.Path
+        Where the process's stderr is written (created or truncated).
+    env : mapping, optional
+        Its environment (by default this process's, without ``QUIVER_*`` settings:
+        the server reads its flags from them).
+    cwd : pathlib.Path, optional
+        Its working directory.
+    timeout : float, default 30
+        Seconds to wait for the banner.
+    preexec_fn : callable, optional
+        Run in the child before ``exec`` (:class:`subprocess.Popen`'s argument).
+    flags : sequence of str, optional
+        Recorded as :attr:`ServerProcess.flags`.
+    stop_timeout : float, default 20
+        Recorded as :attr:`ServerProcess.stop_timeout`.
+
+    Returns
+    -------
+    ServerProcess
+        The running server.
+
+    Raises
+    ------
+    ServerStartError
+        The process exited, or did not print the banner within ``timeout``; it is
+        killed, and the message holds its stdout and the end of its stderr.
+    """
+    command = [str(part) for part in command]
+    if env is None:
+        env = {k: v for k, v in os.environ.items() if not k.startswith("QUIVER_")}
+    with log_path.open("wb") as log:
+        process = subprocess.Popen(
+            command,
+            stdout=subprocess.PIPE,
+            stderr=log,
+            env=dict(env),
+            cwd=cwd,
+            preexec_fn=preexec_fn,
+        )
+    server = ServerProcess(name, "", process, log_path, tuple(flags), stop_timeout)
+    text = _first_line(process, timeout)
+    if not text.startswith(banner):
+        if process.poll() is None:
+            process.kill()
+        process.wait()
+        if process.stdout is not None:
+            process.stdout.close()
+        raise ServerStartError(
+            f"`{' '.join(command)}` did not print '{banner}<uri>' within {timeout:g} s "
+            f"(exit code {process.returncode}); stdout: {text!r}; "
+            f"stderr:\n{server.log()[-4000:]}"
+        )
+    server.uri = text[len(banner) :].strip()
+    return server
+
+
+def start_quiver(
+    *flags: str,
+    log_dir: Path,
+    binary: Path | None = None,
+    name: str = "quiver",
+    timeout: float = START_TIMEOUT_S,
+    env: Mapping[str, str] | None = None,
+    preexec_fn: Callable[[], object] | None = None,
+) -> ServerProcess:
+    """Start ``quiver serve --listen 127.0.0.1:0 FLAGS`` and wait for its URI.
+
+    Parameters
+    ----------
+    *flags : str
+        More flags of ``quiver serve``.
+    log_dir : pathlib.Path
+        Where a new log file (``quiver-server-*.log``) receives its stderr.
+    binary : pathlib.Path, optional
+        The binary; :func:`find_quiver_binary` by default.
+    name : str, default "quiver"
+        The label of the :class:`ServerProcess`.
+    timeout : float, default 30
+        Seconds to wait for the banner.
+    env : mapping, optional
+        Its environment, as for :func:`start`; by default this process's without
+        ``QUIVER_*`` settings and with ``QUIVER_LOG=info``.
+    preexec_fn : callable, optional
+        As for :func:`start`.
+
+    Raises
+    ------
+    ServerStartError
+        The binary does not exist, or the server did not start.
+    """
+    binary = binary if binary is not None else find_quiver_binary()
+    if not binary.is_file():
+        raise ServerStartError(
+            f"quiver server binary not found at {binary}: build it with "
+            "`cargo build --release -p quiver` or set QUIVER_BIN"
+        )
+    if env is None:
+        env = {k: v for k, v in os.environ.items() if not k.startswith("QUIVER_")}
+        env["QUIVER_LOG"] = "info"
+    log_dir.mkdir(parents=True, exist_ok=True)
+    log_fd, log_name = tempfile.mkstemp(prefix="quiver-server-", suffix=".log", dir=log_dir)
+    os.close(log_fd)
+    command = [str(binary), "serve", "--listen", "127.0.0.1:0", *flags]
+    return start(
+        command,
+        banner=LISTENING,
+        name=name,
+        log_path=Path(log_name),
+        env=env,
+        timeout=timeout,
+        preexec_fn=preexec_fn,
+        flags=flags,
+    )
+
+
+def _first_line(process: subprocess.Popen[bytes], timeout: float) -> str:
+    """Read ``process``'s stdout up to its first newline, its exit or ``timeout`` seconds."""
+    assert process.stdout is not None
+    line = b""
+    deadline = time.monotonic() + timeout
+    with selectors.DefaultSelector() as selector:
+        selector.register(process.stdout, selectors.EVENT_READ)
+        while not line.endswith(b"\n"):
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                break
+            if selector.select(timeout=min(remaining, 0.5)):
+                chunk = os.read(process.stdout.fileno(), 4096)
+                if not chunk:
+                    break
+                line += chunk
+            elif process.poll() is not None:
+                break
+    return line.decode(errors="replace").strip()
