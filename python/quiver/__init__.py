@@ -16,12 +16,15 @@ from .client import Client, connect
 from .errors import (
     AlreadyExistsError,
     AuthenticationError,
+    DeadlineExceededError,
     InvalidArgumentError,
+    NotFoundError,
     PermissionDeniedError,
     QuiverError,
     ResourceExhaustedError,
     ServerUnavailableError,
     TableNotFoundError,
+    UnimplementedError,
     VersionConflictError,
 )
 from .results import PutResult, TableInfo
@@ -32,7 +35,9 @@ __all__ = [
     "AlreadyExistsError",
     "AuthenticationError",
     "Client",
+    "DeadlineExceededError",
     "InvalidArgumentError",
+    "NotFoundError",
     "PermissionDeniedError",
     "PutResult",
     "QuiverError",
@@ -40,6 +45,7 @@ __all__ = [
     "ServerUnavailableError",
     "TableInfo",
     "TableNotFoundError",
+    "UnimplementedError",
     "VersionConflictError",
     "__version__",
     "connect",

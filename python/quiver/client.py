@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 import pyarrow.flight as flight
 
-from . import _protocol, _shm, _sql
+from . import _protocol, _shm, _sql, _status
 from ._convert import BatchSource, batch_source
 from ._endpoints import read_endpoints
 from ._progress import RowCounter, row_progress
@@ -145,10 +145,12 @@ class Client:
         if (username is None) != (password is None):
             raise ValueError("username and password go together")
         self._uri = _protocol.normalize_uri(uri)
-        self._flight_kwargs: dict[str, Any] = flight_kwargs
+        # Every connection captures the server's rich error status (quiver.errors).
+        middleware = [*(flight_kwargs.pop("middleware", None) or ()), _status.CAPTURE]
+        self._flight_kwargs: dict[str, Any] = {**flight_kwargs, "middleware": middleware}
         self._options = flight.FlightCallOptions(timeout=timeout)
         with translated_errors():
-            self._flight = flight.FlightClient(self._uri, **flight_kwargs)
+            self._flight = flight.FlightClient(self._uri, **self._flight_kwargs)
             headers: list[tuple[bytes, bytes]] = []
             if username is not None and password is not None:
                 try:
