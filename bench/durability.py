@@ -149,7 +149,7 @@ def restart_time(root: Path, store_gib: float, table_mib: int) -> None:
         emit(
             measure="restart",
             cache=cache,
-            tables=stats["tables"],
+            tables=stats.tables,
             stored_gib=round(stored / (1 << 30), 2),
             seconds_to_listen=round(seconds, 3),
             rss_mib_after_open=rss >> 20,

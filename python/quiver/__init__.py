@@ -27,8 +27,10 @@ from .errors import (
     UnimplementedError,
     VersionConflictError,
 )
-from .results import PutResult, TableInfo
+from .results import PutResult, ServerHealth, ServerStats, TableInfo
 
+#: The package's version, the one place it is written: pyproject.toml reads it, and it
+#: is the server's (the Cargo workspace's) version.
 __version__ = "0.1.0"
 
 __all__ = [
@@ -42,6 +44,8 @@ __all__ = [
     "PutResult",
     "QuiverError",
     "ResourceExhaustedError",
+    "ServerHealth",
+    "ServerStats",
     "ServerUnavailableError",
     "TableInfo",
     "TableNotFoundError",

@@ -108,6 +108,14 @@ def json_int(obj: JsonObject, key: str) -> int | None:
     return None
 
 
+def json_float(obj: JsonObject, key: str) -> float | None:
+    """Return ``obj[key]`` as a float if it is a number, else ``None``."""
+    value = obj.get(key)
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return float(value)
+    return None
+
+
 def pinned_ticket(ticket: bytes) -> JsonObject | None:
     """Decode a ticket issued by GetFlightInfo, or return ``None`` for any other ticket."""
     if not ticket.startswith(TICKET_PREFIX):

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import base64
+import builtins
 import contextlib
 import json
 import threading
 import uuid
+import warnings
 from collections.abc import Iterator
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
@@ -20,7 +22,7 @@ from ._endpoints import read_endpoints
 from ._progress import RowCounter, row_progress
 from ._protocol import DEFAULT_URI, JsonObject, PutMode, Transport
 from .errors import QuiverError, TableNotFoundError, VersionConflictError, translated_errors
-from .results import PutResult, TableInfo
+from .results import PutResult, ServerHealth, ServerStats, TableInfo
 
 if TYPE_CHECKING:
     import pandas
@@ -515,12 +517,14 @@ class Client:
 
         return pa.RecordBatchReader.from_batches(info.schema, batches())
 
-    def execute(self, statement: str) -> int:
-        """Run a SQL statement that changes tables and return the rows it wrote.
+    def execute_update(self, statement: str) -> int:
+        """Run a SQL statement that changes tables (DDL or DML); return the rows it wrote.
 
-        ``CREATE TABLE t AS SELECT ...`` and ``INSERT INTO t ...`` write stored
-        tables and count the rows written; ``DROP TABLE t`` and ``CREATE EXTERNAL
-        TABLE`` write no rows (0).
+        This is ADBC's ``Statement.execute_update`` (Flight SQL's
+        ``CommandStatementUpdate``): ``CREATE TABLE t AS SELECT ...`` and ``INSERT
+        INTO t ...`` write stored tables and count the rows written; ``DROP TABLE
+        t`` and ``CREATE EXTERNAL TABLE`` write none (0). A query's result is not
+        returned: run queries with :meth:`sql` or :meth:`sql_reader`.
 
         Parameters
         ----------
@@ -530,8 +534,19 @@ class Client:
         Returns
         -------
         int
-            Rows written.
+            Rows written; -1 if the server does not know (as in ADBC).
+
+        Raises
+        ------
+        InvalidArgumentError
+            The statement does not parse, or names what does not exist.
+        UnimplementedError
+            The server does not run statements of this kind.
+        ResourceExhaustedError
+            A table limit or the memory limit would be passed; nothing was written.
         """
+        if not isinstance(statement, str):
+            raise TypeError(f"a statement is a str, not {type(statement).__name__}")
         descriptor = flight.FlightDescriptor.for_command(_sql.statement_update(statement))
         with translated_errors():
             writer, reader = self._flight.do_put(descriptor, pa.schema([]), self._options)
@@ -539,6 +554,21 @@ class Client:
             answer = reader.read()
             writer.close()
         return _sql.update_count(_buffer_bytes(answer))
+
+    def execute(self, statement: str) -> int:
+        """Run a statement that changes tables; deprecated alias of :meth:`execute_update`.
+
+        .. deprecated:: 0.1.0
+           ``execute`` suggested DB-API's ``Cursor.execute``, which also runs queries;
+           use :meth:`execute_update` for statements and :meth:`sql` for queries.
+        """
+        warnings.warn(
+            "Client.execute is deprecated: use Client.execute_update for statements "
+            "and Client.sql for queries",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        return self.execute_update(statement)
 
     def _sql_info(self, query: str) -> flight.FlightInfo:
         if not isinstance(query, str):
@@ -645,33 +675,33 @@ class Client:
         result = self._action(_protocol.ACTION_RENAME, body)
         return _protocol.json_int(result, "version") or 0
 
-    def stats(self) -> JsonObject:
+    def stats(self) -> ServerStats:
         """Return the server's counters.
 
         Returns
         -------
-        dict
-            ``tables``, ``rows``, ``bytes``, ``memory_used``, ``memory_limit``,
-            ``uptime_seconds`` and the server's ``version``.
+        ServerStats
+            Tables, rows and bytes stored, memory used and its limit, uptime and
+            the server's version.
         """
-        return self._action(_protocol.ACTION_STATS)
+        return ServerStats.from_json(self._action(_protocol.ACTION_STATS))
 
-    def health(self) -> JsonObject:
+    def health(self) -> ServerHealth:
         """Check that the server answers.
 
         Returns
         -------
-        dict
-            ``{"status": "ok", "uptime_seconds": ...}``.
+        ServerHealth
+            ``status`` (``"ok"``) and ``uptime_seconds``.
 
         Raises
         ------
         ServerUnavailableError
             The server cannot be reached.
         """
-        return self._action(_protocol.ACTION_HEALTH)
+        return ServerHealth.from_json(self._action(_protocol.ACTION_HEALTH))
 
-    def list(self, prefix: str = "") -> list[TableInfo]:
+    def list_tables(self, prefix: str = "") -> builtins.list[TableInfo]:
         """List the tables whose names start with ``prefix``, ordered by name.
 
         Parameters
@@ -688,6 +718,17 @@ class Client:
             infos = self._flight.list_flights(prefix.encode(), self._options)
             return [TableInfo.from_flight_info(info) for info in infos]
 
+    def list(self, prefix: str = "") -> builtins.list[TableInfo]:
+        """List tables; deprecated alias of :meth:`list_tables`.
+
+        .. deprecated:: 0.1.0
+           ``list`` shadowed the builtin inside the class; use :meth:`list_tables`.
+        """
+        warnings.warn(
+            "Client.list is deprecated: use Client.list_tables", DeprecationWarning, stacklevel=2
+        )
+        return self.list_tables(prefix)
+
     # -- helpers ----------------------------------------------------------------------------
 
     def _flight_info(self, name: str, *, shm: bool = False) -> flight.FlightInfo:
@@ -696,13 +737,14 @@ class Client:
             return self._flight.get_flight_info(_protocol.descriptor(name), options)
 
     def _get_shm(
-        self, endpoints: list[flight.FlightEndpoint]
-    ) -> tuple[pa.Table | None, list[flight.FlightEndpoint]]:
+        self, endpoints: builtins.list[flight.FlightEndpoint]
+    ) -> tuple[pa.Table | None, builtins.list[flight.FlightEndpoint]]:
         """Read over shared memory if an endpoint offers it; else return the gRPC endpoints.
 
         With ``transport="shm"``, raise instead of returning no table.
         """
-        grpc_endpoints, shm_endpoint = [], None
+        grpc_endpoints: builtins.list[flight.FlightEndpoint] = []
+        shm_endpoint: tuple[_shm.Location, bytes] | None = None
         for endpoint in endpoints:
             uris = [_location_uri(loc) for loc in endpoint.locations]
             location = next((_shm.Location.parse(u) for u in uris if u.startswith("shm+")), None)

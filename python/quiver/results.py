@@ -1,7 +1,11 @@
-"""What the client's calls return: :class:`PutResult` and :class:`TableInfo`."""
+"""What the client's calls return: :class:`PutResult`, :class:`TableInfo`,
+:class:`ServerStats` and :class:`ServerHealth`.
+"""  # noqa: D205
 
 from __future__ import annotations
 
+import dataclasses
+import warnings
 from dataclasses import dataclass
 
 import pyarrow as pa
@@ -9,7 +13,7 @@ import pyarrow.flight as flight
 
 from . import _protocol
 
-__all__ = ["PutResult", "TableInfo"]
+__all__ = ["PutResult", "ServerHealth", "ServerStats", "TableInfo"]
 
 
 @dataclass(frozen=True)
@@ -95,4 +99,96 @@ class TableInfo:
             version=version,
             partitions=partitions or len(info.endpoints),
             endpoints=tuple(info.endpoints),
+        )
+
+
+class _ReadAsDict:
+    """``result["key"]`` as before these results were dataclasses, with a DeprecationWarning."""
+
+    def __getitem__(self, key: str) -> object:
+        """Return attribute ``key``; deprecated, use ``result.key``."""
+        if key not in {f.name for f in dataclasses.fields(self)}:  # type: ignore[arg-type]
+            raise KeyError(key)
+        warnings.warn(
+            f"{type(self).__name__} is a dataclass: use .{key} instead of [{key!r}]",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        return getattr(self, key)
+
+
+@dataclass(frozen=True)
+class ServerStats(_ReadAsDict):
+    """The server's counters, as :meth:`quiver.Client.stats` returns them.
+
+    Attributes
+    ----------
+    tables : int
+        Tables stored.
+    rows : int
+        Rows of all tables.
+    bytes : int
+        Bytes of all tables' Arrow buffers.
+    memory_used : int
+        Bytes charged against the memory limit (tables and puts in progress).
+    memory_limit : int
+        The server's memory limit in bytes (``--max-memory``).
+    put_buffer_pool_bytes : int
+        Bytes held for reuse by later puts (``--put-buffer-pool``).
+    uptime_seconds : float
+        Seconds since the server started.
+    version : str
+        The server's version.
+    """
+
+    tables: int
+    rows: int
+    bytes: int
+    memory_used: int
+    memory_limit: int
+    put_buffer_pool_bytes: int
+    uptime_seconds: float
+    version: str
+
+    @classmethod
+    def from_json(cls, obj: _protocol.JsonObject) -> ServerStats:
+        """Build the counters from the ``stats`` action's JSON (missing numbers are 0)."""
+        return cls(
+            tables=_protocol.json_int(obj, "tables") or 0,
+            rows=_protocol.json_int(obj, "rows") or 0,
+            bytes=_protocol.json_int(obj, "bytes") or 0,
+            memory_used=_protocol.json_int(obj, "memory_used") or 0,
+            memory_limit=_protocol.json_int(obj, "memory_limit") or 0,
+            put_buffer_pool_bytes=_protocol.json_int(obj, "put_buffer_pool_bytes") or 0,
+            uptime_seconds=_protocol.json_float(obj, "uptime_seconds") or 0.0,
+            version=str(obj.get("version", "")),
+        )
+
+
+@dataclass(frozen=True)
+class ServerHealth(_ReadAsDict):
+    """The answer to :meth:`quiver.Client.health`.
+
+    Attributes
+    ----------
+    status : str
+        ``"ok"`` from a server that serves.
+    uptime_seconds : float
+        Seconds since the server started.
+    """
+
+    status: str
+    uptime_seconds: float
+
+    @property
+    def ok(self) -> bool:
+        """Whether the status is ``"ok"``."""
+        return self.status == "ok"
+
+    @classmethod
+    def from_json(cls, obj: _protocol.JsonObject) -> ServerHealth:
+        """Build the answer from the ``health`` action's JSON."""
+        return cls(
+            status=str(obj.get("status", "")),
+            uptime_seconds=_protocol.json_float(obj, "uptime_seconds") or 0.0,
         )

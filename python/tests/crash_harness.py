@@ -140,7 +140,7 @@ class Worker:
 
 def read_back(client: quiver.Client) -> dict[str, pa.Table]:
     """Every table the server holds."""
-    return {info.name: client.get(info.name) for info in client.list()}
+    return {info.name: client.get(info.name) for info in client.list_tables()}
 
 
 def same(a: State, b: State) -> bool:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 from collections.abc import Iterator
 
@@ -20,18 +21,18 @@ from server_process import ServerFactory
 
 def _stats(client: quiver.Client) -> tuple[object, ...]:
     stats = client.stats()
-    return stats["tables"], stats["rows"], stats["bytes"], stats["memory_used"]
+    return stats.tables, stats.rows, stats.bytes, stats.memory_used
 
 
 def _staged(client: quiver.Client) -> list[str]:
-    return [t.name for t in client.list(prefix=".quiver-staging/")]
+    return [t.name for t in client.list_tables(prefix=".quiver-staging/")]
 
 
 def test_connect_accepts_host_port(uri: str) -> None:
     host_port = uri.removeprefix("grpc+tcp://")
     with quiver.connect(host_port) as client:
         assert client.uri == uri
-        assert client.health()["status"] == "ok"
+        assert client.health().ok
         assert repr(client) == f"Client({uri!r})"
 
 
@@ -71,7 +72,7 @@ def test_put_record_batch_reader_streams_and_stages(client: quiver.Client) -> No
     assert client.get("r").equals(table)
     assert client.info("r").version == result.version
     assert _staged(client) == []
-    assert [t.name for t in client.list()] == ["r"]
+    assert [t.name for t in client.list_tables()] == ["r"]
 
 
 def test_put_iterable_of_batches_and_c_stream(client: quiver.Client) -> None:
@@ -100,7 +101,7 @@ def test_put_rejects_what_is_not_table_like(client: quiver.Client) -> None:
         client.put("t", pa.table({"a": [1]}), mode="upsert")  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="partitions"):
         client.put("t", pa.table({"a": [1]}), partitions=0)
-    assert client.list() == []
+    assert client.list_tables() == []
 
 
 def test_failing_stream_leaves_the_table_as_it_was(client: quiver.Client) -> None:
@@ -121,7 +122,7 @@ def test_failing_stream_leaves_the_table_as_it_was(client: quiver.Client) -> Non
     with pytest.raises(RuntimeError, match="source broke"):
         client.put("new", failing())
     assert not client.exists("new")
-    assert [t.name for t in client.list()] == ["t"]
+    assert [t.name for t in client.list_tables()] == ["t"]
 
 
 def test_pandas_round_trip(client: quiver.Client) -> None:
@@ -190,8 +191,8 @@ def test_append_errors(client: quiver.Client) -> None:
 def test_list_info_delete_rename(client: quiver.Client) -> None:
     for name in ["taxi/2024", "taxi/2023", "weather"]:
         client.put(name, pa.table({"n": [1, 2, 3]}))
-    assert [t.name for t in client.list()] == ["taxi/2023", "taxi/2024", "weather"]
-    assert [t.name for t in client.list("taxi/")] == ["taxi/2023", "taxi/2024"]
+    assert [t.name for t in client.list_tables()] == ["taxi/2023", "taxi/2024", "weather"]
+    assert [t.name for t in client.list_tables("taxi/")] == ["taxi/2023", "taxi/2024"]
 
     info = client.info("weather")
     assert isinstance(info, quiver.TableInfo)
@@ -202,7 +203,7 @@ def test_list_info_delete_rename(client: quiver.Client) -> None:
     assert info.partitions == 1
     assert len(info.endpoints) == 1
     assert info.version is not None
-    assert client.list("weather") == [info]
+    assert client.list_tables("weather") == [info]
 
     version = client.rename("weather", "climate")
     assert version > info.version
@@ -211,23 +212,42 @@ def test_list_info_delete_rename(client: quiver.Client) -> None:
     with pytest.raises(quiver.AlreadyExistsError, match="table 'climate' already exists"):
         client.rename("taxi/2023", "climate")
     client.rename("taxi/2023", "climate", overwrite=True)
-    assert [t.name for t in client.list()] == ["climate", "taxi/2024"]
+    assert [t.name for t in client.list_tables()] == ["climate", "taxi/2024"]
 
     client.delete("climate")
-    assert [t.name for t in client.list()] == ["taxi/2024"]
+    assert [t.name for t in client.list_tables()] == ["taxi/2024"]
     with pytest.raises(quiver.TableNotFoundError):
         client.delete("climate")
+
+
+def test_list_is_a_deprecated_alias_of_list_tables(client: quiver.Client) -> None:
+    client.put("taxi/2024", pa.table({"n": [1]}))
+    client.put("weather", pa.table({"n": [1]}))
+    with pytest.warns(DeprecationWarning, match="use Client.list_tables"):
+        listed = client.list("taxi/")
+    assert listed == client.list_tables("taxi/")
+    assert [t.name for t in listed] == ["taxi/2024"]
 
 
 def test_stats_and_health(client: quiver.Client) -> None:
     client.put("t", pa.table({"a": np.arange(100)}))
     stats = client.stats()
-    assert stats["tables"] == 1
-    assert stats["rows"] == 100
-    assert stats["bytes"] == 800
-    assert isinstance(stats["memory_limit"], int)
+    assert isinstance(stats, quiver.ServerStats)
+    assert (stats.tables, stats.rows, stats.bytes) == (1, 100, 800)
+    assert stats.memory_used >= stats.bytes
+    assert stats.memory_limit > stats.memory_used
+    assert stats.version == quiver.__version__
+    assert isinstance(stats.uptime_seconds, float)
+    assert stats.uptime_seconds >= 0
     health = client.health()
-    assert health["status"] == "ok"
+    assert health == quiver.ServerHealth("ok", health.uptime_seconds)
+    assert health.ok
+    with pytest.warns(DeprecationWarning, match=r"use \.tables instead"):
+        assert stats["tables"] == 1
+    with pytest.raises(KeyError):
+        stats["nope"]
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        stats.tables = 2  # type: ignore[misc]
 
 
 def test_parallel_get_over_four_partitions_keeps_row_order(start_quiver: ServerFactory) -> None:
@@ -306,7 +326,7 @@ def test_resource_exhausted(start_quiver: ServerFactory) -> None:
         with pytest.raises(quiver.ResourceExhaustedError):
             client.put("t", big.to_batches(max_chunksize=10_000))
         assert client.get("t").equals(small)
-        assert [t.name for t in client.list()] == ["t"]
+        assert [t.name for t in client.list_tables()] == ["t"]
 
 
 def test_unavailable_server() -> None:
@@ -332,7 +352,7 @@ def test_progress_without_tqdm_says_how_to_install(
     monkeypatch.setitem(sys.modules, "tqdm.auto", None)
     with pytest.raises(ImportError, match=r"quiver-client\[progress\]"):
         client.put("t", pa.table({"a": [1]}), progress=True)
-    assert client.list() == []
+    assert client.list_tables() == []
     client.put("t", pa.table({"a": [1]}))
 
 

@@ -33,18 +33,18 @@ def test_every_kind_of_write_survives_a_restart(
         c.delete("scratch")
         c.put("old", more)
         c.rename("old", "new")
-        c.execute("CREATE TABLE expensive AS SELECT id, fare FROM taxi WHERE fare > 2000")
-        c.execute("INSERT INTO expensive VALUES (-1, 0.5)")
-        c.execute("CREATE TABLE dropped AS SELECT 1 AS x")
-        c.execute("DROP TABLE dropped")
-        before = {info.name: c.get(info.name) for info in c.list()}
-        versions = {info.name: info.version for info in c.list()}
+        c.execute_update("CREATE TABLE expensive AS SELECT id, fare FROM taxi WHERE fare > 2000")
+        c.execute_update("INSERT INTO expensive VALUES (-1, 0.5)")
+        c.execute_update("CREATE TABLE dropped AS SELECT 1 AS x")
+        c.execute_update("DROP TABLE dropped")
+        before = {info.name: c.get(info.name) for info in c.list_tables()}
+        versions = {info.name: info.version for info in c.list_tables()}
     assert first.stop() == 0
 
     second = start_quiver("--data-dir", str(data))
     assert "data directory opened" in second.log()
     with quiver.connect(second.uri) as c:
-        infos = c.list()
+        infos = c.list_tables()
         assert [i.name for i in infos] == ["expensive", "new", "taxi"]
         for info in infos:
             got = c.get(info.name)
@@ -70,7 +70,7 @@ def test_stored_tables_are_not_charged_to_max_memory(
     with quiver.connect(server.uri) as c:
         for i in range(4):
             c.put(f"t{i}", table)
-        assert c.stats()["memory_used"] == 0
+        assert c.stats().memory_used == 0
     assert server.stop() == 0
     # Four times the limit reads back after a restart.
     small = start_quiver("--data-dir", str(data), "--max-memory", "1MiB")

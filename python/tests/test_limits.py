@@ -46,7 +46,7 @@ def test_table_limits_on_put_append_and_sql(start_quiver: ServerFactory) -> None
 
         def store() -> tuple[object, ...]:
             stats = client.stats()
-            return stats["tables"], stats["rows"], stats["bytes"], stats["memory_used"]
+            return stats.tables, stats.rows, stats.bytes, stats.memory_used
 
         kept = pa.table({"a": np.arange(600, dtype=np.int64)})  # 4800 bytes
         client.put("kept", kept)
@@ -74,9 +74,13 @@ def test_table_limits_on_put_append_and_sql(start_quiver: ServerFactory) -> None
         wide = pa.table({"s": ["x" * 100] * 400})  # 400 rows, over 16 KiB
         refused("--max-table-bytes", lambda: client.put("wide", wide))
         refused("--max-rows", lambda: client.put("third", rows(600)))  # 600 + 900 + 600
-        refused("--max-table-rows", lambda: client.execute("INSERT INTO kept SELECT a FROM kept"))
-        refused("--max-rows", lambda: client.execute("CREATE TABLE copy AS SELECT a FROM kept"))
-        assert [t.name for t in client.list()] == ["kept", "other"]
+        refused(
+            "--max-table-rows", lambda: client.execute_update("INSERT INTO kept SELECT a FROM kept")
+        )
+        refused(
+            "--max-rows", lambda: client.execute_update("CREATE TABLE copy AS SELECT a FROM kept")
+        )
+        assert [t.name for t in client.list_tables()] == ["kept", "other"]
         # Within the limits, writes go through.
         client.put("kept", rows(300), mode="append")
         assert client.get("kept").num_rows == 900

@@ -272,11 +272,11 @@ def test_quiver_client_logs_in(pristine: Secured) -> None:
         with pytest.raises(quiver.PermissionDeniedError, match="write role"):
             c.put(TABLE, OTHER)
         with pytest.raises(quiver.PermissionDeniedError):
-            c.execute(f"DROP TABLE {TABLE}")
+            c.execute_update(f"DROP TABLE {TABLE}")
     with pytest.raises(quiver.AuthenticationError):
         quiver.connect(pristine.uri, username="writer", password="wrong")
     with quiver.connect(pristine.uri) as c, pytest.raises(quiver.AuthenticationError):
-        c.list()
+        c.list_tables()
 
 
 def test_adbc_logs_in_and_is_held_to_its_role(pristine: Secured) -> None:

@@ -77,12 +77,20 @@ def test_client_sql_reader_streams(client: quiver.Client, stored: pa.Table) -> N
 def test_client_execute_counts_rows_and_sql_tables_are_stored_tables(
     client: quiver.Client, stored: pa.Table
 ) -> None:
-    assert client.execute("CREATE TABLE cheap AS SELECT * FROM trips WHERE fare < 10") == 20
+    assert client.execute_update("CREATE TABLE cheap AS SELECT * FROM trips WHERE fare < 10") == 20
     assert client.info("cheap").num_rows == 20
     assert client.get("cheap").num_rows == 20
-    assert client.execute("INSERT INTO cheap SELECT * FROM trips WHERE fare >= 499") == 2
-    assert client.execute("DROP TABLE cheap") == 0
+    assert client.execute_update("INSERT INTO cheap SELECT * FROM trips WHERE fare >= 499") == 2
+    assert client.execute_update("DROP TABLE cheap") == 0
     assert not client.exists("cheap")
+
+
+def test_execute_is_a_deprecated_alias_of_execute_update(
+    client: quiver.Client, stored: pa.Table
+) -> None:
+    with pytest.warns(DeprecationWarning, match="use Client.execute_update"):
+        assert client.execute("CREATE TABLE cheap AS SELECT * FROM trips WHERE fare < 10") == 20
+    assert client.info("cheap").num_rows == 20
 
 
 def test_client_sql_errors(client: quiver.Client, stored: pa.Table) -> None:
@@ -91,9 +99,9 @@ def test_client_sql_errors(client: quiver.Client, stored: pa.Table) -> None:
     with pytest.raises(quiver.InvalidArgumentError):
         client.sql("SELEC 1")
     with pytest.raises(quiver.AlreadyExistsError):
-        client.execute("CREATE TABLE trips AS SELECT 1")
+        client.execute_update("CREATE TABLE trips AS SELECT 1")
     with pytest.raises(quiver.QuiverError) as info:
-        client.execute("DELETE FROM trips")
+        client.execute_update("DELETE FROM trips")
     assert info.value.code == "UNIMPLEMENTED"
     assert client.get("trips").equals(stored)
 
@@ -124,7 +132,7 @@ def test_external_tables_from_the_command_line(start_quiver: ServerFactory, tmp_
         )
         assert result.to_pylist() == [{"name": "Harbor", "n": 72}, {"name": "Old Town", "n": 72}]
         # Files are not stored tables: the store does not list them.
-        assert client.list() == []
+        assert client.list_tables() == []
 
 
 def test_bad_external_table_stops_the_server_with_the_path(

@@ -134,7 +134,7 @@ def test_mutual_tls_requires_a_client_certificate(
             quiver.connect(server.uri, tls_root_certs=ca, **client_cert) as client,
             pytest.raises(quiver.AuthenticationError),
         ):
-            client.list()
+            client.list_tables()
 
 
 def test_cli_over_tls_with_password_and_api_token(
