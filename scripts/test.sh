@@ -9,9 +9,10 @@
 #      cached outside the repository, in ~/.cache/quiver/java);
 #   5. PostgreSQL and its ODBC driver from Debian's packages, if missing, for the
 #      benchmark harness's sql suite (scripts/install-postgres.sh);
-#   6. ruff, and pytest against the real server binary: the client's tests (Flight,
-#      Flight SQL through ADBC and JDBC, the sqllogictest files) and the benchmark
-#      harness's smoke tests (tiny sizes; never the benchmarks).
+#   6. ruff, mypy on the client package (python/quiver), and pytest against the
+#      real server binary: the client's tests (Flight, Flight SQL through ADBC and
+#      JDBC, the sqllogictest files) and the benchmark harness's smoke tests (tiny
+#      sizes; never the benchmarks).
 #
 # Environment:
 #   CARGO_TARGET_DIR  where cargo builds (default: ./target)
@@ -60,6 +61,9 @@ fi
 step "ruff"
 "$venv/bin/ruff" check python bench
 "$venv/bin/ruff" format --check python bench
+
+step "mypy (the client package ships py.typed)"
+"$venv/bin/mypy" --config-file python/pyproject.toml python/quiver
 
 step "Java and the Flight SQL JDBC driver (python/tests/test_jdbc.py)"
 bash scripts/setup-java.sh
