@@ -82,6 +82,8 @@ def connect(
         ``tls_root_certs`` (PEM bytes of the CA that signed a ``grpc+tls://``
         server's certificate), ``cert_chain`` and ``private_key`` (PEM bytes of
         a client certificate, for mutual TLS), ``generic_options``, ...
+        ``middleware`` is kept, and quiver's own is added after it: it reads the
+        kind of each error from the server's status (:mod:`quiver.errors`).
 
     Returns
     -------
