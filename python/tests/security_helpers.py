@@ -14,7 +14,7 @@ import pyarrow as pa
 import pyarrow.flight as flight
 import pytest
 
-from quiver import _sql
+from quiver import _protobuf, _sql
 from server_process import Server, quiver_bin, start_server
 
 PASSWORDS = {"reader": "read-pw", "writer": "write-pw", "admin": "admin-pw"}
@@ -182,41 +182,31 @@ def forge(token: str) -> str:
 
 
 def _varint_field(number: int, value: int) -> bytes:
-    return _sql._varint(number << 3) + _sql._varint(value)
+    return _protobuf.varint(number << 3) + _protobuf.varint(value)
 
 
 def ingest_command(table: str) -> bytes:
     """CommandStatementIngest creating ``table`` (or appending if it exists)."""
     options = _varint_field(1, 1) + _varint_field(2, 2)  # if_not_exist CREATE, if_exists APPEND
     return _sql._any(
-        "CommandStatementIngest", _sql._field(1, options) + _sql._field(2, table.encode())
+        "CommandStatementIngest", _protobuf.field(1, options) + _protobuf.field(2, table.encode())
     )
 
 
 def prepare_request(query: str) -> bytes:
-    return _sql._any("ActionCreatePreparedStatementRequest", _sql._field(1, query.encode()))
+    return _sql._any("ActionCreatePreparedStatementRequest", _protobuf.field(1, query.encode()))
 
 
 def prepared_query(handle: bytes) -> bytes:
-    return _sql._any("CommandPreparedStatementQuery", _sql._field(1, handle))
+    return _sql._any("CommandPreparedStatementQuery", _protobuf.field(1, handle))
 
 
 def prepared_update(handle: bytes) -> bytes:
-    return _sql._any("CommandPreparedStatementUpdate", _sql._field(1, handle))
+    return _sql._any("CommandPreparedStatementUpdate", _protobuf.field(1, handle))
 
 
 def _fields(data: bytes) -> dict[int, bytes | int]:
-    fields: dict[int, bytes | int] = {}
-    position = 0
-    while position < len(data):
-        tag, position = _sql._read_varint(data, position)
-        if tag & 7 == 0:
-            fields[tag >> 3], position = _sql._read_varint(data, position)
-        else:
-            length, position = _sql._read_varint(data, position)
-            fields[tag >> 3] = data[position : position + length]
-            position += length
-    return fields
+    return {number: value for number, _, value in _protobuf.fields(data)}
 
 
 def prepare(client: flight.FlightClient, options: flight.FlightCallOptions, query: str) -> bytes:
@@ -325,7 +315,7 @@ WRITE_CALLS: dict[str, Call] = {
 OTHER_ACTIONS: dict[str, Call] = {
     "DoAction ClosePreparedStatement": do_action(
         "ClosePreparedStatement",
-        _sql._any("ActionClosePreparedStatementRequest", _sql._field(1, b"x")),
+        _sql._any("ActionClosePreparedStatementRequest", _protobuf.field(1, b"x")),
     ),
     "DoAction CancelFlightInfo": do_action("CancelFlightInfo", b""),
     "DoAction CancelQuery": do_action("CancelQuery", b""),
