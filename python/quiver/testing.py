@@ -42,6 +42,9 @@ LISTENING = "quiver listening on "
 #: Seconds :func:`start` waits for the banner by default.
 START_TIMEOUT_S = 30.0
 
+#: Seconds a process that printed something else than its banner has to exit by itself.
+EXIT_GRACE_S = 2.0
+
 #: Seconds :meth:`ServerProcess.stop` waits after its signal by default, before SIGKILL.
 STOP_TIMEOUT_S = 20.0
 
@@ -192,7 +195,8 @@ def start(
     ------
     ServerStartError
         The process exited, or did not print the banner within ``timeout``; it is
-        killed, and the message holds its stdout and the end of its stderr.
+        killed (after 2 s if it printed another line), and the message holds its
+        stdout, exit code and the end of its stderr.
     """
     command = [str(part) for part in command]
     if env is None:
@@ -209,9 +213,13 @@ def start(
     server = ServerProcess(name, "", process, log_path, tuple(flags), stop_timeout)
     text = _first_line(process, timeout)
     if not text.startswith(banner):
-        if process.poll() is None:
+        try:
+            # A server that cannot start says why and exits: give it a moment, so
+            # the exit code is its own.
+            process.wait(timeout=EXIT_GRACE_S)
+        except subprocess.TimeoutExpired:
             process.kill()
-        process.wait()
+            process.wait()
         if process.stdout is not None:
             process.stdout.close()
         raise ServerStartError(
