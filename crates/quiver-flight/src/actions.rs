@@ -1,70 +1,15 @@
-//! DoAction: the actions quiver offers and their JSON results.
+//! DoAction: the store's actions (`delete`, `rename`, `stats`, `health`) and
+//! their JSON results. Actions are decoded in [`crate::request`].
 
 use std::time::Instant;
 
-use arrow_flight::ActionType;
 use bytes::Bytes;
 use quiver_store::TableStore;
-use serde::Deserialize;
 use serde_json::json;
 
-use crate::auth::Role;
+use crate::Result;
+use crate::request::StoreAction;
 use crate::wire::body_pool::BodyPool;
-use crate::{Error, Result};
-
-/// Every action: its type and a description for ListActions.
-pub const ACTIONS: &[(&str, &str)] = &[
-    (
-        "delete",
-        "Drop a table. Body: the table name. Result: JSON {deleted, rows, bytes}.",
-    ),
-    (
-        "rename",
-        "Rename a table. Body: JSON {\"from\", \"to\", \"overwrite\": false}. Result: JSON.",
-    ),
-    (
-        "stats",
-        "Store totals as JSON: tables, rows, bytes, memory_used, memory_limit, uptime_seconds.",
-    ),
-    (
-        "health",
-        "Liveness: JSON {\"status\": \"ok\", uptime_seconds}.",
-    ),
-    (
-        "shm-put",
-        "A ticket to put a table over the same-host shared-memory socket. Body: JSON \
-         {\"table\", \"options\": {\"mode\", \"partitions\"}}. Result: JSON {location, ticket (base64)}.",
-    ),
-];
-
-/// The action types for ListActions.
-pub fn action_types() -> Vec<ActionType> {
-    ACTIONS
-        .iter()
-        .map(|(name, description)| ActionType {
-            r#type: name.to_string(),
-            description: description.to_string(),
-        })
-        .collect()
-}
-
-/// The least role that may run action `kind` (Flight SQL's actions included):
-/// `write` for those that change tables, `read` for the rest.
-pub(crate) fn role_needed(kind: &str) -> Role {
-    match kind {
-        "delete" | "rename" | "shm-put" => Role::Write,
-        _ => Role::Read,
-    }
-}
-
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct RenameBody {
-    from: String,
-    to: String,
-    #[serde(default)]
-    overwrite: bool,
-}
 
 /// What one action did, for the RPC log.
 #[derive(Debug, Default)]
@@ -75,37 +20,29 @@ pub(crate) struct ActionOutcome {
     pub(crate) bytes: u64,
 }
 
-/// Runs the action `kind` with `body`.
+/// Runs a store action.
 pub(crate) fn run(
     store: &TableStore,
     body_pool: &BodyPool,
     started: Instant,
-    kind: &str,
-    body: &[u8],
+    action: StoreAction,
 ) -> Result<ActionOutcome> {
     let uptime = started.elapsed().as_secs_f64();
-    match kind {
-        "delete" => {
-            let name = std::str::from_utf8(body)
-                .map_err(|_| Error::invalid("delete: body must be a UTF-8 table name"))?;
-            let removed = store.remove(name)?;
+    match action {
+        StoreAction::Delete(name) => {
+            let removed = store.remove(&name)?;
             Ok(ActionOutcome {
                 body: json_bytes(json!({
                     "deleted": name,
                     "rows": removed.num_rows(),
                     "bytes": removed.num_bytes(),
                 })),
-                table: Some(name.to_string()),
+                table: Some(name),
                 rows: removed.num_rows(),
                 bytes: removed.num_bytes(),
             })
         }
-        "rename" => {
-            let args: RenameBody = serde_json::from_slice(body).map_err(|e| {
-                Error::invalid(format!(
-                    "rename: body must be JSON {{\"from\": ..., \"to\": ..., \"overwrite\": false}}: {e}"
-                ))
-            })?;
+        StoreAction::Rename(args) => {
             let renamed = store.rename(&args.from, &args.to, args.overwrite)?;
             Ok(ActionOutcome {
                 body: json_bytes(json!({
@@ -118,7 +55,7 @@ pub(crate) fn run(
                 bytes: renamed.num_bytes(),
             })
         }
-        "stats" => {
+        StoreAction::Stats => {
             let s = store.stats();
             let pool = body_pool.stats();
             Ok(ActionOutcome {
@@ -135,18 +72,10 @@ pub(crate) fn run(
                 ..Default::default()
             })
         }
-        "health" => Ok(ActionOutcome {
+        StoreAction::Health => Ok(ActionOutcome {
             body: json_bytes(json!({"status": "ok", "uptime_seconds": uptime})),
             ..Default::default()
         }),
-        other => {
-            let known: Vec<&str> = ACTIONS.iter().map(|(name, _)| *name).collect();
-            Err(Error::invalid(format!(
-                "unknown action {:?}; known actions: {}",
-                other.chars().take(100).collect::<String>(),
-                known.join(", ")
-            )))
-        }
     }
 }
 

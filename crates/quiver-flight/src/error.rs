@@ -52,6 +52,20 @@ pub enum Error {
     /// The client's request stream broke off (reset, cancelled, connection lost).
     #[error("{0}")]
     Cancelled(String),
+    /// A time limit on the RPC passed (`--request-timeout`).
+    #[error("{0}")]
+    Deadline(String),
+    /// A request stream went silent for longer than `--stream-idle-timeout`.
+    #[error("{0}")]
+    Idle(String),
+    /// A handler or a response stream panicked: a bug, reported as INTERNAL.
+    #[error("internal error in {rpc}: {what}")]
+    Panicked {
+        /// The RPC whose handler panicked.
+        rpc: &'static str,
+        /// What the panic said.
+        what: String,
+    },
     /// A status that should reach the client unchanged (e.g. the client cancelled).
     #[error("{}", .0.message())]
     Status(Box<Status>),
@@ -81,10 +95,11 @@ impl Error {
 /// quiver's) is `RESOURCE_EXHAUSTED`, naming the flag that sets the limit.
 pub(crate) fn inbound_status(status: Status) -> Status {
     if status.code() == tonic::Code::OutOfRange && status.message().contains("too large") {
-        Status::resource_exhausted(format!(
+        Error::ResourceExhausted(format!(
             "{} (raise the server's --max-message-size, or send smaller batches)",
             status.message()
         ))
+        .into()
     } else {
         status
     }
@@ -122,46 +137,133 @@ impl From<ArrowError> for Error {
     }
 }
 
-fn store_code(e: &StoreError) -> tonic::Code {
-    match e {
-        StoreError::NotFound { .. } => tonic::Code::NotFound,
-        StoreError::AlreadyExists { .. } => tonic::Code::AlreadyExists,
-        StoreError::InvalidName { .. }
-        | StoreError::SchemaMismatch { .. }
-        | StoreError::InvalidPartition { .. } => tonic::Code::InvalidArgument,
-        StoreError::MemoryLimit { .. } | StoreError::TableLimit { .. } => {
-            tonic::Code::ResourceExhausted
+impl From<quiver_shm::ShmError> for Error {
+    fn from(e: quiver_shm::ShmError) -> Self {
+        use quiver_shm::ShmError as E;
+        match e {
+            E::Store(s) => Self::Store(s),
+            E::InvalidArgument(m) => Self::InvalidArgument(m),
+            E::Decode(m) => Self::Decode(m),
+            E::PermissionDenied(m) => Self::PermissionDenied(m),
+            E::ResourceExhausted(m) => Self::ResourceExhausted(m),
+            E::Cancelled(m) => Self::Cancelled(m),
+            E::Internal(m) => Self::Internal(m),
         }
-        StoreError::Io(failure) if failure.is_storage_full() => tonic::Code::ResourceExhausted,
-        StoreError::Io(_) => tonic::Code::Internal,
+    }
+}
+
+/// The status code and the kind (`ErrorInfo.reason`) of a store error.
+fn store_class(e: &StoreError) -> (tonic::Code, &'static str) {
+    use tonic::Code;
+    match e {
+        StoreError::NotFound { .. } => (Code::NotFound, "TABLE_NOT_FOUND"),
+        StoreError::AlreadyExists { .. } => (Code::AlreadyExists, "TABLE_EXISTS"),
+        StoreError::InvalidName { .. } => (Code::InvalidArgument, "INVALID_NAME"),
+        StoreError::SchemaMismatch { .. } => (Code::InvalidArgument, "SCHEMA_MISMATCH"),
+        StoreError::InvalidPartition { .. } => (Code::InvalidArgument, "INVALID_PARTITION"),
+        StoreError::MemoryLimit { .. } => (Code::ResourceExhausted, "MEMORY_LIMIT"),
+        StoreError::TableLimit { .. } => (Code::ResourceExhausted, "TABLE_LIMIT"),
+        StoreError::Io(failure) if failure.is_storage_full() => {
+            (Code::ResourceExhausted, "STORAGE_FULL")
+        }
+        StoreError::Io(_) => (Code::Internal, "IO_ERROR"),
+    }
+}
+
+impl Error {
+    /// The gRPC status code and the error's kind: the `reason` of the
+    /// `google.rpc.ErrorInfo` its status carries (docs/protocol.md lists them).
+    /// `None` for a status passed through unchanged.
+    pub fn class(&self) -> Option<(tonic::Code, &'static str)> {
+        use tonic::Code;
+        Some(match self {
+            Error::Store(s) => store_class(s),
+            Error::Sql(s) => match s {
+                SqlError::Invalid(_) => (Code::InvalidArgument, "INVALID_SQL"),
+                SqlError::File(_) => (Code::InvalidArgument, "INVALID_ARGUMENT"),
+                SqlError::Unsupported(_) => (Code::Unimplemented, "UNIMPLEMENTED"),
+                SqlError::ResourcesExhausted(_) => (Code::ResourceExhausted, "QUERY_RESOURCES"),
+                SqlError::Timeout(_) => (Code::DeadlineExceeded, "DEADLINE_EXCEEDED"),
+                SqlError::Cancelled => (Code::Cancelled, "CANCELLED"),
+                SqlError::Store(s) => store_class(s),
+                SqlError::Denied(_) => (Code::PermissionDenied, "PERMISSION_DENIED"),
+                SqlError::Internal(_) => (Code::Internal, "INTERNAL"),
+            },
+            Error::NotFound(_) => (Code::NotFound, "HANDLE_NOT_FOUND"),
+            Error::ResourceExhausted(_) => (Code::ResourceExhausted, "TOO_MANY"),
+            Error::InvalidArgument(_) => (Code::InvalidArgument, "INVALID_ARGUMENT"),
+            Error::Decode(_) => (Code::InvalidArgument, "INVALID_DATA"),
+            Error::Aborted(_) => (Code::Aborted, "VERSION_CHANGED"),
+            Error::Unimplemented(_) => (Code::Unimplemented, "UNIMPLEMENTED"),
+            Error::MessageTooLarge { .. } => (Code::ResourceExhausted, "MESSAGE_TOO_LARGE"),
+            Error::Cancelled(_) => (Code::Cancelled, "CANCELLED"),
+            Error::Deadline(_) => (Code::DeadlineExceeded, "DEADLINE_EXCEEDED"),
+            Error::Idle(_) => (Code::DeadlineExceeded, "IDLE_TIMEOUT"),
+            Error::Status(_) => return None,
+            Error::Unauthenticated(_) => (Code::Unauthenticated, "UNAUTHENTICATED"),
+            Error::PermissionDenied(_) => (Code::PermissionDenied, "PERMISSION_DENIED"),
+            Error::Config(_) | Error::Internal(_) | Error::Panicked { .. } => {
+                (Code::Internal, "INTERNAL")
+            }
+        })
+    }
+}
+
+/// The rich-error details every status carries (`grpc-status-details-bin`):
+/// a `google.rpc.Status` holding one `google.rpc.ErrorInfo` whose reason is the
+/// error's kind, so clients choose by kind instead of reading the message.
+mod details {
+    use arrow_flight::sql::Any;
+    use prost::Message;
+
+    /// The error-info domain of quiver's kinds.
+    pub(crate) const DOMAIN: &str = "quiver";
+    /// The type URL of `google.rpc.ErrorInfo`.
+    pub(crate) const ERROR_INFO_TYPE: &str = "type.googleapis.com/google.rpc.ErrorInfo";
+
+    /// `google.rpc.Status`.
+    #[derive(Clone, PartialEq, Message)]
+    pub(crate) struct RpcStatus {
+        #[prost(int32, tag = "1")]
+        pub(crate) code: i32,
+        #[prost(string, tag = "2")]
+        pub(crate) message: String,
+        #[prost(message, repeated, tag = "3")]
+        pub(crate) details: Vec<Any>,
+    }
+
+    /// `google.rpc.ErrorInfo` (its `metadata` map left empty).
+    #[derive(Clone, PartialEq, Message)]
+    pub(crate) struct ErrorInfo {
+        #[prost(string, tag = "1")]
+        pub(crate) reason: String,
+        #[prost(string, tag = "2")]
+        pub(crate) domain: String,
+    }
+
+    /// The encoded details of a status.
+    pub(crate) fn encode(code: tonic::Code, message: &str, kind: &str) -> Vec<u8> {
+        let info = ErrorInfo {
+            reason: kind.to_string(),
+            domain: DOMAIN.to_string(),
+        };
+        RpcStatus {
+            code: code as i32,
+            message: message.to_string(),
+            details: vec![Any {
+                type_url: ERROR_INFO_TYPE.to_string(),
+                value: info.encode_to_vec().into(),
+            }],
+        }
+        .encode_to_vec()
     }
 }
 
 impl From<Error> for Status {
     fn from(e: Error) -> Self {
-        let code = match &e {
-            Error::Store(s) => store_code(s),
-            Error::Sql(s) => match s {
-                SqlError::Invalid(_) | SqlError::File(_) => tonic::Code::InvalidArgument,
-                SqlError::Unsupported(_) => tonic::Code::Unimplemented,
-                SqlError::ResourcesExhausted(_) => tonic::Code::ResourceExhausted,
-                SqlError::Timeout(_) => tonic::Code::DeadlineExceeded,
-                SqlError::Cancelled => tonic::Code::Cancelled,
-                SqlError::Store(s) => store_code(s),
-                SqlError::Denied(_) => tonic::Code::PermissionDenied,
-                SqlError::Internal(_) => tonic::Code::Internal,
-            },
-            Error::NotFound(_) => tonic::Code::NotFound,
-            Error::ResourceExhausted(_) => tonic::Code::ResourceExhausted,
-            Error::InvalidArgument(_) | Error::Decode(_) => tonic::Code::InvalidArgument,
-            Error::Aborted(_) => tonic::Code::Aborted,
-            Error::Unimplemented(_) => tonic::Code::Unimplemented,
-            Error::MessageTooLarge { .. } => tonic::Code::ResourceExhausted,
-            Error::Cancelled(_) => tonic::Code::Cancelled,
+        let (code, kind) = match &e {
             Error::Status(status) => return (**status).clone(),
-            Error::Unauthenticated(_) => tonic::Code::Unauthenticated,
-            Error::PermissionDenied(_) => tonic::Code::PermissionDenied,
-            Error::Config(_) | Error::Internal(_) => tonic::Code::Internal,
+            other => other.class().unwrap_or((tonic::Code::Internal, "INTERNAL")),
         };
         let mut message = e.to_string();
         if message.len() > MAX_STATUS_MESSAGE {
@@ -175,7 +277,8 @@ impl From<Error> for Status {
         if code == tonic::Code::Internal {
             tracing::warn!(%message, "internal error");
         }
-        Status::new(code, message)
+        let details = details::encode(code, &message, kind);
+        Status::with_details(code, message, details.into())
     }
 }
 
@@ -228,5 +331,36 @@ mod tests {
         );
         let s: Status = Error::from(FlightError::Tonic(Box::new(Status::cancelled("gone")))).into();
         assert_eq!(s.code(), tonic::Code::Cancelled);
+    }
+
+    #[test]
+    fn every_status_carries_its_kind_in_the_details() {
+        use prost::Message;
+        let s: Status = Error::Store(StoreError::NotFound { name: "t".into() }).into();
+        let status = details::RpcStatus::decode(s.details()).unwrap();
+        assert_eq!(status.code, tonic::Code::NotFound as i32);
+        assert_eq!(status.message, "table 't' not found");
+        assert_eq!(status.details.len(), 1);
+        assert_eq!(status.details[0].type_url, details::ERROR_INFO_TYPE);
+        let info = details::ErrorInfo::decode(status.details[0].value.clone()).unwrap();
+        assert_eq!(info.reason, "TABLE_NOT_FOUND");
+        assert_eq!(info.domain, "quiver");
+        let kind = |e: Error| {
+            let s = Status::from(e);
+            let status = details::RpcStatus::decode(s.details()).unwrap();
+            details::ErrorInfo::decode(status.details[0].value.clone())
+                .unwrap()
+                .reason
+        };
+        assert_eq!(kind(Error::Aborted("x".into())), "VERSION_CHANGED");
+        assert_eq!(kind(Error::NotFound("x".into())), "HANDLE_NOT_FOUND");
+        assert_eq!(kind(Error::Idle("x".into())), "IDLE_TIMEOUT");
+        assert_eq!(
+            kind(Error::Panicked {
+                rpc: "DoGet",
+                what: "x".into()
+            }),
+            "INTERNAL"
+        );
     }
 }

@@ -16,11 +16,7 @@
 
 use std::sync::Arc;
 
-use arrow::array::{
-    ArrayRef, BooleanArray, DictionaryArray, Float64Array, Int64Array, LargeListArray, StringArray,
-    StructArray, TimestampMicrosecondArray,
-};
-use arrow::datatypes::{DataType, Field, Int32Type, Int64Type};
+use arrow::array::{ArrayRef, Int64Array};
 use arrow::record_batch::RecordBatch;
 use arrow_flight::encode::{DictionaryHandling, FlightDataEncoderBuilder};
 use arrow_flight::{FlightDescriptor, PutResult};
@@ -31,7 +27,7 @@ use quiver_sql::EngineOptions;
 use quiver_store::TableStore;
 use tonic::Status;
 
-use crate::{QuiverService, ServiceOptions};
+use crate::{Error, QuiverService, ServiceOptions};
 
 /// Largest message the harness accepts: small, so huge declared lengths are
 /// refused quickly instead of waiting for bytes that never come.
@@ -89,7 +85,7 @@ impl PutHarness {
     /// the fuzzer looks for.
     pub fn run(&self, input: &[u8]) -> Result<PutResult, Status> {
         let Some((&cut, body)) = input.split_first() else {
-            return Err(Status::invalid_argument("empty input"));
+            return Err(Error::invalid("empty input").into());
         };
         let piece = match cut % 4 {
             0 => body.len().max(1),
@@ -147,41 +143,9 @@ impl PutHarness {
     }
 }
 
-/// A batch of many types: nulls, strings, a list, a struct, a dictionary.
+/// The batch of every type, ids from `offset`.
 fn typed_batch(rows: usize, offset: i64) -> RecordBatch {
-    let ids: Vec<i64> = (offset..offset + rows as i64).collect();
-    let names: Vec<Option<String>> = ids
-        .iter()
-        .map(|i| (i % 3 != 0).then(|| format!("name-{i}")))
-        .collect();
-    let lists = LargeListArray::from_iter_primitive::<Int64Type, _, _>(
-        ids.iter()
-            .map(|i| (i % 4 != 0).then(|| vec![Some(*i), None])),
-    );
-    let dict: DictionaryArray<Int32Type> = ids
-        .iter()
-        .map(|i| ["red", "green", "blue"][(*i % 3) as usize])
-        .collect();
-    let nested = StructArray::from(vec![(
-        Arc::new(Field::new("flag", DataType::Boolean, true)),
-        Arc::new(BooleanArray::from_iter(
-            ids.iter().map(|i| (i % 5 != 0).then_some(i % 2 == 0)),
-        )) as ArrayRef,
-    )]);
-    let floats =
-        Float64Array::from_iter(ids.iter().map(|i| (i % 7 != 0).then_some(*i as f64 / 3.0)));
-    let times = TimestampMicrosecondArray::from_iter_values(ids.iter().map(|i| i * 1_000_000));
-    #[allow(clippy::expect_used)]
-    RecordBatch::try_from_iter([
-        ("id", Arc::new(Int64Array::from(ids)) as ArrayRef),
-        ("name", Arc::new(StringArray::from(names)) as ArrayRef),
-        ("list", Arc::new(lists) as ArrayRef),
-        ("dict", Arc::new(dict) as ArrayRef),
-        ("nested", Arc::new(nested) as ArrayRef),
-        ("x", Arc::new(floats) as ArrayRef),
-        ("t", Arc::new(times) as ArrayRef),
-    ])
-    .expect("columns of one length")
+    quiver_ipc::testing::every_type(offset, rows)
 }
 
 /// One DoPut request body: `batches` as arrow-flight's encoder sends them

@@ -14,31 +14,30 @@
 //! exactly one place (`impl From<Error> for tonic::Status`).
 #![warn(missing_docs)]
 
-pub mod actions;
+mod actions;
 pub mod auth;
+mod body_watch;
 mod descriptor;
 mod error;
 #[cfg(any(test, feature = "fuzzing"))]
 pub mod fuzzing;
-mod guard;
-mod ipc_bounds;
 pub mod lingering;
+mod panics;
 mod put_options;
-mod request_body;
+mod request;
 mod rpc_log;
 pub mod server;
 mod service;
-pub mod shm;
 mod sql;
 pub mod ticket;
 pub mod timeouts;
 mod tls;
 pub mod wire;
 
+pub use body_watch::{WatchBody, WatchBodyLayer};
 pub use descriptor::table_name;
 pub use error::{Error, Result};
 pub use put_options::{MAX_PARTITIONS, PutOptions};
-pub use request_body::{WatchBody, WatchBodyLayer};
 pub use server::{Http2Config, ServeError, ServerConfig, ServerLimits, serve};
 pub use service::{QuiverService, ServiceOptions};
 pub use tls::TlsConfig;

@@ -6,6 +6,8 @@ use std::panic::AssertUnwindSafe;
 use futures::{FutureExt, Stream, StreamExt};
 use tonic::Status;
 
+use crate::Error;
+
 /// What a caught panic said.
 pub(crate) fn panic_message(panic: &(dyn Any + Send)) -> String {
     panic
@@ -15,10 +17,10 @@ pub(crate) fn panic_message(panic: &(dyn Any + Send)) -> String {
         .unwrap_or_else(|| "unknown panic".to_string())
 }
 
-fn panic_status(rpc: &str, panic: Box<dyn Any + Send>) -> Status {
+fn panic_status(rpc: &'static str, panic: Box<dyn Any + Send>) -> Status {
     let what = panic_message(&*panic);
     tracing::error!(rpc, panic = %what, "handler panicked");
-    Status::internal(format!("internal error in {rpc}: {what}"))
+    Error::Panicked { rpc, what }.into()
 }
 
 /// Runs a handler, turning a panic into `INTERNAL`.

@@ -33,6 +33,11 @@ impl RpcLog {
         }
     }
 
+    /// The RPC's name.
+    pub(crate) fn rpc(&self) -> &'static str {
+        self.rpc
+    }
+
     pub(crate) fn table(&mut self, name: &str) {
         self.table = Some(name.to_string());
     }
@@ -62,6 +67,20 @@ impl RpcLog {
         }
         result
     }
+}
+
+/// Runs the handler of the RPC `rpc` with a new log of it, the one place a
+/// handler's name is written: a panic in the handler becomes INTERNAL. The
+/// handler records its outcome in the log (or moves the log into its response
+/// stream).
+pub(crate) async fn handle<T, F>(
+    rpc: &'static str,
+    handler: impl FnOnce(RpcLog) -> F,
+) -> Result<T, tonic::Status>
+where
+    F: Future<Output = Result<T, tonic::Status>>,
+{
+    crate::panics::handler(rpc, async move { handler(RpcLog::new(rpc)).await }).await
 }
 
 /// The response stream of a streaming RPC: each item of `inner` goes through

@@ -18,11 +18,11 @@ use futures::TryStreamExt;
 
 use crate::auth::{AuthLayer, Authenticator};
 use crate::lingering::{Closes, LINGER, LingeringStream};
-use crate::shm::ShmServer;
 use crate::timeouts::TimeoutLayer;
 use crate::tls::TlsConfig;
 use crate::wire::DirectLayer;
 use crate::{QuiverService, WatchBodyLayer};
+use quiver_shm::ShmServer;
 
 /// Default largest gRPC message the server accepts (and sends): 1 GiB.
 ///
@@ -136,7 +136,7 @@ pub struct ServerConfig {
     /// may do anything.
     pub auth: Option<Arc<Authenticator>>,
     /// The Unix socket of the same-host shared-memory data plane
-    /// ([`crate::shm`]); `None`: off.
+    /// (`quiver_shm`); `None`: off.
     pub shm_socket: Option<PathBuf>,
 }
 
@@ -245,7 +245,9 @@ pub async fn serve(
     };
     let shm = match &config.shm_socket {
         None => None,
-        Some(path) => match ShmServer::start(path, Arc::clone(&store)) {
+        Some(path) => match ShmServer::start(path, Arc::clone(&store), |e| {
+            tonic::Status::from(crate::Error::from(e))
+        }) {
             Ok(shm) => {
                 tracing::info!(location = shm.location(), "shared-memory data plane on");
                 Some(Arc::new(shm))

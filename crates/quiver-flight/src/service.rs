@@ -1,13 +1,11 @@
 //! `QuiverService`: every Flight RPC over the table store.
 
 use std::pin::Pin;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 use std::time::Instant;
 
 use arrow::datatypes::SchemaRef;
 use arrow::ipc::writer::IpcWriteOptions;
-use arrow_flight::decode::{DecodedPayload, FlightDataDecoder};
 use arrow_flight::encode::{DictionaryHandling, FlightDataEncoderBuilder};
 use arrow_flight::error::FlightError;
 use arrow_flight::flight_service_server::FlightService;
@@ -18,22 +16,24 @@ use arrow_flight::{
 use base64::Engine as _;
 use bytes::Bytes;
 use futures::stream::{self, BoxStream};
-use futures::{FutureExt, Stream, StreamExt, TryStreamExt};
+use futures::{Stream, StreamExt, TryStreamExt};
 use quiver_sql::{EngineOptions, SqlEngine};
-use quiver_store::{TableStore, TableVersion, TableWriter, batch_bytes};
+use quiver_store::{TableStore, TableVersion, batch_bytes};
 use serde_json::json;
 use tonic::{Request, Response, Status, Streaming};
 
+use quiver_shm::{self as shm, ShmServer};
+
 use crate::auth::{Caller, Role};
+use crate::body_watch::BodyOutcome;
 use crate::error::inbound_status;
-use crate::ipc_bounds::check_buffers;
-use crate::request_body::BodyOutcome;
-use crate::rpc_log::{RpcLog, logged};
-use crate::shm::{self, ShmServer};
-use crate::sql::{self, Batches, FlightSql};
+use crate::request::{ActionKind, ActionRequest, Described, ShmPut, Ticketed};
+use crate::rpc_log::{RpcLog, handle, logged};
+use crate::sql::{Batches, FlightSql};
 use crate::ticket::TableTicket;
 use crate::wire::body_pool::BodyPool;
-use crate::{Error, PutOptions, Result, actions, guard, table_name};
+use crate::wire::decode::PutDecoder;
+use crate::{Error, Result, actions, panics};
 
 /// Settings of the Flight service that do not belong to the transport.
 #[derive(Debug, Clone)]
@@ -75,10 +75,10 @@ impl QuiverService {
         let engine = Arc::new(SqlEngine::new(Arc::clone(&store), options.sql.clone()));
         let body_pool = BodyPool::new(options.put_buffer_pool);
         Self {
+            sql: Arc::new(FlightSql::new(engine, Arc::clone(&store))),
             store,
             body_pool,
             options: Arc::new(options),
-            sql: Arc::new(FlightSql::new(engine)),
             started: Instant::now(),
         }
     }
@@ -138,13 +138,15 @@ impl QuiverService {
         want_shm: bool,
         log: &mut RpcLog,
     ) -> Result<FlightInfo> {
-        if let Some(command) = sql::descriptor_command(&descriptor)? {
-            return self
-                .sql
-                .flight_info(command, descriptor, &caller?, log)
-                .await;
-        }
-        let name = table_name(&descriptor)?;
+        let name = match Described::decode(&descriptor)? {
+            Described::Sql(command) => {
+                return self
+                    .sql
+                    .flight_info(command, descriptor, &caller?, log)
+                    .await;
+            }
+            Described::Table(name) => name,
+        };
         log.table(&name);
         let table = self.store.get(&name)?;
         log.add(table.num_rows(), table.num_bytes());
@@ -160,33 +162,16 @@ impl QuiverService {
     }
 
     /// The shared-memory put ticket of the `shm-put` action.
-    fn shm_put(&self, body: &[u8], caller: &Caller) -> Result<Bytes> {
+    fn shm_put(&self, request: ShmPut, caller: &Caller) -> Result<Bytes> {
         let shm = self.options.shm.as_ref().ok_or_else(|| {
             Error::Unimplemented(
                 "the shared-memory data plane is off on this server (--shm-socket off)".to_string(),
             )
         })?;
-        #[derive(serde::Deserialize)]
-        #[serde(deny_unknown_fields)]
-        struct Body {
-            table: String,
-            #[serde(default)]
-            options: Option<serde_json::Value>,
-        }
-        let body: Body = serde_json::from_slice(body).map_err(|e| {
-            Error::invalid(format!(
-                "shm-put takes JSON {{\"table\": NAME, \"options\": {{\"mode\": \"append\"}}}}: {e}"
-            ))
-        })?;
-        quiver_store::validate_name(&body.table)?;
-        let options = match &body.options {
-            None => PutOptions::default(),
-            Some(o) => PutOptions::from_app_metadata(o.to_string().as_bytes())?,
-        };
         let ticket = shm.put_ticket(
-            body.table,
-            options.mode,
-            options.partitions,
+            request.table,
+            request.options.mode,
+            request.options.partitions,
             Arc::clone(&caller.name),
         )?;
         Ok(json!({
@@ -195,6 +180,37 @@ impl QuiverService {
         })
         .to_string()
         .into())
+    }
+
+    /// Runs a DoAction: the caller's role is checked against the action's
+    /// kind before its body is read.
+    async fn action(
+        &self,
+        caller: Result<Caller>,
+        action: &Action,
+        log: &mut RpcLog,
+    ) -> Result<Vec<Bytes>> {
+        let caller = caller?;
+        let kind = ActionKind::parse(&action.r#type)?;
+        caller.require(kind.role(), &format!("action '{}'", kind.name()))?;
+        match ActionRequest::decode(kind, &action.body)? {
+            ActionRequest::ShmPut(request) => Ok(vec![self.shm_put(request, &caller)?]),
+            ActionRequest::Sql(request) => {
+                log.table(kind.name());
+                self.sql.action(request).await
+            }
+            ActionRequest::Store(request) => {
+                let outcome = quiver_sql::store_write(|| {
+                    actions::run(&self.store, &self.body_pool, self.started, request)
+                })?;
+                if let Some(table) = &outcome.table {
+                    log.table(table);
+                }
+                log.add(outcome.rows, outcome.bytes);
+                tracing::debug!(action = kind.name(), "action");
+                Ok(vec![outcome.body])
+            }
+        }
     }
 
     /// Largest FlightData message DoGet sends.
@@ -229,10 +245,10 @@ impl QuiverService {
         ticket: &[u8],
         log: &mut RpcLog,
     ) -> Result<(SchemaRef, Batches)> {
-        if let Some(command) = sql::command(ticket)? {
-            return self.sql.open(command);
-        }
-        let ticket = TableTicket::decode(ticket)?;
+        let ticket = match Ticketed::decode(ticket)? {
+            Ticketed::Sql(command) => return self.sql.open(command),
+            Ticketed::Table(ticket) => ticket,
+        };
         log.table(&ticket.table);
         let table = match self.store.get(&ticket.table) {
             Err(quiver_store::StoreError::NotFound { name }) if ticket.version.is_some() => {
@@ -284,17 +300,19 @@ impl QuiverService {
         let descriptor = first.flight_descriptor.as_ref().ok_or_else(|| {
             Error::invalid("the first DoPut message carries no flight descriptor")
         })?;
-        if let Some(command) = sql::descriptor_command(descriptor)? {
-            return self
-                .sql
-                .put(self, command, first, input, outcome, &caller, log)
-                .await;
-        }
-        let name = table_name(descriptor)?;
+        let name = match Described::decode(descriptor)? {
+            Described::Sql(command) => {
+                return self
+                    .sql
+                    .put(command, first, input, outcome, &caller, log)
+                    .await;
+            }
+            Described::Table(name) => name,
+        };
         log.table(&name);
         caller.require(Role::Write, "DoPut of a table")?;
-        let writer = self
-            .receive(first, input, outcome, |schema, options| {
+        let writer = PutDecoder::new(first, input)
+            .into_writer(outcome, |schema, options| {
                 Ok(self
                     .store
                     .writer(&name, options.mode, schema, options.partitions)?)
@@ -313,105 +331,6 @@ impl QuiverService {
             app_metadata: metadata.to_string().into(),
         })
     }
-
-    /// Reads the batches of a DoPut stream whose first message is `first`
-    /// into the writer `open` makes, and returns it uncommitted. `open` runs at
-    /// the first batch (or at the end, for a table of no rows): by then the
-    /// put's options have arrived, wherever the client put them.
-    pub(crate) async fn receive<'a>(
-        &self,
-        first: FlightData,
-        input: impl Stream<Item = Result<FlightData, Status>> + Send + Unpin + 'static,
-        outcome: Option<BodyOutcome>,
-        open: impl FnOnce(SchemaRef, PutOptions) -> Result<TableWriter<'a>>,
-    ) -> Result<TableWriter<'a>> {
-        // What the input carried, seen as the messages arrive: the first
-        // app_metadata of any message (the put's options) and the body bytes
-        // received, which is what the stored batches hold in memory (dictionary
-        // bodies included, each once).
-        let first_metadata: Arc<OnceLock<Bytes>> = Arc::default();
-        let received_bytes = Arc::new(AtomicU64::new(0));
-        let (metadata_seen, bytes_seen) =
-            (Arc::clone(&first_metadata), Arc::clone(&received_bytes));
-        let messages = stream::once(async { Ok(first) })
-            .chain(input.map_err(|s| FlightError::Tonic(Box::new(inbound_status(s)))))
-            .try_filter_map(move |data: FlightData| {
-                if !data.app_metadata.is_empty() {
-                    let _ = metadata_seen.set(data.app_metadata.clone());
-                }
-                bytes_seen.fetch_add(data.data_body.len() as u64, Ordering::Relaxed);
-                if let Err(e) = check_buffers(&data.data_header, data.data_body.len()) {
-                    return futures::future::ready(Err(FlightError::DecodeError(e)));
-                }
-                // Metadata-only messages (pyarrow's `write_metadata`) are no IPC
-                // messages: the decoder must not see them.
-                let keep = (!data.data_header.is_empty()).then_some(data);
-                futures::future::ready(Ok(keep))
-            });
-        let mut decoder = FlightDataDecoder::new(messages);
-        let mut open = Some(open);
-        let mut open_writer = |schema: &Option<SchemaRef>| {
-            let schema = schema
-                .clone()
-                .ok_or_else(|| Error::invalid("DoPut stream carried no schema before its data"))?;
-            let options = first_metadata
-                .get()
-                .map(|m| PutOptions::from_app_metadata(m))
-                .transpose()?
-                .unwrap_or_default();
-            let open = open
-                .take()
-                .ok_or_else(|| Error::Internal("a put's writer opened twice".into()))?;
-            open(schema, options)
-        };
-        let mut schema: Option<SchemaRef> = None;
-        let mut writer = None;
-        let mut charged = 0u64;
-        // arrow-ipc panics on some malformed messages instead of failing: a
-        // panic while decoding is the client's bad data, refused as such.
-        while let Some(decoded) = std::panic::AssertUnwindSafe(decoder.next())
-            .catch_unwind()
-            .await
-            .unwrap_or_else(|panic| {
-                let what = guard::panic_message(&*panic);
-                tracing::warn!(panic = %what, "the IPC decoder panicked on a DoPut's data");
-                Some(Err(FlightError::DecodeError(format!(
-                    "malformed IPC message (the decoder failed: {what})"
-                ))))
-            })
-        {
-            match decoded?.payload {
-                DecodedPayload::None => {}
-                DecodedPayload::Schema(s) => {
-                    if schema.is_some() {
-                        return Err(Error::invalid(
-                            "a DoPut stream must carry one schema message",
-                        ));
-                    }
-                    schema = Some(s);
-                }
-                DecodedPayload::RecordBatch(batch) => {
-                    let writer = match &mut writer {
-                        Some(writer) => writer,
-                        None => writer.insert(open_writer(&schema)?),
-                    };
-                    let received = received_bytes.load(Ordering::Relaxed);
-                    writer.push_charged(batch, received - charged)?;
-                    charged = received;
-                }
-            }
-        }
-        // tonic ends a cancelled request stream as if the client had finished it.
-        if outcome.is_some_and(|o| o.broken()) {
-            return Err(Error::Cancelled(
-                "the DoPut stream broke off before its end; nothing was stored".into(),
-            ));
-        }
-        match writer {
-            Some(writer) => Ok(writer),
-            None => open_writer(&schema),
-        }
-    }
 }
 
 #[tonic::async_trait]
@@ -428,39 +347,40 @@ impl FlightService for QuiverService {
         &self,
         request: Request<Streaming<HandshakeRequest>>,
     ) -> Result<Response<Self::HandshakeStream>, Status> {
-        let mut log = RpcLog::new("Handshake");
-        let responses = request.into_inner().map_ok(|req| HandshakeResponse {
-            protocol_version: req.protocol_version,
-            payload: Bytes::new(),
-        });
-        log.outcome(Ok(Response::new(
-            guard::stream("Handshake", responses).boxed(),
-        )))
+        handle("Handshake", |mut log| async move {
+            let responses = request.into_inner().map_ok(|req| HandshakeResponse {
+                protocol_version: req.protocol_version,
+                payload: Bytes::new(),
+            });
+            let rpc = log.rpc();
+            log.outcome(Ok(Response::new(panics::stream(rpc, responses).boxed())))
+        })
+        .await
     }
 
     async fn list_flights(
         &self,
         request: Request<Criteria>,
     ) -> Result<Response<Self::ListFlightsStream>, Status> {
-        guard::handler("ListFlights", async {
-            let mut log = RpcLog::new("ListFlights");
+        handle("ListFlights", |mut log| async move {
             let result = (|| {
                 let prefix = std::str::from_utf8(&request.get_ref().expression).map_err(|_| {
                     Error::invalid("ListFlights criteria must be a UTF-8 name prefix")
                 })?;
                 let tables = self.store.list(prefix);
-                let infos = tables
+                tables
                     .iter()
                     .map(|t| {
                         log.add(t.num_rows(), t.num_bytes());
                         let descriptor = FlightDescriptor::new_path(vec![t.name().to_string()]);
-                        self.flight_info(t, descriptor).map_err(Status::from)
+                        self.flight_info(t, descriptor)
                     })
-                    .collect::<Vec<_>>();
-                Ok::<_, Error>(infos)
+                    .collect::<Result<Vec<_>>>()
             })();
             let infos = log.outcome(result.map_err(Status::from))?;
-            Ok(Response::new(stream::iter(infos).boxed()))
+            Ok(Response::new(
+                stream::iter(infos.into_iter().map(Ok)).boxed(),
+            ))
         })
         .await
     }
@@ -469,8 +389,7 @@ impl FlightService for QuiverService {
         &self,
         request: Request<FlightDescriptor>,
     ) -> Result<Response<FlightInfo>, Status> {
-        guard::handler("GetFlightInfo", async {
-            let mut log = RpcLog::new("GetFlightInfo");
+        handle("GetFlightInfo", |mut log| async move {
             let caller = Caller::of(request.extensions());
             let want_shm = request
                 .metadata()
@@ -489,20 +408,19 @@ impl FlightService for QuiverService {
         &self,
         request: Request<FlightDescriptor>,
     ) -> Result<Response<PollInfo>, Status> {
-        guard::handler("PollFlightInfo", async {
-            let mut log = RpcLog::new("PollFlightInfo");
+        handle("PollFlightInfo", |mut log| async move {
             let caller = Caller::of(request.extensions());
-            let info = self
-                .info_for(request.into_inner(), caller, false, &mut log)
-                .await
-                .map_err(Status::from);
-            let info = log.outcome(info)?;
-            Ok(Response::new(
+            let result = async {
+                let info = self
+                    .info_for(request.into_inner(), caller, false, &mut log)
+                    .await?;
                 PollInfo::new()
                     .with_info(info)
                     .try_with_progress(1.0)
-                    .map_err(|e| Status::from(Error::Internal(e.to_string())))?,
-            ))
+                    .map_err(|e| Error::Internal(e.to_string()))
+            }
+            .await;
+            log.outcome(result.map_err(Status::from)).map(Response::new)
         })
         .await
     }
@@ -511,13 +429,11 @@ impl FlightService for QuiverService {
         &self,
         request: Request<FlightDescriptor>,
     ) -> Result<Response<SchemaResult>, Status> {
-        guard::handler("GetSchema", async {
-            let mut log = RpcLog::new("GetSchema");
+        handle("GetSchema", |mut log| async move {
             let result = async {
-                let schema = match sql::descriptor_command(request.get_ref())? {
-                    Some(command) => self.sql.schema(command).await?,
-                    None => {
-                        let name = table_name(request.get_ref())?;
+                let schema = match Described::decode(request.get_ref())? {
+                    Described::Sql(command) => self.sql.schema(command).await?,
+                    Described::Table(name) => {
                         log.table(&name);
                         Arc::clone(self.store.get(&name)?.schema())
                     }
@@ -535,8 +451,7 @@ impl FlightService for QuiverService {
         &self,
         request: Request<Ticket>,
     ) -> Result<Response<Self::DoGetStream>, Status> {
-        guard::handler("DoGet", async {
-            let mut log = RpcLog::new("DoGet");
+        handle("DoGet", |mut log| async move {
             let opened = self.open_ticket(&request.get_ref().ticket, &mut log);
             let (schema, batches) = log.outcome(opened.map_err(Status::from))?;
             // Rows and bytes are logged as they go; the log moves into the
@@ -558,6 +473,7 @@ impl FlightService for QuiverService {
                 .with_max_flight_data_size(self.options.max_flight_data_size)
                 .with_dictionary_handling(DictionaryHandling::Resend)
                 .build(batches);
+            let rpc = log.rpc();
             let responses = logged(encoded, log, move |log, item| {
                 let item = item.map_err(|e| Status::from(Error::from(e)));
                 let (rows, bytes) = std::mem::take(
@@ -569,7 +485,7 @@ impl FlightService for QuiverService {
                 log.outcome(item)
             });
             Ok(Response::new(
-                Box::pin(guard::stream("DoGet", responses)) as Self::DoGetStream
+                Box::pin(panics::stream(rpc, responses)) as Self::DoGetStream
             ))
         })
         .await
@@ -579,8 +495,7 @@ impl FlightService for QuiverService {
         &self,
         request: Request<Streaming<FlightData>>,
     ) -> Result<Response<Self::DoPutStream>, Status> {
-        guard::handler("DoPut", async {
-            let mut log = RpcLog::new("DoPut");
+        handle("DoPut", |mut log| async move {
             let outcome = request.extensions().get::<BodyOutcome>().cloned();
             let caller = Caller::of(request.extensions());
             let result = self
@@ -597,78 +512,45 @@ impl FlightService for QuiverService {
         &self,
         request: Request<Streaming<FlightData>>,
     ) -> Result<Response<Self::DoExchangeStream>, Status> {
-        let log = RpcLog::new("DoExchange");
-        let echoed = request
-            .into_inner()
-            // A message that carried only the descriptor has nothing to echo;
-            // sent back empty, clients would read it as the end of the stream.
-            .try_filter_map(|mut data| {
-                data.flight_descriptor = None;
-                let empty = data.data_header.is_empty()
-                    && data.data_body.is_empty()
-                    && data.app_metadata.is_empty();
-                futures::future::ready(Ok((!empty).then_some(data)))
+        handle("DoExchange", |log| async move {
+            let echoed = request
+                .into_inner()
+                // A message that carried only the descriptor has nothing to echo;
+                // sent back empty, clients would read it as the end of the stream.
+                .try_filter_map(|mut data| {
+                    data.flight_descriptor = None;
+                    let empty = data.data_header.is_empty()
+                        && data.data_body.is_empty()
+                        && data.app_metadata.is_empty();
+                    futures::future::ready(Ok((!empty).then_some(data)))
+                });
+            let rpc = log.rpc();
+            let echoed = logged(echoed, log, |log, item| {
+                let item = item.map_err(inbound_status).inspect(|data| {
+                    log.add(0, data.data_body.len() as u64);
+                });
+                log.outcome(item)
             });
-        let echoed = logged(echoed, log, |log, item| {
-            let item = item.map_err(inbound_status).inspect(|data| {
-                log.add(0, data.data_body.len() as u64);
-            });
-            log.outcome(item)
-        });
-        Ok(Response::new(
-            Box::pin(guard::stream("DoExchange", echoed)) as Self::DoExchangeStream
-        ))
+            Ok(Response::new(
+                Box::pin(panics::stream(rpc, echoed)) as Self::DoExchangeStream
+            ))
+        })
+        .await
     }
 
     async fn do_action(
         &self,
         request: Request<Action>,
     ) -> Result<Response<Self::DoActionStream>, Status> {
-        guard::handler("DoAction", async {
+        handle("DoAction", |mut log| async move {
             let caller = Caller::of(request.extensions());
             let action = request.into_inner();
-            let mut log = RpcLog::new("DoAction");
-            let allowed = caller.and_then(|c| {
-                c.require(
-                    actions::role_needed(&action.r#type),
-                    &format!("action '{}'", action.r#type),
-                )
-                .map(|()| c)
-            });
-            let caller = log.outcome(allowed.map_err(Status::from))?;
-            if action.r#type == "shm-put" {
-                let body =
-                    log.outcome(self.shm_put(&action.body, &caller).map_err(Status::from))?;
-                let body = arrow_flight::Result { body };
-                return Ok(Response::new(stream::once(async { Ok(body) }).boxed()));
-            }
-            if let Some(result) = self.sql.action(&action.r#type, &action.body).await {
-                log.table(&action.r#type);
-                let bodies = log.outcome(result.map_err(Status::from))?;
-                let results = bodies
-                    .into_iter()
-                    .map(|body| Ok(arrow_flight::Result { body }));
-                return Ok(Response::new(stream::iter(results).boxed()));
-            }
-            let result = quiver_sql::store_write(|| {
-                actions::run(
-                    &self.store,
-                    &self.body_pool,
-                    self.started,
-                    &action.r#type,
-                    &action.body,
-                )
-            });
-            if let Ok(outcome) = &result {
-                if let Some(table) = &outcome.table {
-                    log.table(table);
-                }
-                log.add(outcome.rows, outcome.bytes);
-            }
-            tracing::debug!(action = %action.r#type, "action");
-            let outcome = log.outcome(result.map_err(Status::from))?;
-            let body = arrow_flight::Result { body: outcome.body };
-            Ok(Response::new(stream::once(async { Ok(body) }).boxed()))
+            let result = self.action(caller, &action, &mut log).await;
+            let bodies = log.outcome(result.map_err(Status::from))?;
+            let results = bodies
+                .into_iter()
+                .map(|body| Ok(arrow_flight::Result { body }));
+            Ok(Response::new(stream::iter(results).boxed()))
         })
         .await
     }
@@ -677,15 +559,11 @@ impl FlightService for QuiverService {
         &self,
         _request: Request<Empty>,
     ) -> Result<Response<Self::ListActionsStream>, Status> {
-        let _log = RpcLog::new("ListActions");
-        Ok(Response::new(
-            stream::iter(
-                actions::action_types()
-                    .into_iter()
-                    .chain(sql::action_types())
-                    .map(Ok),
-            )
-            .boxed(),
-        ))
+        handle("ListActions", |_log| async move {
+            Ok(Response::new(
+                stream::iter(ActionKind::action_types().into_iter().map(Ok)).boxed(),
+            ))
+        })
+        .await
     }
 }

@@ -28,6 +28,8 @@ use tokio::time::Sleep;
 use tonic::Status;
 use tower::{Layer, Service};
 
+use crate::Error;
+
 /// The flag that sets the unary time limit.
 pub const REQUEST_TIMEOUT_FLAG: &str = "--request-timeout";
 /// The flag that sets the request-stream idle limit.
@@ -107,10 +109,10 @@ where
             Some(limit) => Box::pin(async move {
                 match tokio::time::timeout(limit, answer).await {
                     Ok(answer) => answer,
-                    Err(_) => Ok(Status::deadline_exceeded(format!(
+                    Err(_) => Ok(Status::from(Error::Deadline(format!(
                         "no answer within the {} s limit ({REQUEST_TIMEOUT_FLAG})",
                         limit.as_secs_f64()
-                    ))
+                    )))
                     .into_http()),
                 }
             }),
@@ -158,11 +160,12 @@ impl Body for IdleLimitedBody {
         match timer.as_mut().poll(cx) {
             Poll::Ready(()) => {
                 this.waiting = None;
-                Poll::Ready(Some(Err(Status::deadline_exceeded(format!(
+                Poll::Ready(Some(Err(Error::Idle(format!(
                     "the request stream was idle for {} s, the limit ({STREAM_IDLE_TIMEOUT_FLAG}); \
                      nothing was stored",
                     idle.as_secs_f64()
-                )))))
+                ))
+                .into())))
             }
             Poll::Pending => Poll::Pending,
         }

@@ -7,7 +7,7 @@
 //! INVALID_ARGUMENT. Found by the fuzz target in `fuzz/` (docs/limits.md).
 //!
 //! Other malformed messages make the decoder panic elsewhere (a validity
-//! bitmap shorter than its array, for one); `QuiverService::receive` catches
+//! bitmap shorter than its array, for one); `quiver-flight`'s DoPut decoder catches
 //! those around the decoder and refuses the put the same way.
 
 use arrow::ipc::{MessageHeader, root_as_message};
@@ -15,7 +15,7 @@ use arrow::ipc::{MessageHeader, root_as_message};
 /// Checks that every buffer the IPC message `header` declares lies within a
 /// body of `body_len` bytes. A header that is no IPC message is left to the
 /// decoder, which refuses it.
-pub(crate) fn check_buffers(header: &[u8], body_len: usize) -> Result<(), String> {
+pub fn check_buffers(header: &[u8], body_len: usize) -> Result<(), String> {
     let Ok(message) = root_as_message(header) else {
         return Ok(());
     };

@@ -21,24 +21,27 @@ impl AsRef<[u8]> for ArrowBytes {
 }
 
 /// `buffer` as `Bytes` without copying.
-pub(crate) fn to_bytes(buffer: Buffer) -> Bytes {
+pub fn to_bytes(buffer: Buffer) -> Bytes {
     Bytes::from_owner(ArrowBytes(buffer))
 }
 
 /// One IPC message as a FlightData carries it: the flatbuffer header and the
 /// body as a chain of chunks.
 #[derive(Debug, Clone)]
-pub(crate) struct FlightMessage {
-    pub(crate) header: Bytes,
-    pub(crate) body: Vec<Bytes>,
-    pub(crate) body_len: usize,
+pub struct FlightMessage {
+    /// The IPC message's flatbuffer metadata (FlightData's `data_header`).
+    pub header: Bytes,
+    /// The body as chunks that reference the arrays' buffers.
+    pub body: Vec<Bytes>,
+    /// The body's length, the sum of the chunks' lengths.
+    pub body_len: usize,
 }
 
 /// Encodes a stream of batches of one schema into FlightData messages: the
 /// schema (with the first batch), then for each batch its dictionaries (when
 /// they changed) and the batch, batches larger than `max_message_bytes` split
 /// into row slices.
-pub(crate) struct FlightMessageEncoder {
+pub struct FlightMessageEncoder {
     encoder: StreamEncoder,
     max_message_bytes: usize,
 }
@@ -52,7 +55,9 @@ impl std::fmt::Debug for FlightMessageEncoder {
 }
 
 impl FlightMessageEncoder {
-    pub(crate) fn try_new(schema: &Schema, max_message_bytes: usize) -> Result<Self, ArrowError> {
+    /// An encoder for batches of `schema`; a batch over `max_message_bytes`
+    /// goes out as several messages of row slices.
+    pub fn try_new(schema: &Schema, max_message_bytes: usize) -> Result<Self, ArrowError> {
         Ok(Self {
             encoder: StreamEncoder::try_new_with_options(schema, IpcWriteOptions::default())?,
             max_message_bytes: max_message_bytes.max(1),
@@ -60,7 +65,7 @@ impl FlightMessageEncoder {
     }
 
     /// The messages for `batch`.
-    pub(crate) fn encode(&mut self, batch: &RecordBatch) -> Result<Vec<FlightMessage>, ArrowError> {
+    pub fn encode(&mut self, batch: &RecordBatch) -> Result<Vec<FlightMessage>, ArrowError> {
         let mut out = Vec::new();
         for part in split(batch, self.max_message_bytes) {
             out.extend(messages(self.encoder.encode(&part)?)?);
@@ -124,13 +129,14 @@ fn messages(buffers: Vec<Buffer>) -> Result<Vec<FlightMessage>, ArrowError> {
 
 /// A sequence of `Bytes` read front to back without copying.
 #[derive(Debug, Default)]
-pub(crate) struct Rope {
+pub struct Rope {
     parts: VecDeque<Bytes>,
     len: usize,
 }
 
 impl Rope {
-    pub(crate) fn new(parts: impl IntoIterator<Item = Bytes>) -> Self {
+    /// A rope of `parts`, in order.
+    pub fn new(parts: impl IntoIterator<Item = Bytes>) -> Self {
         let mut rope = Self::default();
         for part in parts {
             rope.push(part);
@@ -139,7 +145,7 @@ impl Rope {
     }
 
     /// Appends `part` at the end.
-    pub(crate) fn push(&mut self, part: Bytes) {
+    pub fn push(&mut self, part: Bytes) {
         if !part.is_empty() {
             self.len += part.len();
             self.parts.push_back(part);
@@ -147,16 +153,17 @@ impl Rope {
     }
 
     /// Bytes left.
-    pub(crate) fn len(&self) -> usize {
+    pub fn len(&self) -> usize {
         self.len
     }
 
-    pub(crate) fn is_empty(&self) -> bool {
+    /// Whether no bytes are left.
+    pub fn is_empty(&self) -> bool {
         self.len == 0
     }
 
     /// The first `N` bytes, not consumed (None if fewer are left).
-    pub(crate) fn peek<const N: usize>(&self) -> Option<[u8; N]> {
+    pub fn peek<const N: usize>(&self) -> Option<[u8; N]> {
         if self.len < N {
             return None;
         }
@@ -174,7 +181,7 @@ impl Rope {
     }
 
     /// The next byte, consumed.
-    pub(crate) fn take_byte(&mut self) -> Option<u8> {
+    pub fn take_byte(&mut self) -> Option<u8> {
         let part = self.parts.front_mut()?;
         let byte = part[0];
         if part.len() == 1 {
@@ -187,7 +194,7 @@ impl Rope {
     }
 
     /// The next `n` bytes as chunks of the parts.
-    pub(crate) fn take(&mut self, mut n: usize) -> Result<Vec<Bytes>, ArrowError> {
+    pub fn take(&mut self, mut n: usize) -> Result<Vec<Bytes>, ArrowError> {
         if n > self.len {
             return Err(ArrowError::IpcError("stream ended inside a message".into()));
         }
@@ -208,12 +215,12 @@ impl Rope {
     }
 
     /// The next `n` bytes as a rope of their own.
-    pub(crate) fn split_to(&mut self, n: usize) -> Result<Rope, ArrowError> {
+    pub fn split_to(&mut self, n: usize) -> Result<Rope, ArrowError> {
         Ok(Rope::new(self.take(n)?))
     }
 
     /// The next `n` bytes in one piece (copied only if they span parts).
-    pub(crate) fn take_contiguous(&mut self, n: usize) -> Result<Bytes, ArrowError> {
+    pub fn take_contiguous(&mut self, n: usize) -> Result<Bytes, ArrowError> {
         let mut chunks = self.take(n)?;
         if chunks.len() == 1 {
             return Ok(chunks.remove(0));
@@ -227,11 +234,7 @@ mod tests {
     use super::*;
     use std::sync::Arc;
 
-    use arrow::array::{
-        ArrayRef, BooleanArray, DictionaryArray, Int64Array, LargeListArray, StringArray,
-        StructArray,
-    };
-    use arrow::datatypes::{DataType, Field, Int32Type, Int64Type};
+    use arrow::array::{ArrayRef, Int64Array};
     use arrow::ipc::reader::StreamReader;
 
     /// Rebuilds an IPC stream from messages and reads it with arrow's reader.
@@ -254,31 +257,7 @@ mod tests {
     }
 
     fn typed(rows: usize) -> RecordBatch {
-        let ids: Vec<i64> = (0..rows as i64).collect();
-        let names: Vec<Option<String>> = ids
-            .iter()
-            .map(|i| (i % 3 != 0).then(|| format!("n{i}")))
-            .collect();
-        let lists = LargeListArray::from_iter_primitive::<Int64Type, _, _>(
-            ids.iter()
-                .map(|i| (i % 4 != 0).then(|| vec![Some(*i), None])),
-        );
-        let dict: DictionaryArray<Int32Type> =
-            ids.iter().map(|i| ["a", "b"][(*i % 2) as usize]).collect();
-        let nested = StructArray::from(vec![(
-            Arc::new(Field::new("flag", DataType::Boolean, true)),
-            Arc::new(BooleanArray::from_iter(
-                ids.iter().map(|i| (i % 5 != 0).then_some(i % 2 == 0)),
-            )) as ArrayRef,
-        )]);
-        RecordBatch::try_from_iter([
-            ("id", Arc::new(Int64Array::from(ids)) as ArrayRef),
-            ("name", Arc::new(StringArray::from(names)) as ArrayRef),
-            ("list", Arc::new(lists) as ArrayRef),
-            ("dict", Arc::new(dict) as ArrayRef),
-            ("nested", Arc::new(nested) as ArrayRef),
-        ])
-        .unwrap()
+        crate::testing::every_type(0, rows)
     }
 
     #[test]
@@ -288,9 +267,10 @@ mod tests {
         let messages = encoder.encode(&batch).unwrap();
         let decoded = decode(&messages);
         assert_eq!(decoded, vec![batch.clone()]);
+        let large = crate::testing::LARGE_LIST_COLUMN;
         assert_eq!(
-            decoded[0].schema().field(2).data_type(),
-            batch.schema().field(2).data_type()
+            decoded[0].schema().field(large).data_type(),
+            batch.schema().field(large).data_type()
         );
     }
 

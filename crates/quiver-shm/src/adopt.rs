@@ -14,7 +14,7 @@ use quiver_store::{TableStore, TableVersion, WriteMode};
 
 use super::export::{self, Export};
 use super::sys;
-use crate::{Error, Result};
+use crate::{Result, ShmError};
 
 /// An IPC stream's End of Stream marker.
 const END_OF_STREAM: [u8; 8] = [0xff, 0xff, 0xff, 0xff, 0, 0, 0, 0];
@@ -55,7 +55,7 @@ pub(crate) fn adopt(
     pool.settle();
     let available = pool.limit().saturating_sub(pool.used());
     if total > available {
-        return Err(Error::ResourceExhausted(format!(
+        return Err(ShmError::ResourceExhausted(format!(
             "memfds of {total} bytes are over the {available} bytes left under the memory \
              limit (--max-memory)"
         )));
@@ -66,12 +66,12 @@ pub(crate) fn adopt(
     for (i, memfd) in memfds.into_iter().enumerate() {
         let map = Arc::new(export::map(&memfd)?);
         let messages =
-            export::scan(&map).map_err(|e| Error::Decode(format!("{}: {e}", which(i))))?;
+            export::scan(&map).map_err(|e| ShmError::Decode(format!("{}: {e}", which(i))))?;
         let (part_schema, part_batches) = decode(&map, &messages)?;
         match &schema {
             None => schema = Some(part_schema),
             Some(first) if *first != part_schema => {
-                return Err(Error::invalid(format!(
+                return Err(ShmError::invalid(format!(
                     "{}'s schema differs from the first memfd's: every memfd of a put holds \
                      the same schema",
                     which(i)
@@ -108,13 +108,13 @@ pub(crate) fn adopt(
 /// `what` names it in errors.
 fn checked_len(memfd: &OwnedFd, what: &str) -> Result<u64> {
     let seals = sys::seals(memfd.as_fd()).map_err(|e| {
-        Error::invalid(format!(
+        ShmError::invalid(format!(
             "{what} is not a sealable memfd ({e}): create it with \
              memfd_create(MFD_ALLOW_SEALING)"
         ))
     })?;
     if seals & sys::IMMUTABLE != sys::IMMUTABLE {
-        return Err(Error::invalid(format!(
+        return Err(ShmError::invalid(format!(
             "{what} is not sealed: add F_SEAL_WRITE, F_SEAL_SHRINK and F_SEAL_GROW \
              (and unmap every writable mapping) before passing it"
         )));
@@ -122,13 +122,13 @@ fn checked_len(memfd: &OwnedFd, what: &str) -> Result<u64> {
     let len = std::fs::File::from(
         memfd
             .try_clone()
-            .map_err(|e| Error::Internal(format!("cannot duplicate the memfd: {e}")))?,
+            .map_err(|e| ShmError::Internal(format!("cannot duplicate the memfd: {e}")))?,
     )
     .metadata()
-    .map_err(|e| Error::Internal(format!("cannot stat the memfd: {e}")))?
+    .map_err(|e| ShmError::Internal(format!("cannot stat the memfd: {e}")))?
     .len();
     if len == 0 {
-        return Err(Error::invalid(format!(
+        return Err(ShmError::invalid(format!(
             "{what} is empty: expected an Arrow IPC stream"
         )));
     }
@@ -142,7 +142,7 @@ fn decode(
     messages: &[export::MessageLayout],
 ) -> Result<(arrow::datatypes::SchemaRef, Vec<RecordBatch>)> {
     let ptr = NonNull::new(map.as_ptr().cast_mut())
-        .ok_or_else(|| Error::Internal("a mapping at address 0".to_string()))?;
+        .ok_or_else(|| ShmError::Internal("a mapping at address 0".to_string()))?;
     // SAFETY: `ptr` and `len` describe the mapping, which the buffer keeps alive
     // through its owner, and which cannot change (the memfd is sealed).
     let owner: Arc<memmap2::Mmap> = Arc::clone(map);
@@ -171,8 +171,8 @@ fn decode(
     }));
     match decoded {
         Ok(Ok(decoded)) => Ok(decoded),
-        Ok(Err(e)) => Err(Error::Decode(e.to_string())),
-        Err(_) => Err(Error::Decode(
+        Ok(Err(e)) => Err(ShmError::Decode(e.to_string())),
+        Err(_) => Err(ShmError::Decode(
             "the Arrow IPC decoder failed on this stream".to_string(),
         )),
     }

@@ -9,14 +9,13 @@ use std::time::Duration;
 
 use quiver_store::TableStore;
 use serde_json::json;
-use tonic::Status;
 
 use super::adopt::{self, PutRequest};
 use super::export::Export;
 use super::framing::{self, Bundler, FREE_DATA, PUT_DATA, Request, WANT_BUNDLED, WANT_DATA};
 use super::grants::{Grant, Grants};
 use super::sys;
-use crate::{Error, Result};
+use crate::{Result, ShmError};
 
 /// How long a new connection may take to send its request.
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
@@ -26,6 +25,7 @@ const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
 pub(crate) struct Shared {
     pub(crate) store: Arc<TableStore>,
     pub(crate) grants: Arc<Grants>,
+    pub(crate) status_of: crate::StatusOf,
 }
 
 /// Serves `socket` until the client is done or gone.
@@ -39,7 +39,11 @@ pub(crate) fn serve(socket: OwnedFd, shared: &Shared) {
         Ok(Some(first)) => first,
         Ok(None) => return,
         Err(e) => {
-            let _ = reply(fd, Err(Error::invalid(format!("reading the request: {e}"))));
+            let _ = reply(
+                fd,
+                shared,
+                Err(ShmError::invalid(format!("reading the request: {e}"))),
+            );
             return;
         }
     };
@@ -79,24 +83,28 @@ pub(crate) fn serve(socket: OwnedFd, shared: &Shared) {
             })
             .to_string()
         }),
-        Ok(Request::Tagged { tag, .. }) => Err(Error::invalid(format!(
+        Ok(Request::Tagged { tag, .. }) => Err(ShmError::invalid(format!(
             "a connection starts with want_data (tag {WANT_DATA}), want_bundled (tag \
              {WANT_BUNDLED}) or put_data (tag {PUT_DATA}), not tag {tag}"
         ))),
-        Err(e) => Err(Error::invalid(e)),
+        Err(e) => Err(ShmError::invalid(e)),
     };
     if let Err(e) = &outcome {
         tracing::info!(?peer, error = %e, "shm request refused");
     }
-    let _ = reply(fd, outcome);
+    let _ = reply(fd, shared, outcome);
 }
 
 /// Sends the outcome of a request.
-fn reply(fd: BorrowedFd<'_>, outcome: Result<String>) -> std::io::Result<()> {
+pub(crate) fn reply(
+    fd: BorrowedFd<'_>,
+    shared: &Shared,
+    outcome: Result<String>,
+) -> std::io::Result<()> {
     let message = match outcome {
         Ok(text) => framing::reply(tonic::Code::Ok, &text),
         Err(e) => {
-            let status = Status::from(e);
+            let status = (shared.status_of)(e);
             framing::reply(status.code(), status.message())
         }
     };
@@ -116,10 +124,10 @@ fn put(
         caller,
     } = shared.grants.redeem(ticket)?
     else {
-        return Err(Error::invalid("a read ticket sent with put_data"));
+        return Err(ShmError::invalid("a read ticket sent with put_data"));
     };
     if memfds.is_empty() {
-        return Err(Error::invalid(
+        return Err(ShmError::invalid(
             "put_data carries no memfd: attach one or more with SCM_RIGHTS",
         ));
     }
@@ -202,11 +210,11 @@ fn send_bundle(
 /// the version until every offset sent is freed or the client disconnects.
 fn send_stream(fd: BorrowedFd<'_>, shared: &Shared, ticket: &[u8], bundled: bool) -> Result<()> {
     let Grant::Get(version) = shared.grants.redeem(ticket)? else {
-        return Err(Error::invalid("a put ticket sent with want_data"));
+        return Err(ShmError::invalid("a put ticket sent with want_data"));
     };
     let export: Arc<Export> =
         version.attachment(|| Export::write(&version, shared.store.memory()))?;
-    let send_failed = |e: std::io::Error| Error::Cancelled(format!("sending the stream: {e}"));
+    let send_failed = |e: std::io::Error| ShmError::Cancelled(format!("sending the stream: {e}"));
     let mut outstanding = HashSet::new();
     // The memfds travel with the first datagram, which holds the schema; the
     // offsets sent are into their concatenation, in the order attached.
@@ -247,14 +255,15 @@ fn send_stream(fd: BorrowedFd<'_>, shared: &Shared, ticket: &[u8], bundled: bool
                     }
                 }
                 Err(e) => {
-                    let _ = reply(fd, Err(Error::invalid(e)));
+                    let _ = reply(fd, shared, Err(ShmError::invalid(e)));
                     break;
                 }
             },
             other => {
                 let _ = reply(
                     fd,
-                    Err(Error::invalid(format!(
+                    shared,
+                    Err(ShmError::invalid(format!(
                         "after a stream only free_data (tag {FREE_DATA}) is expected, got {other:?}"
                     ))),
                 );

@@ -22,8 +22,8 @@ use memmap2::Mmap;
 use quiver_store::{MemoryCharge, MemoryPool, TableVersion};
 
 use super::sys;
-use crate::wire::frames::FlightMessageEncoder;
-use crate::{Error, Result};
+use crate::{Result, ShmError};
+use quiver_ipc::FlightMessageEncoder;
 
 /// The continuation marker every encapsulated IPC message starts with.
 const CONTINUATION: [u8; 4] = [0xff; 4];
@@ -92,12 +92,12 @@ impl Export {
         charge.try_grow(len.saturating_sub(version.num_bytes()))?;
         sys::seal(memfd.as_fd()).map_err(|e| io_error("seal the memfd", e))?;
         let map = Arc::new(map(&memfd)?);
-        let messages = scan(&map).map_err(Error::Internal)?;
+        let messages = scan(&map).map_err(ShmError::Internal)?;
         if !messages
             .iter()
             .all(MessageLayout::body_starts_at_first_buffer)
         {
-            return Err(Error::Internal(
+            return Err(ShmError::Internal(
                 "the IPC writer laid a body out with space before its first buffer".to_string(),
             ));
         }
@@ -172,11 +172,11 @@ pub(crate) fn map(memfd: &OwnedFd) -> Result<Mmap> {
     unsafe { Mmap::map(&file) }.map_err(|e| io_error("map the memfd", e))
 }
 
-fn io_error(what: &str, e: io::Error) -> Error {
+fn io_error(what: &str, e: io::Error) -> ShmError {
     if e.raw_os_error() == Some(libc::ENOSPC) || e.raw_os_error() == Some(libc::ENOMEM) {
-        Error::ResourceExhausted(format!("cannot {what}: {e}"))
+        ShmError::ResourceExhausted(format!("cannot {what}: {e}"))
     } else {
-        Error::Internal(format!("cannot {what}: {e}"))
+        ShmError::Internal(format!("cannot {what}: {e}"))
     }
 }
 

@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use quiver_store::{TableVersion, WriteMode};
 
-use crate::{Error, Result};
+use crate::{Result, ShmError};
 
 /// How long a ticket stays valid.
 pub const GRANT_TTL: Duration = Duration::from_secs(60);
@@ -47,7 +47,7 @@ impl Grants {
     /// Records `grant`; returns its ticket.
     pub(crate) fn issue(&self, grant: Grant) -> Result<Vec<u8>> {
         let mut key = [0u8; 16];
-        getrandom::fill(&mut key).map_err(|e| Error::Internal(format!("no randomness: {e}")))?;
+        getrandom::fill(&mut key).map_err(|e| ShmError::Internal(format!("no randomness: {e}")))?;
         let now = Instant::now();
         let mut live = self
             .live
@@ -55,7 +55,7 @@ impl Grants {
             .unwrap_or_else(std::sync::PoisonError::into_inner);
         live.retain(|_, (expires, _)| *expires > now);
         if live.len() >= MAX_GRANTS {
-            return Err(Error::ResourceExhausted(format!(
+            return Err(ShmError::ResourceExhausted(format!(
                 "{MAX_GRANTS} shared-memory tickets outstanding: use them or wait {} s",
                 GRANT_TTL.as_secs()
             )));
@@ -71,14 +71,14 @@ impl Grants {
         let key: [u8; 16] = ticket
             .strip_prefix(SHM_TICKET_PREFIX)
             .and_then(|k| k.try_into().ok())
-            .ok_or_else(|| Error::invalid("not a quiver shared-memory ticket"))?;
+            .ok_or_else(|| ShmError::invalid("not a quiver shared-memory ticket"))?;
         let mut live = self
             .live
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
         match live.remove(&key) {
             Some((expires, grant)) if expires > Instant::now() => Ok(grant),
-            _ => Err(Error::PermissionDenied(
+            _ => Err(ShmError::PermissionDenied(
                 "unknown, used or expired shared-memory ticket: call GetFlightInfo \
                  (or shm-put) again"
                     .to_string(),
@@ -108,7 +108,7 @@ mod tests {
         assert!(matches!(grants.redeem(&ticket), Ok(Grant::Put { .. })));
         assert!(matches!(
             grants.redeem(&ticket),
-            Err(Error::PermissionDenied(_))
+            Err(ShmError::PermissionDenied(_))
         ));
     }
 
@@ -119,11 +119,11 @@ mod tests {
         *ticket.last_mut().unwrap() ^= 1;
         assert!(matches!(
             grants.redeem(&ticket),
-            Err(Error::PermissionDenied(_))
+            Err(ShmError::PermissionDenied(_))
         ));
         assert!(matches!(
             grants.redeem(b"table"),
-            Err(Error::InvalidArgument(_))
+            Err(ShmError::InvalidArgument(_))
         ));
     }
 }

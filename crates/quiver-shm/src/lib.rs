@@ -14,13 +14,17 @@
 //! client writes a stream into a memfd, seals it and passes it ([`adopt`]).
 //!
 //! Each connection is served on a thread of its own ([`connection`]); the
-//! system calls are in [`sys`].
+//! system calls are in [`sys`], the only module with `unsafe` code.
+#![warn(missing_docs)]
 
 mod adopt;
 mod connection;
+mod error;
 mod export;
 pub mod framing;
 pub mod grants;
+#[cfg(test)]
+mod round_trip;
 mod sys;
 
 use std::io;
@@ -34,7 +38,7 @@ use quiver_store::{TableStore, TableVersion, WriteMode};
 
 use self::connection::Shared;
 use self::grants::{Grant, Grants};
-use crate::Result;
+pub use crate::error::{Result, ShmError, StatusOf};
 
 /// The request header that asks GetFlightInfo for a shared-memory endpoint.
 pub const TRANSPORT_HEADER: &str = "x-quiver-transport";
@@ -56,8 +60,10 @@ pub struct ShmServer {
 
 impl ShmServer {
     /// Listens at `path` (a stale socket file left there is replaced; a live
-    /// one is an error) and serves connections on background threads.
-    pub fn start(path: &Path, store: Arc<TableStore>) -> io::Result<Self> {
+    /// one is an error) and serves connections on background threads. A
+    /// refused request is answered with the status `status_of` makes of its
+    /// error.
+    pub fn start(path: &Path, store: Arc<TableStore>, status_of: StatusOf) -> io::Result<Self> {
         if path.exists() {
             if sys::connect(path).is_ok() {
                 return Err(io::Error::new(
@@ -74,6 +80,7 @@ impl ShmServer {
         let shared = Arc::new(Shared {
             store,
             grants: Arc::new(Grants::default()),
+            status_of,
         });
         let accepting = Arc::clone(&listener);
         let serving = Arc::clone(&shared);
@@ -99,7 +106,7 @@ impl ShmServer {
     }
 
     /// An endpoint that reads `version` over shared memory.
-    pub(crate) fn get_endpoint(&self, version: Arc<TableVersion>) -> Result<FlightEndpoint> {
+    pub fn get_endpoint(&self, version: Arc<TableVersion>) -> Result<FlightEndpoint> {
         let ticket = self.shared.grants.issue(Grant::Get(version))?;
         Ok(FlightEndpoint::new()
             .with_ticket(Ticket::new(ticket))
@@ -107,7 +114,7 @@ impl ShmServer {
     }
 
     /// A ticket to put `table` over shared memory.
-    pub(crate) fn put_ticket(
+    pub fn put_ticket(
         &self,
         table: String,
         mode: WriteMode,
@@ -151,11 +158,13 @@ fn accept_loop(listener: &OwnedFd, shared: &Arc<Shared>) {
         };
         if active.fetch_add(1, Ordering::AcqRel) >= MAX_CONNECTIONS {
             active.fetch_sub(1, Ordering::AcqRel);
-            let refusal = framing::reply(
-                tonic::Code::ResourceExhausted,
-                &format!("{MAX_CONNECTIONS} shared-memory connections open: try again later"),
+            let _ = connection::reply(
+                socket.as_fd(),
+                shared,
+                Err(ShmError::ResourceExhausted(format!(
+                    "{MAX_CONNECTIONS} shared-memory connections open: try again later"
+                ))),
             );
-            let _ = sys::send(socket.as_fd(), &[io::IoSlice::new(&refusal)], &[]);
             continue;
         }
         let shared = Arc::clone(shared);

@@ -419,7 +419,7 @@ mod tests {
     use std::collections::BTreeMap;
     use std::sync::Arc;
 
-    use arrow::array::{ArrayRef, Int64Array};
+    use arrow::array::Int64Array;
 
     use super::*;
     use crate::disk::faulty::FaultyDisk;
@@ -427,10 +427,7 @@ mod tests {
 
     type Model = BTreeMap<String, Vec<i64>>;
 
-    fn batch(values: &[i64]) -> RecordBatch {
-        RecordBatch::try_from_iter([("x", Arc::new(Int64Array::from(values.to_vec())) as ArrayRef)])
-            .unwrap()
-    }
+    use crate::test_batches::batch;
 
     fn state(store: &TableStore) -> Model {
         store

@@ -32,6 +32,8 @@ mod memory;
 mod name;
 mod segment_file;
 mod store;
+#[cfg(test)]
+mod test_batches;
 mod version;
 
 pub use data_dir::{DurableOptions, Fsync};

@@ -625,10 +625,7 @@ mod tests {
     use arrow::datatypes::{DataType, Field};
     use std::thread;
 
-    fn batch(values: &[i64]) -> RecordBatch {
-        RecordBatch::try_from_iter([("x", Arc::new(Int64Array::from(values.to_vec())) as ArrayRef)])
-            .unwrap()
-    }
+    use crate::test_batches::batch;
 
     fn values(version: &TableVersion) -> Vec<i64> {
         version

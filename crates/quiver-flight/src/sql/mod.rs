@@ -5,13 +5,13 @@
 //! never start with the byte an encoded `Any` starts with (a control
 //! character), so a descriptor or ticket is one or the other, never both.
 //!
-//! Queries are planned at GetFlightInfo and kept ([`registry::Results`]) until
+//! Queries are planned at GetFlightInfo and kept ([`handles::Results`]) until
 //! their endpoints are fetched: each DoGet runs one partition of the plan and
 //! streams its batches as DataFusion makes them. Statements that change tables
 //! run at once and answer with their row count.
 
+mod handles;
 mod metadata;
-mod registry;
 
 use std::sync::Arc;
 
@@ -19,30 +19,30 @@ use arrow::array::{RecordBatch, UInt64Array};
 use arrow::compute::concat_batches;
 use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
 use arrow::ipc::writer::IpcWriteOptions;
-use arrow_flight::decode::{DecodedPayload, FlightDataDecoder};
 use arrow_flight::sql::{
-    ActionCancelQueryRequest, ActionCancelQueryResult, ActionClosePreparedStatementRequest,
-    ActionCreatePreparedStatementRequest, ActionCreatePreparedStatementResult, Any, Command,
-    CommandStatementIngest, DoPutPreparedStatementResult, DoPutUpdateResult, ProstMessageExt,
-    TableExistsOption, TableNotExistOption, TicketStatementQuery,
+    ActionCancelQueryResult, ActionCreatePreparedStatementRequest,
+    ActionCreatePreparedStatementResult, Any, Command, CommandStatementIngest,
+    DoPutPreparedStatementResult, DoPutUpdateResult, ProstMessageExt, TableExistsOption,
+    TableNotExistOption, TicketStatementQuery,
 };
 use arrow_flight::{
-    ActionType, CancelFlightInfoRequest, CancelFlightInfoResult, CancelStatus, FlightData,
-    FlightDescriptor, FlightEndpoint, FlightInfo, IpcMessage, PutResult, SchemaAsIpc, Ticket,
+    CancelFlightInfoResult, CancelStatus, FlightData, FlightDescriptor, FlightEndpoint, FlightInfo,
+    IpcMessage, PutResult, SchemaAsIpc, Ticket,
 };
 use bytes::Bytes;
 use futures::stream::{self, BoxStream};
 use futures::{Stream, StreamExt, TryStreamExt};
 use prost::Message;
 use quiver_sql::{CATALOG, Outcome, Query, SCHEMA, SqlEngine, row_values};
-use quiver_store::{StoreError, WriteMode};
+use quiver_store::{StoreError, TableStore, WriteMode};
 
 use crate::auth::{Caller, Role};
-use crate::error::inbound_status;
-use crate::request_body::BodyOutcome;
+use crate::body_watch::BodyOutcome;
+use crate::request::SqlAction;
 use crate::rpc_log::RpcLog;
-use crate::{Error, QuiverService, Result};
-use registry::{Results, Statements};
+use crate::wire::decode::PutDecoder;
+use crate::{Error, Result};
+use handles::{Results, Statements};
 
 /// Every Flight SQL message's type URL starts so.
 const TYPE_URL_PREFIX: &str = "type.googleapis.com/arrow.flight.protocol.sql.";
@@ -57,6 +57,7 @@ pub(crate) type Batches = BoxStream<'static, Result<RecordBatch>>;
 #[derive(Debug)]
 pub(crate) struct FlightSql {
     engine: Arc<SqlEngine>,
+    store: Arc<TableStore>,
     results: Results,
     statements: Statements,
 }
@@ -76,33 +77,6 @@ pub(crate) fn command(bytes: &[u8]) -> Result<Option<Command>> {
     let command = Command::try_from(any)
         .map_err(|e| Error::invalid(format!("malformed Flight SQL message: {e}")))?;
     Ok(Some(command))
-}
-
-/// The Flight SQL command of a descriptor, if it carries one.
-pub(crate) fn descriptor_command(descriptor: &FlightDescriptor) -> Result<Option<Command>> {
-    command(&descriptor.cmd)
-}
-
-/// The action types Flight SQL adds.
-pub(crate) fn action_types() -> Vec<ActionType> {
-    [
-        ("CreatePreparedStatement", "Flight SQL: prepare a statement"),
-        (
-            "ClosePreparedStatement",
-            "Flight SQL: close a prepared statement",
-        ),
-        (
-            "CancelFlightInfo",
-            "cancel a query whose FlightInfo is given",
-        ),
-        ("CancelQuery", "Flight SQL (deprecated): cancel a query"),
-    ]
-    .into_iter()
-    .map(|(name, description)| ActionType {
-        r#type: name.into(),
-        description: description.into(),
-    })
-    .collect()
 }
 
 fn ipc_schema(schema: &Schema) -> Result<Bytes> {
@@ -146,7 +120,7 @@ fn no_transactions(transaction_id: Option<&Bytes>) -> Result<()> {
     }
 }
 
-fn unpack<M: ProstMessageExt>(body: &[u8]) -> Result<M> {
+pub(crate) fn unpack<M: ProstMessageExt>(body: &[u8]) -> Result<M> {
     let any = Any::decode(body)
         .map_err(|e| Error::invalid(format!("action body is not a protobuf Any: {e}")))?;
     any.unpack::<M>()
@@ -161,9 +135,10 @@ fn unpack<M: ProstMessageExt>(body: &[u8]) -> Result<M> {
 }
 
 impl FlightSql {
-    pub(crate) fn new(engine: Arc<SqlEngine>) -> Self {
+    pub(crate) fn new(engine: Arc<SqlEngine>, store: Arc<TableStore>) -> Self {
         Self {
             engine,
+            store,
             results: Results::default(),
             statements: Statements::default(),
         }
@@ -328,14 +303,8 @@ impl FlightSql {
 
     /// DoPut of a Flight SQL command: an update, a bulk ingest, or parameters
     /// for a prepared statement.
-    #[allow(
-        clippy::too_many_arguments,
-        reason = "the DoPut stream's parts, as QuiverService::put received them, plus who \
-                  calls and the RPC's log"
-    )]
     pub(crate) async fn put(
         &self,
-        service: &QuiverService,
         command: Command,
         first: FlightData,
         input: impl Stream<Item = Result<FlightData, tonic::Status>> + Send + Unpin + 'static,
@@ -366,9 +335,7 @@ impl FlightSql {
             }
             Command::CommandStatementIngest(ingest) => {
                 caller.require(Role::Write, "Flight SQL bulk ingest")?;
-                let rows = self
-                    .ingest(service, ingest, first, input, outcome, log)
-                    .await?;
+                let rows = self.ingest(ingest, first, input, outcome, log).await?;
                 DoPutUpdateResult {
                     record_count: rows_i64(rows),
                 }
@@ -446,7 +413,6 @@ impl FlightSql {
     /// command's table, created, appended to or replaced as its options say.
     async fn ingest(
         &self,
-        service: &QuiverService,
         ingest: CommandStatementIngest,
         first: FlightData,
         input: impl Stream<Item = Result<FlightData, tonic::Status>> + Send + Unpin + 'static,
@@ -471,7 +437,7 @@ impl FlightSql {
         let name = ingest.table;
         log.table(&name);
         let options = ingest.table_definition_options.unwrap_or_default();
-        let exists = service.store().get(&name).is_ok();
+        let exists = self.store.get(&name).is_ok();
         let mode = if exists {
             match TableExistsOption::try_from(options.if_exists) {
                 Ok(TableExistsOption::Append) => WriteMode::Append,
@@ -484,10 +450,9 @@ impl FlightSql {
                 _ => WriteMode::Create,
             }
         };
-        let store = service.store();
-        let writer = service
-            .receive(first, input, outcome, |schema, put| {
-                Ok(store.writer(&name, mode, schema, put.partitions)?)
+        let writer = PutDecoder::new(first, input)
+            .into_writer(outcome, |schema, put| {
+                Ok(self.store.writer(&name, mode, schema, put.partitions)?)
             })
             .await?;
         let rows = writer.num_rows();
@@ -496,59 +461,44 @@ impl FlightSql {
         Ok(rows)
     }
 
-    /// DoAction of a Flight SQL action; `None` if `kind` is not one.
-    pub(crate) async fn action(&self, kind: &str, body: &[u8]) -> Option<Result<Vec<Bytes>>> {
-        let result = match kind {
-            "CreatePreparedStatement" => self.create_prepared(body).await,
-            "ClosePreparedStatement" => {
-                unpack::<ActionClosePreparedStatementRequest>(body).map(|request| {
-                    self.statements.close(&request.prepared_statement_handle);
-                    Vec::new()
-                })
+    /// DoAction of a Flight SQL action: its results' bodies.
+    pub(crate) async fn action(&self, action: SqlAction) -> Result<Vec<Bytes>> {
+        Ok(match action {
+            SqlAction::CreatePrepared(request) => self.create_prepared(request).await?,
+            SqlAction::ClosePrepared(request) => {
+                self.statements.close(&request.prepared_statement_handle);
+                Vec::new()
             }
-            "CancelFlightInfo" => CancelFlightInfoRequest::decode(body)
-                .map_err(|e| Error::invalid(format!("malformed CancelFlightInfoRequest: {e}")))
-                .map(|request| {
-                    let status = self.cancel(request.info.as_ref());
-                    vec![
-                        CancelFlightInfoResult {
-                            status: status as i32,
-                        }
-                        .encode_to_vec()
-                        .into(),
-                    ]
-                }),
-            "CancelQuery" => unpack::<ActionCancelQueryRequest>(body).and_then(|request| {
-                let info = FlightInfo::decode(request.info)
-                    .map_err(|e| Error::invalid(format!("malformed FlightInfo: {e}")))?;
+            SqlAction::CancelFlightInfo(request) => {
+                let status = self.cancel(request.info.as_ref());
+                vec![
+                    CancelFlightInfoResult {
+                        status: status as i32,
+                    }
+                    .encode_to_vec()
+                    .into(),
+                ]
+            }
+            SqlAction::CancelQuery(info) => {
                 // CancelResult: 1 cancelled, 3 not cancellable.
                 let result = match self.cancel(Some(&info)) {
                     CancelStatus::Cancelled => 1,
                     _ => 3,
                 };
-                Ok(vec![
+                vec![
                     ActionCancelQueryResult { result }
                         .as_any()
                         .encode_to_vec()
                         .into(),
-                ])
-            }),
-            "BeginTransaction" | "EndTransaction" | "BeginSavepoint" | "EndSavepoint" => {
-                Err(Error::Unimplemented(format!(
-                    "{kind}: transactions are not supported (SqlInfo FLIGHT_SQL_SERVER_TRANSACTION \
-                     is NONE)"
-                )))
+                ]
             }
-            "CreatePreparedSubstraitPlan" => Err(Error::Unimplemented(
-                "Substrait plans are not supported".into(),
-            )),
-            _ => return None,
-        };
-        Some(result)
+        })
     }
 
-    async fn create_prepared(&self, body: &[u8]) -> Result<Vec<Bytes>> {
-        let request = unpack::<ActionCreatePreparedStatementRequest>(body)?;
+    async fn create_prepared(
+        &self,
+        request: ActionCreatePreparedStatementRequest,
+    ) -> Result<Vec<Bytes>> {
         no_transactions(request.transaction_id.as_ref())?;
         let prepared = self.engine.prepare(&request.query).await?;
         let result = ActionCreatePreparedStatementResult {
@@ -590,31 +540,24 @@ async fn parameters(
     first: FlightData,
     input: impl Stream<Item = Result<FlightData, tonic::Status>> + Send + Unpin + 'static,
 ) -> Result<RecordBatch> {
-    let messages = stream::once(async { Ok(first) })
-        .chain(input)
-        .map_err(|s| arrow_flight::error::FlightError::Tonic(Box::new(inbound_status(s))))
-        .try_filter(|data| futures::future::ready(!data.data_header.is_empty()));
-    let mut decoder = FlightDataDecoder::new(messages);
-    let mut schema: Option<SchemaRef> = None;
+    let mut decoder = PutDecoder::new(first, input);
     let mut batches = Vec::new();
     let mut bytes = 0;
-    while let Some(decoded) = decoder.next().await {
-        match decoded?.payload {
-            DecodedPayload::Schema(s) => schema = Some(s),
-            DecodedPayload::RecordBatch(batch) => {
-                bytes += batch.get_array_memory_size();
-                if bytes > MAX_PARAMETER_BYTES {
-                    return Err(Error::MessageTooLarge {
-                        len: bytes,
-                        limit: MAX_PARAMETER_BYTES,
-                        flag: "parameters bound at once",
-                    });
-                }
-                batches.push(batch);
-            }
-            DecodedPayload::None => {}
+    while let Some(batch) = decoder.next_batch().await {
+        let batch = batch?;
+        bytes += batch.get_array_memory_size();
+        if bytes > MAX_PARAMETER_BYTES {
+            return Err(Error::MessageTooLarge {
+                len: bytes,
+                limit: MAX_PARAMETER_BYTES,
+                flag: "parameters bound at once",
+            });
         }
+        batches.push(batch);
     }
-    let schema = schema.unwrap_or_else(|| Arc::new(Schema::empty()));
+    let schema = decoder
+        .schema()
+        .cloned()
+        .unwrap_or_else(|| Arc::new(Schema::empty()));
     Ok(concat_batches(&schema, &batches)?)
 }

@@ -26,7 +26,7 @@ use std::time::{Duration, Instant};
 use arrow::buffer::{Buffer, MutableBuffer};
 use bytes::Bytes;
 
-use super::frames::to_bytes;
+use quiver_ipc::to_bytes;
 
 /// How long a body may sit unused in the pool before it is freed.
 pub const IDLE: Duration = Duration::from_secs(10);

@@ -16,12 +16,12 @@ use quiver_store::batch_bytes;
 use tonic::Status;
 use tonic::body::Body;
 
-use super::frames::FlightMessageEncoder;
 use super::grpc_body::{GrpcBody, grpc_frame, message_length};
 use super::message_size;
 use crate::rpc_log::{RpcLog, logged};
 use crate::sql::Batches;
-use crate::{Error, QuiverService, guard};
+use crate::{Error, QuiverService, panics};
+use quiver_ipc::FlightMessageEncoder;
 
 /// The HTTP/2 path of Flight's DoGet.
 pub const DO_GET_PATH: &str = "/arrow.flight.protocol.FlightService/DoGet";
@@ -32,8 +32,8 @@ const MAX_TICKET_REQUEST: usize = 1 << 20;
 pub(super) async fn respond(
     service: QuiverService,
     request: http::Request<Body>,
+    mut log: RpcLog,
 ) -> Result<http::Response<Body>, Status> {
-    let mut log = RpcLog::new("DoGet");
     let prepared = prepare(&service, request, &mut log)
         .await
         .map_err(Status::from);
@@ -45,6 +45,7 @@ pub(super) async fn respond(
         .map(Some)
         .chain(stream::once(futures::future::ready(None)));
     // The stream holds the log, whose line is written when it ends.
+    let rpc = log.rpc();
     let frames = logged(items, log, move |log, item| {
         let batch = match item {
             Some(Ok(batch)) => batch,
@@ -67,7 +68,7 @@ pub(super) async fn respond(
         log.outcome(framed)
     });
     Ok(super::grpc_response(GrpcBody::new(
-        guard::stream("DoGet", frames).boxed(),
+        panics::stream(rpc, frames).boxed(),
     )))
 }
 

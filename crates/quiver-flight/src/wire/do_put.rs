@@ -18,11 +18,11 @@ use tonic::Status;
 use tonic::body::Body;
 
 use super::body_pool::BodyPool;
-use super::frames::Rope;
 use super::grpc_body::{GrpcBody, grpc_message, message_length};
 use crate::auth::Caller;
 use crate::rpc_log::RpcLog;
 use crate::{Error, QuiverService};
+use quiver_ipc::Rope;
 use quiver_store::MemoryCharge;
 
 /// The HTTP/2 path of Flight's DoPut.
@@ -31,9 +31,10 @@ pub const DO_PUT_PATH: &str = "/arrow.flight.protocol.FlightService/DoPut";
 pub(super) async fn respond(
     service: QuiverService,
     request: http::Request<Body>,
+    log: RpcLog,
 ) -> Result<http::Response<Body>, Status> {
     let caller = Caller::of(request.extensions());
-    let put_result = put_body(&service, request.into_body(), caller).await?;
+    let put_result = put_body(&service, request.into_body(), caller, log).await?;
     let frame = grpc_message(&put_result.encode_to_vec());
     Ok(super::grpc_response(GrpcBody::new(
         stream::iter([Ok(vec![frame])]).boxed(),
@@ -45,8 +46,8 @@ async fn put_body(
     service: &QuiverService,
     body: Body,
     caller: crate::Result<Caller>,
+    mut log: RpcLog,
 ) -> Result<PutResult, Status> {
-    let mut log = RpcLog::new("DoPut");
     let reader = FlightDataReader::new(
         body,
         service.max_message_size(),
@@ -70,7 +71,13 @@ pub(crate) async fn put_frames(
         .into_iter()
         .map(|frame| Ok::<_, Status>(http_body::Frame::data(frame)));
     let body = Body::new(http_body_util::StreamBody::new(stream::iter(frames)));
-    put_body(service, body, Ok(Caller::unrestricted())).await
+    put_body(
+        service,
+        body,
+        Ok(Caller::unrestricted()),
+        RpcLog::new("DoPut"),
+    )
+    .await
 }
 
 /// FlightData messages parsed off a request body as its frames arrive.

@@ -17,8 +17,8 @@ use http::HeaderMap;
 use http_body::{Body, Frame};
 use tonic::Status;
 
-use super::frames::FlightMessage;
 use crate::Error;
+use quiver_ipc::FlightMessage;
 
 /// Protobuf tag of `FlightData.data_header` (field 2, length-delimited).
 const DATA_HEADER_TAG: &[u8] = &[0x12];
@@ -86,7 +86,9 @@ pub(crate) fn grpc_frame(message: FlightMessage) -> Result<Vec<Bytes>, Status> {
         0
     };
     let proto_len = u32::try_from(header_field + body_field).map_err(|_| {
-        Status::internal("a FlightData message over 4 GiB cannot be framed for gRPC")
+        Status::from(Error::Internal(
+            "a FlightData message over 4 GiB cannot be framed for gRPC".into(),
+        ))
     })?;
     let mut prefix = BytesMut::with_capacity(5 + header_field + 12);
     prefix.put_u8(0); // not compressed
@@ -136,8 +138,10 @@ impl GrpcBody {
 fn trailers(status: &Status) -> HeaderMap {
     let mut map = HeaderMap::new();
     if status.add_header(&mut map).is_err() {
-        // The message could not be a header value: send the code alone.
-        let _ = Status::new(status.code(), "").add_header(&mut map);
+        // The message could not be a header value: send the code and the
+        // details alone.
+        let _ = Status::with_details(status.code(), "", status.details().to_vec().into())
+            .add_header(&mut map);
     }
     map
 }

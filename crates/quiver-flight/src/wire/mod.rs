@@ -24,9 +24,9 @@
 //! nullability).
 
 pub mod body_pool;
+pub(crate) mod decode;
 mod do_get;
 mod do_put;
-pub(crate) mod frames;
 pub(crate) mod grpc_body;
 mod message_size;
 
@@ -41,7 +41,8 @@ pub use do_put::DO_PUT_PATH;
 #[cfg(any(test, feature = "fuzzing"))]
 pub(crate) use do_put::put_frames;
 
-use crate::{QuiverService, guard};
+use crate::QuiverService;
+use crate::rpc_log::handle;
 use grpc_body::GrpcBody;
 use tonic::Status;
 
@@ -98,11 +99,11 @@ where
         let service = self.service.clone();
         match request.uri().path() {
             DO_GET_PATH => Box::pin(async move {
-                let response = guard::handler("DoGet", do_get::respond(service, request)).await;
+                let response = handle("DoGet", |log| do_get::respond(service, request, log)).await;
                 Ok(response.unwrap_or_else(Status::into_http))
             }),
             DO_PUT_PATH => Box::pin(async move {
-                let response = guard::handler("DoPut", do_put::respond(service, request)).await;
+                let response = handle("DoPut", |log| do_put::respond(service, request, log)).await;
                 Ok(response.unwrap_or_else(Status::into_http))
             }),
             _ => Box::pin(self.inner.call(request)),

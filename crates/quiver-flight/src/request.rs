@@ -1,0 +1,350 @@
+//! What a request asks for, decoded once: every RPC turns its descriptor,
+//! ticket or action into one of these enums here, and the handlers dispatch on
+//! the variants.
+//!
+//! A descriptor or ticket is a table's or a Flight SQL message (a protobuf
+//! `Any`, which starts with a byte no table name starts with, so the two
+//! cannot be confused); an action is one of [`ActionKind`], its body decoded
+//! into an [`ActionRequest`] after the caller's role was checked against the
+//! kind.
+
+use arrow_flight::sql::{
+    ActionCancelQueryRequest, ActionClosePreparedStatementRequest,
+    ActionCreatePreparedStatementRequest, Command,
+};
+use arrow_flight::{ActionType, CancelFlightInfoRequest, FlightDescriptor, FlightInfo};
+use prost::Message;
+use serde::Deserialize;
+
+use crate::auth::Role;
+use crate::ticket::TableTicket;
+use crate::{Error, PutOptions, Result, sql, table_name};
+
+/// What a descriptor names.
+#[derive(Debug)]
+pub(crate) enum Described {
+    /// A stored table.
+    Table(String),
+    /// A Flight SQL command.
+    Sql(Command),
+}
+
+impl Described {
+    pub(crate) fn decode(descriptor: &FlightDescriptor) -> Result<Self> {
+        Ok(match sql::command(&descriptor.cmd)? {
+            Some(command) => Self::Sql(command),
+            None => Self::Table(table_name(descriptor)?),
+        })
+    }
+}
+
+/// What a DoGet ticket reads.
+#[derive(Debug)]
+pub(crate) enum Ticketed {
+    /// A table's partition ([`TableTicket`]).
+    Table(TableTicket),
+    /// A Flight SQL ticket: a query's partition or a catalog command.
+    Sql(Command),
+}
+
+impl Ticketed {
+    pub(crate) fn decode(ticket: &[u8]) -> Result<Self> {
+        Ok(match sql::command(ticket)? {
+            Some(command) => Self::Sql(command),
+            None => Self::Table(TableTicket::decode(ticket)?),
+        })
+    }
+}
+
+/// Every action quiver offers (Flight SQL's included), by its type.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum ActionKind {
+    /// Drop a table.
+    Delete,
+    /// Rename a table.
+    Rename,
+    /// Store totals.
+    Stats,
+    /// Liveness.
+    Health,
+    /// A ticket to put a table over shared memory.
+    ShmPut,
+    /// Flight SQL: prepare a statement.
+    CreatePreparedStatement,
+    /// Flight SQL: close a prepared statement.
+    ClosePreparedStatement,
+    /// Cancel the query behind a FlightInfo.
+    CancelFlightInfo,
+    /// Flight SQL (deprecated): cancel a query.
+    CancelQuery,
+}
+
+/// Flight SQL actions quiver knows and refuses as UNIMPLEMENTED.
+const UNSUPPORTED_ACTIONS: [(&str, &str); 5] = [
+    ("BeginTransaction", TRANSACTIONS),
+    ("EndTransaction", TRANSACTIONS),
+    ("BeginSavepoint", TRANSACTIONS),
+    ("EndSavepoint", TRANSACTIONS),
+    (
+        "CreatePreparedSubstraitPlan",
+        "Substrait plans are not supported",
+    ),
+];
+
+const TRANSACTIONS: &str =
+    "transactions are not supported (SqlInfo FLIGHT_SQL_SERVER_TRANSACTION is NONE)";
+
+impl ActionKind {
+    /// Every kind, in the order ListActions gives them.
+    pub(crate) const ALL: [ActionKind; 9] = [
+        Self::Delete,
+        Self::Rename,
+        Self::Stats,
+        Self::Health,
+        Self::ShmPut,
+        Self::CreatePreparedStatement,
+        Self::ClosePreparedStatement,
+        Self::CancelFlightInfo,
+        Self::CancelQuery,
+    ];
+
+    /// The action's type, as clients send it.
+    pub(crate) fn name(self) -> &'static str {
+        match self {
+            Self::Delete => "delete",
+            Self::Rename => "rename",
+            Self::Stats => "stats",
+            Self::Health => "health",
+            Self::ShmPut => "shm-put",
+            Self::CreatePreparedStatement => "CreatePreparedStatement",
+            Self::ClosePreparedStatement => "ClosePreparedStatement",
+            Self::CancelFlightInfo => "CancelFlightInfo",
+            Self::CancelQuery => "CancelQuery",
+        }
+    }
+
+    /// What ListActions says of it.
+    pub(crate) fn description(self) -> &'static str {
+        match self {
+            Self::Delete => {
+                "Drop a table. Body: the table name. Result: JSON {deleted, rows, bytes}."
+            }
+            Self::Rename => {
+                "Rename a table. Body: JSON {\"from\", \"to\", \"overwrite\": false}. Result: JSON."
+            }
+            Self::Stats => {
+                "Store totals as JSON: tables, rows, bytes, memory_used, memory_limit, \
+                 uptime_seconds."
+            }
+            Self::Health => "Liveness: JSON {\"status\": \"ok\", uptime_seconds}.",
+            Self::ShmPut => {
+                "A ticket to put a table over the same-host shared-memory socket. Body: JSON \
+                 {\"table\", \"options\": {\"mode\", \"partitions\"}}. Result: JSON {location, \
+                 ticket (base64)}."
+            }
+            Self::CreatePreparedStatement => "Flight SQL: prepare a statement",
+            Self::ClosePreparedStatement => "Flight SQL: close a prepared statement",
+            Self::CancelFlightInfo => "cancel a query whose FlightInfo is given",
+            Self::CancelQuery => "Flight SQL (deprecated): cancel a query",
+        }
+    }
+
+    /// The least role that may run it: `write` for those that change tables,
+    /// `read` for the rest.
+    pub(crate) fn role(self) -> Role {
+        match self {
+            Self::Delete | Self::Rename | Self::ShmPut => Role::Write,
+            _ => Role::Read,
+        }
+    }
+
+    /// The kind an action's type names.
+    pub(crate) fn parse(kind: &str) -> Result<Self> {
+        if let Some(known) = Self::ALL.into_iter().find(|k| k.name() == kind) {
+            return Ok(known);
+        }
+        if let Some((name, why)) = UNSUPPORTED_ACTIONS.iter().find(|(name, _)| *name == kind) {
+            return Err(Error::Unimplemented(
+                if *name == "CreatePreparedSubstraitPlan" {
+                    why.to_string()
+                } else {
+                    format!("{name}: {why}")
+                },
+            ));
+        }
+        let known: Vec<&str> = Self::ALL.iter().map(|k| k.name()).collect();
+        Err(Error::invalid(format!(
+            "unknown action {:?}; known actions: {}",
+            kind.chars().take(100).collect::<String>(),
+            known.join(", ")
+        )))
+    }
+
+    /// The action types for ListActions.
+    pub(crate) fn action_types() -> Vec<ActionType> {
+        Self::ALL
+            .iter()
+            .map(|kind| ActionType {
+                r#type: kind.name().to_string(),
+                description: kind.description().to_string(),
+            })
+            .collect()
+    }
+}
+
+/// The body of a `rename` action.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct Rename {
+    pub(crate) from: String,
+    pub(crate) to: String,
+    #[serde(default)]
+    pub(crate) overwrite: bool,
+}
+
+/// The body of an `shm-put` action.
+#[derive(Debug)]
+pub(crate) struct ShmPut {
+    pub(crate) table: String,
+    pub(crate) options: PutOptions,
+}
+
+/// A Flight SQL action, its body decoded.
+#[derive(Debug)]
+pub(crate) enum SqlAction {
+    CreatePrepared(ActionCreatePreparedStatementRequest),
+    ClosePrepared(ActionClosePreparedStatementRequest),
+    CancelFlightInfo(CancelFlightInfoRequest),
+    CancelQuery(FlightInfo),
+}
+
+/// An action on the store, its body decoded.
+#[derive(Debug)]
+pub(crate) enum StoreAction {
+    Delete(String),
+    Rename(Rename),
+    Stats,
+    Health,
+}
+
+/// An action, its body decoded.
+#[derive(Debug)]
+pub(crate) enum ActionRequest {
+    Store(StoreAction),
+    ShmPut(ShmPut),
+    Sql(SqlAction),
+}
+
+impl ActionRequest {
+    /// Decodes the body of an action of `kind`.
+    pub(crate) fn decode(kind: ActionKind, body: &[u8]) -> Result<Self> {
+        Ok(match kind {
+            ActionKind::Delete => Self::Store(StoreAction::Delete(
+                std::str::from_utf8(body)
+                    .map_err(|_| Error::invalid("delete: body must be a UTF-8 table name"))?
+                    .to_string(),
+            )),
+            ActionKind::Rename => {
+                Self::Store(StoreAction::Rename(serde_json::from_slice(body).map_err(|e| {
+                    Error::invalid(format!(
+                        "rename: body must be JSON {{\"from\": ..., \"to\": ..., \"overwrite\": false}}: {e}"
+                    ))
+                })?))
+            }
+            ActionKind::Stats => Self::Store(StoreAction::Stats),
+            ActionKind::Health => Self::Store(StoreAction::Health),
+            ActionKind::ShmPut => Self::ShmPut(shm_put(body)?),
+            ActionKind::CreatePreparedStatement => {
+                Self::Sql(SqlAction::CreatePrepared(sql::unpack(body)?))
+            }
+            ActionKind::ClosePreparedStatement => {
+                Self::Sql(SqlAction::ClosePrepared(sql::unpack(body)?))
+            }
+            ActionKind::CancelFlightInfo => Self::Sql(SqlAction::CancelFlightInfo(
+                CancelFlightInfoRequest::decode(body).map_err(|e| {
+                    Error::invalid(format!("malformed CancelFlightInfoRequest: {e}"))
+                })?,
+            )),
+            ActionKind::CancelQuery => {
+                let request: ActionCancelQueryRequest = sql::unpack(body)?;
+                Self::Sql(SqlAction::CancelQuery(
+                    FlightInfo::decode(request.info)
+                        .map_err(|e| Error::invalid(format!("malformed FlightInfo: {e}")))?,
+                ))
+            }
+        })
+    }
+}
+
+fn shm_put(body: &[u8]) -> Result<ShmPut> {
+    #[derive(Deserialize)]
+    #[serde(deny_unknown_fields)]
+    struct Body {
+        table: String,
+        #[serde(default)]
+        options: Option<serde_json::Value>,
+    }
+    let body: Body = serde_json::from_slice(body).map_err(|e| {
+        Error::invalid(format!(
+            "shm-put takes JSON {{\"table\": NAME, \"options\": {{\"mode\": \"append\"}}}}: {e}"
+        ))
+    })?;
+    quiver_store::validate_name(&body.table)?;
+    let options = match &body.options {
+        None => PutOptions::default(),
+        Some(o) => PutOptions::from_app_metadata(o.to_string().as_bytes())?,
+    };
+    Ok(ShmPut {
+        table: body.table,
+        options,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_kind_parses_back_from_its_name() {
+        for kind in ActionKind::ALL {
+            assert_eq!(ActionKind::parse(kind.name()).unwrap(), kind);
+        }
+        let unknown = ActionKind::parse("nope").unwrap_err();
+        assert!(matches!(unknown, Error::InvalidArgument(_)), "{unknown}");
+        assert!(
+            unknown
+                .to_string()
+                .contains("known actions: delete, rename")
+        );
+        assert!(matches!(
+            ActionKind::parse("BeginTransaction"),
+            Err(Error::Unimplemented(_))
+        ));
+    }
+
+    #[test]
+    fn writes_need_the_write_role() {
+        let writes: Vec<_> = ActionKind::ALL
+            .into_iter()
+            .filter(|k| k.role() == Role::Write)
+            .collect();
+        assert_eq!(
+            writes,
+            [ActionKind::Delete, ActionKind::Rename, ActionKind::ShmPut]
+        );
+    }
+
+    #[test]
+    fn descriptors_and_tickets_are_tables_or_sql() {
+        assert!(matches!(
+            Described::decode(&FlightDescriptor::new_path(vec!["t".into()])).unwrap(),
+            Described::Table(name) if name == "t"
+        ));
+        assert!(matches!(
+            Ticketed::decode(b"t").unwrap(),
+            Ticketed::Table(t) if t.table == "t"
+        ));
+        let bad = ActionRequest::decode(ActionKind::Rename, b"{}").unwrap_err();
+        assert!(bad.to_string().starts_with("rename: body must be JSON"));
+    }
+}
