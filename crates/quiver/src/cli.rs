@@ -14,6 +14,8 @@ use std::path::PathBuf;
 
 use clap::{Args, Parser, Subcommand};
 
+use crate::client::{Connector, Credentials, DEFAULT_SERVER};
+
 pub(crate) use serve_args::ServeArgs;
 
 /// quiver: a wire-speed Apache Arrow table store over Arrow Flight.
@@ -25,7 +27,7 @@ pub(crate) struct Cli {
         long,
         global = true,
         env = "QUIVER_SERVER",
-        default_value = "grpc+tcp://127.0.0.1:8815"
+        default_value = DEFAULT_SERVER
     )]
     pub(crate) server: String,
 
@@ -102,6 +104,46 @@ pub(crate) struct ClientAuthArgs {
         requires = "client_cert"
     )]
     pub(crate) client_key: Option<PathBuf>,
+}
+
+impl ClientAuthArgs {
+    /// The connector of the client commands to `server`: reads the PEM files
+    /// the flags name.
+    pub(crate) fn connector(&self, server: String) -> Result<Connector, String> {
+        let login = match (&self.user, &self.password) {
+            (Some(user), Some(password)) => Some((user.clone(), password.clone())),
+            (Some(user), None) => {
+                return Err(format!(
+                    "--user {user}: set the password in QUIVER_PASSWORD"
+                ));
+            }
+            _ => None,
+        };
+        // A token wins over a login (clap keeps --token and --user apart).
+        let credentials = match (&self.token, login) {
+            (Some(token), _) => Credentials::Token(token.clone()),
+            (None, Some((user, password))) => Credentials::Login { user, password },
+            (None, None) => Credentials::None,
+        };
+        let identity = match (&self.client_cert, &self.client_key) {
+            (Some(cert), Some(key)) => Some((
+                read_pem("--client-cert", cert)?,
+                read_pem("--client-key", key)?,
+            )),
+            _ => None,
+        };
+        let tls_ca = self
+            .tls_ca
+            .as_deref()
+            .map(|p| read_pem("--tls-ca", p))
+            .transpose()?;
+        Ok(Connector::new(server, tls_ca, identity, credentials))
+    }
+}
+
+/// The contents of a PEM file a flag names.
+fn read_pem(flag: &str, path: &std::path::Path) -> Result<Vec<u8>, String> {
+    std::fs::read(path).map_err(|e| format!("{flag} {}: {e}", path.display()))
 }
 
 /// `quiver user ...`.
@@ -189,5 +231,37 @@ mod tests {
     #[test]
     fn cli_is_well_formed() {
         Cli::command().debug_assert();
+    }
+
+    /// How the connector built from `args` shows its credentials, or its error.
+    fn credentials(args: &[&str]) -> Result<String, String> {
+        let cli = Cli::try_parse_from(args).unwrap();
+        let connector = cli.auth.connector(cli.server)?;
+        let shown = format!("{connector:?}");
+        let kind = ["none", "token", "login"]
+            .into_iter()
+            .find(|k| shown.contains(&format!("credentials: \"{k}\"")));
+        Ok(kind.unwrap_or("?").to_string())
+    }
+
+    #[test]
+    fn client_flags_make_the_connector() {
+        assert_eq!(credentials(&["quiver", "ls"]).unwrap(), "none");
+        assert_eq!(
+            credentials(&["quiver", "--token", "t", "ls"]).unwrap(),
+            "token"
+        );
+        assert_eq!(
+            credentials(&["quiver", "--user", "ann", "--password", "p", "ls"]).unwrap(),
+            "login"
+        );
+        let missing = credentials(&["quiver", "--user", "ann", "ls"]).unwrap_err();
+        assert!(missing.contains("QUIVER_PASSWORD"), "{missing}");
+        let unreadable = credentials(&["quiver", "--tls-ca", "/nonexistent/ca.pem", "ls"]);
+        assert!(
+            unreadable
+                .unwrap_err()
+                .starts_with("--tls-ca /nonexistent/ca.pem")
+        );
     }
 }
