@@ -24,6 +24,9 @@ use crate::wire::DirectLayer;
 use crate::{QuiverService, WatchBodyLayer};
 use quiver_shm::ShmServer;
 
+/// Default endpoints a table is split over, unless a put chooses: 1.
+pub const DEFAULT_PARTITIONS: usize = 1;
+
 /// Default largest gRPC message the server accepts (and sends): 1 GiB.
 ///
 /// pyarrow sends each record batch as one message, however large, so the gRPC

@@ -28,8 +28,14 @@ use crate::params::number_placeholders;
 use crate::query::Query;
 use crate::{Result, SqlError};
 
+/// Default memory one query may hold in its operators: 1 GiB.
+pub const DEFAULT_QUERY_MEMORY_LIMIT: usize = 1 << 30;
+
+/// Default time a query may run, from planning to its last batch: 300 s.
+pub const DEFAULT_QUERY_TIMEOUT: Duration = Duration::from_secs(300);
+
 /// Limits and sizes of the SQL engine.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct EngineOptions {
     /// Memory one query may hold in its operators (sorts, joins, aggregates);
     /// past it the query fails with [`SqlError::ResourcesExhausted`].
@@ -44,8 +50,8 @@ pub struct EngineOptions {
 impl Default for EngineOptions {
     fn default() -> Self {
         Self {
-            query_memory_limit: 1 << 30,
-            query_timeout: Duration::from_secs(300),
+            query_memory_limit: DEFAULT_QUERY_MEMORY_LIMIT,
+            query_timeout: DEFAULT_QUERY_TIMEOUT,
             target_partitions: 0,
         }
     }

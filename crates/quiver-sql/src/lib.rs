@@ -24,7 +24,10 @@ pub use datafusion::common::ParamValues;
 
 pub use blocking::store_write;
 pub use catalog::{CATALOG, SCHEMA, TableKind};
-pub use engine::{Effect, EngineOptions, Outcome, Prepared, SqlEngine, TableInfo};
+pub use engine::{
+    DEFAULT_QUERY_MEMORY_LIMIT, DEFAULT_QUERY_TIMEOUT, Effect, EngineOptions, Outcome, Prepared,
+    SqlEngine, TableInfo,
+};
 pub use error::{Result, SqlError};
 pub use params::{number_placeholders, row_values};
 pub use query::{BatchStream, Query};

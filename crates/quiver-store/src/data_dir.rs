@@ -114,76 +114,15 @@ impl DataDir {
     pub(crate) fn open(options: &DurableOptions, disk: Box<dyn Disk>) -> Result<(Self, Recovered)> {
         let started = Instant::now();
         let dir = options.dir.clone();
-        let fail =
-            |op, path: &Path, e: &io::Error| IoFailure::error(op, path, e, IoFailure::NOT_STARTED);
-        std::fs::create_dir_all(&dir).map_err(|e| fail("create directory", &dir, &e))?;
-        let lock_path = dir.join(LOCK);
-        let lock = OpenOptions::new()
-            .create(true)
-            .truncate(false)
-            .write(true)
-            .open(&lock_path)
-            .map_err(|e| fail("open", &lock_path, &e))?;
-        lock.try_lock().map_err(|e| {
-            let e = match e {
-                std::fs::TryLockError::WouldBlock => io::Error::new(
-                    io::ErrorKind::ResourceBusy,
-                    "another quiver server holds the data directory",
-                ),
-                std::fs::TryLockError::Error(e) => e,
-            };
-            fail("lock", &lock_path, &e)
-        })?;
-
-        let manifest_path = dir.join(MANIFEST);
-        let manifest = match std::fs::read(&manifest_path) {
-            Ok(bytes) => Manifest::from_bytes(&bytes).map_err(|m| {
-                let e = io::Error::new(
-                    io::ErrorKind::InvalidData,
-                    format!("{m} (the manifest is only ever replaced whole, so this is damage from outside; move it aside to start empty)"),
-                );
-                fail("read manifest", &manifest_path, &e)
-            })?,
-            Err(e) if e.kind() == io::ErrorKind::NotFound => Manifest {
-                format: FORMAT,
-                next_version: 1,
-                tables: Vec::new(),
-            },
-            Err(e) => return Err(fail("read manifest", &manifest_path, &e)),
-        };
-
-        let mut tables = Vec::with_capacity(manifest.tables.len());
-        let mut named = BTreeSet::new();
-        let mut dropped = false;
-        let mut mapped: HashMap<u64, MappedSegment> = HashMap::new();
-        for table in &manifest.tables {
-            named.extend(table.segments.iter().copied());
-            match recover_table(&dir, table, &mut mapped) {
-                Ok(t) => tables.push(t),
-                Err(why) => {
-                    dropped = true;
-                    let moved = set_aside(&dir, &table.segments);
-                    tracing::error!(
-                        table = %table.name,
-                        error = %why,
-                        moved_to = %dir.join(DAMAGED).display(),
-                        files = moved,
-                        "cannot read back a stored table: left out of the store, its files set aside"
-                    );
-                }
-            }
-        }
-
-        let (max_segment, orphans, orphan_bytes) = clean(&dir, &named);
-        if orphans > 0 {
-            tracing::info!(
-                dir = %dir.display(),
-                files = orphans,
-                bytes = orphan_bytes,
-                "removed files no manifest names (writes a crash or an error interrupted)"
-            );
-        }
-        let next_segment = max_segment.max(named.last().copied().unwrap_or(0)) + 1;
+        let lock = create_and_lock(&dir)?;
+        let manifest = read_manifest(&dir)?;
+        let named: BTreeSet<u64> = manifest
+            .tables
+            .iter()
+            .flat_map(|t| t.segments.iter().copied())
+            .collect();
+        let (tables, dropped) = read_back(&dir, &manifest);
+        let next_segment = remove_orphans(&dir, &named);
         let rows: u64 = tables
             .iter()
             .flat_map(|t| &t.segments)
@@ -305,6 +244,96 @@ impl DataDir {
             }
         }
     }
+}
+
+/// An I/O failure while opening: the store was not opened.
+fn open_failure(op: &'static str, path: &Path, e: &io::Error) -> StoreError {
+    IoFailure::error(op, path, e, IoFailure::NOT_STARTED)
+}
+
+/// Creates `dir` if missing and takes its lock file, held for as long as the
+/// returned file is open: one server per directory.
+fn create_and_lock(dir: &Path) -> Result<File> {
+    std::fs::create_dir_all(dir).map_err(|e| open_failure("create directory", dir, &e))?;
+    let lock_path = dir.join(LOCK);
+    let lock = OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(&lock_path)
+        .map_err(|e| open_failure("open", &lock_path, &e))?;
+    lock.try_lock().map_err(|e| {
+        let e = match e {
+            std::fs::TryLockError::WouldBlock => io::Error::new(
+                io::ErrorKind::ResourceBusy,
+                "another quiver server holds the data directory",
+            ),
+            std::fs::TryLockError::Error(e) => e,
+        };
+        open_failure("lock", &lock_path, &e)
+    })?;
+    Ok(lock)
+}
+
+/// The manifest of `dir`; an empty one if there is none yet.
+fn read_manifest(dir: &Path) -> Result<Manifest> {
+    let manifest_path = dir.join(MANIFEST);
+    match std::fs::read(&manifest_path) {
+        Ok(bytes) => Manifest::from_bytes(&bytes).map_err(|m| {
+            let e = io::Error::new(
+                io::ErrorKind::InvalidData,
+                format!("{m} (the manifest is only ever replaced whole, so this is damage from outside; move it aside to start empty)"),
+            );
+            open_failure("read manifest", &manifest_path, &e)
+        }),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(Manifest {
+            format: FORMAT,
+            next_version: 1,
+            tables: Vec::new(),
+        }),
+        Err(e) => Err(open_failure("read manifest", &manifest_path, &e)),
+    }
+}
+
+/// Reads back every table `manifest` names. A table that cannot be read is
+/// left out, its files moved to `damaged/` and the error logged; the flag
+/// says whether any was.
+fn read_back(dir: &Path, manifest: &Manifest) -> (Vec<RecoveredTable>, bool) {
+    let mut tables = Vec::with_capacity(manifest.tables.len());
+    let mut dropped = false;
+    let mut mapped: HashMap<u64, MappedSegment> = HashMap::new();
+    for table in &manifest.tables {
+        match recover_table(dir, table, &mut mapped) {
+            Ok(t) => tables.push(t),
+            Err(why) => {
+                dropped = true;
+                let moved = set_aside(dir, &table.segments);
+                tracing::error!(
+                    table = %table.name,
+                    error = %why,
+                    moved_to = %dir.join(DAMAGED).display(),
+                    files = moved,
+                    "cannot read back a stored table: left out of the store, its files set aside"
+                );
+            }
+        }
+    }
+    (tables, dropped)
+}
+
+/// Removes the files no manifest names (see [`clean`]) and logs what went;
+/// returns the id the next segment file gets.
+fn remove_orphans(dir: &Path, named: &BTreeSet<u64>) -> u64 {
+    let (max_segment, orphans, orphan_bytes) = clean(dir, named);
+    if orphans > 0 {
+        tracing::info!(
+            dir = %dir.display(),
+            files = orphans,
+            bytes = orphan_bytes,
+            "removed files no manifest names (writes a crash or an error interrupted)"
+        );
+    }
+    max_segment.max(named.last().copied().unwrap_or(0)) + 1
 }
 
 fn segment_path(dir: &Path, id: u64) -> PathBuf {

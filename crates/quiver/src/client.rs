@@ -1,6 +1,6 @@
-//! Connecting to a quiver server (or any Flight server) from the CLI.
-
-use std::sync::OnceLock;
+//! Connecting to a quiver server (or any Flight server) from the CLI: a
+//! [`Connector`] built once from the client flags and handed to whatever
+//! connects.
 
 use arrow_flight::error::FlightError;
 use arrow_flight::flight_service_client::FlightServiceClient;
@@ -8,63 +8,135 @@ use arrow_flight::{FlightClient, HandshakeRequest};
 use base64::Engine as _;
 use futures::StreamExt;
 use quiver_flight::server::{
-    DEFAULT_CONNECTION_WINDOW, DEFAULT_MAX_FRAME_SIZE, DEFAULT_STREAM_WINDOW,
+    DEFAULT_CONNECTION_WINDOW, DEFAULT_MAX_FRAME_SIZE, DEFAULT_MAX_MESSAGE_SIZE,
+    DEFAULT_STREAM_WINDOW,
 };
 use tonic::transport::{Certificate, Channel, ClientTlsConfig, Endpoint, Identity};
 
-use crate::cli::ClientAuthArgs;
+/// The server the client commands talk to unless told otherwise.
+pub(crate) const DEFAULT_SERVER: &str = "grpc+tcp://127.0.0.1:8815";
 
-/// How the client commands connect, from the flags: set once in `main`.
-static SETTINGS: OnceLock<ClientSettings> = OnceLock::new();
+/// What a client proves itself with.
+pub(crate) enum Credentials {
+    /// Nothing: the server has no users file.
+    None,
+    /// A bearer token sent as it is (an API token, or one a Handshake gave).
+    Token(String),
+    /// A user and password, exchanged once in a Handshake for a bearer token.
+    Login {
+        /// The user's name.
+        user: String,
+        /// The user's password.
+        password: String,
+    },
+}
 
-/// The bearer token one Handshake gave: every connection of this process
-/// (the parallel endpoint fetches too) sends it, so the password is checked once.
-static BEARER: tokio::sync::OnceCell<String> = tokio::sync::OnceCell::const_new();
-
-/// TLS and credentials of the client commands (no `Debug`: it holds a password).
-#[derive(Default)]
-struct ClientSettings {
+/// How the client commands reach servers: the server they name, the TLS
+/// material, the credentials, and the bearer token a Handshake gave. Every
+/// connection it opens (the parallel endpoint fetches too) sends that token,
+/// so a password is checked once.
+pub(crate) struct Connector {
+    server: String,
     tls_ca: Option<Vec<u8>>,
     identity: Option<(Vec<u8>, Vec<u8>)>,
-    login: Option<(String, String)>,
-    token: Option<String>,
+    credentials: Credentials,
+    bearer: tokio::sync::OnceCell<String>,
 }
 
-fn read_pem(flag: &str, path: &std::path::Path) -> Result<Vec<u8>, String> {
-    std::fs::read(path).map_err(|e| format!("{flag} {}: {e}", path.display()))
+/// Says which settings are there, never a secret.
+impl std::fmt::Debug for Connector {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let credentials = match &self.credentials {
+            Credentials::None => "none",
+            Credentials::Token(_) => "token",
+            Credentials::Login { .. } => "login",
+        };
+        f.debug_struct("Connector")
+            .field("server", &self.server)
+            .field("tls_ca", &self.tls_ca.is_some())
+            .field("identity", &self.identity.is_some())
+            .field("credentials", &credentials)
+            .finish_non_exhaustive()
+    }
 }
 
-/// Reads the files the client flags name; call once, before connecting.
-pub(crate) fn configure(args: &ClientAuthArgs) -> Result<(), String> {
-    let login = match (&args.user, &args.password) {
-        (Some(user), Some(password)) => Some((user.clone(), password.clone())),
-        (Some(user), None) => {
-            return Err(format!(
-                "--user {user}: set the password in QUIVER_PASSWORD"
-            ));
+impl Connector {
+    /// A connector to `server`; `tls_ca` verifies grpc+tls:// servers,
+    /// `identity` (certificate and key, PEM) is shown to servers that want
+    /// mutual TLS.
+    pub(crate) fn new(
+        server: String,
+        tls_ca: Option<Vec<u8>>,
+        identity: Option<(Vec<u8>, Vec<u8>)>,
+        credentials: Credentials,
+    ) -> Self {
+        Self {
+            server,
+            tls_ca,
+            identity,
+            credentials,
+            bearer: tokio::sync::OnceCell::new(),
         }
-        _ => None,
-    };
-    let identity = match (&args.client_cert, &args.client_key) {
-        (Some(cert), Some(key)) => Some((
-            read_pem("--client-cert", cert)?,
-            read_pem("--client-key", key)?,
-        )),
-        _ => None,
-    };
-    let settings = ClientSettings {
-        tls_ca: args
-            .tls_ca
-            .as_deref()
-            .map(|p| read_pem("--tls-ca", p))
-            .transpose()?,
-        identity,
-        login,
-        token: args.token.clone(),
-    };
-    SETTINGS
-        .set(settings)
-        .map_err(|_| "client settings configured twice".to_string())
+    }
+
+    /// The server the commands talk to (`--server`).
+    pub(crate) fn server(&self) -> &str {
+        &self.server
+    }
+
+    /// A Flight client connected to `location` (the server, or an endpoint's
+    /// location), with this connector's TLS and credentials.
+    pub(crate) async fn connect(
+        &self,
+        location: &str,
+    ) -> Result<FlightClient, Box<dyn std::error::Error>> {
+        let uri = http_uri(location)?;
+        let tls = uri.starts_with("https://");
+        // The HTTP/2 settings the server advertises, for what this client
+        // receives: hyper's client defaults are 16 KiB frames and a 2 MiB window.
+        let mut endpoint = Endpoint::from_shared(uri)?
+            .tcp_nodelay(true)
+            .initial_stream_window_size(DEFAULT_STREAM_WINDOW)
+            .initial_connection_window_size(DEFAULT_CONNECTION_WINDOW)
+            .max_frame_size(DEFAULT_MAX_FRAME_SIZE);
+        if tls {
+            let ca = self.tls_ca.as_ref().ok_or_else(|| {
+                format!("{location}: give the CA certificate that verifies the server (--tls-ca)")
+            })?;
+            let mut config = ClientTlsConfig::new().ca_certificate(Certificate::from_pem(ca));
+            if let Some((cert, key)) = &self.identity {
+                config = config.identity(Identity::from_pem(cert, key));
+            }
+            endpoint = endpoint.tls_config(config)?;
+        }
+        let channel: Channel = endpoint
+            .connect()
+            .await
+            .map_err(|e| format!("cannot connect to {location}: {e}"))?;
+        let mut inner = FlightServiceClient::new(channel)
+            .max_decoding_message_size(MAX_MESSAGE_SIZE)
+            .max_encoding_message_size(MAX_MESSAGE_SIZE);
+        let bearer = match &self.credentials {
+            Credentials::None => None,
+            Credentials::Token(token) => Some(token.clone()),
+            Credentials::Login { user, password } => Some(
+                self.bearer
+                    .get_or_try_init(|| handshake(&mut inner, user, password))
+                    .await?
+                    .clone(),
+            ),
+        };
+        let mut client = FlightClient::new_from_inner(inner);
+        if let Some(token) = bearer {
+            client.add_header("authorization", &format!("Bearer {token}"))?;
+        }
+        Ok(client)
+    }
+
+    /// A Flight client connected to the server the commands talk to.
+    pub(crate) async fn connect_server(&self) -> Result<FlightClient, Box<dyn std::error::Error>> {
+        self.connect(&self.server).await
+    }
 }
 
 /// The Handshake with basic credentials: the bearer token the server returns.
@@ -97,8 +169,8 @@ async fn handshake(
     Ok(token)
 }
 
-/// Largest message the CLI accepts from a server: 1 GiB, as the server.
-const MAX_MESSAGE_SIZE: usize = 1 << 30;
+/// Largest message the CLI accepts from a server or sends: the server's default.
+const MAX_MESSAGE_SIZE: usize = DEFAULT_MAX_MESSAGE_SIZE;
 
 /// The `http://` URI tonic connects to for a Flight location.
 pub(crate) fn http_uri(location: &str) -> Result<String, String> {
@@ -123,52 +195,6 @@ pub(crate) fn is_same_server(location: &str, server: &str) -> bool {
         || location == server
 }
 
-/// A connected Flight client.
-pub(crate) async fn connect(location: &str) -> Result<FlightClient, Box<dyn std::error::Error>> {
-    let settings = SETTINGS.get_or_init(ClientSettings::default);
-    let uri = http_uri(location)?;
-    let tls = uri.starts_with("https://");
-    // The HTTP/2 settings the server advertises, for what this client
-    // receives: hyper's client defaults are 16 KiB frames and a 2 MiB window.
-    let mut endpoint = Endpoint::from_shared(uri)?
-        .tcp_nodelay(true)
-        .initial_stream_window_size(DEFAULT_STREAM_WINDOW)
-        .initial_connection_window_size(DEFAULT_CONNECTION_WINDOW)
-        .max_frame_size(DEFAULT_MAX_FRAME_SIZE);
-    if tls {
-        let ca = settings.tls_ca.as_ref().ok_or_else(|| {
-            format!("{location}: give the CA certificate that verifies the server (--tls-ca)")
-        })?;
-        let mut config = ClientTlsConfig::new().ca_certificate(Certificate::from_pem(ca));
-        if let Some((cert, key)) = &settings.identity {
-            config = config.identity(Identity::from_pem(cert, key));
-        }
-        endpoint = endpoint.tls_config(config)?;
-    }
-    let channel: Channel = endpoint
-        .connect()
-        .await
-        .map_err(|e| format!("cannot connect to {location}: {e}"))?;
-    let mut inner = FlightServiceClient::new(channel)
-        .max_decoding_message_size(MAX_MESSAGE_SIZE)
-        .max_encoding_message_size(MAX_MESSAGE_SIZE);
-    let bearer = match (&settings.token, &settings.login) {
-        (Some(token), _) => Some(token.clone()),
-        (None, Some((user, password))) => Some(
-            BEARER
-                .get_or_try_init(|| handshake(&mut inner, user, password))
-                .await?
-                .clone(),
-        ),
-        (None, None) => None,
-    };
-    let mut client = FlightClient::new_from_inner(inner);
-    if let Some(token) = bearer {
-        client.add_header("authorization", &format!("Bearer {token}"))?;
-    }
-    Ok(client)
-}
-
 /// A Flight error as a person should read it: the server's status code and message.
 pub(crate) fn describe(e: FlightError) -> String {
     match e {
@@ -190,5 +216,20 @@ mod tests {
         assert_eq!(http_uri("localhost:1").unwrap(), "http://localhost:1");
         assert_eq!(http_uri("grpc+tls://h:1").unwrap(), "https://h:1");
         assert!(http_uri("ftp://h:1").is_err());
+    }
+
+    #[test]
+    fn a_connector_shows_no_secret() {
+        let login = Credentials::Login {
+            user: "ann".into(),
+            password: "hunter2".into(),
+        };
+        let connector = Connector::new(DEFAULT_SERVER.into(), None, None, login);
+        let shown = format!("{connector:?}");
+        assert!(
+            shown.contains("login") && !shown.contains("hunter2"),
+            "{shown}"
+        );
+        assert_eq!(connector.server(), DEFAULT_SERVER);
     }
 }

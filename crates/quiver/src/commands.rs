@@ -12,7 +12,7 @@ use indicatif::{ProgressBar, ProgressStyle};
 use serde_json::{Value, json};
 
 use crate::cli::{Command, GetArgs, LsArgs, NameArg, PutArgs};
-use crate::client::{connect, describe, is_same_server};
+use crate::client::{Connector, describe, is_same_server};
 use crate::files::{FileSink, Format, open};
 use crate::size::ByteSize;
 
@@ -21,16 +21,16 @@ type CmdResult = Result<(), Box<dyn std::error::Error>>;
 /// Times a changed table is re-read before `get` gives up.
 const GET_RETRIES: usize = 3;
 
-pub(crate) async fn run(server: String, command: Command) -> CmdResult {
+pub(crate) async fn run(connector: &Connector, command: Command) -> CmdResult {
     match command {
         Command::Serve(_) | Command::Bench(_) | Command::User(_) => {
             unreachable!("handled in main")
         }
-        Command::Put(args) => put(&server, args).await,
-        Command::Get(args) => get(&server, args).await,
-        Command::Ls(args) => ls(&server, args).await,
-        Command::Info(args) => info(&server, args).await,
-        Command::Rm(args) => rm(&server, args).await,
+        Command::Put(args) => put(connector, args).await,
+        Command::Get(args) => get(connector, args).await,
+        Command::Ls(args) => ls(connector, args).await,
+        Command::Info(args) => info(connector, args).await,
+        Command::Rm(args) => rm(connector, args).await,
     }
 }
 
@@ -53,7 +53,7 @@ fn progress_bar(total_rows: Option<u64>) -> ProgressBar {
     bar
 }
 
-async fn put(server: &str, args: PutArgs) -> CmdResult {
+async fn put(connector: &Connector, args: PutArgs) -> CmdResult {
     let format = Format::resolve(args.format, &args.file)?;
     let source = open(&args.file, format, args.batch_size)?;
     let schema = source.reader.schema();
@@ -85,7 +85,7 @@ async fn put(server: &str, args: PutArgs) -> CmdResult {
         .with_dictionary_handling(DictionaryHandling::Resend)
         .build(batches);
 
-    let mut client = connect(server).await?;
+    let mut client = connector.connect_server().await?;
     let mut results = client.do_put(encoded).await.map_err(describe)?;
     let mut summary = None;
     while let Some(result) = results.next().await {
@@ -114,10 +114,11 @@ async fn put(server: &str, args: PutArgs) -> CmdResult {
 /// Reads every endpoint of `info` in parallel and returns the batches in
 /// endpoint order.
 async fn fetch_all(
-    server: &str,
+    connector: &Connector,
     info: &FlightInfo,
     bar: &ProgressBar,
 ) -> Result<Vec<RecordBatch>, FlightError> {
+    let server = connector.server();
     let fetches = info.endpoint.iter().map(|endpoint| {
         let bar = bar.clone();
         let location = endpoint
@@ -130,7 +131,8 @@ async fn fetch_all(
         async move {
             let ticket =
                 ticket.ok_or_else(|| FlightError::protocol("endpoint without a ticket"))?;
-            let mut client = connect(&location)
+            let mut client = connector
+                .connect(&location)
                 .await
                 .map_err(|e| FlightError::ExternalError(e.to_string().into()))?;
             client
@@ -145,9 +147,9 @@ async fn fetch_all(
     Ok(parts.into_iter().flatten().collect())
 }
 
-async fn get(server: &str, args: GetArgs) -> CmdResult {
+async fn get(connector: &Connector, args: GetArgs) -> CmdResult {
     let format = Format::resolve(args.format, &args.output)?;
-    let mut client = connect(server).await?;
+    let mut client = connector.connect_server().await?;
     let mut attempt = 0;
     let (schema, batches) = loop {
         let info = client
@@ -156,7 +158,7 @@ async fn get(server: &str, args: GetArgs) -> CmdResult {
             .map_err(describe)?;
         let schema = Arc::new(info.clone().try_decode_schema()?);
         let bar = progress_bar(u64::try_from(info.total_records).ok());
-        match fetch_all(server, &info, &bar).await {
+        match fetch_all(connector, &info, &bar).await {
             Ok(batches) => {
                 bar.finish_and_clear();
                 break (schema, batches);
@@ -198,8 +200,8 @@ fn table_name(info: &FlightInfo) -> String {
         .unwrap_or_default()
 }
 
-async fn ls(server: &str, args: LsArgs) -> CmdResult {
-    let mut client = connect(server).await?;
+async fn ls(connector: &Connector, args: LsArgs) -> CmdResult {
+    let mut client = connector.connect_server().await?;
     let infos: Vec<FlightInfo> = client
         .list_flights(args.prefix.into_bytes())
         .await
@@ -248,8 +250,8 @@ async fn ls(server: &str, args: LsArgs) -> CmdResult {
     Ok(())
 }
 
-async fn info(server: &str, args: NameArg) -> CmdResult {
-    let mut client = connect(server).await?;
+async fn info(connector: &Connector, args: NameArg) -> CmdResult {
+    let mut client = connector.connect_server().await?;
     let info = client
         .get_flight_info(descriptor(&args.name))
         .await
@@ -280,8 +282,8 @@ async fn info(server: &str, args: NameArg) -> CmdResult {
     Ok(())
 }
 
-async fn rm(server: &str, args: NameArg) -> CmdResult {
-    let mut client = connect(server).await?;
+async fn rm(connector: &Connector, args: NameArg) -> CmdResult {
+    let mut client = connector.connect_server().await?;
     let results: Vec<bytes::Bytes> = client
         .do_action(Action::new("delete", args.name.clone()))
         .await

@@ -38,10 +38,15 @@ unsafe impl Sync for MallocConf {}
 
 fn main() -> std::process::ExitCode {
     let cli = cli::Cli::parse();
-    if let Err(e) = client::configure(&cli.auth) {
-        eprintln!("error: {e}");
-        return std::process::ExitCode::FAILURE;
-    }
+    // Built for every command, as the client flags are global: a file they
+    // name that cannot be read fails here, whatever the command.
+    let connector = match cli.auth.connector(cli.server) {
+        Ok(connector) => connector,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return std::process::ExitCode::FAILURE;
+        }
+    };
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -55,9 +60,9 @@ fn main() -> std::process::ExitCode {
     let result = runtime.block_on(async move {
         match cli.command {
             cli::Command::Serve(args) => serve::run(args).await,
-            cli::Command::Bench(args) => bench::run(args).await,
+            cli::Command::Bench(args) => bench::run(args, &connector).await,
             cli::Command::User(command) => users::run(command),
-            command => commands::run(cli.server, command).await,
+            command => commands::run(&connector, command).await,
         }
     });
     match result {

@@ -13,7 +13,7 @@ use futures::{StreamExt, TryStreamExt, stream};
 use serde_json::json;
 
 use super::{ClientArgs, Op, gbps};
-use crate::client::{connect, describe};
+use crate::client::{Connector, describe};
 
 type Result<T> = std::result::Result<T, Box<dyn std::error::Error>>;
 
@@ -50,12 +50,13 @@ fn records(rows: usize, batch_rows: usize) -> Result<Vec<RecordBatch>> {
 }
 
 async fn put_table(
+    connector: &Connector,
     server: &str,
     name: String,
     options: serde_json::Value,
     batches: Vec<RecordBatch>,
 ) -> Result<()> {
-    let mut client = connect(server).await?;
+    let mut client = connector.connect(server).await?;
     let encoded = FlightDataEncoderBuilder::new()
         .with_schema(schema())
         .with_flight_descriptor(Some(FlightDescriptor::new_path(vec![name])))
@@ -86,10 +87,10 @@ async fn put_table(
     Ok(())
 }
 
-async fn get_all(server: &str, info: &FlightInfo) -> Result<u64> {
+async fn get_all(connector: &Connector, server: &str, info: &FlightInfo) -> Result<u64> {
     let fetches = info.endpoint.iter().map(|endpoint| async move {
         let ticket = endpoint.ticket.clone().ok_or("endpoint without a ticket")?;
-        let mut client = connect(server).await?;
+        let mut client = connector.connect(server).await?;
         let batches: Vec<RecordBatch> = client
             .do_get(ticket)
             .await
@@ -103,7 +104,7 @@ async fn get_all(server: &str, info: &FlightInfo) -> Result<u64> {
     Ok(rows.iter().sum())
 }
 
-pub(super) async fn run(args: ClientArgs) -> Result<()> {
+pub(super) async fn run(args: ClientArgs, connector: &Connector) -> Result<()> {
     let streams = args.streams.max(1);
     let batch_rows = args.batch_rows.max(1);
     let bytes = (streams * args.rows) as u64 * RECORD_BYTES;
@@ -114,6 +115,7 @@ pub(super) async fn run(args: ClientArgs) -> Result<()> {
                 let started = Instant::now();
                 let puts = (0..streams).map(|i| {
                     put_table(
+                        connector,
                         &args.server,
                         format!("bench-rust-{i}"),
                         json!({"mode": "replace"}),
@@ -128,20 +130,21 @@ pub(super) async fn run(args: ClientArgs) -> Result<()> {
         Op::Get => {
             let name = "bench-rust-get";
             put_table(
+                connector,
                 &args.server,
                 name.to_string(),
                 json!({"mode": "replace", "partitions": streams}),
                 records(streams * args.rows, batch_rows)?,
             )
             .await?;
-            let mut control = connect(&args.server).await?;
+            let mut control = connector.connect(&args.server).await?;
             for rep in 0..args.repeat {
                 let started = Instant::now();
                 let info = control
                     .get_flight_info(FlightDescriptor::new_path(vec![name.to_string()]))
                     .await
                     .map_err(describe)?;
-                let rows = get_all(&args.server, &info).await?;
+                let rows = get_all(connector, &args.server, &info).await?;
                 let seconds = started.elapsed().as_secs_f64();
                 if rows != (streams * args.rows) as u64 {
                     return Err(format!("got {rows} rows, expected {}", streams * args.rows).into());

@@ -6,6 +6,7 @@ mod client;
 
 use clap::{Args, Subcommand, ValueEnum};
 
+use crate::client::{Connector, DEFAULT_SERVER};
 use crate::size::ByteSize;
 
 #[derive(Debug, Args)]
@@ -37,7 +38,7 @@ pub(crate) enum Op {
 #[derive(Debug, Args)]
 pub(crate) struct ClientArgs {
     /// Server to measure.
-    #[arg(long, default_value = "grpc+tcp://127.0.0.1:8815")]
+    #[arg(long, default_value = DEFAULT_SERVER)]
     pub(crate) server: String,
     /// RPC to measure.
     #[arg(long, value_enum)]
@@ -73,9 +74,14 @@ pub(crate) struct MemcpyArgs {
     pub(crate) bytes: ByteSize,
 }
 
-pub(crate) async fn run(args: BenchArgs) -> Result<(), Box<dyn std::error::Error>> {
+/// Runs a benchmark; the client one connects through `connector` (its TLS
+/// and credentials; the server is `--server` of `bench client`).
+pub(crate) async fn run(
+    args: BenchArgs,
+    connector: &Connector,
+) -> Result<(), Box<dyn std::error::Error>> {
     match args.command {
-        BenchCommand::Client(args) => client::run(args).await,
+        BenchCommand::Client(args) => client::run(args, connector).await,
         // Blocking, and alone on the runtime: nothing else runs meanwhile.
         BenchCommand::Tcp(args) => ceilings::tcp(&args),
         BenchCommand::Memcpy(args) => ceilings::memcpy(&args),
