@@ -194,7 +194,7 @@ impl Default for ServerConfig {
     fn default() -> Self {
         Self {
             advertise: None,
-            partitions: 1,
+            partitions: DEFAULT_PARTITIONS,
             max_message_size: DEFAULT_MAX_MESSAGE_SIZE,
             max_flight_data_size: DEFAULT_MAX_FLIGHT_DATA_SIZE,
             large_flight_data_size: DEFAULT_LARGE_FLIGHT_DATA_SIZE,
