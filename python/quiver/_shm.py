@@ -41,7 +41,7 @@ from urllib.parse import parse_qs, unquote, urlsplit
 
 import pyarrow as pa
 
-from .errors import QuiverError, from_status_code
+from .errors import QuiverError, from_reply
 
 #: The URI scheme of a shared-memory location.
 SCHEME = "shm+unix"
@@ -123,11 +123,11 @@ def _tagged(tag: int, body: bytes) -> bytes:
 
 def _raise_reply(message: bytes) -> None:
     code = message[1] if len(message) > 1 else 2
-    text = message[2:].decode(errors="replace")
-    error = from_status_code(code, text)
-    if error.code == "PERMISSION_DENIED" and "shared-memory ticket" in text:
-        # Another server's socket at the same path: not this server.
-        raise ShmUnavailableError(text) from error
+    error = from_reply(code, message[2:])
+    if error.code == "PERMISSION_DENIED":
+        # The socket refuses only tickets it did not give (unknown, used or
+        # expired): another server's socket at the same path, not this server.
+        raise ShmUnavailableError(error.message) from error
     raise error
 
 

@@ -49,7 +49,7 @@ __all__ = [
     "TableNotFoundError",
     "UnimplementedError",
     "VersionConflictError",
-    "from_status_code",
+    "from_reply",
     "translate",
     "translated_errors",
 ]
@@ -435,20 +435,18 @@ def translated_errors() -> Iterator[None]:
         raise converted from error
 
 
-def from_status_code(code: int, message: str, details: bytes | None = None) -> QuiverError:
-    """Return the :class:`QuiverError` for gRPC status ``code`` (a number) and ``message``.
+def from_reply(code: int, body: bytes) -> QuiverError:
+    """Return the :class:`QuiverError` of a shared-memory error reply.
 
-    For the shared-memory socket's error replies, which carry the code as a number.
-    ``details``, a serialized ``google.rpc.Status``, gives the kind when the reply
-    has one.
+    The reply carries the gRPC status code (a number) and the serialized
+    ``google.rpc.Status`` a gRPC error's trailer carries, with the message and the
+    kind; a body that does not decode as one is taken as the message itself.
     """
-    if details:
-        try:
-            status = _status.decode_status(details)
-        except ValueError:
-            pass
-        else:
-            if status.code == code:
-                return from_status(status, message)
+    try:
+        status = _status.decode_status(body)
+    except ValueError:
+        status = None
+    if status is not None and status.code == code:
+        return from_status(status, "")
     name = code_name(code)
-    return CODE_CLASSES.get(name, QuiverError)(message, name)
+    return CODE_CLASSES.get(name, QuiverError)(body.decode(errors="replace"), name)

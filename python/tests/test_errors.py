@@ -192,18 +192,19 @@ def test_undecodable_details_fall_back_to_the_text() -> None:
     assert (error.message, error.kind) == ("x", None)
 
 
-def test_shm_replies_map_by_number_and_take_details_when_sent() -> None:
-    plain = errors.from_status_code(8, "no memory for the export")
-    assert type(plain) is quiver.ResourceExhaustedError
-    assert plain.kind is None
-    detailed = errors.from_status_code(
-        8, "text", rpc_status(8, "clean", any_of(ERROR_INFO, error_info("MEMORY_LIMIT")))
+def test_shm_replies_take_the_kind_from_their_status() -> None:
+    detailed = errors.from_reply(
+        8, rpc_status(8, "clean", any_of(ERROR_INFO, error_info("MEMORY_LIMIT")))
     )
     assert (type(detailed), detailed.kind, detailed.message) == (
         quiver.ResourceExhaustedError,
         "MEMORY_LIMIT",
         "clean",
     )
+    # A body that is no google.rpc.Status is the message itself, chosen by code.
+    plain = errors.from_reply(8, b"no memory for the export")
+    assert type(plain) is quiver.ResourceExhaustedError
+    assert (plain.kind, plain.message) == (None, "no memory for the export")
 
 
 def test_errors_all_lists_every_exception_class() -> None:

@@ -102,10 +102,12 @@ pub(crate) fn reply(
     outcome: Result<String>,
 ) -> std::io::Result<()> {
     let message = match outcome {
-        Ok(text) => framing::reply(tonic::Code::Ok, &text),
+        Ok(json) => framing::reply(tonic::Code::Ok, json.as_bytes()),
         Err(e) => {
+            // The status's details: a `google.rpc.Status` with its code,
+            // message and kind, as gRPC's error trailer carries it.
             let status = (shared.status_of)(e);
-            framing::reply(status.code(), status.message())
+            framing::reply(status.code(), status.details())
         }
     };
     sys::send(fd, &[IoSlice::new(&message)], &[])

@@ -44,5 +44,6 @@ impl ShmError {
 }
 
 /// How the server that starts the data plane turns its errors into the
-/// statuses replies carry.
+/// statuses replies carry: their code, and their details (a serialized
+/// `google.rpc.Status`, the message and kind), which must not be empty.
 pub type StatusOf = fn(ShmError) -> tonic::Status;

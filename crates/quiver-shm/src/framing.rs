@@ -9,7 +9,7 @@
 //! |---|---|
 //! | `0` untagged | a metadata stream message: type (`1` metadata, `0` End of Stream), sequence number (u32 LE), flatbuffer |
 //! | `1` tagged | tag (u64 LE), body |
-//! | `2` reply | gRPC status code (u8), then UTF-8: JSON on success, the error otherwise |
+//! | `2` reply | gRPC status code (u8), then the JSON of a success or the error's serialized `google.rpc.Status` |
 //! | `3` bundle | messages of the kinds above, each preceded by its length (u32 LE) |
 //!
 //! A client that asks with `want_bundled` instead of `want_data` gets the
@@ -182,12 +182,13 @@ pub(crate) fn freed_offsets(body: &[u8]) -> Result<Vec<u64>, String> {
         .collect())
 }
 
-/// A reply: gRPC status `code` and `text`.
-pub(crate) fn reply(code: tonic::Code, text: &str) -> Vec<u8> {
-    let mut out = Vec::with_capacity(2 + text.len());
+/// A reply: gRPC status code `code`, then `body` (the JSON of a success, or
+/// the serialized `google.rpc.Status` of an error).
+pub(crate) fn reply(code: tonic::Code, body: &[u8]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(2 + body.len());
     out.push(REPLY);
     out.push(code as u8);
-    out.extend_from_slice(text.as_bytes());
+    out.extend_from_slice(body);
     out
 }
 
