@@ -49,6 +49,9 @@ pub enum Error {
         /// The flag that sets the limit.
         flag: &'static str,
     },
+    /// A message over a size limit, as the transport reported it.
+    #[error("{0}")]
+    TooLarge(String),
     /// The client's request stream broke off (reset, cancelled, connection lost).
     #[error("{0}")]
     Cancelled(String),
@@ -83,19 +86,12 @@ pub enum Error {
     Internal(String),
 }
 
-impl Error {
-    /// An [`Error::InvalidArgument`] from anything printable.
-    pub fn invalid(message: impl Into<String>) -> Self {
-        Self::InvalidArgument(message.into())
-    }
-}
-
 /// The status for an error reading the client's request stream. tonic reports a
 /// message over the size limit as `OUT_OF_RANGE`; gRPC's convention (and
 /// quiver's) is `RESOURCE_EXHAUSTED`, naming the flag that sets the limit.
 pub(crate) fn inbound_status(status: Status) -> Status {
     if status.code() == tonic::Code::OutOfRange && status.message().contains("too large") {
-        Error::ResourceExhausted(format!(
+        Error::TooLarge(format!(
             "{} (raise the server's --max-message-size, or send smaller batches)",
             status.message()
         ))
@@ -171,6 +167,11 @@ fn store_class(e: &StoreError) -> (tonic::Code, &'static str) {
 }
 
 impl Error {
+    /// An [`Error::InvalidArgument`] from anything printable.
+    pub fn invalid(message: impl Into<String>) -> Self {
+        Self::InvalidArgument(message.into())
+    }
+
     /// The gRPC status code and the error's kind: the `reason` of the
     /// `google.rpc.ErrorInfo` its status carries (docs/protocol.md lists them).
     /// `None` for a status passed through unchanged.
@@ -195,7 +196,9 @@ impl Error {
             Error::Decode(_) => (Code::InvalidArgument, "INVALID_DATA"),
             Error::Aborted(_) => (Code::Aborted, "VERSION_CHANGED"),
             Error::Unimplemented(_) => (Code::Unimplemented, "UNIMPLEMENTED"),
-            Error::MessageTooLarge { .. } => (Code::ResourceExhausted, "MESSAGE_TOO_LARGE"),
+            Error::MessageTooLarge { .. } | Error::TooLarge(_) => {
+                (Code::ResourceExhausted, "MESSAGE_TOO_LARGE")
+            }
             Error::Cancelled(_) => (Code::Cancelled, "CANCELLED"),
             Error::Deadline(_) => (Code::DeadlineExceeded, "DEADLINE_EXCEEDED"),
             Error::Idle(_) => (Code::DeadlineExceeded, "IDLE_TIMEOUT"),

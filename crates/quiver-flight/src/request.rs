@@ -10,7 +10,7 @@
 
 use arrow_flight::sql::{
     ActionCancelQueryRequest, ActionClosePreparedStatementRequest,
-    ActionCreatePreparedStatementRequest, Command,
+    ActionCreatePreparedStatementRequest, Any, Command, ProstMessageExt,
 };
 use arrow_flight::{ActionType, CancelFlightInfoRequest, FlightDescriptor, FlightInfo};
 use prost::Message;
@@ -79,20 +79,16 @@ pub(crate) enum ActionKind {
     CancelQuery,
 }
 
-/// Flight SQL actions quiver knows and refuses as UNIMPLEMENTED.
-const UNSUPPORTED_ACTIONS: [(&str, &str); 5] = [
-    ("BeginTransaction", TRANSACTIONS),
-    ("EndTransaction", TRANSACTIONS),
-    ("BeginSavepoint", TRANSACTIONS),
-    ("EndSavepoint", TRANSACTIONS),
-    (
-        "CreatePreparedSubstraitPlan",
-        "Substrait plans are not supported",
-    ),
-];
-
-const TRANSACTIONS: &str =
-    "transactions are not supported (SqlInfo FLIGHT_SQL_SERVER_TRANSACTION is NONE)";
+/// Why a Flight SQL action quiver knows but does not offer is refused.
+fn unsupported(kind: &str) -> Option<String> {
+    match kind {
+        "BeginTransaction" | "EndTransaction" | "BeginSavepoint" | "EndSavepoint" => Some(format!(
+            "{kind}: transactions are not supported (SqlInfo FLIGHT_SQL_SERVER_TRANSACTION is NONE)"
+        )),
+        "CreatePreparedSubstraitPlan" => Some("Substrait plans are not supported".into()),
+        _ => None,
+    }
+}
 
 impl ActionKind {
     /// Every kind, in the order ListActions gives them.
@@ -163,14 +159,8 @@ impl ActionKind {
         if let Some(known) = Self::ALL.into_iter().find(|k| k.name() == kind) {
             return Ok(known);
         }
-        if let Some((name, why)) = UNSUPPORTED_ACTIONS.iter().find(|(name, _)| *name == kind) {
-            return Err(Error::Unimplemented(
-                if *name == "CreatePreparedSubstraitPlan" {
-                    why.to_string()
-                } else {
-                    format!("{name}: {why}")
-                },
-            ));
+        if let Some(why) = unsupported(kind) {
+            return Err(Error::Unimplemented(why));
         }
         let known: Vec<&str> = Self::ALL.iter().map(|k| k.name()).collect();
         Err(Error::invalid(format!(
@@ -255,10 +245,10 @@ impl ActionRequest {
             ActionKind::Health => Self::Store(StoreAction::Health),
             ActionKind::ShmPut => Self::ShmPut(shm_put(body)?),
             ActionKind::CreatePreparedStatement => {
-                Self::Sql(SqlAction::CreatePrepared(sql::unpack(body)?))
+                Self::Sql(SqlAction::CreatePrepared(unpack(body)?))
             }
             ActionKind::ClosePreparedStatement => {
-                Self::Sql(SqlAction::ClosePrepared(sql::unpack(body)?))
+                Self::Sql(SqlAction::ClosePrepared(unpack(body)?))
             }
             ActionKind::CancelFlightInfo => Self::Sql(SqlAction::CancelFlightInfo(
                 CancelFlightInfoRequest::decode(body).map_err(|e| {
@@ -266,7 +256,7 @@ impl ActionRequest {
                 })?,
             )),
             ActionKind::CancelQuery => {
-                let request: ActionCancelQueryRequest = sql::unpack(body)?;
+                let request: ActionCancelQueryRequest = unpack(body)?;
                 Self::Sql(SqlAction::CancelQuery(
                     FlightInfo::decode(request.info)
                         .map_err(|e| Error::invalid(format!("malformed FlightInfo: {e}")))?,
@@ -274,6 +264,21 @@ impl ActionRequest {
             }
         })
     }
+}
+
+/// The Flight SQL message of an action's body (a protobuf `Any`).
+fn unpack<M: ProstMessageExt>(body: &[u8]) -> Result<M> {
+    let any = Any::decode(body)
+        .map_err(|e| Error::invalid(format!("action body is not a protobuf Any: {e}")))?;
+    any.unpack::<M>()
+        .map_err(|e| Error::invalid(format!("malformed action body: {e}")))?
+        .ok_or_else(|| {
+            Error::invalid(format!(
+                "action body is a {}, expected a {}",
+                any.type_url,
+                M::type_url()
+            ))
+        })
 }
 
 fn shm_put(body: &[u8]) -> Result<ShmPut> {

@@ -37,13 +37,7 @@ async fn large_messages_are_accepted() {
         .with_flight_descriptor(Some(path("big")))
         .with_max_flight_data_size(usize::MAX)
         .build(stream::iter([Ok(big.clone())]));
-    client
-        .do_put(encoded)
-        .await
-        .expect("put")
-        .try_collect::<Vec<_>>()
-        .await
-        .expect("result");
+    put_messages(&mut client, encoded).await.expect("put");
     let got = get_all(&mut client, "big").await.expect("get");
     assert!(got.len() > 1, "DoGet splits a large batch");
     assert_eq!(concat(&got), big);
@@ -69,9 +63,7 @@ async fn message_over_the_limit_is_resource_exhausted() {
         .with_flight_descriptor(Some(path("big")))
         .with_max_flight_data_size(usize::MAX)
         .build(stream::iter([Ok(big)]));
-    let err = async { client.do_put(encoded).await?.try_collect::<Vec<_>>().await }
-        .await
-        .unwrap_err();
+    let err = put_messages(&mut client, encoded).await.unwrap_err();
     let (c, m) = status(err);
     assert_eq!(c, Code::ResourceExhausted);
     assert!(m.contains("--max-message-size"), "{m}");

@@ -162,13 +162,7 @@ async fn append_of_no_batches_with_options_in_a_metadata_message_keeps_the_table
         ..Default::default()
     };
     let messages = schema_only.chain(stream::iter([Ok(options)]));
-    client
-        .do_put(messages)
-        .await
-        .expect("put")
-        .try_collect::<Vec<_>>()
-        .await
-        .expect("result");
+    put_messages(&mut client, messages).await.expect("put");
     let table = server.store.get("t").expect("t");
     assert_eq!(table.num_rows(), 10, "an empty append keeps the rows");
     assert_eq!(table.partitions(), Some(3), "the options were read");
@@ -180,24 +174,16 @@ async fn stream_without_descriptor_or_schema_is_refused() {
     let mut client = server.client().await;
     // No descriptor on the first message.
     let encoded = FlightDataEncoderBuilder::new().build(stream::iter([Ok(sample(0, 3))]));
-    let err = async { client.do_put(encoded).await?.try_collect::<Vec<_>>().await }
-        .await
-        .unwrap_err();
+    let err = put_messages(&mut client, encoded).await.unwrap_err();
     assert_eq!(status(err).0, Code::InvalidArgument);
     // A descriptor but no IPC message at all.
     let only = FlightData {
         flight_descriptor: Some(path("t")),
         ..Default::default()
     };
-    let err = async {
-        client
-            .do_put(stream::iter([Ok(only)]))
-            .await?
-            .try_collect::<Vec<_>>()
-            .await
-    }
-    .await
-    .unwrap_err();
+    let err = put_messages(&mut client, stream::iter([Ok(only)]))
+        .await
+        .unwrap_err();
     let (c, m) = status(err);
     assert_eq!(c, Code::InvalidArgument);
     assert!(m.contains("no schema"), "{m}");
@@ -208,15 +194,9 @@ async fn stream_without_descriptor_or_schema_is_refused() {
         data_body: Bytes::from_static(b"more garbage"),
         ..Default::default()
     };
-    let err = async {
-        client
-            .do_put(stream::iter([Ok(garbage)]))
-            .await?
-            .try_collect::<Vec<_>>()
-            .await
-    }
-    .await
-    .unwrap_err();
+    let err = put_messages(&mut client, stream::iter([Ok(garbage)]))
+        .await
+        .unwrap_err();
     assert_eq!(status(err).0, Code::InvalidArgument);
     assert_eq!(server.store.stats().tables, 0);
 }
@@ -231,13 +211,7 @@ async fn schema_only_put_creates_an_empty_table() {
         .with_dictionary_handling(DictionaryHandling::Resend)
         .with_flight_descriptor(Some(path("empty")))
         .build(stream::empty());
-    client
-        .do_put(encoded)
-        .await
-        .expect("put")
-        .try_collect::<Vec<_>>()
-        .await
-        .expect("result");
+    put_messages(&mut client, encoded).await.expect("put");
     let info = client.get_flight_info(path("empty")).await.expect("info");
     assert_eq!((info.total_records, info.endpoint.len()), (0, 1));
     assert_eq!(

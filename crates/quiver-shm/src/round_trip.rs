@@ -6,6 +6,7 @@ use std::os::fd::{AsFd, OwnedFd};
 use std::sync::Arc;
 
 use arrow::array::{ArrayRef, Int64Array, RecordBatch, StringArray};
+use arrow::ipc::reader::StreamReader;
 use arrow::ipc::writer::StreamWriter;
 use quiver_store::{TableStore, WriteMode};
 
@@ -37,7 +38,10 @@ fn start() -> (tempfile::TempDir, Arc<TableStore>, ShmServer) {
             ShmError::InvalidArgument(_) | ShmError::Decode(_) => tonic::Code::InvalidArgument,
             _ => tonic::Code::Internal,
         };
-        tonic::Status::new(code, e.to_string())
+        // quiver-flight puts a serialized google.rpc.Status in the details;
+        // here the message itself, so that the test reads it back as text.
+        let message = e.to_string();
+        tonic::Status::with_details(code, message.clone(), message.into())
     })
     .unwrap();
     (dir, store, server)
@@ -67,7 +71,16 @@ fn sealed_stream(batches: &[RecordBatch]) -> OwnedFd {
     fd
 }
 
-/// The reply datagram's status code and text.
+/// Connects to `server` and sends the tagged request `tag` with `ticket`,
+/// `fds` attached; the connection, for the answer.
+fn request(server: &ShmServer, tag: u64, ticket: &[u8], fds: &[&OwnedFd]) -> OwnedFd {
+    let socket = sys::connect(server.path()).unwrap();
+    let fds: Vec<_> = fds.iter().map(|fd| fd.as_fd()).collect();
+    sys::send(socket.as_fd(), &[IoSlice::new(&tagged(tag, ticket))], &fds).unwrap();
+    socket
+}
+
+/// The reply datagram's status code and body (JSON, or the status's details).
 fn reply(socket: &OwnedFd) -> (u8, String) {
     let received = sys::recv(socket.as_fd(), sys::MAX_REQUEST)
         .unwrap()
@@ -85,14 +98,8 @@ fn a_put_from_a_sealed_memfd_is_stored_and_read_back_over_the_socket() {
     let ticket = server
         .put_ticket("t".into(), WriteMode::Replace, None, "tester".into())
         .unwrap();
-    let socket = sys::connect(server.path()).unwrap();
     let memfd = sealed_stream(&[batch(1000), batch(10)]);
-    sys::send(
-        socket.as_fd(),
-        &[IoSlice::new(&tagged(PUT_DATA, &ticket))],
-        &[memfd.as_fd()],
-    )
-    .unwrap();
+    let socket = request(&server, PUT_DATA, &ticket, &[&memfd]);
     let (code, text) = reply(&socket);
     assert_eq!(code, 0, "{text}");
     let answer: serde_json::Value = serde_json::from_str(&text).unwrap();
@@ -104,19 +111,13 @@ fn a_put_from_a_sealed_memfd_is_stored_and_read_back_over_the_socket() {
     // and a body message for each batch, then the end of the stream.
     let endpoint = server.get_endpoint(stored).unwrap();
     let ticket = endpoint.ticket.unwrap().ticket;
-    let socket = sys::connect(server.path()).unwrap();
-    sys::send(
-        socket.as_fd(),
-        &[IoSlice::new(&tagged(WANT_DATA, &ticket))],
-        &[],
-    )
-    .unwrap();
-    let (mut fds, mut metadata, mut bodies) = (0, 0, 0);
+    let socket = request(&server, WANT_DATA, &ticket, &[]);
+    let (mut fds, mut metadata, mut bodies) = (Vec::new(), 0, 0);
     loop {
         let received = sys::recv(socket.as_fd(), sys::MAX_REQUEST)
             .unwrap()
             .unwrap();
-        fds += received.fds.len();
+        fds.extend(received.fds);
         match (received.bytes[0], received.bytes[1]) {
             (0, 1) => metadata += 1,
             (0, 0) => break,
@@ -124,9 +125,22 @@ fn a_put_from_a_sealed_memfd_is_stored_and_read_back_over_the_socket() {
             other => panic!("unexpected message {other:?}"),
         }
     }
-    assert_eq!(fds, 1, "the version's memfd travels once");
+    assert_eq!(fds.len(), 1, "the version's memfd travels once");
     assert_eq!(metadata, 3, "the schema and two batches");
     assert_eq!(bodies, 2);
+    // The memfd holds the stored batches as an Arrow IPC stream, sealed.
+    assert_eq!(
+        sys::seals(fds[0].as_fd()).unwrap() & sys::IMMUTABLE,
+        sys::IMMUTABLE
+    );
+    let file = std::fs::File::from(fds.remove(0));
+    let mut bytes = vec![0; file.metadata().unwrap().len() as usize];
+    std::os::unix::fs::FileExt::read_exact_at(&file, &mut bytes, 0).unwrap();
+    let read: Vec<RecordBatch> = StreamReader::try_new(std::io::Cursor::new(bytes), None)
+        .unwrap()
+        .collect::<Result<_, _>>()
+        .unwrap();
+    assert_eq!(read, [batch(1000), batch(10)]);
 }
 
 #[test]
@@ -135,25 +149,13 @@ fn a_used_ticket_is_refused_and_a_put_without_memfd_too() {
     let ticket = server
         .put_ticket("t".into(), WriteMode::Replace, None, "tester".into())
         .unwrap();
-    let socket = sys::connect(server.path()).unwrap();
-    sys::send(
-        socket.as_fd(),
-        &[IoSlice::new(&tagged(PUT_DATA, &ticket))],
-        &[],
-    )
-    .unwrap();
+    let socket = request(&server, PUT_DATA, &ticket, &[]);
     let (code, text) = reply(&socket);
     assert_eq!(code, tonic::Code::InvalidArgument as u8);
     assert!(text.contains("carries no memfd"), "{text}");
     // The ticket was redeemed by that attempt: one use only.
-    let socket = sys::connect(server.path()).unwrap();
     let memfd = sealed_stream(&[batch(5)]);
-    sys::send(
-        socket.as_fd(),
-        &[IoSlice::new(&tagged(PUT_DATA, &ticket))],
-        &[memfd.as_fd()],
-    )
-    .unwrap();
+    let socket = request(&server, PUT_DATA, &ticket, &[&memfd]);
     let (code, text) = reply(&socket);
     assert_eq!(code, tonic::Code::PermissionDenied as u8, "{text}");
     assert!(store.get("t").is_err(), "nothing was stored");

@@ -120,20 +120,6 @@ fn no_transactions(transaction_id: Option<&Bytes>) -> Result<()> {
     }
 }
 
-pub(crate) fn unpack<M: ProstMessageExt>(body: &[u8]) -> Result<M> {
-    let any = Any::decode(body)
-        .map_err(|e| Error::invalid(format!("action body is not a protobuf Any: {e}")))?;
-    any.unpack::<M>()
-        .map_err(|e| Error::invalid(format!("malformed action body: {e}")))?
-        .ok_or_else(|| {
-            Error::invalid(format!(
-                "action body is a {}, expected a {}",
-                any.type_url,
-                M::type_url()
-            ))
-        })
-}
-
 impl FlightSql {
     pub(crate) fn new(engine: Arc<SqlEngine>, store: Arc<TableStore>) -> Self {
         Self {

@@ -150,9 +150,17 @@ pub async fn put_with(
         builder = builder.with_metadata(Bytes::from(options.to_string()));
     }
     let encoded = builder.build(stream::iter(batches.into_iter().map(Ok)));
-    let results: Vec<_> = client.do_put(encoded).await?.try_collect().await?;
+    let results = put_messages(client, encoded).await?;
     assert_eq!(results.len(), 1, "one PutResult");
     Ok(serde_json::from_slice(&results[0].app_metadata).expect("PutResult JSON"))
+}
+
+/// A DoPut of `messages` as they are, read to its end: the PutResults.
+pub async fn put_messages(
+    client: &mut FlightClient,
+    messages: impl futures::Stream<Item = Result<FlightData, FlightError>> + Send + 'static,
+) -> Result<Vec<arrow_flight::PutResult>, FlightError> {
+    client.do_put(messages).await?.try_collect().await
 }
 
 pub async fn put(
