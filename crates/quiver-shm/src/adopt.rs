@@ -10,7 +10,7 @@ use arrow::buffer::Buffer;
 use arrow::datatypes::SchemaRef;
 use arrow::ipc::reader::StreamDecoder;
 use arrow::record_batch::RecordBatch;
-use quiver_store::{TableStore, TableVersion, WriteMode};
+use quiver_store::{StoreError, TableStore, TableVersion, WriteMode};
 
 use super::export::{self, Export};
 use super::sys;
@@ -53,12 +53,16 @@ pub(crate) fn adopt(
     }
     let pool = store.memory();
     pool.settle();
-    let available = pool.limit().saturating_sub(pool.used());
-    if total > available {
-        return Err(ShmError::ResourceExhausted(format!(
-            "memfds of {total} bytes are over the {available} bytes left under the memory \
-             limit (--max-memory)"
-        )));
+    // Refused before anything is mapped, as the store would refuse the charge:
+    // the same error (and kind, MEMORY_LIMIT) as a put over gRPC.
+    let would_use = pool.used().saturating_add(total);
+    if would_use > pool.limit() {
+        return Err(StoreError::MemoryLimit {
+            requested: total,
+            would_use,
+            limit: pool.limit(),
+        }
+        .into());
     }
     let mut parts = Vec::with_capacity(count);
     let mut schema: Option<SchemaRef> = None;
