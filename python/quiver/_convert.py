@@ -3,11 +3,23 @@
 from __future__ import annotations
 
 import itertools
+import math
 import sys
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
 import pyarrow as pa
+
+#: Most bytes of rows :meth:`quiver.Client.put` sends in one gRPC message: 64 MiB.
+#: A larger record batch is sent as zero-copy slices of at most this size
+#: (:func:`message_slices`), 16 times under the server's default 1 GiB
+#: ``--max-message-size``. Each message costs a few microseconds per column, so
+#: smaller slices are faster for narrow tables and slower for wide ones; puts of a
+#: 1 GiB batch took, at 2 / 16 / 64 MiB: 0.30 / 0.36 / 0.43 s with 2 columns,
+#: 1.42 / 0.47 / 0.46 s with 512 and - / 0.92 / 0.52 s with 2048 columns.
+#: 64 MiB is never far from the fastest, whatever the width; it is also the size of
+#: batch the server's DoGet sends pyarrow whole.
+MESSAGE_TARGET_BYTES = 64 << 20
 
 ACCEPTED_TYPES = (
     "a pyarrow Table, RecordBatch or RecordBatchReader, a pandas or polars DataFrame, "
@@ -99,3 +111,31 @@ def _as_batch(item: object) -> pa.RecordBatch:
     if not isinstance(item, pa.RecordBatch):
         raise TypeError(f"an iterable passed to put must yield RecordBatches, not {type(item)}")
     return item
+
+
+def message_slices(
+    batch: pa.RecordBatch, target: int = MESSAGE_TARGET_BYTES
+) -> Iterator[pa.RecordBatch]:
+    """Yield ``batch`` whole, or as consecutive zero-copy slices of at most ``target`` bytes.
+
+    A slice's bytes are its :attr:`~pyarrow.RecordBatch.nbytes` less those
+    that do not grow with its rows (dictionaries, which IPC sends in messages of
+    their own); its IPC message adds only its header and padding. ``batch`` is
+    cut into equal numbers of rows, and a slice still over ``target`` (its rows
+    larger than the average: strings, lists) is cut again. A row larger than
+    ``target`` is yielded alone and whole; a batch without rows as it is.
+    """
+    size = _row_bytes(batch)
+    if size <= target or batch.num_rows <= 1:
+        yield batch
+        return
+    pieces = math.ceil(size / target)
+    step = math.ceil(batch.num_rows / pieces)
+    for start in range(0, batch.num_rows, step):
+        # An even split by rows; a piece of larger-than-average rows is split again.
+        yield from message_slices(batch.slice(start, step), target)
+
+
+def _row_bytes(batch: pa.RecordBatch) -> int:
+    """Bytes of ``batch`` that its rows hold: ``nbytes`` less what a batch with no rows holds."""
+    return int(batch.nbytes) - int(batch.slice(0, 0).nbytes)

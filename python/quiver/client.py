@@ -17,7 +17,7 @@ import pyarrow as pa
 import pyarrow.flight as flight
 
 from . import _protocol, _shm, _sql, _status
-from ._convert import BatchSource, batch_source
+from ._convert import BatchSource, batch_source, message_slices
 from ._endpoints import read_endpoints
 from ._progress import RowCounter, row_progress
 from ._protocol import DEFAULT_URI, JsonObject, PutMode, Transport
@@ -271,6 +271,14 @@ class Client:
 
         Notes
         -----
+        Over gRPC each record batch is one message, and the server refuses
+        messages over its ``--max-message-size`` (1 GiB by default). So a batch
+        holding more than 64 MiB of rows is sent as consecutive zero-copy
+        slices of at most 64 MiB each, cut by the rows' bytes (string and list
+        rows of uneven sizes give slices of uneven row counts); the table is
+        stored in those batches. A row of more than 64 MiB on its own is sent
+        whole, in a slice of one row.
+
         pyarrow cannot cancel a DoPut: ending the stream early commits what was
         sent. So when ``data`` is a stream that may fail while being read (a
         reader, an iterator, a C stream) and ``mode="replace"``, the batches are
@@ -363,8 +371,9 @@ class Client:
                     except BaseException as error:  # the caller's stream failed
                         source_error = error
                         break
-                    writer.write_batch(batch)
-                    count(batch.num_rows)
+                    for piece in message_slices(batch):
+                        writer.write_batch(piece)
+                        count(piece.num_rows)
                 writer.done_writing()
                 answer = results.read()
             except pa.ArrowException:

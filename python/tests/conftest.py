@@ -16,6 +16,15 @@ import quiver
 from server_process import Server, ServerFactory, start_server
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    """Register the markers of quiver's tests (``--strict-markers`` refuses others)."""
+    config.addinivalue_line(
+        "markers",
+        "gib: moves a GiB or more (seconds, and GiBs of memory); runs by default, "
+        "deselect with -m 'not gib'",
+    )
+
+
 @pytest.fixture
 def start_quiver(tmp_path: Path) -> Iterator[ServerFactory]:
     """Start servers with extra flags; stop them at teardown and check they exited with 0."""
