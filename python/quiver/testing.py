@@ -291,7 +291,11 @@ def start_quiver(
 
 
 def _first_line(process: subprocess.Popen[bytes], timeout: float) -> str:
-    """Read ``process``'s stdout up to its first newline, its exit or ``timeout`` seconds."""
+    """Read ``process``'s stdout up to its first newline, its exit or ``timeout`` seconds.
+
+    Byte by byte: what follows the first line (``quiver serve`` prints its metrics
+    address next) stays in the pipe for the caller.
+    """
     assert process.stdout is not None
     line = b""
     deadline = time.monotonic() + timeout
@@ -302,7 +306,7 @@ def _first_line(process: subprocess.Popen[bytes], timeout: float) -> str:
             if remaining <= 0:
                 break
             if selector.select(timeout=min(remaining, 0.5)):
-                chunk = os.read(process.stdout.fileno(), 4096)
+                chunk = os.read(process.stdout.fileno(), 1)
                 if not chunk:
                     break
                 line += chunk

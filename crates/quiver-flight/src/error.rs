@@ -280,6 +280,7 @@ impl From<Error> for Status {
         if code == tonic::Code::Internal {
             tracing::warn!(%message, "internal error");
         }
+        crate::metrics::record_rejection(kind);
         let details = details::encode(code, &message, kind);
         Status::with_details(code, message, details.into())
     }

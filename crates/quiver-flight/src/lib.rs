@@ -21,7 +21,9 @@ mod descriptor;
 mod error;
 #[cfg(any(test, feature = "fuzzing"))]
 pub mod fuzzing;
+mod health;
 pub mod lingering;
+pub mod metrics;
 mod panics;
 mod put_options;
 mod request;

@@ -1,4 +1,5 @@
-//! One log line per RPC: name, table, rows, bytes, duration, outcome.
+//! One log line per RPC (name, table, rows, bytes, duration, outcome), and
+//! its metrics.
 
 use std::time::Instant;
 
@@ -114,7 +115,14 @@ where
 
 impl Drop for RpcLog {
     fn drop(&mut self) {
-        let duration_ms = self.started.elapsed().as_secs_f64() * 1e3;
+        let seconds = self.started.elapsed().as_secs_f64();
+        let code = match &self.error {
+            None if self.unfinished => tonic::Code::Cancelled,
+            None => tonic::Code::Ok,
+            Some((code, _)) => *code,
+        };
+        crate::metrics::record_rpc(self.rpc, code, seconds, self.rows, self.bytes);
+        let duration_ms = seconds * 1e3;
         let table = self.table.as_deref().unwrap_or("-");
         match &self.error {
             None if self.unfinished => tracing::info!(
@@ -141,7 +149,7 @@ impl Drop for RpcLog {
                 bytes = self.bytes,
                 duration_ms = format_args!("{duration_ms:.2}"),
                 code = ?code,
-                message = message.as_str(),
+                error = message.as_str(),
                 "failed"
             ),
         }

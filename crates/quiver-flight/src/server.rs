@@ -17,7 +17,9 @@ use crate::service::ServiceOptions;
 use futures::TryStreamExt;
 
 use crate::auth::{AuthLayer, Authenticator};
+use crate::health::Readiness;
 use crate::lingering::{Closes, LINGER, LingeringStream};
+use crate::metrics::MetricsEndpoint;
 use crate::timeouts::TimeoutLayer;
 use crate::tls::TlsConfig;
 use crate::wire::DirectLayer;
@@ -141,6 +143,9 @@ pub struct ServerConfig {
     /// The Unix socket of the same-host shared-memory data plane
     /// (`quiver_shm`); `None`: off.
     pub shm_socket: Option<PathBuf>,
+    /// Where Prometheus scrapes `/metrics` ([`crate::metrics`]), bound by
+    /// the caller (so that it can announce the address); `None`: no metrics.
+    pub metrics: Option<Arc<std::net::TcpListener>>,
 }
 
 /// Why the server could not start or stopped with an error.
@@ -164,6 +169,9 @@ pub enum ServeError {
         /// What went wrong.
         source: std::io::Error,
     },
+    /// The metrics endpoint could not be served.
+    #[error("--metrics-listen: {0}")]
+    Metrics(std::io::Error),
     /// The transport failed.
     #[error(transparent)]
     Transport(#[from] tonic::transport::Error),
@@ -208,6 +216,7 @@ impl Default for ServerConfig {
             tls: None,
             auth: None,
             shm_socket: None,
+            metrics: None,
         }
     }
 }
@@ -225,6 +234,25 @@ pub fn default_location(addr: SocketAddr) -> String {
     } else {
         format!("grpc+tcp://{addr}")
     }
+}
+
+/// Registers the `--table` files.
+async fn register_tables(
+    service: &QuiverService,
+    tables: &[(String, PathBuf)],
+) -> Result<(), ServeError> {
+    for (name, path) in tables {
+        service
+            .sql_engine()
+            .register_file(name, path)
+            .await
+            .map_err(|source| ServeError::Table {
+                name: name.clone(),
+                path: path.display().to_string(),
+                source,
+            })?;
+    }
+    Ok(())
 }
 
 /// Serves Flight on `listener` until `shutdown` completes, then stops accepting
@@ -282,21 +310,19 @@ pub async fn serve(
             sql: config.sql.clone(),
         },
     );
-    for (name, path) in &config.tables {
-        service
-            .sql_engine()
-            .register_file(name, path)
-            .await
-            .map_err(|source| ServeError::Table {
-                name: name.clone(),
-                path: path.display().to_string(),
-                source,
-            })?;
-    }
+    let metrics = match &config.metrics {
+        Some(listener) => Some(
+            MetricsEndpoint::from_std(listener)
+                .await
+                .map_err(ServeError::Metrics)?,
+        ),
+        None => None,
+    };
+    let (readiness, health) = Readiness::starting().await;
     let direct = config
         .direct_wire
         .then(|| DirectLayer::new(service.clone()));
-    let flight = FlightServiceServer::new(service)
+    let flight = FlightServiceServer::new(service.clone())
         .max_decoding_message_size(config.max_message_size)
         .max_encoding_message_size(config.max_message_size);
     let closes = Closes::default();
@@ -305,8 +331,10 @@ pub async fn serve(
         .with_nodelay(Some(true))
         .map_ok(move |stream| LingeringStream::new(stream, counted.clone()));
     let (began, mut beginning) = tokio::sync::watch::channel(false);
+    let mut stopping = readiness.clone();
     let signal = async move {
         shutdown.await;
+        stopping.stopping().await;
         let _ = began.send(true);
     };
     let mut builder = Server::builder();
@@ -324,12 +352,33 @@ pub async fn serve(
             config.limits.request_timeout,
             config.limits.stream_idle_timeout,
         ))
+        // Inside the time limits: an RPC held while the server starts counts
+        // against --request-timeout.
+        .layer(readiness.gate())
         .layer(WatchBodyLayer)
         // Before the direct paths: every RPC is authenticated.
         .layer(AuthLayer::new(config.auth.clone()))
         .layer(tower::util::option_layer(direct))
         .add_service(flight)
+        .add_service(health)
         .serve_with_incoming_shutdown(incoming, signal);
+    let mut server = std::pin::pin!(server);
+    let metrics = metrics.map(|endpoint| {
+        let mut stopped = beginning.clone();
+        tokio::spawn(endpoint.serve(service.metric_sources(), async move {
+            let _ = stopped.wait_for(|began| *began).await;
+        }))
+    });
+    // Startup, while health checks say NOT_SERVING and other RPCs wait.
+    tokio::select! {
+        result = &mut server => {
+            // Shut down (or failed) before it had started.
+            return Ok(result?);
+        }
+        registered = register_tables(&service, &config.tables) => registered?,
+    }
+    readiness.serving().await;
+    tracing::info!("serving");
     let grace = config.shutdown_timeout;
     let deadline = async move {
         if beginning.wait_for(|began| *began).await.is_ok() {
@@ -348,6 +397,9 @@ pub async fn serve(
             Ok(())
         }
     };
+    if let Some(metrics) = metrics {
+        metrics.abort();
+    }
     // Let the last connections finish closing, so clients read all they were sent.
     let _ = tokio::time::timeout(LINGER, closes.wait()).await;
     Ok(result?)

@@ -88,6 +88,16 @@ impl QuiverService {
         self.sql.engine()
     }
 
+    /// What the metrics' gauges are read from.
+    pub(crate) fn metric_sources(&self) -> crate::metrics::Sources {
+        crate::metrics::Sources {
+            store: Arc::clone(&self.store),
+            body_pool: self.body_pool.clone(),
+            shm: self.options.shm.clone(),
+            started: self.started,
+        }
+    }
+
     /// The store behind the service.
     pub fn store(&self) -> &Arc<TableStore> {
         &self.store

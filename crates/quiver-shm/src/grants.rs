@@ -66,6 +66,16 @@ impl Grants {
         Ok(ticket)
     }
 
+    /// Grants issued and neither redeemed nor expired.
+    pub(crate) fn outstanding(&self) -> usize {
+        let now = Instant::now();
+        let live = self
+            .live
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        live.values().filter(|(expires, _)| *expires > now).count()
+    }
+
     /// The grant `ticket` names, removed: a ticket is used once.
     pub(crate) fn redeem(&self, ticket: &[u8]) -> Result<Grant> {
         let key: [u8; 16] = ticket

@@ -56,6 +56,8 @@ pub struct ShmServer {
     location: String,
     listener: Arc<OwnedFd>,
     shared: Arc<Shared>,
+    /// Connections being served.
+    active: Arc<AtomicUsize>,
 }
 
 impl ShmServer {
@@ -84,14 +86,17 @@ impl ShmServer {
         });
         let accepting = Arc::clone(&listener);
         let serving = Arc::clone(&shared);
+        let active = Arc::new(AtomicUsize::new(0));
+        let counting = Arc::clone(&active);
         std::thread::Builder::new()
             .name("quiver-shm-accept".into())
-            .spawn(move || accept_loop(&accepting, &serving))?;
+            .spawn(move || accept_loop(&accepting, &serving, &counting))?;
         Ok(Self {
             location: location(path),
             path: path.to_path_buf(),
             listener,
             shared,
+            active,
         })
     }
 
@@ -103,6 +108,16 @@ impl ShmServer {
     /// The socket's path.
     pub fn path(&self) -> &Path {
         &self.path
+    }
+
+    /// Connections open now.
+    pub fn connections(&self) -> usize {
+        self.active.load(Ordering::Acquire)
+    }
+
+    /// Tickets issued and neither used nor expired.
+    pub fn grants(&self) -> usize {
+        self.shared.grants.outstanding()
     }
 
     /// An endpoint that reads `version` over shared memory.
@@ -139,8 +154,7 @@ impl Drop for ShmServer {
     }
 }
 
-fn accept_loop(listener: &OwnedFd, shared: &Arc<Shared>) {
-    let active = Arc::new(AtomicUsize::new(0));
+fn accept_loop(listener: &OwnedFd, shared: &Arc<Shared>, active: &Arc<AtomicUsize>) {
     loop {
         let socket = match sys::accept(listener.as_fd()) {
             Ok(socket) => socket,
@@ -168,7 +182,7 @@ fn accept_loop(listener: &OwnedFd, shared: &Arc<Shared>) {
             continue;
         }
         let shared = Arc::clone(shared);
-        let active_now = Arc::clone(&active);
+        let active_now = Arc::clone(active);
         let spawned = std::thread::Builder::new()
             .name("quiver-shm".into())
             .stack_size(256 << 10)

@@ -300,6 +300,24 @@ impl SqlEngine {
         params: Option<ParamValues>,
         allowed: Effect,
     ) -> Result<Outcome> {
+        let started = std::time::Instant::now();
+        let outcome = self.plan_and_run(sql, params, allowed, started).await;
+        // A query is recorded when its last partition ends (`Query`).
+        match &outcome {
+            Ok(Outcome::Query(_)) => {}
+            Ok(Outcome::Changed(_)) => crate::metrics::record(started, "ok"),
+            Err(e) => crate::metrics::record(started, crate::metrics::outcome_of(e)),
+        }
+        outcome
+    }
+
+    async fn plan_and_run(
+        &self,
+        sql: &str,
+        params: Option<ParamValues>,
+        allowed: Effect,
+        started: std::time::Instant,
+    ) -> Result<Outcome> {
         let sql = number_placeholders(sql);
         let plan = self.context.state().create_logical_plan(&sql).await?;
         let effect = Effect::of(&plan);
@@ -366,7 +384,11 @@ impl SqlEngine {
             LogicalPlan::Copy(_) => Err(SqlError::Unsupported(
                 "COPY is not supported: fetch the result and write it on the client".into(),
             )),
-            plan => self.query(&plan).await.map(Outcome::Query),
+            plan => {
+                let query = self.query(&plan).await?;
+                query.count_from(started);
+                Ok(Outcome::Query(query))
+            }
         }
     }
 

@@ -15,6 +15,7 @@ mod blocking;
 mod catalog;
 mod engine;
 mod error;
+pub mod metrics;
 mod params;
 mod query;
 mod scan;

@@ -1,7 +1,7 @@
 //! A planned query: its partitions run on demand, under a deadline and a
 //! cancel switch shared by all of them.
 
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use arrow::datatypes::SchemaRef;
@@ -34,6 +34,45 @@ struct Control {
     cancel: watch::Sender<bool>,
     deadline: Instant,
     timeout: Duration,
+    /// When the statement arrived, if the query is recorded in the metrics
+    /// when it ends (its last handle and partition dropped).
+    counted_from: OnceLock<std::time::Instant>,
+    /// How the first partition that did not end well ended.
+    outcome: OnceLock<&'static str>,
+}
+
+impl Control {
+    /// Records that a partition ended with `outcome`, unless one ended badly before.
+    fn ended(&self, outcome: &'static str) {
+        let _ = self.outcome.set(outcome);
+    }
+}
+
+impl Drop for Control {
+    fn drop(&mut self) {
+        if let Some(started) = self.counted_from.get() {
+            let cancelled = *self.cancel.borrow();
+            let outcome = self.outcome.get().copied();
+            let outcome = outcome.unwrap_or(if cancelled { "cancelled" } else { "ok" });
+            crate::metrics::record(*started, outcome);
+        }
+    }
+}
+
+/// One partition running: a partition dropped before its end (its client went
+/// away) makes the query `cancelled`.
+#[derive(Debug)]
+struct Running {
+    control: Arc<Control>,
+    ended: bool,
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        if !self.ended {
+            self.control.ended("cancelled");
+        }
+    }
 }
 
 impl Query {
@@ -50,6 +89,8 @@ impl Query {
                 cancel,
                 deadline: Instant::now() + timeout,
                 timeout,
+                counted_from: OnceLock::new(),
+                outcome: OnceLock::new(),
             }),
         }
     }
@@ -63,6 +104,12 @@ impl Query {
             Arc::new(TaskContext::default()),
             Duration::from_secs(3600),
         ))
+    }
+
+    /// Records the query in the metrics when it ends, as a statement that
+    /// arrived at `started`.
+    pub(crate) fn count_from(&self, started: std::time::Instant) {
+        let _ = self.control.counted_from.set(started);
     }
 
     /// The schema of every batch the query returns.
@@ -93,24 +140,34 @@ impl Query {
         let cancelled = control.cancel.subscribe();
         // One timer for the whole partition, not one per batch.
         let deadline = Box::pin(tokio::time::sleep_until(control.deadline));
-        let state = Some((batches, cancelled, deadline, control));
+        let running = Running {
+            control,
+            ended: false,
+        };
+        let state = Some((batches, cancelled, deadline, running));
         Ok(stream::unfold(state, |state| async move {
-            let (mut batches, mut cancelled, mut deadline, control) = state?;
+            let (mut batches, mut cancelled, mut deadline, mut running) = state?;
             let next = tokio::select! {
                 biased;
                 // The sender lives in `control`, which this stream holds.
                 _ = cancelled.wait_for(|c| *c) => Err(SqlError::Cancelled),
-                () = &mut deadline => Err(SqlError::Timeout(control.timeout)),
+                () = &mut deadline => Err(SqlError::Timeout(running.control.timeout)),
                 next = batches.next() => Ok(next),
             };
-            match next {
+            let failed = match next {
                 Ok(Some(Ok(batch))) => {
-                    Some((Ok(batch), Some((batches, cancelled, deadline, control))))
+                    return Some((Ok(batch), Some((batches, cancelled, deadline, running))));
                 }
-                Ok(Some(Err(e))) => Some((Err(SqlError::from(e)), None)),
-                Ok(None) => None,
-                Err(e) => Some((Err(e), None)),
-            }
+                Ok(None) => {
+                    running.ended = true;
+                    return None;
+                }
+                Ok(Some(Err(e))) => SqlError::from(e),
+                Err(e) => e,
+            };
+            running.ended = true;
+            running.control.ended(crate::metrics::outcome_of(&failed));
+            Some((Err(failed), None))
         })
         .boxed())
     }

@@ -34,7 +34,7 @@ pub(crate) struct OsDisk;
 
 impl DiskFile for File {
     fn sync(&mut self) -> io::Result<()> {
-        self.sync_all()
+        crate::metrics::fsync("file", || self.sync_all())
     }
 }
 
@@ -49,7 +49,8 @@ impl Disk for OsDisk {
     }
 
     fn sync_dir(&self, dir: &Path) -> io::Result<()> {
-        File::open(dir)?.sync_all()
+        let dir = File::open(dir)?;
+        crate::metrics::fsync("dir", || dir.sync_all())
     }
 
     fn remove(&self, path: &Path) -> io::Result<()> {

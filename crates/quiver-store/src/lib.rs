@@ -29,6 +29,7 @@ mod lazy_free;
 mod limits;
 mod manifest;
 mod memory;
+pub mod metrics;
 mod name;
 mod segment_file;
 mod store;

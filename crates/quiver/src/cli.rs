@@ -8,6 +8,7 @@
 //! client command or benchmark (`put --append`, `bench client --streams`, ...)
 //! have none.
 
+mod config_file;
 mod serve_args;
 
 use std::path::PathBuf;
@@ -16,7 +17,8 @@ use clap::{Args, Parser, Subcommand};
 
 use crate::client::{Connector, Credentials, DEFAULT_SERVER};
 
-pub(crate) use serve_args::ServeArgs;
+pub(crate) use config_file::{Invocation, parse};
+pub(crate) use serve_args::{LogFormat, ServeArgs};
 
 /// quiver: a wire-speed Apache Arrow table store over Arrow Flight.
 #[derive(Debug, Parser)]
@@ -54,12 +56,31 @@ pub(crate) enum Command {
     Info(NameArg),
     /// Delete a table.
     Rm(NameArg),
+    /// A live view of a server from its metrics (`serve --metrics-listen`):
+    /// tables, memory, RPC rates, the slowest RPCs.
+    Top(TopArgs),
     /// Manage the users file: users with passwords, and API tokens.
     #[command(subcommand)]
     User(UserCommand),
     /// Measure throughput: a Rust Flight client, loopback TCP, memcpy (one JSON
     /// line per measurement; the harness in bench/ drives it).
     Bench(crate::bench::BenchArgs),
+}
+
+/// `quiver top`'s flags.
+#[derive(Debug, Args)]
+pub(crate) struct TopArgs {
+    /// The server's metrics page (its `--metrics-listen` address).
+    #[arg(long, default_value = "http://127.0.0.1:9464/metrics")]
+    pub(crate) metrics: String,
+
+    /// Seconds between refreshes.
+    #[arg(long, default_value_t = 1.0)]
+    pub(crate) interval: f64,
+
+    /// Print one view (rates over one interval) and exit, for scripts.
+    #[arg(long)]
+    pub(crate) once: bool,
 }
 
 /// Credentials and TLS settings of the client commands.

@@ -8,9 +8,8 @@ mod commands;
 mod files;
 mod serve;
 mod size;
+mod top;
 mod users;
-
-use clap::Parser;
 
 /// jemalloc keeps freed pages for reuse (10 s dirty decay) where glibc returns
 /// large blocks to the kernel at once: on these machines a first-touched page
@@ -37,7 +36,17 @@ struct MallocConf(*const std::ffi::c_char);
 unsafe impl Sync for MallocConf {}
 
 fn main() -> std::process::ExitCode {
-    let cli = cli::Cli::parse();
+    let cli = match cli::parse(std::env::args_os().collect()) {
+        Ok(cli::Invocation::Run(cli)) => *cli,
+        Ok(cli::Invocation::Print(text)) => {
+            print!("{text}");
+            return std::process::ExitCode::SUCCESS;
+        }
+        Err(e) => {
+            eprintln!("error: {e}");
+            return std::process::ExitCode::FAILURE;
+        }
+    };
     // Built for every command, as the client flags are global: a file they
     // name that cannot be read fails here, whatever the command.
     let connector = match cli.auth.connector(cli.server) {
@@ -62,6 +71,7 @@ fn main() -> std::process::ExitCode {
             cli::Command::Serve(args) => serve::run(args).await,
             cli::Command::Bench(args) => bench::run(args, &connector).await,
             cli::Command::User(command) => users::run(command),
+            cli::Command::Top(args) => top::run(args).await,
             command => commands::run(&connector, command).await,
         }
     });

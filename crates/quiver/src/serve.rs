@@ -8,18 +8,27 @@ use quiver_flight::server::{default_location, serve};
 use tokio::net::TcpListener;
 use tracing_subscriber::EnvFilter;
 
-use crate::cli::ServeArgs;
+use crate::cli::{LogFormat, ServeArgs};
 use crate::size::ByteSize;
 
 pub(crate) async fn run(args: ServeArgs) -> Result<(), Box<dyn std::error::Error>> {
-    init_logging(&args.log)?;
+    init_logging(&args.log, args.log_format)?;
     let max_memory = args.store.max_memory();
     let store = Arc::new(args.store.open(max_memory)?);
     let listener = TcpListener::bind(args.listen)
         .await
         .map_err(|e| format!("cannot listen on {}: {e}", args.listen))?;
     let addr = listener.local_addr()?;
-    let config = args.server_config(addr)?;
+    let mut config = args.server_config(addr)?;
+    let metrics = match args.metrics_listen {
+        Some(at) => Some(
+            std::net::TcpListener::bind(at)
+                .map_err(|e| format!("cannot listen for metrics on {at}: {e}"))?,
+        ),
+        None => None,
+    };
+    let metrics_addr = metrics.as_ref().map(|l| l.local_addr()).transpose()?;
+    config.metrics = metrics.map(Arc::new);
     tracing::info!(
         %addr,
         max_memory = %ByteSize(max_memory),
@@ -30,7 +39,7 @@ pub(crate) async fn run(args: ServeArgs) -> Result<(), Box<dyn std::error::Error
     // Before the line below: a signal sent as soon as it is read must stop
     // the server gracefully, not kill it.
     let shutdown = shutdown_signal();
-    announce(addr, config.tls.is_some())?;
+    announce(addr, config.tls.is_some(), metrics_addr)?;
     if config.advertise.is_none() {
         tracing::debug!(location = %default_location(addr), "advertised location");
     }
@@ -39,21 +48,34 @@ pub(crate) async fn run(args: ServeArgs) -> Result<(), Box<dyn std::error::Error
     Ok(())
 }
 
-/// Logs to stderr through `filter` (tracing's EnvFilter syntax).
-fn init_logging(filter: &str) -> Result<(), Box<dyn std::error::Error>> {
-    tracing_subscriber::fmt()
+/// Logs to stderr through `filter` (tracing's EnvFilter syntax), as text or
+/// as one JSON object per line with the event's fields at the top level.
+fn init_logging(filter: &str, format: LogFormat) -> Result<(), Box<dyn std::error::Error>> {
+    let logs = tracing_subscriber::fmt()
         .with_env_filter(EnvFilter::try_new(filter)?)
-        .with_writer(std::io::stderr)
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .init();
+        .with_writer(std::io::stderr);
+    match format {
+        LogFormat::Text => logs
+            .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+            .init(),
+        LogFormat::Json => logs
+            .json()
+            .flatten_event(true)
+            .with_current_span(false)
+            .init(),
+    }
     Ok(())
 }
 
-/// The one line on stdout: tools and tests read the address from it.
-fn announce(addr: SocketAddr, tls: bool) -> std::io::Result<()> {
+/// The lines on stdout: tools and tests read the addresses from them. The
+/// first is always the Flight address.
+fn announce(addr: SocketAddr, tls: bool, metrics: Option<SocketAddr>) -> std::io::Result<()> {
     let mut out = std::io::stdout().lock();
     let scheme = if tls { "grpc+tls" } else { "grpc+tcp" };
     writeln!(out, "quiver listening on {scheme}://{addr}")?;
+    if let Some(metrics) = metrics {
+        writeln!(out, "quiver metrics on http://{metrics}/metrics")?;
+    }
     out.flush()
 }
 

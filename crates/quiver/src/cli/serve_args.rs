@@ -6,7 +6,9 @@
 //!
 //! Every flag has a `QUIVER_...` environment variable but `--table`, which is
 //! repeatable: one variable could not hold a list of tables without a
-//! separator of its own, and paths may contain any separator.
+//! separator of its own, and paths may contain any separator; and
+//! `--print-config`, an action. Every setting can also come from the file
+//! `--config` names ([`super::config_file`]).
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -97,6 +99,26 @@ pub(crate) struct ServeArgs {
     #[arg(long, env = "QUIVER_LOG", default_value = "info")]
     pub(crate) log: String,
 
+    /// Log lines as `text` for people or `json` for log shippers (one JSON
+    /// object per line, the same fields).
+    #[arg(long, env = "QUIVER_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
+    pub(crate) log_format: LogFormat,
+
+    /// Serve Prometheus metrics at http://HOST:PORT/metrics (docs/operations.md).
+    /// Default: off.
+    #[arg(long, env = "QUIVER_METRICS_LISTEN")]
+    pub(crate) metrics_listen: Option<SocketAddr>,
+
+    /// Read settings from this TOML file: its keys are these flags' names
+    /// (`max-memory = "8GiB"`); flags and QUIVER_ variables override it.
+    #[arg(long, env = "QUIVER_CONFIG")]
+    pub(crate) config: Option<PathBuf>,
+
+    /// Print the settings in force, and where each came from, as a config
+    /// file; then exit.
+    #[arg(long)]
+    pub(crate) print_config: bool,
+
     /// Unix socket of the same-host shared-memory data plane (docs/shm.md):
     /// a path, `auto` ($XDG_RUNTIME_DIR, else the temporary directory,
     /// `/quiver-PORT.sock`) or `off`.
@@ -148,10 +170,21 @@ impl ServeArgs {
             tls,
             auth,
             shm_socket: shm_socket(&self.shm_socket, addr.port()),
+            // Bound by `serve::run`, which announces it.
+            metrics: None,
             http2: self.http2.to_config()?,
             limits: self.limits.to_config()?,
         })
     }
+}
+
+/// How log lines are written.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub(crate) enum LogFormat {
+    /// `2026-11-25T09:00:00Z  INFO quiver_flight::rpc_log: ok rpc="DoGet" ...`
+    Text,
+    /// `{"timestamp":"...","level":"INFO","message":"ok","rpc":"DoGet",...}`
+    Json,
 }
 
 /// How DoGet and DoPut meet the wire.
@@ -641,8 +674,9 @@ mod tests {
     }
 
     /// Flags of `quiver serve` that have no environment variable, and why:
-    /// `--table` is repeatable (see the module's documentation).
-    const WITHOUT_ENV: [&str; 1] = ["table"];
+    /// `--table` is repeatable (see the module's documentation);
+    /// `--print-config` is an action, not a setting.
+    const WITHOUT_ENV: [&str; 2] = ["print-config", "table"];
 
     #[test]
     fn every_serve_flag_but_table_has_its_environment_variable() {
