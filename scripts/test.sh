@@ -9,8 +9,9 @@
 #      cached outside the repository, in ~/.cache/quiver/java);
 #   5. PostgreSQL and its ODBC driver from Debian's packages, if missing, for the
 #      benchmark harness's sql suite (scripts/install-postgres.sh);
-#   6. systemd from Debian's packages, if missing, for systemd-analyze verify of
-#      the unit in deploy/ (scripts/install-systemd.sh);
+#   6. systemd and tmux from Debian's packages, if missing, for systemd-analyze
+#      verify of the unit in deploy/ and for `quiver top` under a terminal
+#      (scripts/install-os-tools.sh);
 #   7. ruff, mypy on the client package (python/quiver), and pytest against the
 #      real server binary: the client's tests (Flight, Flight SQL through ADBC and
 #      JDBC, the sqllogictest files) and the benchmark harness's smoke tests (tiny
@@ -73,9 +74,9 @@ bash scripts/setup-java.sh
 step "PostgreSQL and psqlODBC (the benchmark harness's sql suite, smoke-tested)"
 bash scripts/install-postgres.sh
 
-step "systemd (systemd-analyze verify of deploy/quiver.service in python/tests/test_deploy.py)"
-# Exit 3: it cannot be installed here; test_deploy.py then says so (and fails with CI=true).
-bash scripts/install-systemd.sh || [ $? -eq 3 ]
+step "systemd and tmux (python/tests/test_deploy.py, python/tests/test_top.py)"
+# Exit 3: they cannot be installed here; the tests then say so (and fail with CI=true).
+bash scripts/install-os-tools.sh || [ $? -eq 3 ]
 
 step "pytest"
 # shellcheck disable=SC2086

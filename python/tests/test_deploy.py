@@ -10,7 +10,7 @@
 - the Containerfile copies files that exist, that ``.dockerignore`` keeps, with a Cargo profile
   that exists.
 
-``scripts/install-systemd.sh`` installs systemd from Debian's packages when ``systemd-analyze``
+``scripts/install-os-tools.sh`` installs systemd from Debian's packages when ``systemd-analyze``
 is missing (``scripts/test.sh`` runs it too). With ``CI=true`` a machine where it cannot be
 installed fails the systemd tests; elsewhere they are skipped, saying why.
 """
@@ -36,8 +36,8 @@ SYSUSERS = DEPLOY / "quiver.sysusers"
 CONFIG = DEPLOY / "quiver.toml"
 CONTAINERFILE = DEPLOY / "Containerfile"
 DOCKERIGNORE = REPO / ".dockerignore"
-INSTALL_SYSTEMD = REPO / "scripts" / "install-systemd.sh"
-CANNOT_INSTALL = 3  # install-systemd.sh's exit code when systemd cannot be installed here
+INSTALL_SYSTEMD = REPO / "scripts" / "install-os-tools.sh"
+CANNOT_INSTALL = 3  # install-os-tools.sh's exit code when systemd cannot be installed here
 INSTALL_TIMEOUT_S = 600.0
 RUN_TIMEOUT_S = 60.0
 
@@ -73,7 +73,7 @@ def in_ci() -> bool:
 
 @pytest.fixture(scope="module")
 def systemd_analyze() -> str:
-    """The path of ``systemd-analyze``, installed by ``scripts/install-systemd.sh`` if missing."""
+    """The path of ``systemd-analyze``, installed by ``scripts/install-os-tools.sh`` if missing."""
     found = shutil.which("systemd-analyze")
     if found:
         return found

@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# Installs the programs some tests drive, from Debian's packages:
+#   systemd   systemd-analyze (verify, syscall-filter) and systemd-sysusers, for
+#             python/tests/test_deploy.py (nothing is started: the tests only run
+#             those two programs on files in a temp dir);
+#   tmux      the terminal `quiver top` is tested in (python/tests/test_top.py).
+# Idempotent: it runs apt-get only when one of them is missing.
+#
+# Exit codes: 0 ready; 3 missing and it cannot be installed here (not root nor
+# passwordless sudo, or no apt-get); 1 anything else.
+set -euo pipefail
+
+say() { printf 'install-os-tools: %s\n' "$*"; }
+die() { printf 'install-os-tools: %s\n' "$1" >&2; exit "${2:-1}"; }
+
+packages=()
+if ! command -v systemd-analyze >/dev/null || ! command -v systemd-sysusers >/dev/null; then
+    packages+=(systemd)
+fi
+command -v tmux >/dev/null || packages+=(tmux)
+if [ ${#packages[@]} -eq 0 ]; then
+    say "systemd-analyze, systemd-sysusers and tmux already installed"
+    exit 0
+fi
+
+sudo=()
+if [ "$(id -u)" -ne 0 ]; then
+    if command -v sudo >/dev/null && sudo -n true 2>/dev/null; then
+        sudo=(sudo -n)
+    else
+        die "${packages[*]} missing, and not root (nor passwordless sudo) to install them" 3
+    fi
+fi
+command -v apt-get >/dev/null || die "${packages[*]} missing, and no apt-get to install them" 3
+
+say "installing ${packages[*]} from Debian's packages"
+"${sudo[@]}" env DEBIAN_FRONTEND=noninteractive apt-get update -qq
+"${sudo[@]}" env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
+    "${packages[@]}" >/dev/null
+command -v systemd-analyze >/dev/null || die "installed systemd but found no systemd-analyze"
+command -v tmux >/dev/null || die "installed tmux but found no tmux"
