@@ -92,7 +92,17 @@ pub(crate) fn serve(socket: OwnedFd, shared: &Shared) {
     if let Err(e) = &outcome {
         tracing::info!(?peer, error = %e, "shm request refused");
     }
+    // Only a put gets here with a success (a stream returned above).
+    let stored = outcome.is_ok();
     let _ = reply(fd, shared, outcome);
+    if stored {
+        // The version this put replaced is being freed on the store's free
+        // thread, after the reply. The connection closes once it is, so that
+        // a client about to put again can wait for the close: the pages of
+        // its next memfds are then the ones just freed, not pages the
+        // hypervisor may have taken back (docs/shm.md, Writing).
+        shared.store.memory().settle();
+    }
 }
 
 /// Sends the outcome of a request.

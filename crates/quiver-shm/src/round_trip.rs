@@ -144,6 +144,35 @@ fn a_put_from_a_sealed_memfd_is_stored_and_read_back_over_the_socket() {
 }
 
 #[test]
+fn a_put_connection_closes_once_the_replaced_version_is_freed() {
+    let (_dir, store, server) = start();
+    let put = |rows| {
+        let ticket = server
+            .put_ticket("t".into(), WriteMode::Replace, None, "tester".into())
+            .unwrap();
+        let memfd = sealed_stream(&[batch(rows)]);
+        let socket = request(&server, PUT_DATA, &ticket, &[&memfd]);
+        let (code, text) = reply(&socket);
+        assert_eq!(code, 0, "{text}");
+        socket
+    };
+    drop(put(100));
+    let first = Arc::downgrade(&store.get("t").unwrap());
+    let socket = put(200);
+    // The replaced version is freed on the store's free thread; the server
+    // closes the connection after that, which a client putting again waits for.
+    assert!(
+        sys::recv(socket.as_fd(), sys::MAX_REQUEST)
+            .unwrap()
+            .is_none(),
+        "nothing follows the reply but the close"
+    );
+    assert!(first.upgrade().is_none(), "the replaced version is freed");
+    assert!(!store.memory().settle(), "no free is pending");
+    assert_eq!(store.get("t").unwrap().num_rows(), 200);
+}
+
+#[test]
 fn a_used_ticket_is_refused_and_a_put_without_memfd_too() {
     let (_dir, store, server) = start();
     let ticket = server
