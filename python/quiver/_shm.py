@@ -35,6 +35,8 @@ import operator
 import os
 import socket
 import struct
+import threading
+import time
 import weakref
 from dataclasses import dataclass
 from urllib.parse import parse_qs, unquote, urlsplit
@@ -63,6 +65,8 @@ MAX_FDS = 16
 PART_BYTES = 64 << 20
 #: Offsets per free_data message.
 FREE_CHUNK = 8192
+#: Longest a put waits for the server to close the connection of the put before it.
+FREE_WAIT = 10.0
 
 _CUT_SHORT = int(socket.MSG_TRUNC | socket.MSG_CTRUNC)
 _SEALS = fcntl.F_SEAL_WRITE | fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW | fcntl.F_SEAL_SEAL
@@ -390,26 +394,67 @@ def _assemble(regions: list[pa.Buffer], stream: _Stream) -> pa.Table:
 
 
 def put(location: Location, ticket: bytes, table: pa.Table) -> bytes:
-    """Write ``table`` into sealed memfds and hand them to the server; return its JSON reply."""
+    """Write ``table`` into sealed memfds and hand them to the server; return its JSON reply.
+
+    Before writing, waits (up to :data:`FREE_WAIT`) until the server has closed the
+    connections of this process's earlier puts to the same socket: it closes one once
+    the version that put replaced is freed, so that the new memfds get the pages just
+    freed rather than pages the hypervisor may have taken back (docs/shm.md).
+    """
     if location.put_data is None:
         raise ShmUnavailableError("the server's shared-memory location takes no puts")
+    _closing.wait(location.path)
     fds = sealed_memfds(table)
     try:
         sock = _connect(location)
-        with sock:
+        try:
             sock.sendmsg(
                 [_tagged(location.put_data, ticket)],
                 [(socket.SOL_SOCKET, socket.SCM_RIGHTS, struct.pack(f"<{len(fds)}i", *fds))],
             )
             reply, _ = _Receiver(sock).receive()
+        except BaseException:
+            sock.close()
+            raise
     finally:
         for fd in fds:
             os.close(fd)
     if reply[:1] != bytes([REPLY]) or len(reply) < 2:
+        sock.close()
         raise QuiverError("the server answered a put with something else", "INTERNAL")
     if reply[1] != 0:
+        sock.close()
         _raise_reply(reply)
+    _closing.add(location.path, sock)
     return reply[2:]
+
+
+class _Closing:
+    """Connections of stored puts, by socket path, that the server has not closed yet."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.sockets: dict[str, list[socket.socket]] = {}
+
+    def add(self, path: str, sock: socket.socket) -> None:
+        """Keep ``sock`` until the next put to ``path`` waits for its close."""
+        with self.lock:
+            self.sockets.setdefault(path, []).append(sock)
+
+    def wait(self, path: str) -> None:
+        """Wait until the server has closed every connection kept for ``path``; close them."""
+        with self.lock:
+            waiting = self.sockets.pop(path, [])
+        deadline = time.monotonic() + FREE_WAIT
+        for sock in waiting:
+            with sock, contextlib.suppress(OSError):
+                sock.settimeout(max(deadline - time.monotonic(), 0.0))
+                # Nothing follows the reply: the next receive is the close.
+                while sock.recv(1):
+                    pass
+
+
+_closing = _Closing()
 
 
 def _parts(table: pa.Table, cores: int) -> list[pa.Table]:

@@ -106,6 +106,26 @@ def test_every_type_round_trips_through_shm(uri: str) -> None:
         assert shm.get("grow").equals(pa.concat_tables([numbers(10), numbers(5, seed=100)]))
 
 
+def test_a_put_waits_for_the_server_to_close_the_put_before(uri: str) -> None:
+    # The server closes a put's connection once the version that put replaced is freed;
+    # the next put to the same socket waits for that close before writing its memfds,
+    # so that they get the pages just freed (docs/shm.md, Writing).
+    with quiver.connect(uri, transport="shm") as client:
+        client.put("again", numbers(1000))
+        with flight.FlightClient(uri) as plain:
+            location, _ = shm_endpoint(plain, "again")
+        [first] = _shm._closing.sockets[location.path]
+        client.put("again", numbers(1000, seed=1))
+        assert first.fileno() == -1, "the second put waited for the first's close"
+        [second] = _shm._closing.sockets[location.path]
+        assert second is not first
+        assert second.recv(1) == b"", "nothing follows the reply but the close"
+        _shm._closing.wait(location.path)
+        assert second.fileno() == -1
+        assert location.path not in _shm._closing.sockets
+        assert client.get("again").equals(numbers(1000, seed=1))
+
+
 def test_each_offset_is_freed_once(uri: str, monkeypatch: pytest.MonkeyPatch) -> None:
     # A column without nulls has an empty validity buffer at its values' offset.
     freed: list[list[int]] = []
