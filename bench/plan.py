@@ -79,6 +79,9 @@ class Plan:
         Rows of the table each soak put sends.
     shm_bytes : tuple of int
         Table sizes the ``shm`` suite gets and puts over shared memory and over gRPC.
+    shm_puts_in_a_row : int
+        Puts the ``shm`` suite makes back to back per client and repetition, each
+        replacing the table the one before stored: each is timed.
     """
 
     mode: str
@@ -104,6 +107,7 @@ class Plan:
     soak_seconds: float = 10.0
     soak_rows: int = 10_000
     shm_bytes: tuple[int, ...] = (64 * MI, 256 * MI)
+    shm_puts_in_a_row: int = 5
     warm_up_reps: int = 0
 
     @property
@@ -161,6 +165,7 @@ def plan_for(mode: str, ram_bytes: int) -> Plan:
             soak_seconds=2.0,
             soak_rows=1_000,
             shm_bytes=(4 * MI,),
+            shm_puts_in_a_row=2,
             warm_up_reps=1,
         )
     if mode == "quick":

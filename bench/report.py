@@ -681,6 +681,7 @@ def _shm_section(rows: list[Row]) -> list[str]:
                 f"| {_size(size)} | first shm get of a version put over gRPC (writes its memfd) | "
                 f"{first.median:.3f} ({first.low:.3f}-{first.high:.3f}) | | |"
             )
+    lines += _back_to_back_puts(shm, sizes)
     one = select(shm, op="rss_1_reader")
     eight = select(shm, op="rss_8_readers")
     if one and eight:
@@ -693,6 +694,30 @@ def _shm_section(rows: list[Row]) -> list[str]:
             f"eight: {b:,.0f} MiB (readers map the same memfd; nothing is copied per reader).",
         ]
     return [*lines, ""]
+
+
+def _back_to_back_puts(shm: list[Row], sizes: list[int]) -> list[str]:
+    """Return the table of each client's puts, which the suite makes back to back."""
+    lines = [
+        "",
+        "Puts, back to back in series, each replacing the table the one before stored "
+        "(seconds; steady when max / min stays near 1):",
+        "",
+        "| table | client | puts | min | median | max | max / min |",
+        "| --- | --- | --- | --- | --- | --- | --- |",
+    ]
+    found = False
+    for size in sizes:
+        for client, label in (("pyarrow-shm", "shm"), ("pyarrow-grpc", "gRPC")):
+            puts = spread(select(shm, op="put", client=client, bytes=size), "seconds")
+            if puts is None:
+                continue
+            found = True
+            lines.append(
+                f"| {_size(size)} | {label} | {puts.n} | {puts.low:.4f} | {puts.median:.4f} | "
+                f"{puts.high:.4f} | {_times(puts.high / puts.low if puts.low else None)} |"
+            )
+    return lines if found else []
 
 
 def _warm_up_text(run: dict[str, object]) -> str:

@@ -766,8 +766,10 @@ def run_shm(run: Run) -> None:
     """Time gets and puts of the same table by the same client over shared memory and gRPC.
 
     The quiver client with ``transport="shm"`` against ``transport="grpc"``, both to quiver,
-    taking turns within each repetition. Each result is checked equal to the table once.
-    Also the server's RSS after one reader and after eight readers holding the table.
+    taking turns within each repetition; each client's puts come back to back
+    (``Plan.shm_puts_in_a_row``), each replacing the last. Each result is checked equal to
+    the table once. Also the server's RSS after one reader and after eight readers holding
+    the table.
     """
     import quiver
 
@@ -813,11 +815,17 @@ def _measure_shm(run: Run, server: ServerProcess, clients: dict, table: pa.Table
             )
         )
 
+    in_a_row = run.plan.shm_puts_in_a_row
     for rep in range(run.plan.reps):
         for label, client in _order_items(clients, rep):
-            started = time.perf_counter()
-            client.put(name, table)
-            record(label, "put", time.perf_counter() - started, rep)
+            # Back to back, each replacing the version the one before stored, as a
+            # client refreshing a table does: a put pays for whatever the one before left
+            # under way (the free of the version it replaced), and its fresh pages are
+            # those just freed or others.
+            for i in range(in_a_row):
+                started = time.perf_counter()
+                client.put(name, table)
+                record(label, "put", time.perf_counter() - started, rep * in_a_row + i)
         # The first shm get of a version put over gRPC writes the version into its
         # memfd (once per version); later ones, and those of a version put over shm,
         # only map it.

@@ -290,6 +290,12 @@ def test_the_shm_suite_reaches_the_report(smoke_run):
     assert "shm put of 4 MiB" in section, section
     assert "| 4 MiB | get |" in section, section
     assert "| 4 MiB | put |" in section, section
+    # Each client's back-to-back puts: their count, min, median and max.
+    series = [line for line in section.splitlines() if line.startswith("| 4 MiB | shm |")]
+    assert len(series) == 1, section
+    plan = plan_for("smoke", GIB)
+    puts = plan.reps * plan.shm_puts_in_a_row
+    assert series[0].split("|")[3].strip() == str(puts), series
 
 
 def test_the_sql_suite_measured_postgresql_with_every_driver(smoke_run):
