@@ -117,6 +117,15 @@ def test_metrics_count_what_the_server_did(start_quiver: ServerFactory) -> None:
     assert (("quiver_shm_connections", ()) in s) and (("quiver_shm_grants", ()) in s)
     assert value(s, "quiver_put_buffer_pool_bytes") >= 0
     assert value(s, "quiver_build_info", version=quiver.__version__) == 1
+    # The shared-memory data plane counts as methods of its own.
+    with quiver.connect(server.uri, transport="shm") as client:
+        client.put("s", table)
+        assert client.get("s").num_rows == 100_000
+    s = scrape(url)
+    assert value(s, "quiver_rpcs_total", method="ShmPut", code="OK") == 1
+    assert value(s, "quiver_rows_total", method="ShmPut", direction="received") == 100_000
+    assert value(s, "quiver_rows_total", method="ShmGet", direction="sent") == 100_000
+    assert value(s, "quiver_rpc_duration_seconds_count", method="ShmGet") == 1
     # Counters only grow: a second scrape after one more RPC.
     with quiver.connect(server.uri) as client:
         client.list_tables()

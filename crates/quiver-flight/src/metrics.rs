@@ -23,12 +23,13 @@ use crate::wire::body_pool::BodyPool;
 use quiver_shm::ShmServer;
 
 /// RPCs finished, by `method` and `code` (gRPC's code name; a response
-/// stream the client dropped before its end counts as `Cancelled`).
+/// stream the client dropped before its end counts as `Canceled`). The
+/// shared-memory data plane's requests count as methods `ShmGet` and `ShmPut`.
 pub const RPCS: &str = "quiver_rpcs_total";
 /// RPC duration, by `method`: from the request to the end of the response.
 pub const RPC_SECONDS: &str = "quiver_rpc_duration_seconds";
-/// Arrow bytes received (DoPut, DoExchange) and sent (the rest), by `method`
-/// and `direction`.
+/// Arrow bytes received (DoPut, DoExchange, ShmPut) and sent (the rest), by
+/// `method` and `direction`.
 pub const BYTES: &str = "quiver_bytes_total";
 /// Rows received and sent, by `method` and `direction`.
 pub const ROWS: &str = "quiver_rows_total";
@@ -77,12 +78,23 @@ pub(crate) fn record_rpc(
     histogram!(RPC_SECONDS, "method" => method).record(seconds);
     if rows > 0 || bytes > 0 {
         let direction = match method {
-            "DoPut" | "DoExchange" => "received",
+            "DoPut" | "DoExchange" | "ShmPut" => "received",
             _ => "sent",
         };
         counter!(BYTES, "method" => method, "direction" => direction).increment(bytes);
         counter!(ROWS, "method" => method, "direction" => direction).increment(rows);
     }
+}
+
+/// Records a request the shared-memory data plane finished.
+pub(crate) fn record_shm(finished: quiver_shm::Finished) {
+    record_rpc(
+        finished.request,
+        finished.code,
+        finished.seconds,
+        finished.rows,
+        finished.bytes,
+    );
 }
 
 /// Records a request refused by the limit whose error kind is `kind`, if

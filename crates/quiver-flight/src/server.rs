@@ -276,9 +276,12 @@ pub async fn serve(
     };
     let shm = match &config.shm_socket {
         None => None,
-        Some(path) => match ShmServer::start(path, Arc::clone(&store), |e| {
-            tonic::Status::from(crate::Error::from(e))
-        }) {
+        Some(path) => match ShmServer::start(
+            path,
+            Arc::clone(&store),
+            |e| tonic::Status::from(crate::Error::from(e)),
+            crate::metrics::record_shm,
+        ) {
             Ok(shm) => {
                 tracing::info!(location = shm.location(), "shared-memory data plane on");
                 Some(Arc::new(shm))

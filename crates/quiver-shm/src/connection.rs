@@ -26,6 +26,7 @@ pub(crate) struct Shared {
     pub(crate) store: Arc<TableStore>,
     pub(crate) grants: Arc<Grants>,
     pub(crate) status_of: crate::StatusOf,
+    pub(crate) record: crate::RecordOf,
 }
 
 /// Serves `socket` until the client is done or gone.
@@ -47,14 +48,17 @@ pub(crate) fn serve(socket: OwnedFd, shared: &Shared) {
             return;
         }
     };
+    let started = std::time::Instant::now();
+    let mut request = "Shm";
+    let mut stored = (0, 0);
     let outcome = match framing::request(&first.bytes) {
         Ok(Request::Tagged {
             tag: tag @ (WANT_DATA | WANT_BUNDLED),
             body,
         }) => {
-            let started = std::time::Instant::now();
-            match send_stream(fd, shared, body, tag == WANT_BUNDLED) {
-                // Sent: what remains is to wait for the frees.
+            request = "ShmGet";
+            match send_stream(fd, shared, body, tag == WANT_BUNDLED, started) {
+                // Sent and recorded: what remains was to wait for the frees.
                 Ok(()) => {
                     tracing::debug!(?peer, elapsed = ?started.elapsed(), "shm get served");
                     return;
@@ -65,24 +69,28 @@ pub(crate) fn serve(socket: OwnedFd, shared: &Shared) {
         Ok(Request::Tagged {
             tag: PUT_DATA,
             body,
-        }) => put(shared, body, first.fds).map(|(v, user)| {
-            tracing::info!(
-                ?peer,
-                %user,
-                table = v.name(),
-                version = v.version(),
-                rows = v.num_rows(),
-                bytes = v.num_bytes(),
-                "shm put"
-            );
-            json!({
-                "table": v.name(),
-                "version": v.version(),
-                "rows": v.num_rows(),
-                "bytes": v.num_bytes(),
+        }) => {
+            request = "ShmPut";
+            put(shared, body, first.fds).map(|(v, user)| {
+                tracing::info!(
+                    ?peer,
+                    %user,
+                    table = v.name(),
+                    version = v.version(),
+                    rows = v.num_rows(),
+                    bytes = v.num_bytes(),
+                    "shm put"
+                );
+                stored = (v.num_rows(), v.num_bytes());
+                json!({
+                    "table": v.name(),
+                    "version": v.version(),
+                    "rows": v.num_rows(),
+                    "bytes": v.num_bytes(),
+                })
+                .to_string()
             })
-            .to_string()
-        }),
+        }
         Ok(Request::Tagged { tag, .. }) => Err(ShmError::invalid(format!(
             "a connection starts with want_data (tag {WANT_DATA}), want_bundled (tag \
              {WANT_BUNDLED}) or put_data (tag {PUT_DATA}), not tag {tag}"
@@ -93,9 +101,15 @@ pub(crate) fn serve(socket: OwnedFd, shared: &Shared) {
         tracing::info!(?peer, error = %e, "shm request refused");
     }
     // Only a put gets here with a success (a stream returned above).
-    let stored = outcome.is_ok();
-    let _ = reply(fd, shared, outcome);
-    if stored {
+    let code = reply(fd, shared, outcome);
+    (shared.record)(crate::Finished {
+        request,
+        code,
+        seconds: started.elapsed().as_secs_f64(),
+        rows: stored.0,
+        bytes: stored.1,
+    });
+    if code == tonic::Code::Ok {
         // The version this put replaced is being freed on the store's free
         // thread, after the reply. The connection closes once it is, so that
         // a client about to put again can wait for the close: the pages of
@@ -105,22 +119,28 @@ pub(crate) fn serve(socket: OwnedFd, shared: &Shared) {
     }
 }
 
-/// Sends the outcome of a request.
-pub(crate) fn reply(
-    fd: BorrowedFd<'_>,
-    shared: &Shared,
-    outcome: Result<String>,
-) -> std::io::Result<()> {
-    let message = match outcome {
-        Ok(json) => framing::reply(tonic::Code::Ok, json.as_bytes()),
+/// Sends the outcome of a request; returns the code sent. A client that
+/// went away misses it, which is no error of the server's.
+pub(crate) fn reply(fd: BorrowedFd<'_>, shared: &Shared, outcome: Result<String>) -> tonic::Code {
+    let (code, message) = match outcome {
+        Ok(json) => (
+            tonic::Code::Ok,
+            framing::reply(tonic::Code::Ok, json.as_bytes()),
+        ),
         Err(e) => {
             // The status's details: a `google.rpc.Status` with its code,
             // message and kind, as gRPC's error trailer carries it.
             let status = (shared.status_of)(e);
-            framing::reply(status.code(), status.details())
+            (
+                status.code(),
+                framing::reply(status.code(), status.details()),
+            )
         }
     };
-    sys::send(fd, &[IoSlice::new(&message)], &[])
+    if let Err(e) = sys::send(fd, &[IoSlice::new(&message)], &[]) {
+        tracing::debug!(error = %e, "shm: the client left before the reply");
+    }
+    code
 }
 
 /// Stores the memfds a put ticket allows; returns the version and who put it.
@@ -220,7 +240,13 @@ fn send_bundle(
 
 /// Sends the stream a `want_data` (or `want_bundled`) ticket names, then holds
 /// the version until every offset sent is freed or the client disconnects.
-fn send_stream(fd: BorrowedFd<'_>, shared: &Shared, ticket: &[u8], bundled: bool) -> Result<()> {
+fn send_stream(
+    fd: BorrowedFd<'_>,
+    shared: &Shared,
+    ticket: &[u8],
+    bundled: bool,
+    started: std::time::Instant,
+) -> Result<()> {
     let Grant::Get(version) = shared.grants.redeem(ticket)? else {
         return Err(ShmError::invalid("a put ticket sent with want_data"));
     };
@@ -249,6 +275,13 @@ fn send_stream(fd: BorrowedFd<'_>, shared: &Shared, ticket: &[u8], bundled: bool
         .send(&[&framing::end_of_stream(seq)])
         .map_err(send_failed)?;
     outbox.flush().map_err(send_failed)?;
+    (shared.record)(crate::Finished {
+        request: "ShmGet",
+        code: tonic::Code::Ok,
+        seconds: started.elapsed().as_secs_f64(),
+        rows: version.num_rows(),
+        bytes: version.num_bytes(),
+    });
     // The version and its memfd stay alive (even if the table is replaced or
     // deleted) until the client frees every offset or goes away.
     let _ = sys::set_read_timeout(fd, None);

@@ -47,3 +47,22 @@ impl ShmError {
 /// statuses replies carry: their code, and their details (a serialized
 /// `google.rpc.Status`, the message and kind), which must not be empty.
 pub type StatusOf = fn(ShmError) -> tonic::Status;
+
+/// A request the data plane finished, for the server's metrics.
+#[derive(Debug, Clone, Copy)]
+pub struct Finished {
+    /// `ShmGet`, `ShmPut`, or `Shm` for a request that was neither.
+    pub request: &'static str,
+    /// The code replied (`Ok` for a stream sent).
+    pub code: tonic::Code,
+    /// From the request to the reply (for a get: to the end of the stream
+    /// sent, not to the client's frees).
+    pub seconds: f64,
+    /// Rows stored or sent.
+    pub rows: u64,
+    /// Arrow bytes stored or sent.
+    pub bytes: u64,
+}
+
+/// How the server that starts the data plane records a finished request.
+pub type RecordOf = fn(Finished);

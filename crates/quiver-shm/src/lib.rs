@@ -38,7 +38,7 @@ use quiver_store::{TableStore, TableVersion, WriteMode};
 
 use self::connection::Shared;
 use self::grants::{Grant, Grants};
-pub use crate::error::{Result, ShmError, StatusOf};
+pub use crate::error::{Finished, RecordOf, Result, ShmError, StatusOf};
 
 /// The request header that asks GetFlightInfo for a shared-memory endpoint.
 pub const TRANSPORT_HEADER: &str = "x-quiver-transport";
@@ -64,8 +64,13 @@ impl ShmServer {
     /// Listens at `path` (a stale socket file left there is replaced; a live
     /// one is an error) and serves connections on background threads. A
     /// refused request is answered with the status `status_of` makes of its
-    /// error.
-    pub fn start(path: &Path, store: Arc<TableStore>, status_of: StatusOf) -> io::Result<Self> {
+    /// error; every request, once answered, is passed to `record`.
+    pub fn start(
+        path: &Path,
+        store: Arc<TableStore>,
+        status_of: StatusOf,
+        record: RecordOf,
+    ) -> io::Result<Self> {
         if path.exists() {
             if sys::connect(path).is_ok() {
                 return Err(io::Error::new(
@@ -83,6 +88,7 @@ impl ShmServer {
             store,
             grants: Arc::new(Grants::default()),
             status_of,
+            record,
         });
         let accepting = Arc::clone(&listener);
         let serving = Arc::clone(&shared);

@@ -32,17 +32,22 @@ fn batch(rows: i64) -> RecordBatch {
 fn start() -> (tempfile::TempDir, Arc<TableStore>, ShmServer) {
     let dir = tempfile::tempdir().unwrap();
     let store = Arc::new(TableStore::new(1 << 30));
-    let server = ShmServer::start(&dir.path().join("q.sock"), Arc::clone(&store), |e| {
-        let code = match &e {
-            ShmError::PermissionDenied(_) => tonic::Code::PermissionDenied,
-            ShmError::InvalidArgument(_) | ShmError::Decode(_) => tonic::Code::InvalidArgument,
-            _ => tonic::Code::Internal,
-        };
-        // quiver-flight puts a serialized google.rpc.Status in the details;
-        // here the message itself, so that the test reads it back as text.
-        let message = e.to_string();
-        tonic::Status::with_details(code, message.clone(), message.into())
-    })
+    let server = ShmServer::start(
+        &dir.path().join("q.sock"),
+        Arc::clone(&store),
+        |e| {
+            let code = match &e {
+                ShmError::PermissionDenied(_) => tonic::Code::PermissionDenied,
+                ShmError::InvalidArgument(_) | ShmError::Decode(_) => tonic::Code::InvalidArgument,
+                _ => tonic::Code::Internal,
+            };
+            // quiver-flight puts a serialized google.rpc.Status in the details;
+            // here the message itself, so that the test reads it back as text.
+            let message = e.to_string();
+            tonic::Status::with_details(code, message.clone(), message.into())
+        },
+        |_| {},
+    )
     .unwrap();
     (dir, store, server)
 }
