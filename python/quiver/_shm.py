@@ -25,6 +25,7 @@ closes. See docs/shm.md.
 
 from __future__ import annotations
 
+import atexit
 import bisect
 import concurrent.futures
 import contextlib
@@ -437,9 +438,27 @@ class _Closing:
         self.sockets: dict[str, list[socket.socket]] = {}
 
     def add(self, path: str, sock: socket.socket) -> None:
-        """Keep ``sock`` until the next put to ``path`` waits for its close."""
+        """Keep ``sock`` until the next put to ``path`` waits for its close.
+
+        Connections the server has closed already, to any socket, are closed
+        here: only those of puts whose frees are pending stay open.
+        """
         with self.lock:
+            for kept in self.sockets.values():
+                still_open = [s for s in kept if not _closed_by_peer(s)]
+                for s in kept:
+                    if s not in still_open:
+                        s.close()
+                kept[:] = still_open
             self.sockets.setdefault(path, []).append(sock)
+
+    def close_all(self) -> None:
+        """Close every connection kept (at exit: nothing waits for them any more)."""
+        with self.lock:
+            for kept in self.sockets.values():
+                for s in kept:
+                    s.close()
+            self.sockets.clear()
 
     def wait(self, path: str) -> None:
         """Wait until the server has closed every connection kept for ``path``; close them."""
@@ -454,7 +473,18 @@ class _Closing:
                     pass
 
 
+def _closed_by_peer(sock: socket.socket) -> bool:
+    """Return whether the server has closed ``sock`` (nothing else follows a put's reply)."""
+    try:
+        return sock.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT) == b""
+    except BlockingIOError:
+        return False
+    except OSError:
+        return True
+
+
 _closing = _Closing()
+atexit.register(_closing.close_all)
 
 
 def _parts(table: pa.Table, cores: int) -> list[pa.Table]:

@@ -29,6 +29,7 @@ from pathlib import Path
 
 __all__ = [
     "LISTENING",
+    "METRICS",
     "ServerProcess",
     "ServerStartError",
     "find_quiver_binary",
@@ -38,6 +39,8 @@ __all__ = [
 
 #: What ``quiver serve`` prints before its URI once it listens.
 LISTENING = "quiver listening on "
+#: What ``quiver serve --metrics-listen`` prints on its second line, before the URL.
+METRICS = "quiver metrics on "
 
 #: Seconds :func:`start` waits for the banner by default.
 START_TIMEOUT_S = 30.0
@@ -110,6 +113,17 @@ class ServerProcess:
             elif line.startswith("VmHWM:"):
                 hwm = int(line.split()[1]) * 1024
         return rss, hwm
+
+    def metrics_url(self) -> str:
+        """Read the metrics URL a server started with ``--metrics-listen`` printed.
+
+        It is the line after the banner, e.g. ``http://127.0.0.1:40124/metrics``.
+        """
+        assert self.process.stdout is not None
+        line = self.process.stdout.readline().decode().strip()
+        if not line.startswith(METRICS):
+            raise ServerStartError(f"{self.name} printed {line!r}, not its metrics address")
+        return line.removeprefix(METRICS)
 
     def stop(self, timeout: float | None = None, sig: int = signal.SIGTERM) -> int:
         """Send ``sig`` (SIGTERM), wait ``timeout`` seconds, then SIGKILL; return the exit code.

@@ -31,15 +31,6 @@ from server_process import REPO, Server, ServerFactory
 SERVING = health_pb2.HealthCheckResponse.SERVING
 NOT_SERVING = health_pb2.HealthCheckResponse.NOT_SERVING
 FLIGHT_SERVICE = "arrow.flight.protocol.FlightService"
-METRICS_BANNER = "quiver metrics on "
-
-
-def metrics_url(server: Server) -> str:
-    """The metrics URL the server announced on its second stdout line."""
-    assert server.process.stdout is not None
-    line = server.process.stdout.readline().decode().strip()
-    assert line.startswith(METRICS_BANNER), line
-    return line.removeprefix(METRICS_BANNER)
 
 
 def scrape(url: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
@@ -84,7 +75,7 @@ def channel_of() -> Iterator:
 
 def test_metrics_count_what_the_server_did(start_quiver: ServerFactory) -> None:
     server = start_quiver("--metrics-listen", "127.0.0.1:0", "--max-memory", "64MiB")
-    url = metrics_url(server)
+    url = server.metrics_url()
     table = pa.table({"x": pa.array(range(100_000), pa.int64())})
     with quiver.connect(server.uri, transport="grpc") as client:
         client.put("t", table)
@@ -135,7 +126,7 @@ def test_metrics_count_what_the_server_did(start_quiver: ServerFactory) -> None:
 
 def test_metrics_time_the_fsyncs_of_a_data_dir(start_quiver: ServerFactory, tmp_path: Path) -> None:
     server = start_quiver("--metrics-listen", "127.0.0.1:0", "--data-dir", str(tmp_path / "d"))
-    url = metrics_url(server)
+    url = server.metrics_url()
     assert value(scrape(url), "quiver_fsync_duration_seconds_count") == 0
     with quiver.connect(server.uri) as client:
         client.put("t", pa.table({"x": list(range(10))}))
@@ -149,7 +140,7 @@ def test_metrics_time_the_fsyncs_of_a_data_dir(start_quiver: ServerFactory, tmp_
 
 
 def test_metrics_serve_only_their_page(start_quiver: ServerFactory) -> None:
-    url = metrics_url(start_quiver("--metrics-listen", "127.0.0.1:0"))
+    url = start_quiver("--metrics-listen", "127.0.0.1:0").metrics_url()
     with pytest.raises(urllib.error.HTTPError) as e:
         urllib.request.urlopen(url.removesuffix("/metrics") + "/other", timeout=10)
     assert e.value.code == 404
@@ -160,7 +151,7 @@ def test_metrics_serve_only_their_page(start_quiver: ServerFactory) -> None:
 
 
 def test_metrics_listen_taken_is_a_clear_error(start_quiver: ServerFactory, tmp_path: Path) -> None:
-    url = metrics_url(start_quiver("--metrics-listen", "127.0.0.1:0"))
+    url = start_quiver("--metrics-listen", "127.0.0.1:0").metrics_url()
     taken = url.removeprefix("http://").removesuffix("/metrics")
     run = subprocess.run(
         [

@@ -22,21 +22,13 @@ import quiver
 from quiver.testing import find_quiver_binary
 from server_process import REPO, Server, ServerFactory
 
-METRICS_BANNER = "quiver metrics on "
 #: Every wait on the terminal is bounded.
 SCREEN_TIMEOUT_S = 20.0
 
 
-def metrics_url(server: Server) -> str:
-    assert server.process.stdout is not None
-    line = server.process.stdout.readline().decode().strip()
-    assert line.startswith(METRICS_BANNER), line
-    return line.removeprefix(METRICS_BANNER)
-
-
 def busy_server(start_quiver: ServerFactory) -> tuple[Server, str]:
     server = start_quiver("--metrics-listen", "127.0.0.1:0")
-    url = metrics_url(server)
+    url = server.metrics_url()
     with quiver.connect(server.uri, transport="grpc") as client:
         client.put("trips", pa.table({"x": list(range(1000))}))
     return server, url

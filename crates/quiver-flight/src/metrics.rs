@@ -140,21 +140,24 @@ fn code_name(code: tonic::Code) -> &'static str {
 }
 
 /// The process's Prometheus recorder, installed by the first server that
-/// exports metrics (the facade takes one recorder per process).
+/// exports metrics (the facade takes one recorder per process; servers in
+/// one process, as in tests, share it).
 fn recorder() -> Result<&'static PrometheusHandle, String> {
-    static HANDLE: OnceLock<PrometheusHandle> = OnceLock::new();
-    if let Some(handle) = HANDLE.get() {
-        return Ok(handle);
-    }
-    let recorder = PrometheusBuilder::new()
-        .set_buckets_for_metric(Matcher::Suffix("_seconds".into()), &SECONDS_BUCKETS)
-        .map_err(|e| format!("metrics buckets: {e}"))?
-        .build_recorder();
-    let handle = recorder.handle();
-    metrics::set_global_recorder(recorder)
-        .map_err(|e| format!("another metrics recorder is installed: {e}"))?;
-    describe();
-    Ok(HANDLE.get_or_init(|| handle))
+    static HANDLE: OnceLock<Result<PrometheusHandle, String>> = OnceLock::new();
+    HANDLE
+        .get_or_init(|| {
+            let recorder = PrometheusBuilder::new()
+                .set_buckets_for_metric(Matcher::Suffix("_seconds".into()), &SECONDS_BUCKETS)
+                .map_err(|e| format!("metrics buckets: {e}"))?
+                .build_recorder();
+            let handle = recorder.handle();
+            metrics::set_global_recorder(recorder)
+                .map_err(|e| format!("another metrics recorder is installed: {e}"))?;
+            describe();
+            Ok(handle)
+        })
+        .as_ref()
+        .map_err(Clone::clone)
 }
 
 fn describe() {
