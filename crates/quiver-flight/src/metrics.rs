@@ -235,8 +235,8 @@ impl MetricsEndpoint {
         Ok(Self { listener, handle })
     }
 
-    /// Serves `GET /metrics` until `stop` completes.
-    pub(crate) async fn serve(self, sources: Sources, stop: impl Future<Output = ()>) {
+    /// Serves `GET /metrics` until dropped (the server aborts its task).
+    pub(crate) async fn serve(self, sources: Sources) {
         let handle = self.handle;
         let upkeep = async {
             loop {
@@ -272,7 +272,6 @@ impl MetricsEndpoint {
             }
         };
         tokio::select! {
-            () = stop => {}
             () = accept => {}
             () = upkeep => {}
         }

@@ -366,12 +366,8 @@ pub async fn serve(
         .add_service(health)
         .serve_with_incoming_shutdown(incoming, signal);
     let mut server = std::pin::pin!(server);
-    let metrics = metrics.map(|endpoint| {
-        let mut stopped = beginning.clone();
-        tokio::spawn(endpoint.serve(service.metric_sources(), async move {
-            let _ = stopped.wait_for(|began| *began).await;
-        }))
-    });
+    // Scraped through the shutdown's grace period too; stopped when the server is.
+    let metrics = metrics.map(|endpoint| tokio::spawn(endpoint.serve(service.metric_sources())));
     // Startup, while health checks say NOT_SERVING and other RPCs wait.
     tokio::select! {
         result = &mut server => {
