@@ -12,13 +12,11 @@ import pyarrow as pa
 
 #: Most bytes of rows :meth:`quiver.Client.put` sends in one gRPC message: 64 MiB.
 #: A larger record batch is sent as zero-copy slices of at most this size
-#: (:func:`message_slices`), 16 times under the server's default 1 GiB
-#: ``--max-message-size``. Each message costs a few microseconds per column, so
-#: smaller slices are faster for narrow tables and slower for wide ones; puts of a
-#: 1 GiB batch took, at 2 / 16 / 64 MiB: 0.30 / 0.36 / 0.43 s with 2 columns,
-#: 1.42 / 0.47 / 0.46 s with 512 and - / 0.92 / 0.52 s with 2048 columns.
-#: 64 MiB is never far from the fastest, whatever the width; it is also the size of
-#: batch the server's DoGet sends pyarrow whole.
+#: (:func:`message_slices`), well under the server's default 1 GiB
+#: ``--max-message-size``. Each message costs a little per column, so smaller
+#: slices suit narrow tables and larger ones wide tables; 64 MiB measured near the
+#: fastest at every width (docs/performance.md, "The Python client's put of one
+#: large batch").
 MESSAGE_TARGET_BYTES = 64 << 20
 
 ACCEPTED_TYPES = (

@@ -106,7 +106,7 @@ def test_metrics_count_what_the_server_did(start_quiver: ServerFactory) -> None:
     assert value(s, "quiver_sql_queries_total", outcome="failed") >= 1
     assert value(s, "quiver_sql_query_duration_seconds_count") >= 2
     assert (("quiver_shm_connections", ()) in s) and (("quiver_shm_grants", ()) in s)
-    assert value(s, "quiver_put_buffer_pool_bytes") >= 0
+    assert ("quiver_put_buffer_pool_bytes", ()) in s
     assert value(s, "quiver_build_info", version=quiver.__version__) == 1
     # The shared-memory data plane counts as methods of its own.
     with quiver.connect(server.uri, transport="shm") as client:

@@ -280,7 +280,7 @@ impl From<Error> for Status {
         if code == tonic::Code::Internal {
             tracing::warn!(%message, "internal error");
         }
-        crate::metrics::record_rejection(kind);
+        crate::metrics::record_rejection(code, kind);
         let details = details::encode(code, &message, kind);
         Status::with_details(code, message, details.into())
     }

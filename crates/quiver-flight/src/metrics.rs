@@ -97,19 +97,13 @@ pub(crate) fn record_shm(finished: quiver_shm::Finished) {
     );
 }
 
-/// Records a request refused by the limit whose error kind is `kind`, if
-/// `kind` is one.
-pub(crate) fn record_rejection(kind: &'static str) {
+/// Records a request refused by a limit: an error whose code says a resource
+/// ran out or a time limit passed. Its kind names the limit (`MEMORY_LIMIT`,
+/// `IDLE_TIMEOUT`, ...: docs/protocol.md).
+pub(crate) fn record_rejection(code: tonic::Code, kind: &'static str) {
     if matches!(
-        kind,
-        "MEMORY_LIMIT"
-            | "TABLE_LIMIT"
-            | "STORAGE_FULL"
-            | "MESSAGE_TOO_LARGE"
-            | "TOO_MANY"
-            | "QUERY_RESOURCES"
-            | "DEADLINE_EXCEEDED"
-            | "IDLE_TIMEOUT"
+        code,
+        tonic::Code::ResourceExhausted | tonic::Code::DeadlineExceeded
     ) {
         counter!(REJECTED, "limit" => kind).increment(1);
     }
