@@ -16,6 +16,8 @@ from pathlib import Path
 from quiver import testing
 from quiver.testing import ServerProcess
 
+from .xgbatch import MODEL_ENV
+
 #: The repository root (``bench/`` is one of its folders).
 REPO = Path(__file__).resolve().parents[1]
 START_TIMEOUT_S = 60.0
@@ -61,11 +63,18 @@ def stop_with_parent() -> None:
     _LIBC.prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
 
 
-def start(name: str, command: list[str], banner: str, log_dir: Path) -> ServerProcess:
+def start(
+    name: str,
+    command: list[str],
+    banner: str,
+    log_dir: Path,
+    extra_env: dict[str, str] | None = None,
+) -> ServerProcess:
     """Start ``command`` and wait until it prints ``banner`` followed by its URI.
 
     The process runs in the repository, with it on ``PYTHONPATH`` (the Python peers
-    are ``bench.peers`` modules), and dies with the harness (:func:`stop_with_parent`).
+    are ``bench.peers`` modules) and ``extra_env`` in its environment, and dies with the
+    harness (:func:`stop_with_parent`).
 
     Raises
     ------
@@ -76,6 +85,7 @@ def start(name: str, command: list[str], banner: str, log_dir: Path) -> ServerPr
     log_dir.mkdir(parents=True, exist_ok=True)
     env = {k: v for k, v in os.environ.items() if not k.startswith("QUIVER_")}
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))
+    env.update(extra_env or {})
     return testing.start(
         command,
         banner=banner,
@@ -119,6 +129,49 @@ def start_json_socket(log_dir: Path) -> ServerProcess:
     """Start the JSON-over-socket peer on a free loopback port."""
     command = [sys.executable, "-m", "bench.peers.json_socket", "--port", "0"]
     return start("json-socket", command, "listening on ", log_dir)
+
+
+def start_quiver_functions(
+    binary: Path, log_dir: Path, name: str, workers: int, model: Path
+) -> ServerProcess:
+    """Start ``quiver serve`` with the functions suite's module and ``workers`` workers.
+
+    The workers are this interpreter (``--function-python``), which imports the
+    repository's ``quiver`` package, and load the booster at ``model``
+    (``$BENCH_XGBATCH_MODEL``, which the server passes on to them).
+    """
+    command = [
+        str(binary), "serve", "--listen", "127.0.0.1:0", "--max-memory", "4GiB",
+        "--functions", "bench.peers.quiver_scoring",
+        "--function-workers", str(workers),
+        "--function-python", sys.executable,
+    ]  # fmt: skip
+    return start(name, command, "quiver listening on ", log_dir, {MODEL_ENV: str(model)})
+
+
+def start_quiver_stream(binary: Path, log_dir: Path, max_memory: int) -> ServerProcess:
+    """Start ``quiver serve`` for the functions suite's streams: no functions, capped memory.
+
+    ``--max-memory`` is ``max_memory`` bytes; ``--metrics-listen`` on a free port, whose
+    URL is the second line the server prints (:meth:`ServerProcess.metrics_url`).
+    """
+    command = [
+        str(binary), "serve", "--listen", "127.0.0.1:0", "--max-memory", str(max_memory),
+        "--metrics-listen", "127.0.0.1:0",
+    ]  # fmt: skip
+    return start("quiver-stream", command, "quiver listening on ", log_dir)
+
+
+def start_xgbatch_server(log_dir: Path, model: Path) -> ServerProcess:
+    """Start the XGBatch-style pyarrow Flight scoring server on a free loopback port."""
+    command = [sys.executable, "-m", "bench.peers.xgbatch_server", "--port", "0"]
+    return start("pyarrow-flight", [*command, "--model", str(model)], "listening on ", log_dir)
+
+
+def start_json_scoring(log_dir: Path, model: Path) -> ServerProcess:
+    """Start the FastAPI + uvicorn JSON scoring service on a free loopback port."""
+    command = [sys.executable, "-m", "bench.peers.json_scoring", "--port", "0"]
+    return start("fastapi-json", [*command, "--model", str(model)], "listening on ", log_dir)
 
 
 def quiver_bench_available(binary: Path) -> bool:

@@ -41,10 +41,12 @@ from multiprocessing.connection import Connection
 from typing import Any
 
 #: What the fork server imports before it forks workers (a missing one is skipped): the
-#: bench's client modules with pyarrow and pandas, and the drivers' Python modules, which load
+#: bench's client modules with pyarrow and pandas (not xgboost: the functions suite's
+#: in-process scorer imports it in its worker), and the drivers' Python modules, which load
 #: libpq, unixODBC and DuckDB's engine.
 PRELOAD = [
     "bench.flight_worker",
+    "bench.scoring",
     "bench.sql_worker",
     "adbc_driver_flightsql.dbapi",
     "adbc_driver_postgresql.dbapi",
