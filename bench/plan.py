@@ -11,7 +11,19 @@ MI = 1024 * 1024
 GIB = 1024**3
 
 #: The suites ``--only`` can choose from, in the order they run.
-SUITES = ("ceilings", "get", "put", "memory", "rust", "small", "json", "sql", "soak", "shm")
+SUITES = (
+    "ceilings",
+    "get",
+    "put",
+    "memory",
+    "rust",
+    "small",
+    "json",
+    "sql",
+    "soak",
+    "shm",
+    "functions",
+)
 
 
 @dataclass(frozen=True)
@@ -82,6 +94,23 @@ class Plan:
     shm_puts_in_a_row : int
         Puts the ``shm`` suite makes back to back per client and repetition, each
         replacing the table the one before stored: each is timed.
+    functions_rows : int
+        Rows of 20 float32 features each peer of the ``functions`` suite scores per
+        repetition, in 65,536-row requests (the paper's XGBatch scenario: 10M).
+    functions_json_rows : int
+        Rows the JSON scoring service scores per repetition instead: a row costs it
+        about a hundred times what it costs the others.
+    functions_calls : int
+        Sequential requests timed per peer and request size (1 and 1,000 rows) for the
+        ``functions`` suite's latencies...
+    functions_warm_ups : int
+        ...after this many untimed ones.
+    functions_stream_bytes : int
+        Bytes of feature rows each stream of the ``functions`` suite's SQL over a stream
+        sends (the echo's and each statement's)...
+    functions_stream_max_memory : int
+        ...to a quiver started with this ``--max-memory``: a fraction of a stream, so a
+        server that held the stream would refuse it.
     """
 
     mode: str
@@ -109,6 +138,12 @@ class Plan:
     shm_bytes: tuple[int, ...] = (64 * MI, 256 * MI)
     shm_puts_in_a_row: int = 5
     warm_up_reps: int = 0
+    functions_rows: int = 1_048_576
+    functions_json_rows: int = 20_000
+    functions_calls: int = 200
+    functions_warm_ups: int = 20
+    functions_stream_bytes: int = 1 * GIB
+    functions_stream_max_memory: int = 256 * MI
 
     @property
     def headline_rows(self) -> int:
@@ -167,6 +202,12 @@ def plan_for(mode: str, ram_bytes: int) -> Plan:
             shm_bytes=(4 * MI,),
             shm_puts_in_a_row=2,
             warm_up_reps=1,
+            functions_rows=20_000,
+            functions_json_rows=2_000,
+            functions_calls=20,
+            functions_warm_ups=5,
+            functions_stream_bytes=32 * MI,
+            functions_stream_max_memory=16 * MI,
         )
     if mode == "quick":
         return Plan(
@@ -192,6 +233,12 @@ def plan_for(mode: str, ram_bytes: int) -> Plan:
             soak_clients=64,
             soak_seconds=10.0,
             soak_rows=10_000,
+            functions_rows=1_048_576,
+            functions_json_rows=20_000,
+            functions_calls=200,
+            functions_warm_ups=20,
+            functions_stream_bytes=1 * GIB,
+            functions_stream_max_memory=256 * MI,
         )
     if mode == "full":
         return Plan(
@@ -219,5 +266,11 @@ def plan_for(mode: str, ram_bytes: int) -> Plan:
             soak_rows=10_000,
             shm_bytes=(64 * MI, 256 * MI, 1 * GIB),
             warm_up_reps=2,
+            functions_rows=10_000_000,
+            functions_json_rows=200_000,
+            functions_calls=2_000,
+            functions_warm_ups=200,
+            functions_stream_bytes=10 * GIB,
+            functions_stream_max_memory=1 * GIB,
         )
     raise ValueError(f"unknown mode {mode!r}: expected quick, full or smoke")

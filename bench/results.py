@@ -18,6 +18,23 @@ ARROW_CPP = "arrow-cpp"
 JSON_SOCKET = "json-socket"
 POSTGRESQL = "postgresql"
 DUCKDB = "duckdb"
+#: The functions suite's peers (the ``server`` column): the booster in the client's own
+#: process (one thread, and all of xgboost's threads), the XGBatch-style pyarrow Flight
+#: server, the FastAPI JSON service, and quiver serving the function with 1 and 2 workers.
+IN_PROCESS = "in-process"
+IN_PROCESS_THREADS = "in-process-all-threads"
+PYARROW_FLIGHT = "pyarrow-flight"
+FASTAPI_JSON = "fastapi-json"
+QUIVER_1_WORKER = "quiver-1-worker"
+QUIVER_2_WORKERS = "quiver-2-workers"
+#: The functions suite's SQL over a stream (the ``op`` column): the echo of the stream, and
+#: the statements timed against it: a filter that keeps a tenth of the rows and a
+#: projection of 4 of the 20 columns (docs/functions.md, "SQL over a stream").
+FUNCTIONS_STREAM_ECHO = "stream_echo"
+FUNCTIONS_STREAM_SQL = {
+    "stream_filter": "SELECT * FROM input WHERE f0 > 0.9",
+    "stream_project": "SELECT f0, f1, f2, f3 FROM input",
+}
 
 
 @dataclass
@@ -28,16 +45,22 @@ class Measurement:
     ----------
     suite : str
         ``get``, ``put``, ``headline``, ``rust``, ``small``, ``json``, ``memory``,
-        ``ceilings``, ``sql``, ``soak``.
+        ``ceilings``, ``sql``, ``soak``, ``shm``, ``functions``.
     server : str
-        ``quiver``, ``arrow-cpp``, ``json-socket``, ``postgresql``, ``duckdb``, or empty for
-        ceilings.
+        ``quiver``, ``arrow-cpp``, ``json-socket``, ``postgresql``, ``duckdb``, empty for
+        ceilings; for ``functions`` the peer (``in-process``, ``quiver-1-worker``...).
     client : str
         ``pyarrow``, ``rust``, ``socket``; for ``sql`` the driver (``adbc-flightsql``,
         ``pyarrow-flightsql``, ``psycopg``...); for ceilings the tool that measured.
     op : str
         ``get``, ``put``, ``get+to_pandas``, ``sql+to_pandas``, ``rss``; for ceilings which
-        one (``tcp``...).
+        one (``tcp``...); for ``functions``: ``bulk`` (``rows_per_stream`` rows scored in
+        ``seconds``), ``cpu_server``, ``cpu_workers`` and ``cpu_client`` (the CPU seconds
+        of that bulk repetition, of ``bytes`` of input), ``latency`` (requests of
+        ``rows_per_stream`` rows: ``seconds`` the median, ``p99_seconds``, ``ops`` timed),
+        ``stream_echo``, ``stream_filter`` and ``stream_project`` (SQL over a stream:
+        ``bytes`` of input in ``seconds``, ``wire_bytes`` the Arrow bytes received; a
+        ``note`` when the server did not implement it).
     streams, rows_per_stream, batch_rows : int
         The shape: parallel streams, records per stream, rows per record batch.
     bytes : int
@@ -54,13 +77,17 @@ class Measurement:
         Endpoints the server split a get over.
     rss_bytes, hwm_bytes : int or None
         ``memory``: the server's largest VmRSS seen during the repetition, and its VmHWM;
-        ``sql``: ``hwm_bytes`` is the peak RSS of the client's worker process.
+        ``sql``: ``hwm_bytes`` is the peak RSS of the client's worker process;
+        ``functions`` streams: ``rss_bytes`` is the peak of the server's
+        ``quiver_memory_used_bytes`` during the stream, ``hwm_bytes`` its VmHWM after it.
     note : str
         Anything that makes the row not comparable.
     ops, errors : int or None
-        ``soak``: operations done (of ``op``, or of all for ``op`` ``all``) and failed.
+        ``soak``: operations done (of ``op``, or of all for ``op`` ``all``) and failed;
+        ``functions``: ``ops`` the requests timed of a ``latency`` row.
     p99_seconds : float or None
-        ``soak``: the 99th percentile latency of ``op`` (``seconds`` holds the median).
+        ``soak``, ``functions``: the 99th percentile latency of ``op`` (``seconds`` holds
+        the median).
     """
 
     suite: str

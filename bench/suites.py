@@ -10,11 +10,13 @@ import contextlib
 import gc
 import importlib.metadata
 import io
+import os
 import sys
 import tempfile
 import threading
 import time
 import traceback
+import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -30,17 +32,34 @@ from . import (
     flight_client,
     flight_worker,
     rust_client,
+    scoring,
     servers,
     soak,
     sql_clients,
     sql_worker,
     taxi,
     workers,
+    xgbatch,
 )
 from .peers import json_socket, postgres
 from .plan import Plan
-from .results import ARROW_CPP, JSON_SOCKET, QUIVER, Measurement, ResultsFile
+from .results import (
+    ARROW_CPP,
+    FASTAPI_JSON,
+    FUNCTIONS_STREAM_ECHO,
+    FUNCTIONS_STREAM_SQL,
+    IN_PROCESS,
+    IN_PROCESS_THREADS,
+    JSON_SOCKET,
+    PYARROW_FLIGHT,
+    QUIVER,
+    QUIVER_1_WORKER,
+    QUIVER_2_WORKERS,
+    Measurement,
+    ResultsFile,
+)
 from .servers import ServerProcess
+from .summary import percentile
 
 T = TypeVar("T")
 
@@ -950,6 +969,367 @@ def run_soak(run: Run) -> None:
         record(op, rss_bytes=rss)
 
 
+# --- Functions: the XGBatch scenario ------------------------------------------------------------
+
+#: Longest a scoring client worker may take to start (making its rows) or to answer one call
+#: (the JSON service's 2,000 requests of 1,000 rows in full mode take about a minute).
+FUNCTIONS_TIMEOUT_S = 900.0
+#: Rows per request of the two latency measurements.
+FUNCTIONS_LATENCY_ROWS = (1, 1000)
+#: Untimed requests of 1,000 rows each peer answers before its first bulk repetition (a
+#: quiver server holds calls until its workers have loaded the model).
+FUNCTIONS_WARM_UPS = 5
+#: How far a peer's sum of the first rows' scores may be from the in-process one.
+FUNCTIONS_CHECK_TOLERANCE = 1e-3
+
+
+@dataclass
+class FunctionsPeer:
+    """One peer of the ``functions`` suite: its label, server (if any) and client worker.
+
+    Attributes
+    ----------
+    label : str
+        The ``server`` column (:data:`bench.results.IN_PROCESS`...).
+    client : str
+        The ``client`` column: ``in-process``, ``pyarrow`` or ``http-json``.
+    rows : int
+        Rows of each bulk repetition.
+    server : ServerProcess or None
+        The scoring server (none in process).
+    worker : workers.Worker or None
+        The client's worker process, once started.
+    latency : bool
+        Whether its request latencies are measured.
+    """
+
+    label: str
+    client: str
+    rows: int
+    server: ServerProcess | None = None
+    worker: workers.Worker | None = None
+    latency: bool = True
+
+
+def run_functions(run: Run) -> None:
+    """Score the same rows with the same xgboost model through every peer (XGBatch).
+
+    The harness trains the booster once (in a worker process) and saves it to a temporary
+    file that every peer loads: the client's own process (the limit, one thread and all
+    of xgboost's), the XGBatch-style pyarrow Flight server, the FastAPI JSON service, and
+    quiver serving ``bench.peers.quiver_scoring`` with 1 and 2 workers, each server a
+    process of its own. Each peer's client is a worker process (:mod:`bench.scoring`).
+    Bulk repetitions alternate between the peers; the CPU time of the server, of quiver's
+    workers and of the client is read from ``/proc`` around each. Then each peer's
+    latency: sequential requests of 1 and of 1,000 rows.
+    """
+    plan = run.plan
+    log_dir = run.log_dir / "functions"
+    with contextlib.ExitStack() as stack:
+        tmp = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="quiver-functions-")))
+        model = tmp / "xgbatch.ubj"
+        log(
+            f"functions: training the booster ({xgbatch.TREES} trees of depth "
+            f"{xgbatch.DEPTH} on {xgbatch.TRAIN_ROWS:,} rows)"
+        )
+        started = time.perf_counter()
+        workers.Worker(
+            "xgbatch training", xgbatch.train, (str(model),), FUNCTIONS_TIMEOUT_S
+        ).close()
+        log(f"functions: trained in {time.perf_counter() - started:.1f} s")
+        peers = _functions_peers(run, stack, model, log_dir)
+        for peer in peers:
+            _start_scoring_client(run, stack, peer, model)
+        peers = [p for p in peers if p.worker is not None]
+        log(
+            f"functions: {plan.functions_rows:,} rows ({plan.functions_json_rows:,} for JSON) "
+            f"through {', '.join(p.label for p in peers)}"
+        )
+        expected: dict[int, float] = {}
+        for rep in range(plan.reps):
+            for peer in _order(peers, rep):
+                with run.attempt(f"functions bulk {peer.label}"):
+                    checked, check = _functions_bulk(run, peer, rep)
+                    if peer.label == IN_PROCESS:
+                        expected.setdefault(checked, check)
+                    want = expected.get(checked)
+                    if want is not None and abs(check - want) > FUNCTIONS_CHECK_TOLERANCE:
+                        raise RuntimeError(
+                            f"{peer.label}'s scores differ from the in-process ones: the first "
+                            f"{checked:,} rows' scores sum to {check:.6f}, not {want:.6f}"
+                        )
+        for rows in FUNCTIONS_LATENCY_ROWS:
+            log(
+                f"functions: latency of {rows:,}-row requests, {plan.functions_calls:,} per "
+                f"peer after {plan.functions_warm_ups:,} untimed"
+            )
+            for peer in peers:
+                if peer.latency:
+                    with run.attempt(f"functions latency {peer.label} {rows} rows"):
+                        _functions_latency(run, peer, rows)
+    with run.attempt("functions: SQL over a stream"):
+        _functions_sql_stream(run, log_dir)
+
+
+def _functions_peers(
+    run: Run, stack: contextlib.ExitStack, model: Path, log_dir: Path
+) -> list[FunctionsPeer]:
+    """Start the scoring servers; return every peer (one whose server failed is left out)."""
+    plan = run.plan
+    rows, threads = plan.functions_rows, os.cpu_count() or 1
+    peers = [
+        FunctionsPeer(IN_PROCESS, "in-process", rows),
+        FunctionsPeer(IN_PROCESS_THREADS, "in-process", rows, latency=False),
+    ]
+    starters = [
+        (PYARROW_FLIGHT, "pyarrow", rows, lambda: servers.start_xgbatch_server(log_dir, model)),
+        (
+            FASTAPI_JSON,
+            "http-json",
+            min(rows, plan.functions_json_rows),
+            lambda: servers.start_json_scoring(log_dir, model),
+        ),
+    ]
+    for label, workers_ in ((QUIVER_1_WORKER, 1), (QUIVER_2_WORKERS, 2)):
+        starters.append(
+            (
+                label,
+                "pyarrow",
+                rows,
+                lambda label=label, n=workers_: servers.start_quiver_functions(
+                    run.binary, log_dir, label, n, model
+                ),
+            )
+        )
+    for label, client, count, start in starters:
+        with run.attempt(f"functions: start {label}"):
+            server = start()
+            stack.callback(_stop_functions_server, run, server)
+            peers.append(FunctionsPeer(label, client, count, server))
+    if threads == 1:
+        peers = [p for p in peers if p.label != IN_PROCESS_THREADS]
+    return peers
+
+
+def _stop_functions_server(run: Run, server: ServerProcess) -> None:
+    code = server.stop()
+    if code != 0:
+        run.note(f"{server.name} (functions suite) exited with code {code} after SIGTERM")
+
+
+def _start_scoring_client(
+    run: Run, stack: contextlib.ExitStack, peer: FunctionsPeer, model: Path
+) -> None:
+    """Start the client worker of ``peer`` and warm the peer up with a few requests."""
+    with run.attempt(f"functions: client of {peer.label}"):
+        if peer.server is None:
+            kind, target = "in-process", str(model)
+            threads = 1 if peer.label == IN_PROCESS else os.cpu_count() or 1
+        else:
+            kind = "json" if peer.client == "http-json" else "flight"
+            target, threads = peer.server.uri, 1
+        worker = workers.Worker(
+            f"functions, client of {peer.label}",
+            scoring.ScoringClient,
+            (kind, target, peer.rows, threads),
+            FUNCTIONS_TIMEOUT_S,
+        )
+        stack.enter_context(worker)
+        worker.call("latency", 1000, 0, FUNCTIONS_WARM_UPS)
+        peer.worker = worker
+
+
+def _functions_bulk(run: Run, peer: FunctionsPeer, rep: int) -> tuple[int, float]:
+    """Time one bulk repetition of ``peer`` and its CPU; record them; return its check.
+
+    The check is the number of first rows whose scores were summed, and that sum.
+    """
+    assert peer.worker is not None
+    server = peer.server
+    quiver = peer.label in (QUIVER_1_WORKER, QUIVER_2_WORKERS)
+
+    def cpu() -> tuple[float, dict[int, float], float]:
+        assert peer.worker is not None
+        return (
+            scoring.cpu_seconds(server.pid) if server is not None else 0.0,
+            scoring.cpu_of_children(server.pid) if server is not None and quiver else {},
+            scoring.cpu_seconds(peer.worker.pid),
+        )
+
+    before = cpu()
+    got = peer.worker.call("bulk")
+    after = cpu()
+    nbytes = peer.rows * xgbatch.ROW_BYTES
+
+    def record(op: str, seconds: float) -> None:
+        run.add(
+            Measurement(
+                "functions",
+                peer.label,
+                peer.client,
+                op,
+                1,
+                peer.rows,
+                xgbatch.BATCH_ROWS,
+                bytes=nbytes,
+                seconds=seconds,
+                rep=rep,
+            )
+        )
+
+    record("bulk", got["seconds"])
+    if server is not None:
+        record("cpu_server", after[0] - before[0])
+    if quiver:
+        record("cpu_workers", sum(t - before[1].get(pid, 0.0) for pid, t in after[1].items()))
+    record("cpu_client", after[2] - before[2])
+    return int(got["checked"]), float(got["check"])
+
+
+def _functions_latency(run: Run, peer: FunctionsPeer, rows: int) -> None:
+    """Time ``peer``'s sequential requests of ``rows`` rows; record p50 and p99."""
+    assert peer.worker is not None
+    plan = run.plan
+    times = peer.worker.call("latency", rows, plan.functions_calls, plan.functions_warm_ups)
+    run.add(
+        Measurement(
+            "functions",
+            peer.label,
+            peer.client,
+            "latency",
+            1,
+            rows,
+            rows,
+            bytes=rows * xgbatch.ROW_BYTES,
+            seconds=percentile(times, 50),
+            ops=len(times),
+            p99_seconds=percentile(times, 99),
+        )
+    )
+
+
+#: How often the harness reads the server's ``quiver_memory_used_bytes`` during a stream.
+MEMORY_POLL_S = 0.01
+#: The gauge of the memory quiver's pool holds (``--max-memory``), from its /metrics.
+MEMORY_USED_METRIC = "quiver_memory_used_bytes"
+
+
+def _functions_sql_stream(run: Run, log_dir: Path) -> None:
+    """Time SQL over a stream against the echo of the same stream, on a fresh quiver.
+
+    The server is capped at ``Plan.functions_stream_max_memory`` (``--max-memory``) and
+    gets ``Plan.functions_stream_bytes`` per stream, several times its cap, so a server
+    that held the stream would refuse it; the harness polls its ``/metrics`` for the peak
+    of ``quiver_memory_used_bytes`` during each stream. A server that answers SQL over a
+    stream with ``UNIMPLEMENTED`` gets its echo measured and the SQL rows recorded as not
+    available (a note on each row), not as a failure.
+    """
+    plan = run.plan
+    server = servers.start_quiver_stream(run.binary, log_dir, plan.functions_stream_max_memory)
+    try:
+        metrics = server.metrics_url()
+        with workers.Worker(
+            "functions, stream client", scoring.StreamClient, (server.uri,), FUNCTIONS_TIMEOUT_S
+        ) as worker:
+            unavailable = worker.call("probe", FUNCTIONS_STREAM_SQL["stream_filter"])
+            ops: dict[str, str | None] = {FUNCTIONS_STREAM_ECHO: None}
+            if unavailable is None:
+                ops.update(FUNCTIONS_STREAM_SQL)
+            else:
+                for op in FUNCTIONS_STREAM_SQL:
+                    run.add(
+                        Measurement(
+                            "functions", QUIVER, "pyarrow", op, 1, 0, xgbatch.BATCH_ROWS,
+                            note=f"not available: {unavailable}",
+                        )
+                    )  # fmt: skip
+                run.note(
+                    "functions: SQL over a stream is not available from this server "
+                    f"(it answered UNIMPLEMENTED: {unavailable}); its echo was measured alone"
+                )
+            log(
+                f"functions: SQL over a stream, {_size(plan.functions_stream_bytes)} per "
+                f"stream through a quiver of --max-memory "
+                f"{_size(plan.functions_stream_max_memory)}: {', '.join(ops)}"
+            )
+            worker.call("stream", None, plan.functions_stream_bytes // 8)  # warm-up
+            for rep in range(plan.reps):
+                for op in _order(list(ops), rep):
+                    with run.attempt(f"functions {op}"):
+                        _functions_stream(run, worker, server, metrics, op, ops[op], rep)
+    finally:
+        code = server.stop()
+        if code != 0:
+            run.note(f"{server.name} (functions suite) exited with code {code} after SIGTERM")
+
+
+def _size(nbytes: int) -> str:
+    return f"{nbytes / 2**30:g} GiB" if nbytes >= 2**30 else f"{nbytes / 2**20:g} MiB"
+
+
+def _functions_stream(
+    run: Run,
+    worker: workers.Worker,
+    server: ServerProcess,
+    metrics: str,
+    op: str,
+    sql: str | None,
+    rep: int,
+) -> None:
+    """Time one stream through ``sql`` (``None``: the echo) and record it with its peak."""
+    peak = [0]
+    done = threading.Event()
+
+    def poll() -> None:
+        while not done.is_set():
+            with contextlib.suppress(OSError, ValueError):
+                peak[0] = max(peak[0], _memory_used(metrics))
+            done.wait(MEMORY_POLL_S)
+
+    poller = threading.Thread(target=poll, name="memory poll", daemon=True)
+    poller.start()
+    try:
+        got = worker.call("stream", sql, run.plan.functions_stream_bytes)
+    finally:
+        done.set()
+        poller.join()
+    run.add(
+        Measurement(
+            "functions",
+            QUIVER,
+            "pyarrow",
+            op,
+            1,
+            int(got["rows"]),
+            xgbatch.BATCH_ROWS,
+            bytes=int(got["bytes"]),
+            seconds=float(got["seconds"]),
+            rep=rep,
+            wire_bytes=int(got["bytes_out"]),
+            rss_bytes=peak[0],
+            hwm_bytes=_hwm(server),
+        )
+    )
+
+
+def _hwm(server: ServerProcess) -> int | None:
+    """Return the server's ``VmHWM`` (its peak RSS since it started), or ``None``."""
+    try:
+        return server.memory()[1]
+    except OSError:
+        return None
+
+
+def _memory_used(metrics: str) -> int:
+    """Return the server's ``quiver_memory_used_bytes`` now, from its ``/metrics``."""
+    with urllib.request.urlopen(metrics, timeout=5) as response:
+        text = response.read().decode()
+    for line in text.splitlines():
+        if line.startswith(MEMORY_USED_METRIC + " ") or line.startswith(MEMORY_USED_METRIC + "{"):
+            return int(float(line.rsplit(" ", 1)[1]))
+    raise ValueError(f"no {MEMORY_USED_METRIC} in {metrics}")
+
+
 SUITE_FUNCTIONS = {
     "ceilings": run_ceilings,
     "get": run_get,
@@ -961,6 +1341,7 @@ SUITE_FUNCTIONS = {
     "sql": run_sql,
     "soak": run_soak,
     "shm": run_shm,
+    "functions": run_functions,
 }
 
 __all__ = ["ARROW_CPP", "QUIVER", "SUITE_FUNCTIONS", "Run", "log"]
