@@ -5,6 +5,7 @@ From the repository root, with the venv of ``bench/requirements.txt``::
     python -m bench --quick            # under 2 minutes
     python -m bench --full             # the paper's grid, 5 repetitions
     python -m bench --only get,small   # some suites
+    python -m bench --suite functions  # one suite (--suite is --only)
     python -m bench --only sql --sql-rows 1e6 --reps 3   # one size of the sql suite
     python -m bench --report-only      # redraw and rewrite from bench/out/
 """
@@ -74,6 +75,12 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         "--only",
         default=",".join(SUITES),
         help=f"comma-separated suites to run, of: {','.join(SUITES)}",
+    )
+    parser.add_argument(
+        "--suite",
+        dest="only",
+        default=argparse.SUPPRESS,
+        help="the same as --only (e.g. --suite functions)",
     )
     parser.add_argument("--reps", type=int, help="repetitions (default: the mode's)")
     parser.add_argument(
@@ -246,7 +253,7 @@ def main(argv: list[str] | None = None) -> int:
     assert isinstance(plan, dict)
     cap = plan.get("sql_row_clients_max_rows")
     sql_goals = report.sql_goals(rows, None if cap is None else int(cap))
-    for goal in [*report.goals(rows), *sql_goals]:
+    for goal in [*report.goals(rows), *sql_goals, *report.functions_goals(rows)]:
         log(f"goal: {goal.text}: {goal.shown} (target {goal.target}) {goal.verdict}")
     if failures:
         log(f"{failures} measurement(s) failed: see the notes in run.json and the report")

@@ -1,6 +1,6 @@
 """The figures: throughput vs streams, records and batch size (the paper's Figure 2, with the
-ceilings drawn), small-object latency, JSON vs Flight, and query results into pandas (the
-paper's Figure 8).
+ceilings drawn), small-object latency, JSON vs Flight, query results into pandas (the
+paper's Figure 8), and scoring over DoExchange (the paper's XGBatch).
 """  # noqa: D205
 
 from __future__ import annotations
@@ -13,11 +13,24 @@ matplotlib.use("Agg")
 
 import matplotlib.pyplot as plt
 from matplotlib.axes import Axes
+from matplotlib.ticker import FuncFormatter
 
 from . import sql_clients
-from .results import ARROW_CPP, JSON_SOCKET, QUIVER
+from .results import (
+    ARROW_CPP,
+    FASTAPI_JSON,
+    FUNCTIONS_STREAM_ECHO,
+    FUNCTIONS_STREAM_SQL,
+    IN_PROCESS,
+    IN_PROCESS_THREADS,
+    JSON_SOCKET,
+    PYARROW_FLIGHT,
+    QUIVER,
+    QUIVER_1_WORKER,
+    QUIVER_2_WORKERS,
+)
 from .sql_clients import SQL_PEERS, SqlPeer
-from .summary import Row, ceiling, percentile, select, spread
+from .summary import Row, Spread, ceiling, percentile, select, spread
 
 COLORS = {QUIVER: "tab:blue", ARROW_CPP: "tab:orange", JSON_SOCKET: "tab:gray"}
 LABELS = {QUIVER: "quiver", ARROW_CPP: "Arrow C++ (pyarrow)", JSON_SOCKET: "JSON over a socket"}
@@ -415,6 +428,164 @@ def sql_to_pandas(rows: list[Row], plan: dict[str, object], path: Path) -> Path:
     return _save(fig, path)
 
 
+#: The functions suite's peers, in the order shown, with their labels and colours.
+FUNCTIONS_PEERS = (
+    (IN_PROCESS, "in process, 1 thread (the limit)", "tab:gray"),
+    (IN_PROCESS_THREADS, "in process, all cores", "silver"),
+    (PYARROW_FLIGHT, "pyarrow FlightServerBase (XGBatch)", "tab:orange"),
+    (FASTAPI_JSON, "FastAPI + uvicorn, JSON", "tab:red"),
+    (QUIVER_1_WORKER, "quiver, 1 worker", "#7fb2e5"),
+    (QUIVER_2_WORKERS, "quiver, 2 workers", "tab:blue"),
+)
+
+
+#: The streams of SQL over a stream, in the order shown, with their labels.
+FUNCTIONS_STREAM_LABELS = (
+    (FUNCTIONS_STREAM_ECHO, "echo"),
+    ("stream_filter", "SQL filter"),
+    ("stream_project", "SQL projection"),
+)
+FUNCTIONS_STREAM_OPS = tuple(op for op, _ in FUNCTIONS_STREAM_LABELS)
+
+
+def functions_rows_per_second(rows: list[Row], peer: str) -> Spread | None:
+    """Return the spread of ``peer``'s bulk scoring rate, rows per second."""
+    bulk = select(rows, suite="functions", server=peer, op="bulk")
+    return spread(bulk, lambda r: float(r["rows_per_stream"]) / float(r["seconds"]))
+
+
+def functions_latency(rows: list[Row], peer: str, size: int) -> Row | None:
+    """Return ``peer``'s latency row for requests of ``size`` rows (the last one measured)."""
+    found = select(rows, suite="functions", server=peer, op="latency", rows_per_stream=size)
+    return found[-1] if found else None
+
+
+def functions_xgbatch(rows: list[Row], path: Path) -> Path:
+    """Bulk scoring rate and request latency per peer of the functions suite (XGBatch)."""
+    fig, axes = plt.subplots(1, 2, figsize=(14, 5), squeeze=False)
+    ax = axes[0][0]
+    peers = [(p, label, color) for p, label, color in FUNCTIONS_PEERS]
+    ys, widths, errors, colors, labels = [], [], [[], []], [], []
+    for peer, label, color in peers:
+        found = functions_rows_per_second(rows, peer)
+        if found is None:
+            continue
+        ys.append(len(ys))
+        widths.append(found.median)
+        errors[0].append(found.median - found.low)
+        errors[1].append(found.high - found.median)
+        colors.append(color)
+        labels.append(label)
+    ax.barh(ys, widths, xerr=errors, capsize=3, color=colors)
+    for y, width in zip(ys, widths, strict=True):
+        ax.annotate(
+            f"{width / 1e6:.2f}M/s" if width >= 1e5 else f"{width / 1e3:.1f}k/s",
+            xy=(width, y),
+            xytext=(4, 0),
+            textcoords="offset points",
+            va="center",
+            fontsize=7,
+        )
+    ax.set_yticks(ys, labels)
+    ax.invert_yaxis()
+    ax.set_xscale("log")
+    if widths:
+        ax.set_xlim(min(widths) / 2, max(widths) * 4)
+    ax.set_xlabel("rows scored per second (log scale)")
+    ax.set_title("Bulk: 65,536-row requests, 20 float32 features", fontsize=10)
+    ax.grid(True, axis="x", alpha=0.3)
+    ax = axes[0][1]
+    measured = [p for p in peers if any(functions_latency(rows, p[0], n) for n in (1, 1000))]
+    width = 0.8 / max(1, 2 * len(measured))
+    for k, (peer, label, color) in enumerate(measured):
+        for j, size in enumerate((1, 1000)):
+            row = functions_latency(rows, peer, size)
+            if row is None:
+                continue
+            x = j + (k - (len(measured) - 1) / 2) * 2 * width
+            p50, p99 = float(row["seconds"]) * 1e3, float(row["p99_seconds"]) * 1e3
+            ax.bar(x, p50, width * 1.8, color=color, label=label if j == 0 else None)
+            ax.plot([x, x], [p50, p99], color="black", linewidth=1)
+            ax.plot(x, p99, marker="_", color="black", markersize=8)
+    ax.set_xticks([0, 1], ["1-row requests", "1,000-row requests"])
+    ax.set_yscale("log")
+    ax.yaxis.set_major_formatter(FuncFormatter(lambda value, _: f"{value:g}"))
+    ax.yaxis.set_minor_formatter(FuncFormatter(lambda value, _: ""))
+    ax.set_ylabel("milliseconds (bar: p50, whisker: p99; log scale)")
+    ax.set_title("Latency: sequential requests, one DoExchange or HTTP request each", fontsize=10)
+    ax.legend(fontsize=7)
+    ax.grid(True, axis="y", alpha=0.3)
+    fig.suptitle("Scoring an xgboost model over the wire (the paper's XGBatch scenario)")
+    return _save(fig, path)
+
+
+def functions_stream_rates(rows: list[Row]) -> dict[str, Spread | str | None]:
+    """Return the GB/s of each stream op of the functions suite, or why it is not available.
+
+    Keys are the ops that ran (``stream_echo``, ``stream_filter``, ``stream_project``);
+    a value is the spread of GB/s of input, or the note of an op the server did not
+    implement (``not available: ...``).
+    """
+    out: dict[str, Spread | str | None] = {}
+    for op in FUNCTIONS_STREAM_OPS:
+        found = select(rows, suite="functions", op=op)
+        if not found:
+            continue
+        noted = [r for r in found if r.get("note")]
+        out[op] = str(noted[0]["note"]) if noted else spread(found, "gbps")
+    return out
+
+
+def functions_sql_stream(rows: list[Row], path: Path) -> Path:
+    """Draw SQL over a stream against the echo of the same stream, GB/s of input."""
+    rates = functions_stream_rates(rows)
+    fig, ax = plt.subplots(figsize=(9, 3.5))
+    labels = [(op, label) for op, label in FUNCTIONS_STREAM_LABELS if op in rates]
+    top = max((r.high for r in rates.values() if isinstance(r, Spread)), default=1.0)
+    for y, (op, _) in enumerate(labels):
+        rate = rates[op]
+        if isinstance(rate, Spread):
+            ax.barh(
+                y,
+                rate.median,
+                xerr=[[rate.median - rate.low], [rate.high - rate.median]],
+                capsize=3,
+                color="tab:gray" if op == FUNCTIONS_STREAM_ECHO else "tab:blue",
+            )
+            ax.annotate(
+                f"{rate.median:.2f} GB/s",
+                xy=(rate.high, y),
+                xytext=(4, 0),
+                textcoords="offset points",
+                va="center",
+                fontsize=8,
+            )
+        elif isinstance(rate, str):
+            ax.annotate(
+                "not available: the server answered UNIMPLEMENTED",
+                xy=(0, y),
+                xytext=(8, 0),
+                textcoords="offset points",
+                va="center",
+                fontsize=8,
+                color="tab:red",
+            )
+    ax.set_yticks(
+        range(len(labels)),
+        [
+            label + (f"\n{FUNCTIONS_STREAM_SQL[op]}" if op in FUNCTIONS_STREAM_SQL else "")
+            for op, label in labels
+        ],
+        fontsize=8,
+    )
+    ax.invert_yaxis()
+    ax.set_xlim(0, top * 1.4)
+    ax.set_xlabel("GB/s of input (1e9 bytes per second)")
+    ax.set_title("SQL over a DoExchange stream vs the echo of the same stream (quiver)")
+    ax.grid(True, axis="x", alpha=0.3)
+    return _save(fig, path)
+
+
 def draw_all(rows: list[Row], plan: dict[str, object], out_dir: Path) -> list[Path]:
     """Draw every figure the rows allow into ``out_dir``; return their paths."""
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -436,4 +607,8 @@ def draw_all(rows: list[Row], plan: dict[str, object], out_dir: Path) -> list[Pa
         drawn.append(json_vs_flight(rows, out_dir / "json_vs_flight.png"))
     if select(rows, suite="sql"):
         drawn.append(sql_to_pandas(rows, plan, out_dir / "sql_to_pandas.png"))
+    if select(rows, suite="functions", op=("bulk", "latency")):
+        drawn.append(functions_xgbatch(rows, out_dir / "functions_xgbatch.png"))
+    if select(rows, suite="functions", op=FUNCTIONS_STREAM_OPS):
+        drawn.append(functions_sql_stream(rows, out_dir / "functions_sql_stream.png"))
     return drawn

@@ -7,8 +7,27 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from . import sql_clients
-from .plots import rows_text, sql_rows_of
-from .results import ARROW_CPP, JSON_SOCKET, QUIVER
+from .plots import (
+    FUNCTIONS_PEERS,
+    FUNCTIONS_STREAM_LABELS,
+    functions_latency,
+    functions_rows_per_second,
+    functions_stream_rates,
+    rows_text,
+    sql_rows_of,
+)
+from .results import (
+    ARROW_CPP,
+    FASTAPI_JSON,
+    FUNCTIONS_STREAM_ECHO,
+    FUNCTIONS_STREAM_SQL,
+    IN_PROCESS,
+    JSON_SOCKET,
+    PYARROW_FLIGHT,
+    QUIVER,
+    QUIVER_1_WORKER,
+    QUIVER_2_WORKERS,
+)
 from .sql_clients import SQL_PEERS, SqlPeer
 from .summary import Row, Spread, ceiling, comparable, percentile, select, shapes, spread
 
@@ -35,6 +54,17 @@ SQL_REFERENCE = sql_clients.QUIVER_FLIGHT_SQL
 SQL_REFERENCES = (sql_clients.QUIVER_FLIGHT_SQL, sql_clients.QUIVER_ADBC)
 #: The result sizes the sql goals are stated for.
 SQL_GOAL_ROWS = (1_000_000, 16_000_000)
+#: The functions suite's goals (docs/functions.md): bulk scoring with 1 quiver worker at
+#: least this fraction of the in-process rate...
+FUNCTIONS_VS_IN_PROCESS = 0.9
+#: ...with 2 workers at least this many times the XGBatch-style pyarrow server's...
+FUNCTIONS_VS_PYARROW = 1.6
+#: ...at least this many times the JSON service's (both with one scoring process)...
+FUNCTIONS_VS_JSON = 50.0
+#: ...and a median 1-row request of at most this many seconds.
+FUNCTIONS_ONE_ROW_P50_S = 0.001
+#: The CPU rows of a bulk repetition, and the column each heads.
+FUNCTIONS_CPU = (("cpu_server", "server"), ("cpu_workers", "workers"), ("cpu_client", "client"))
 
 
 @dataclass(frozen=True)
@@ -236,6 +266,243 @@ def _speedup_goals(rows: list[Row], reference: SqlPeer, size: int, cap: int | No
     return out
 
 
+def _rate_ratio(rows: list[Row], ours: str, theirs: str) -> tuple[float | None, str]:
+    """Return the ratio of two peers' median scoring rates, and it as text with both rates."""
+    a = functions_rows_per_second(rows, ours)
+    b = functions_rows_per_second(rows, theirs)
+    ratio = _ratio(a, b)
+    if ratio is None or a is None or b is None:
+        return None, "—"
+    return ratio, f"{_times(ratio)} ({_rate(a.median)} vs {_rate(b.median)})"
+
+
+def _rate(rows_per_second: float, unit: str = " rows/s") -> str:
+    if rows_per_second >= 1e6:
+        return f"{rows_per_second / 1e6:.2f}M{unit}"
+    return f"{rows_per_second / 1e3:.1f}k{unit}"
+
+
+def functions_goals(rows: list[Row]) -> list[Goal]:
+    """Evaluate the functions suite's goals (none when it did not run)."""
+    if not select(rows, suite="functions"):
+        return []
+    out = []
+    for ours, theirs, threshold, text in (
+        (
+            QUIVER_1_WORKER,
+            IN_PROCESS,
+            FUNCTIONS_VS_IN_PROCESS,
+            "quiver, 1 worker / in process, 1 thread",
+        ),
+        (
+            QUIVER_2_WORKERS,
+            PYARROW_FLIGHT,
+            FUNCTIONS_VS_PYARROW,
+            "quiver, 2 workers / XGBatch-style pyarrow server",
+        ),
+        (
+            QUIVER_1_WORKER,
+            FASTAPI_JSON,
+            FUNCTIONS_VS_JSON,
+            "quiver, 1 worker / FastAPI JSON service, 1 worker",
+        ),
+    ):
+        ratio, shown = _rate_ratio(rows, ours, theirs)
+        out.append(
+            Goal(
+                f"Bulk scoring, rows/s: {text}",
+                f"≥ {threshold:g}×",
+                ratio,
+                None if ratio is None else ratio >= threshold,
+                shown,
+            )
+        )
+    for peer, text in ((QUIVER_1_WORKER, "1 worker"), (QUIVER_2_WORKERS, "2 workers")):
+        one = functions_latency(rows, peer, 1)
+        p50 = None if one is None else float(one["seconds"])
+        out.append(
+            Goal(
+                f"1-row request, p50: quiver, {text} (one DoExchange per request)",
+                f"≤ {FUNCTIONS_ONE_ROW_P50_S * 1e3:g} ms",
+                p50,
+                None if p50 is None else p50 <= FUNCTIONS_ONE_ROW_P50_S,
+                "—" if p50 is None else f"{p50 * 1e3:.3f} ms",
+            )
+        )
+    return out
+
+
+def _functions_stream_lines(rows: list[Row], plan: dict[str, object]) -> list[str]:
+    rates = functions_stream_rates(rows)
+    if not rates:
+        return []
+    found = select(rows, suite="functions", op=tuple(rates))
+    sent = max((int(r["bytes"]) for r in found), default=0)
+    echo = rates.get(FUNCTIONS_STREAM_ECHO)
+    cap = plan.get("functions_stream_max_memory")
+    lines = [
+        "SQL over a stream: DoExchange with the command "
+        '`{"sql": "SELECT ... FROM input ..."}`, the statement run by quiver over the '
+        f"incoming batches as they arrive; {_size(sent)} of the 20 float32 features per "
+        "stream, in 65,536-row batches from a pyarrow.flight writer thread, against the "
+        "echo of the same stream (a descriptor that is not a command) on the same server"
+        + (
+            f", a quiver started with `--max-memory {_size(float(cap))}` for this alone"
+            if isinstance(cap, (int, float))
+            else ""
+        )
+        + ". "
+        "GB/s of input (1e9 bytes per second), median (min–max) of the repetitions; the "
+        "peak of `quiver_memory_used_bytes` read from the server's /metrics every 10 ms "
+        "during each stream, and the server's VmHWM after it (peak RSS since it started).",
+        "",
+        "| stream | statement | GB/s | × echo | bytes out | peak memory used | server VmHWM |",
+        "| --- | --- | --- | --- | --- | --- | --- |",
+    ]
+    for op, label in FUNCTIONS_STREAM_LABELS:
+        rate = rates.get(op)
+        if op not in rates:
+            continue
+        statement = f"`{FUNCTIONS_STREAM_SQL[op]}`" if op in FUNCTIONS_STREAM_SQL else "—"
+        if isinstance(rate, str):
+            lines.append(f"| {label} | {statement} | {rate} | — | — | — | — |")
+            continue
+        group = select(found, op=op)
+        ratio = None if op == FUNCTIONS_STREAM_ECHO or isinstance(echo, str) else _ratio(rate, echo)
+        out_share = sum(int(r["wire_bytes"] or 0) for r in group) / max(
+            1, sum(int(r["bytes"]) for r in group)
+        )
+        peak = max((int(r["rss_bytes"] or 0) for r in group), default=0)
+        hwm = max((int(r["hwm_bytes"] or 0) for r in group), default=0)
+        lines.append(
+            f"| {label} | {statement} | {_gbps(rate)} | "
+            f"{'—' if ratio is None else _times(ratio)} | {out_share:.0%} of the bytes | "
+            f"{_size(peak)} | {_size(hwm)} |"
+        )
+    unavailable = [r for r in rates.values() if isinstance(r, str)]
+    if unavailable:
+        lines += [
+            "",
+            "SQL over a stream was **not available** from the server measured: it answered "
+            f"UNIMPLEMENTED ({unavailable[0].removeprefix('not available: ')}). Only the "
+            "echo was measured.",
+        ]
+    return [*lines, ""]
+
+
+def _cpu_per_gib(rows: list[Row], peer: str, op: str) -> Spread | None:
+    found = select(rows, suite="functions", server=peer, op=op)
+    return spread(found, lambda r: float(r["seconds"]) / (float(r["bytes"]) / 2**30))
+
+
+def _functions_section(
+    rows: list[Row], run: dict[str, object], plot: Path | None, report_dir: Path
+) -> list[str]:
+    measured = select(rows, suite="functions")
+    if not measured:
+        return []
+    machine = run.get("machine") or {}
+    assert isinstance(machine, dict)
+    bulk = select(measured, op="bulk")
+    most = max((int(r["rows_per_stream"]) for r in bulk), default=0)
+    json_rows = {int(r["rows_per_stream"]) for r in select(bulk, server=FASTAPI_JSON)}
+    calls = {int(r["ops"]) for r in select(measured, op="latency") if r.get("ops")}
+    lines = [
+        "## Functions: scoring over DoExchange (the paper's XGBatch)",
+        "",
+        "The BID'22 paper's XGBatch scenario: a client streams record batches of 20 float32 "
+        "features to a scoring service and gets one float32 score per row back. The model "
+        "is an `xgboost` booster (100 trees of depth 6, binary logistic) trained by the "
+        "harness on 100,000 seeded rows and saved to a file that every peer loads; every "
+        "peer scores with `inplace_predict` on one thread (`bench/xgbatch.py`), on the same "
+        "rows. The peers, each a process of its own started by the harness:",
+        "",
+        "- in process: the client's own process calls `inplace_predict` on the same "
+        "65,536-row batches (the limit), and beside it with xgboost's threads on all "
+        "cores;",
+        "- an XGBatch-style server: pyarrow's `FlightServerBase` whose `do_exchange` scores "
+        "each batch and writes the scores back, one Python process "
+        "(`bench/peers/xgbatch_server.py`);",
+        "- a JSON service: FastAPI on uvicorn, one worker, `POST /score` of rows as lists "
+        "of lists validated by pydantic (`bench/peers/json_scoring.py`), one kept-alive "
+        "HTTP/1.1 connection;",
+        "- quiver serving the functions module `bench/peers/quiver_scoring.py` "
+        "(`quiver serve --functions ... --function-workers 1|2`).",
+        "",
+        "The Flight clients are plain `pyarrow.flight`: DoExchange with the command "
+        '`{"function": "score"}`, a writer thread sending while the calling thread reads. '
+        f"Bulk: {most:,} rows per repetition in 65,536-row requests (batches), "
+        "repetitions alternating between the peers; "
+        + (
+            f"the JSON service scores {', '.join(f'{n:,}' for n in sorted(json_rows))} rows "
+            "per repetition instead (a row costs it far more), so its rate is over fewer "
+            "rows. "
+            if json_rows and json_rows != {most}
+            else ""
+        )
+        + "Latency: sequential requests of 1 and of 1,000 rows, "
+        + (f"{', '.join(f'{n:,}' for n in sorted(calls))} timed per peer " if calls else "")
+        + "after untimed ones, each one DoExchange or one HTTP request. CPU: the seconds of "
+        "user and system time each process used during a bulk repetition (`/proc/PID/stat`"
+        " before and after), per GiB of input (80 bytes a row): the server, quiver's "
+        "workers (the server's child processes, summed), and the client's process (for "
+        "the in-process peer, the scoring itself). "
+        f"On this machine the client, the server and its workers share "
+        f"{machine.get('nproc', '?')} cores.",
+        "",
+        "| goal | target | measured | result |",
+        "| --- | --- | --- | --- |",
+        *_goal_rows(functions_goals(rows)),
+        "",
+        *_figure("Scoring over DoExchange", plot, report_dir),
+        "Bulk scoring: rows per second, median (min–max) of the repetitions; CPU seconds "
+        "per GiB of input, medians.",
+        "",
+        "| peer | rows | rows/s | × in process | CPU s/GiB: server | workers | client | total |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- |",
+    ]
+    base = functions_rows_per_second(rows, IN_PROCESS)
+    for peer, label, _ in FUNCTIONS_PEERS:
+        found = functions_rows_per_second(rows, peer)
+        if found is None:
+            continue
+        count = max(int(r["rows_per_stream"]) for r in select(bulk, server=peer))
+        cpu = [_cpu_per_gib(rows, peer, op) for op, _ in FUNCTIONS_CPU]
+        cells = ["—" if c is None else f"{c.median:.2f}" for c in cpu]
+        total = sum(c.median for c in cpu if c is not None)
+        lines.append(
+            f"| {label} | {count:,} | {_rate(found.median, '')} ({_rate(found.low, '')}–"
+            f"{_rate(found.high, '')}) | {_times(_ratio(found, base))} | {' | '.join(cells)} | "
+            f"{total:.2f} |"
+        )
+    lines += [
+        "",
+        "Latency of sequential requests (each one DoExchange, HTTP request or, in process, "
+        "one `inplace_predict`):",
+        "",
+        "| peer | 1 row: p50 | p99 | 1,000 rows: p50 | p99 |",
+        "| --- | --- | --- | --- | --- |",
+    ]
+    for peer, label, _ in FUNCTIONS_PEERS:
+        found = [functions_latency(rows, peer, n) for n in (1, 1000)]
+        if not any(found):
+            continue
+        cells = []
+        for row in found:
+            if row is None:
+                cells += ["—", "—"]
+            else:
+                cells += [_ms(float(row["seconds"])), _ms(float(row["p99_seconds"]))]
+        lines.append(f"| {label} | {' | '.join(cells)} |")
+    plan = run.get("plan") or {}
+    assert isinstance(plan, dict)
+    return [*lines, "", *_functions_stream_lines(rows, plan)]
+
+
+def _ms(seconds: float) -> str:
+    return f"{seconds * 1e3:.3f} ms" if seconds < 0.01 else f"{seconds * 1e3:.1f} ms"
+
+
 def _goals_section(rows: list[Row], mode: str) -> list[str]:
     lines = [
         "## Goals",
@@ -256,6 +523,12 @@ def _goals_section(rows: list[Row], mode: str) -> list[str]:
             "",
             "The goals of query results into pandas are in "
             "[their section](#query-results-into-pandas-the-papers-figure-8).",
+        ]
+    if select(rows, suite="functions"):
+        lines += [
+            "",
+            "The goals of scoring over DoExchange are in "
+            "[their section](#functions-scoring-over-doexchange-the-papers-xgbatch).",
         ]
     return lines
 
@@ -822,6 +1095,7 @@ def render(
     sql = _sql_section(rows, run, plots.get("sql_to_pandas"), report_dir)
     if sql:
         lines += [*sql, ""]
+    lines += _functions_section(rows, run, plots.get("functions_xgbatch"), report_dir)
     notes = run.get("notes") or []
     assert isinstance(notes, list)
     if notes:

@@ -31,7 +31,15 @@ from bench import flight_client, report, sql_clients, sql_worker, taxi, workers
 from bench.peers import postgres
 from bench.peers.cpp_flight_server import partition_bounds
 from bench.plan import GIB, plan_for
-from bench.results import Measurement
+from bench.results import (
+    FASTAPI_JSON,
+    FUNCTIONS_STREAM_SQL,
+    IN_PROCESS,
+    PYARROW_FLIGHT,
+    QUIVER_1_WORKER,
+    QUIVER_2_WORKERS,
+    Measurement,
+)
 from bench.servers import REPO, quiver_bench_available, quiver_bin, start_arrow_cpp
 
 PLOTS = (
@@ -42,6 +50,8 @@ PLOTS = (
     "small_latency.png",
     "json_vs_flight.png",
     "sql_to_pandas.png",
+    "functions_xgbatch.png",
+    "functions_sql_stream.png",
 )
 INSTALL_POSTGRES = REPO / "scripts" / "install-postgres.sh"
 
@@ -452,3 +462,109 @@ def test_the_soak_suite_mixed_operations_without_errors(smoke_run):
         assert int(by_op[op]["rss_bytes"]) > 0, op
     report = (smoke_run["tmp"] / "BENCHMARKS.md").read_text()
     assert "## Soak" in report
+
+
+FUNCTIONS_SERVED = (IN_PROCESS, PYARROW_FLIGHT, FASTAPI_JSON, QUIVER_1_WORKER, QUIVER_2_WORKERS)
+
+
+def test_the_functions_suite_scored_through_every_peer(smoke_run):
+    rows = [r for r in smoke_run["rows"] if r["suite"] == "functions"]
+    bulk = {r["server"]: r for r in rows if r["op"] == "bulk"}
+    assert set(FUNCTIONS_SERVED) <= set(bulk), sorted(bulk)
+    plan = plan_for("smoke", GIB)
+    for peer in FUNCTIONS_SERVED:
+        want = plan.functions_json_rows if peer == FASTAPI_JSON else plan.functions_rows
+        assert int(bulk[peer]["rows_per_stream"]) == want, bulk[peer]
+        assert float(bulk[peer]["seconds"]) > 0
+        for size in ("1", "1000"):
+            latency = [
+                r
+                for r in rows
+                if (r["server"], r["op"], r["rows_per_stream"]) == (peer, "latency", size)
+            ]
+            assert len(latency) == 1, (peer, size)
+            assert int(latency[0]["ops"]) == plan.functions_calls
+            assert 0 < float(latency[0]["seconds"]) <= float(latency[0]["p99_seconds"])
+    # Quiver's workers are the server's children: their CPU time is read apart.
+    workers_cpu = {r["server"] for r in rows if r["op"] == "cpu_workers"}
+    assert workers_cpu == {QUIVER_1_WORKER, QUIVER_2_WORKERS}
+
+
+def test_the_functions_suite_streamed_sql_or_said_it_is_not_available(smoke_run):
+    rows = [r for r in smoke_run["rows"] if r["suite"] == "functions"]
+    echo = [r for r in rows if r["op"] == "stream_echo"]
+    assert echo and all(float(r["gbps"]) > 0 for r in echo)
+    assert all(int(r["wire_bytes"]) == int(r["bytes"]) for r in echo), echo
+    for op in FUNCTIONS_STREAM_SQL:
+        found = [r for r in rows if r["op"] == op]
+        assert found, op
+        for row in found:
+            if row["note"]:
+                assert row["note"].startswith("not available: "), row
+            else:
+                assert float(row["gbps"]) > 0
+                assert 0 < int(row["wire_bytes"]) < int(row["bytes"]), row
+    report_text = (smoke_run["tmp"] / "BENCHMARKS.md").read_text()
+    section = report_text.split("## Functions: scoring over DoExchange", 1)[1]
+    section = section.split("\n## ", 1)[0]
+    assert "(plots/functions_xgbatch.png)" in section
+    assert "| echo | — |" in section
+    assert "| quiver, 2 workers |" in section
+    if any(r["note"] for r in rows if r["op"] in FUNCTIONS_STREAM_SQL):
+        assert "SQL over a stream was **not available**" in section
+
+
+def _functions_row(peer: str, op: str, rows: int, seconds: float, **extra) -> dict[str, object]:
+    client = "in-process" if peer.startswith("in-process") else "pyarrow"
+    measurement = Measurement("functions", peer, client, op, 1, rows, rows, rows * 80, seconds)
+    return {**dataclasses.asdict(measurement), **extra}
+
+
+def _functions_rows(rates: dict[str, float], one_row_p50: float) -> list[dict[str, object]]:
+    rows = []
+    for peer, rate in rates.items():
+        count = 1000 if peer == FASTAPI_JSON else 1_000_000
+        rows.append(_functions_row(peer, "bulk", count, count / rate))
+        for size in (1, 1000):
+            p50 = one_row_p50 if size == 1 else 0.002
+            rows.append(_functions_row(peer, "latency", size, p50, p99_seconds=2 * p50, ops=20))
+    return rows
+
+
+def test_functions_goals_say_met_or_not_met_from_the_ratios():
+    rates = {
+        IN_PROCESS: 1.0e6,
+        PYARROW_FLIGHT: 0.5e6,
+        FASTAPI_JSON: 10e3,
+        QUIVER_1_WORKER: 0.95e6,
+        QUIVER_2_WORKERS: 0.9e6,
+    }
+    met = {g.text: g for g in report.functions_goals(_functions_rows(rates, 0.0005))}
+    assert all(g.verdict == "PASS" for g in met.values()), met
+    assert len(met) == 5
+    slow = dict(rates, **{QUIVER_1_WORKER: 0.4e6, QUIVER_2_WORKERS: 0.6e6})
+    missed = report.functions_goals(_functions_rows(slow, 0.003))
+    verdicts = [g.verdict for g in missed]
+    # 0.4x in process, 1.2x the pyarrow server, 40x the JSON service, two 3 ms medians.
+    assert verdicts == ["FAIL"] * 5, [(g.text, g.shown) for g in missed]
+    assert missed[0].shown.startswith("0.40×")
+    unmeasured = report.functions_goals(_functions_rows({IN_PROCESS: 1e6}, 0.0005))
+    assert {g.verdict for g in unmeasured} == {"n/a (not measured)"}
+    assert report.functions_goals([]) == []
+
+
+def test_sql_over_a_stream_not_implemented_is_reported_not_available(tmp_path):
+    rows = [
+        _functions_row("quiver", "stream_echo", 655_360, 0.5),
+        *[
+            _functions_row("quiver", op, 0, 0.0, note="not available: UNIMPLEMENTED: later")
+            for op in FUNCTIONS_STREAM_SQL
+        ],
+    ]
+    rows[0].update(wire_bytes=rows[0]["bytes"], rss_bytes=5 << 20, hwm_bytes=80 << 20)
+    run = {"mode": "smoke", "machine": {"nproc": 2}}
+    text = "\n".join(report._functions_section(rows, run, None, tmp_path))
+    section = text.split("## Functions: scoring over DoExchange", 1)[1]
+    assert "| SQL filter | `SELECT * FROM input WHERE f0 > 0.9` | not available: " in section
+    assert "SQL over a stream was **not available**" in section
+    assert "| echo | — | 0.10 (0.10–0.10) | — | 100% of the bytes | 5 MiB | 80 MiB |" in section
