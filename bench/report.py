@@ -354,7 +354,10 @@ def _functions_stream_lines(rows: list[Row], plan: dict[str, object]) -> list[st
         + ". "
         "GB/s of input (1e9 bytes per second), median (min–max) of the repetitions; the "
         "peak of `quiver_memory_used_bytes` read from the server's /metrics every 10 ms "
-        "during each stream, and the server's VmHWM after it (peak RSS since it started).",
+        "during each stream, and the server's VmHWM after it (peak RSS since it started). "
+        "The echo sends every byte back and the client reads it all, where the statements "
+        "send a tenth or a fifth back: × echo is the rate end to end, the client's reading "
+        "included, not the server's cost alone.",
         "",
         "| stream | statement | GB/s | × echo | bytes out | peak memory used | server VmHWM |",
         "| --- | --- | --- | --- | --- | --- | --- |",

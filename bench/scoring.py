@@ -196,9 +196,15 @@ class ScoringClient:
         """One ``POST /score`` of ``batch``'s rows as lists of lists; return the scores."""
         assert self.http is not None
         body = json.dumps({"rows": xgbatch.matrix(batch).tolist()}).encode()
-        self.http.request("POST", "/score", body, {"Content-Type": "application/json"})
-        response = self.http.getresponse()
-        payload = response.read()
+        try:
+            self.http.request("POST", "/score", body, {"Content-Type": "application/json"})
+            response = self.http.getresponse()
+            payload = response.read()
+        except Exception:
+            # http.client leaves a failed connection unusable ("Request-sent"): closed, the
+            # next request reconnects instead of failing for this one's reason.
+            self.http.close()
+            raise
         if response.status != 200:
             raise RuntimeError(f"POST /score: HTTP {response.status}: {payload[:300]!r}")
         return np.asarray(json.loads(payload)["scores"], dtype=np.float32)

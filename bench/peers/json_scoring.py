@@ -29,6 +29,8 @@ from bench import xgbatch
 LISTENING = "listening on "
 #: Pending connections the socket queues before uvicorn accepts them.
 BACKLOG = 128
+#: Seconds an idle kept-alive connection stays open (uvicorn's default is 5).
+KEEP_ALIVE_S = 3600
 
 
 class Rows(BaseModel):
@@ -75,7 +77,16 @@ def main(argv: list[str] | None = None) -> int:
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind(("127.0.0.1", args.port))
     sock.listen(BACKLOG)
-    config = uvicorn.Config(app, workers=1, log_level="warning", access_log=False)
+    # The client keeps one connection for the whole suite, idle while the other peers
+    # are measured: uvicorn's default keep-alive of 5 s closed it under the client, whose
+    # next request then failed with a broken pipe.
+    config = uvicorn.Config(
+        app,
+        workers=1,
+        log_level="warning",
+        access_log=False,
+        timeout_keep_alive=KEEP_ALIVE_S,
+    )
     server = uvicorn.Server(config)
     # uvicorn handles SIGTERM and SIGINT itself, then raises the signal again with the
     # handlers it found: these make that a clean exit, as the other peers' stops are.
