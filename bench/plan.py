@@ -138,12 +138,12 @@ class Plan:
     shm_bytes: tuple[int, ...] = (64 * MI, 256 * MI)
     shm_puts_in_a_row: int = 5
     warm_up_reps: int = 0
-    functions_rows: int = 1_048_576
+    functions_rows: int = 524_288
     functions_json_rows: int = 20_000
-    functions_calls: int = 200
-    functions_warm_ups: int = 20
-    functions_stream_bytes: int = 1 * GIB
-    functions_stream_max_memory: int = 256 * MI
+    functions_calls: int = 100
+    functions_warm_ups: int = 10
+    functions_stream_bytes: int = 512 * MI
+    functions_stream_max_memory: int = 128 * MI
 
     @property
     def headline_rows(self) -> int:
@@ -233,12 +233,12 @@ def plan_for(mode: str, ram_bytes: int) -> Plan:
             soak_clients=64,
             soak_seconds=10.0,
             soak_rows=10_000,
-            functions_rows=1_048_576,
+            functions_rows=524_288,
             functions_json_rows=20_000,
-            functions_calls=200,
-            functions_warm_ups=20,
-            functions_stream_bytes=1 * GIB,
-            functions_stream_max_memory=256 * MI,
+            functions_calls=100,
+            functions_warm_ups=10,
+            functions_stream_bytes=512 * MI,
+            functions_stream_max_memory=128 * MI,
         )
     if mode == "full":
         return Plan(

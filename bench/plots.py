@@ -5,6 +5,7 @@ paper's Figure 8), and scoring over DoExchange (the paper's XGBatch).
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 import matplotlib
@@ -464,7 +465,7 @@ def functions_xgbatch(rows: list[Row], path: Path) -> Path:
     """Bulk scoring rate and request latency per peer of the functions suite (XGBatch)."""
     fig, axes = plt.subplots(1, 2, figsize=(14, 5), squeeze=False)
     ax = axes[0][0]
-    peers = [(p, label, color) for p, label, color in FUNCTIONS_PEERS]
+    peers = list(FUNCTIONS_PEERS)
     ys, widths, errors, colors, labels = [], [], [[], []], [], []
     for peer, label, color in peers:
         found = functions_rows_per_second(rows, peer)
@@ -477,10 +478,10 @@ def functions_xgbatch(rows: list[Row], path: Path) -> Path:
         colors.append(color)
         labels.append(label)
     ax.barh(ys, widths, xerr=errors, capsize=3, color=colors)
-    for y, width in zip(ys, widths, strict=True):
+    for y, width, above in zip(ys, widths, errors[1], strict=True):
         ax.annotate(
             f"{width / 1e6:.2f}M/s" if width >= 1e5 else f"{width / 1e3:.1f}k/s",
-            xy=(width, y),
+            xy=(width + above, y),
             xytext=(4, 0),
             textcoords="offset points",
             va="center",
@@ -497,6 +498,7 @@ def functions_xgbatch(rows: list[Row], path: Path) -> Path:
     ax = axes[0][1]
     measured = [p for p in peers if any(functions_latency(rows, p[0], n) for n in (1, 1000))]
     width = 0.8 / max(1, 2 * len(measured))
+    lowest = math.inf
     for k, (peer, label, color) in enumerate(measured):
         for j, size in enumerate((1, 1000)):
             row = functions_latency(rows, peer, size)
@@ -504,11 +506,14 @@ def functions_xgbatch(rows: list[Row], path: Path) -> Path:
                 continue
             x = j + (k - (len(measured) - 1) / 2) * 2 * width
             p50, p99 = float(row["seconds"]) * 1e3, float(row["p99_seconds"]) * 1e3
+            lowest = min(lowest, p50)
             ax.bar(x, p50, width * 1.8, color=color, label=label if j == 0 else None)
             ax.plot([x, x], [p50, p99], color="black", linewidth=1)
             ax.plot(x, p99, marker="_", color="black", markersize=8)
     ax.set_xticks([0, 1], ["1-row requests", "1,000-row requests"])
     ax.set_yscale("log")
+    if lowest < math.inf and lowest > 0:
+        ax.set_ylim(bottom=10 ** math.floor(math.log10(lowest)))  # a labelled decade below
     ax.yaxis.set_major_formatter(FuncFormatter(lambda value, _: f"{value:g}"))
     ax.yaxis.set_minor_formatter(FuncFormatter(lambda value, _: ""))
     ax.set_ylabel("milliseconds (bar: p50, whisker: p99; log scale)")
