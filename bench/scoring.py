@@ -43,9 +43,11 @@ from . import flight_client, xgbatch
 #: The DoExchange command that calls quiver's function ``score`` (the pyarrow server
 #: accepts any descriptor).
 COMMAND = json.dumps({"function": "score"})
-#: Rows whose scores :meth:`ScoringClient.bulk` sums, so that the harness can check that
-#: every peer scored them alike.
+#: The first rows whose scores :meth:`ScoringClient.bulk` checks besides all of them, so
+#: that the JSON service, which scores fewer rows, is checked against the others too.
 CHECK_ROWS = 1000
+#: Weights of a checksum that changes when scores change places: row i weighs i % 7 + 1.
+CHECK_PERIOD = 7
 #: Distinct slices a latency measurement cycles through.
 LATENCY_SLICES = 8
 
@@ -109,9 +111,9 @@ class ScoringClient:
         Returns
         -------
         dict
-            ``seconds`` (wall time), ``rows`` (scores received), ``check`` (the sum of
-            the first :data:`CHECK_ROWS` scores, as float64) and ``checked`` (how many
-            scores that sum is of: fewer when fewer rows were scored).
+            ``seconds`` (wall time), ``rows`` (scores received) and ``checks``: the
+            :func:`checksum` of the first :data:`CHECK_ROWS` scores and of all of them,
+            by how many scores each covers.
 
         Raises
         ------
@@ -129,13 +131,9 @@ class ScoringClient:
         got = sum(len(s) for s in scores)
         if got != self.table.num_rows:
             raise RuntimeError(f"{got} scores for {self.table.num_rows} rows")
-        head = np.concatenate(scores)[:CHECK_ROWS] if scores else np.empty(0, "f4")
-        return {
-            "seconds": seconds,
-            "rows": got,
-            "check": float(head.astype("f8").sum()),
-            "checked": len(head),
-        }
+        every = np.concatenate(scores) if scores else np.empty(0, "f4")
+        counts = {min(CHECK_ROWS, len(every)), len(every)}
+        return {"seconds": seconds, "rows": got, "checks": {n: checksum(every[:n]) for n in counts}}
 
     def latency(self, rows: int, calls: int, warm_ups: int) -> list[float]:
         """Time ``calls`` sequential requests of ``rows`` rows each, after ``warm_ups``.
@@ -215,6 +213,12 @@ class ScoringClient:
             self.flight.close()
         if self.http is not None:
             self.http.close()
+
+
+def checksum(scores: np.ndarray) -> float:
+    """Return a position-weighted sum of ``scores``: equal for the same scores in order."""
+    weights = np.arange(len(scores)) % CHECK_PERIOD + 1
+    return float(np.dot(scores.astype("f8"), weights))
 
 
 def exchange(

@@ -10,6 +10,7 @@ import contextlib
 import gc
 import importlib.metadata
 import io
+import math
 import os
 import sys
 import tempfile
@@ -979,8 +980,9 @@ FUNCTIONS_LATENCY_ROWS = (1, 1000)
 #: Untimed requests of 1,000 rows each peer answers before its first bulk repetition (a
 #: quiver server holds calls until its workers have loaded the model).
 FUNCTIONS_WARM_UPS = 5
-#: How far a peer's sum of the first rows' scores may be from the in-process one.
-FUNCTIONS_CHECK_TOLERANCE = 1e-3
+#: How far a peer's checksum of its scores may be from the in-process one, relatively (the
+#: same booster scores the same rows identically: any difference is a wrong or moved score).
+FUNCTIONS_CHECK_TOLERANCE = 1e-9
 
 
 @dataclass
@@ -1021,7 +1023,8 @@ def run_functions(run: Run) -> None:
     process of its own. Each peer's client is a worker process (:mod:`bench.scoring`).
     Bulk repetitions alternate between the peers; the CPU time of the server, of quiver's
     workers and of the client is read from ``/proc`` around each. Then each peer's
-    latency: sequential requests of 1 and of 1,000 rows.
+    latency: sequential requests of 1 and of 1,000 rows. Last, with the scoring servers
+    stopped, SQL over a stream against the echo (:func:`_functions_sql_stream`).
     """
     plan = run.plan
     log_dir = run.log_dir / "functions"
@@ -1049,15 +1052,20 @@ def run_functions(run: Run) -> None:
         for rep in range(plan.reps):
             for peer in _order(peers, rep):
                 with run.attempt(f"functions bulk {peer.label}"):
-                    checked, check = _functions_bulk(run, peer, rep)
+                    checks = _functions_bulk(run, peer, rep)
                     if peer.label == IN_PROCESS:
-                        expected.setdefault(checked, check)
-                    want = expected.get(checked)
-                    if want is not None and abs(check - want) > FUNCTIONS_CHECK_TOLERANCE:
-                        raise RuntimeError(
-                            f"{peer.label}'s scores differ from the in-process ones: the first "
-                            f"{checked:,} rows' scores sum to {check:.6f}, not {want:.6f}"
-                        )
+                        for count, check in checks.items():
+                            expected.setdefault(count, check)
+                    for count, check in checks.items():
+                        want = expected.get(count)
+                        if want is not None and not math.isclose(
+                            check, want, rel_tol=FUNCTIONS_CHECK_TOLERANCE
+                        ):
+                            raise RuntimeError(
+                                f"{peer.label}'s scores differ from the in-process ones, or "
+                                f"come in another order: the checksum of the first {count:,} "
+                                f"is {check:.6f}, not {want:.6f}"
+                            )
         for rows in FUNCTIONS_LATENCY_ROWS:
             log(
                 f"functions: latency of {rows:,}-row requests, {plan.functions_calls:,} per "
@@ -1139,10 +1147,11 @@ def _start_scoring_client(
         peer.worker = worker
 
 
-def _functions_bulk(run: Run, peer: FunctionsPeer, rep: int) -> tuple[int, float]:
-    """Time one bulk repetition of ``peer`` and its CPU; record them; return its check.
+def _functions_bulk(run: Run, peer: FunctionsPeer, rep: int) -> dict[int, float]:
+    """Time one bulk repetition of ``peer`` and its CPU; record them; return its checks.
 
-    The check is the number of first rows whose scores were summed, and that sum.
+    The checks are :func:`bench.scoring.checksum` of the scores, by how many first rows
+    each covers.
     """
     assert peer.worker is not None
     server = peer.server
@@ -1183,7 +1192,7 @@ def _functions_bulk(run: Run, peer: FunctionsPeer, rep: int) -> tuple[int, float
     if quiver:
         record("cpu_workers", sum(t - before[1].get(pid, 0.0) for pid, t in after[1].items()))
     record("cpu_client", after[2] - before[2])
-    return int(got["checked"]), float(got["check"])
+    return {int(count): float(check) for count, check in got["checks"].items()}
 
 
 def _functions_latency(run: Run, peer: FunctionsPeer, rows: int) -> None:
