@@ -451,7 +451,10 @@ def _functions_section(
         "workers (the server's child processes, summed), and the client's process (for "
         "the in-process peer, the scoring itself). "
         f"On this machine the client, the server and its workers share "
-        f"{machine.get('nproc', '?')} cores.",
+        f"{machine.get('nproc', '?')} cores: two workers compete with the client's encoding "
+        "and the server for them (the 2-worker goal assumes a core each), so the CPU "
+        "seconds, not only the rates, say where the time went. Every peer's scores are "
+        "checked against the in-process ones, in order (a position-weighted checksum).",
         "",
         "| goal | target | measured | result |",
         "| --- | --- | --- | --- |",
