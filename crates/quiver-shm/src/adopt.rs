@@ -110,7 +110,7 @@ pub(crate) fn adopt(
 
 /// The length of a memfd sealed against writing, shrinking and growing;
 /// `what` names it in errors.
-fn checked_len(memfd: &OwnedFd, what: &str) -> Result<u64> {
+pub(crate) fn checked_len(memfd: &OwnedFd, what: &str) -> Result<u64> {
     let seals = sys::seals(memfd.as_fd()).map_err(|e| {
         ShmError::invalid(format!(
             "{what} is not a sealable memfd ({e}): create it with \
@@ -141,7 +141,7 @@ fn checked_len(memfd: &OwnedFd, what: &str) -> Result<u64> {
 
 /// Decodes the stream in `map` with full validation; the arrays point into
 /// the mapping (the decoder copies only buffers that are not aligned).
-fn decode(
+pub(crate) fn decode(
     map: &Arc<memmap2::Mmap>,
     messages: &[export::MessageLayout],
 ) -> Result<(arrow::datatypes::SchemaRef, Vec<RecordBatch>)> {

@@ -23,6 +23,7 @@ mod error;
 mod export;
 pub mod framing;
 pub mod grants;
+pub mod process;
 #[cfg(test)]
 mod round_trip;
 mod sys;

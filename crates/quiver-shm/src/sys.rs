@@ -302,3 +302,54 @@ pub(crate) fn recv(socket: BorrowedFd<'_>, max: usize) -> io::Result<Option<Rece
     bytes.truncate(n);
     Ok(Some(Received { bytes, fds }))
 }
+
+/// A connected pair of `SOCK_SEQPACKET` Unix sockets, both close-on-exec.
+pub(crate) fn socketpair() -> io::Result<(OwnedFd, OwnedFd)> {
+    let mut fds: [libc::c_int; 2] = [-1; 2];
+    // SAFETY: socketpair writes two descriptors into `fds`, owned below.
+    check(unsafe {
+        libc::socketpair(
+            libc::AF_UNIX,
+            libc::SOCK_SEQPACKET | libc::SOCK_CLOEXEC,
+            0,
+            fds.as_mut_ptr(),
+        )
+    })?;
+    // SAFETY: both descriptors are new and owned by nothing else.
+    Ok(unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) })
+}
+
+/// Shuts `socket` down both ways: a thread blocked reading it wakes up with
+/// end-of-file, and the peer reads end-of-file.
+pub(crate) fn shutdown(socket: BorrowedFd<'_>) -> io::Result<()> {
+    // SAFETY: shutdown on a descriptor we borrow.
+    check(unsafe { libc::shutdown(socket.as_raw_fd(), libc::SHUT_RDWR) })?;
+    Ok(())
+}
+
+/// Makes `command`'s child get `fd` as its descriptor 3 (every other
+/// descriptor of this process is close-on-exec) and `SIGKILL` when the thread
+/// that spawns it exits, so that a child never outlives its parent.
+pub(crate) fn pass_as_fd3(command: &mut std::process::Command, fd: RawFd) {
+    use std::os::unix::process::CommandExt;
+    const TARGET: RawFd = 3;
+    // SAFETY: the closure runs in the child between fork and exec and only
+    // makes async-signal-safe system calls (dup2, fcntl, prctl) on integers.
+    unsafe {
+        command.pre_exec(move || {
+            if fd == TARGET {
+                // dup2 onto itself would keep close-on-exec: clear it instead.
+                let flags = check(libc::fcntl(TARGET, libc::F_GETFD))?;
+                check(libc::fcntl(
+                    TARGET,
+                    libc::F_SETFD,
+                    flags & !libc::FD_CLOEXEC,
+                ))?;
+            } else {
+                check(libc::dup2(fd, TARGET))?;
+            }
+            check(libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL))?;
+            Ok(())
+        });
+    }
+}
