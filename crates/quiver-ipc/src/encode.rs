@@ -11,6 +11,13 @@ use arrow::record_batch::RecordBatch;
 use bytes::Bytes;
 use quiver_store::batch_bytes;
 
+/// The IPC header of a message that carries none: a flatbuffer `Message`
+/// table whose fields are all defaults (header type `NONE`, body length 0).
+/// Flight messages with an empty `data_header` (a descriptor alone, or
+/// `app_metadata` alone) are valid, but arrow-flight's decoder cannot parse
+/// them; given this header it yields them as `DecodedPayload::None`.
+pub const NO_HEADER: &[u8] = &[8, 0, 0, 0, 4, 0, 4, 0, 4, 0, 0, 0];
+
 /// An arrow [`Buffer`] lent to `bytes`: the `Bytes` keeps it alive, no copy.
 struct ArrowBytes(Buffer);
 
@@ -77,7 +84,7 @@ impl FlightMessageEncoder {
 /// `batch` cut into row slices of about `max_bytes` each. Slices start at
 /// multiples of 64 rows where they can, so validity bitmaps stay byte-aligned
 /// and travel without a copy.
-fn split(batch: &RecordBatch, max_bytes: usize) -> Vec<RecordBatch> {
+pub fn split(batch: &RecordBatch, max_bytes: usize) -> Vec<RecordBatch> {
     let rows = batch.num_rows();
     let bytes = usize::try_from(batch_bytes(batch)).unwrap_or(usize::MAX);
     if bytes <= max_bytes || rows <= 1 {
@@ -231,6 +238,14 @@ impl Rope {
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn no_header_is_a_message_of_no_kind() {
+        let message = arrow::ipc::root_as_message(NO_HEADER).expect("a valid flatbuffer");
+        assert_eq!(message.header_type(), arrow::ipc::MessageHeader::NONE);
+        assert_eq!(message.bodyLength(), 0);
+    }
+
     use super::*;
     use std::sync::Arc;
 

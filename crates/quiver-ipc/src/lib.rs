@@ -14,4 +14,4 @@ pub mod encode;
 pub mod testing;
 
 pub use bounds::check_buffers;
-pub use encode::{FlightMessage, FlightMessageEncoder, Rope, to_bytes};
+pub use encode::{FlightMessage, FlightMessageEncoder, NO_HEADER, Rope, split, to_bytes};
