@@ -9,12 +9,12 @@ use arrow::record_batch::{RecordBatch, RecordBatchOptions};
 use datafusion::catalog::{CatalogProvider, MemoryCatalogProvider};
 use datafusion::common::{ParamValues, TableReference};
 use datafusion::datasource::file_format::options::ArrowReadOptions;
-use datafusion::execution::SessionStateBuilder;
 use datafusion::execution::TaskContext;
 use datafusion::execution::memory_pool::{GreedyMemoryPool, TrackConsumersPool};
 use datafusion::execution::runtime_env::RuntimeEnvBuilder;
-use datafusion::logical_expr::CreateMemoryTable;
+use datafusion::execution::{SessionState, SessionStateBuilder};
 use datafusion::logical_expr::dml::InsertOp;
+use datafusion::logical_expr::{CreateMemoryTable, ScalarUDF};
 use datafusion::logical_expr::{DdlStatement, DmlStatement, LogicalPlan, WriteOp};
 use datafusion::physical_plan::{ExecutionPlan, execute_stream};
 use datafusion::prelude::{CsvReadOptions, ParquetReadOptions, SessionConfig, SessionContext};
@@ -181,6 +181,18 @@ impl SqlEngine {
                 ..options
             },
         }
+    }
+
+    /// The DataFusion session every statement is planned in.
+    pub(crate) fn context(&self) -> &SessionContext {
+        &self.context
+    }
+
+    /// Registers `udf`: SQL may call it by its name from now on, in
+    /// statements and in queries over a stream.
+    pub fn register_udf(&self, udf: ScalarUDF) {
+        tracing::info!(function = udf.name(), "registered SQL function");
+        self.context.register_udf(udf);
     }
 
     /// The engine's limits.
@@ -396,13 +408,23 @@ impl SqlEngine {
     async fn query(&self, plan: &LogicalPlan) -> Result<Query> {
         let state = self.context.state();
         let physical = state.create_physical_plan(plan).await?;
+        self.limited(&state, physical)
+    }
+
+    /// `physical`, planned in `state`, ready to run with the per-query memory
+    /// limit and timeout.
+    pub(crate) fn limited(
+        &self,
+        state: &SessionState,
+        physical: Arc<dyn ExecutionPlan>,
+    ) -> Result<Query> {
         let runtime = RuntimeEnvBuilder::from_runtime_env(state.runtime_env())
             .with_memory_pool(Arc::new(TrackConsumersPool::new(
                 GreedyMemoryPool::new(self.options.query_memory_limit),
                 std::num::NonZeroUsize::new(3).unwrap_or(std::num::NonZeroUsize::MIN),
             )))
             .build_arc()?;
-        let task = Arc::new(TaskContext::from(&state).with_runtime(runtime));
+        let task = Arc::new(TaskContext::from(state).with_runtime(runtime));
         Ok(Query::new(physical, task, self.options.query_timeout))
     }
 

@@ -31,6 +31,12 @@ pub enum SqlError {
     /// The query was cancelled by a client.
     #[error("the query was cancelled")]
     Cancelled,
+    /// A function registered with [`crate::SqlEngine::register_udf`] failed:
+    /// its own error, kept whole for the caller to classify (the engine does
+    /// not know what it calls). A UDF reports it as
+    /// `DataFusionError::External(Box::new(SqlError::Function(..)))`.
+    #[error("{0}")]
+    Function(std::sync::Arc<dyn std::error::Error + Send + Sync>),
     /// From the table store (a missing table, a name taken, the memory limit).
     #[error(transparent)]
     Store(#[from] StoreError),
@@ -65,6 +71,7 @@ impl From<DataFusionError> for SqlError {
                 Some(SqlError::Timeout(d)) => Self::Timeout(*d),
                 Some(SqlError::Cancelled) => Self::Cancelled,
                 Some(SqlError::ResourcesExhausted(m)) => Self::ResourcesExhausted(m.clone()),
+                Some(SqlError::Function(f)) => Self::Function(std::sync::Arc::clone(f)),
                 _ => match inner.downcast_ref::<StoreError>() {
                     Some(s) => Self::Store(s.clone()),
                     None => Self::Invalid(message),

@@ -19,6 +19,7 @@ pub mod metrics;
 mod params;
 mod query;
 mod scan;
+mod stream;
 mod table;
 
 pub use datafusion::common::ParamValues;
@@ -32,3 +33,4 @@ pub use engine::{
 pub use error::{Result, SqlError};
 pub use params::{number_placeholders, row_values};
 pub use query::{BatchStream, Query};
+pub use stream::{INPUT_TABLE, InputStream};
