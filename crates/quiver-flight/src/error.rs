@@ -81,9 +81,36 @@ pub enum Error {
     /// A configuration file or flag is unusable (users file, TLS files).
     #[error("{0}")]
     Config(String),
+    /// From a deployed function or its workers.
+    #[error(transparent)]
+    Function(Box<quiver_functions::FunctionError>),
     /// A bug or an unexpected failure on the server's side.
     #[error("internal error: {0}")]
     Internal(String),
+}
+
+impl From<quiver_functions::FunctionError> for Error {
+    fn from(e: quiver_functions::FunctionError) -> Self {
+        Self::Function(Box::new(e))
+    }
+}
+
+/// The status code of a function error; its kind is its own.
+fn function_class(e: &quiver_functions::FunctionError) -> (tonic::Code, &'static str) {
+    use quiver_functions::FunctionError as F;
+    use tonic::Code;
+    let code = match e {
+        F::NotFound { .. } => Code::NotFound,
+        F::SchemaMismatch(_) => Code::InvalidArgument,
+        F::Timeout { .. } => Code::DeadlineExceeded,
+        F::NoWorkers(_) => Code::Unavailable,
+        F::Raised { .. }
+        | F::Output { .. }
+        | F::WorkerDied { .. }
+        | F::Startup(_)
+        | F::Internal(_) => Code::Internal,
+    };
+    (code, e.kind())
 }
 
 /// The status for an error reading the client's request stream. tonic reports a
@@ -189,6 +216,13 @@ impl Error {
                 SqlError::Store(s) => store_class(s),
                 SqlError::Denied(_) => (Code::PermissionDenied, "PERMISSION_DENIED"),
                 SqlError::Internal(_) => (Code::Internal, "INTERNAL"),
+                // A function called from SQL: classified as when called alone.
+                SqlError::Function(f) => {
+                    match f.downcast_ref::<quiver_functions::FunctionError>() {
+                        Some(f) => function_class(f),
+                        None => (Code::Internal, "INTERNAL"),
+                    }
+                }
             },
             Error::NotFound(_) => (Code::NotFound, "HANDLE_NOT_FOUND"),
             Error::ResourceExhausted(_) => (Code::ResourceExhausted, "TOO_MANY"),
@@ -204,6 +238,7 @@ impl Error {
             Error::Idle(_) => (Code::DeadlineExceeded, "IDLE_TIMEOUT"),
             Error::Status(_) => return None,
             Error::Unauthenticated(_) => (Code::Unauthenticated, "UNAUTHENTICATED"),
+            Error::Function(f) => function_class(f),
             Error::PermissionDenied(_) => (Code::PermissionDenied, "PERMISSION_DENIED"),
             Error::Config(_) | Error::Internal(_) | Error::Panicked { .. } => {
                 (Code::Internal, "INTERNAL")

@@ -71,6 +71,7 @@ impl PutHarness {
                 put_buffer_pool: 64 << 20,
                 sql: EngineOptions::default(),
                 shm: None,
+                functions: None,
             },
         );
         Self { runtime, service }

@@ -19,6 +19,7 @@ pub mod auth;
 mod body_watch;
 mod descriptor;
 mod error;
+mod exchange;
 #[cfg(any(test, feature = "fuzzing"))]
 pub mod fuzzing;
 mod health;

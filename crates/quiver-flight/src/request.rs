@@ -8,6 +8,7 @@
 //! into an [`ActionRequest`] after the caller's role was checked against the
 //! kind.
 
+use arrow_flight::flight_descriptor::DescriptorType;
 use arrow_flight::sql::{
     ActionCancelQueryRequest, ActionClosePreparedStatementRequest,
     ActionCreatePreparedStatementRequest, Any, Command, ProstMessageExt,
@@ -27,14 +28,103 @@ pub(crate) enum Described {
     Table(String),
     /// A Flight SQL command.
     Sql(Command),
+    /// A DoExchange command: a `CMD` descriptor whose bytes are a JSON object.
+    Exchange(Exchange),
 }
 
 impl Described {
     pub(crate) fn decode(descriptor: &FlightDescriptor) -> Result<Self> {
+        if descriptor.r#type == DescriptorType::Cmd as i32 && descriptor.cmd.first() == Some(&b'{')
+        {
+            return Ok(Self::Exchange(Exchange::decode(&descriptor.cmd)?));
+        }
         Ok(match sql::command(&descriptor.cmd)? {
             Some(command) => Self::Sql(command),
             None => Self::Table(table_name(descriptor)?),
         })
+    }
+}
+
+/// What a DoExchange command asks for (docs/functions.md).
+#[derive(Debug)]
+pub(crate) enum Exchange {
+    /// `{"function": NAME}`: the stream's batches through a function.
+    Function(String),
+    /// `{"apply": NAME, "source": TABLE, ...}`: a stored table through a function.
+    Apply(Apply),
+    /// `{"sql": QUERY}`: SQL over the stream.
+    Sql(String),
+}
+
+/// The `apply` command.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct Apply {
+    /// The function.
+    pub(crate) apply: String,
+    /// The stored table fed to it.
+    pub(crate) source: String,
+    /// Where the results are stored; without it they stream back.
+    pub(crate) into: Option<String>,
+    #[serde(default)]
+    mode: Option<serde_json::Value>,
+    #[serde(default)]
+    partitions: Option<serde_json::Value>,
+}
+
+impl Apply {
+    /// How `into` is written: `mode` and `partitions`, as a put takes them.
+    pub(crate) fn options(&self) -> Result<PutOptions> {
+        let mut options = serde_json::Map::new();
+        if let Some(mode) = &self.mode {
+            options.insert("mode".into(), mode.clone());
+        }
+        if let Some(partitions) = &self.partitions {
+            options.insert("partitions".into(), partitions.clone());
+        }
+        PutOptions::from_app_metadata(serde_json::Value::Object(options).to_string().as_bytes())
+    }
+}
+
+impl Exchange {
+    fn decode(cmd: &[u8]) -> Result<Self> {
+        const USAGE: &str = "a command is a JSON object: {\"function\": NAME}, {\"apply\": NAME, \
+                             \"source\": TABLE, \"into\": TABLE} or {\"sql\": QUERY} (a CMD \
+                             descriptor starting with '{' is never a table name; name such a \
+                             table with a PATH descriptor)";
+        let object: serde_json::Map<String, serde_json::Value> = serde_json::from_slice(cmd)
+            .map_err(|e| Error::invalid(format!("malformed command ({e}): {USAGE}")))?;
+        let only = |key: &str| -> Result<String> {
+            if object.len() != 1 {
+                let others: Vec<&str> = object
+                    .keys()
+                    .map(String::as_str)
+                    .filter(|k| *k != key)
+                    .collect();
+                return Err(Error::invalid(format!(
+                    "unknown keys {others:?} in a {key:?} command: {USAGE}"
+                )));
+            }
+            match &object[key] {
+                serde_json::Value::String(s) => Ok(s.clone()),
+                other => Err(Error::invalid(format!(
+                    "{key:?} must be a string, not {other}: {USAGE}"
+                ))),
+            }
+        };
+        if object.contains_key("apply") {
+            let apply: Apply = serde_json::from_value(serde_json::Value::Object(object))
+                .map_err(|e| Error::invalid(format!("malformed apply command ({e}): {USAGE}")))?;
+            apply.options()?;
+            return Ok(Self::Apply(apply));
+        }
+        if object.contains_key("function") {
+            return Ok(Self::Function(only("function")?));
+        }
+        if object.contains_key("sql") {
+            return Ok(Self::Sql(only("sql")?));
+        }
+        Err(Error::invalid(format!("unknown command: {USAGE}")))
     }
 }
 
@@ -77,6 +167,8 @@ pub(crate) enum ActionKind {
     CancelFlightInfo,
     /// Flight SQL (deprecated): cancel a query.
     CancelQuery,
+    /// The functions served, with their schemas.
+    ListFunctions,
 }
 
 /// Why a Flight SQL action quiver knows but does not offer is refused.
@@ -92,7 +184,7 @@ fn unsupported(kind: &str) -> Option<String> {
 
 impl ActionKind {
     /// Every kind, in the order ListActions gives them.
-    pub(crate) const ALL: [ActionKind; 9] = [
+    pub(crate) const ALL: [ActionKind; 10] = [
         Self::Delete,
         Self::Rename,
         Self::Stats,
@@ -102,6 +194,7 @@ impl ActionKind {
         Self::ClosePreparedStatement,
         Self::CancelFlightInfo,
         Self::CancelQuery,
+        Self::ListFunctions,
     ];
 
     /// The action's type, as clients send it.
@@ -116,6 +209,7 @@ impl ActionKind {
             Self::ClosePreparedStatement => "ClosePreparedStatement",
             Self::CancelFlightInfo => "CancelFlightInfo",
             Self::CancelQuery => "CancelQuery",
+            Self::ListFunctions => "list-functions",
         }
     }
 
@@ -142,6 +236,10 @@ impl ActionKind {
             Self::ClosePreparedStatement => "Flight SQL: close a prepared statement",
             Self::CancelFlightInfo => "cancel a query whose FlightInfo is given",
             Self::CancelQuery => "Flight SQL (deprecated): cancel a query",
+            Self::ListFunctions => {
+                "The functions served (DoExchange {\"function\": NAME}). Result: JSON \
+                 {functions: [{name, description, input_schema, output_schema, ...}], workers}."
+            }
         }
     }
 
@@ -223,6 +321,8 @@ pub(crate) enum ActionRequest {
     Store(StoreAction),
     ShmPut(ShmPut),
     Sql(SqlAction),
+    /// `list-functions`.
+    ListFunctions,
 }
 
 impl ActionRequest {
@@ -244,6 +344,7 @@ impl ActionRequest {
             ActionKind::Stats => Self::Store(StoreAction::Stats),
             ActionKind::Health => Self::Store(StoreAction::Health),
             ActionKind::ShmPut => Self::ShmPut(shm_put(body)?),
+            ActionKind::ListFunctions => Self::ListFunctions,
             ActionKind::CreatePreparedStatement => {
                 Self::Sql(SqlAction::CreatePrepared(unpack(body)?))
             }
@@ -337,6 +438,42 @@ mod tests {
             writes,
             [ActionKind::Delete, ActionKind::Rename, ActionKind::ShmPut]
         );
+    }
+
+    #[test]
+    fn json_commands_are_exchanges_and_checked() {
+        let decode = |cmd: &str| Described::decode(&FlightDescriptor::new_cmd(cmd.to_string()));
+        assert!(matches!(
+            decode(r#"{"function": "score"}"#).unwrap(),
+            Described::Exchange(Exchange::Function(f)) if f == "score"
+        ));
+        assert!(matches!(
+            decode(r#"{"sql": "SELECT 1"}"#).unwrap(),
+            Described::Exchange(Exchange::Sql(_))
+        ));
+        match decode(r#"{"apply": "f", "source": "t", "into": "u", "mode": "append"}"#).unwrap() {
+            Described::Exchange(Exchange::Apply(a)) => {
+                assert_eq!((a.apply.as_str(), a.source.as_str()), ("f", "t"));
+                assert_eq!(a.options().unwrap().mode, quiver_store::WriteMode::Append);
+            }
+            other => panic!("{other:?}"),
+        }
+        for bad in [
+            "{",
+            r#"{"function": 3}"#,
+            r#"{"function": "f", "extra": 1}"#,
+            r#"{"apply": "f"}"#,
+            r#"{"apply": "f", "source": "t", "mode": "sideways"}"#,
+            r#"{"nothing": 1}"#,
+        ] {
+            let e = decode(bad).unwrap_err();
+            assert!(matches!(e, Error::InvalidArgument(_)), "{bad}: {e}");
+        }
+        // A PATH descriptor still names a table whose name starts with '{'.
+        assert!(matches!(
+            Described::decode(&FlightDescriptor::new_path(vec!["{odd}".into()])).unwrap(),
+            Described::Table(name) if name == "{odd}"
+        ));
     }
 
     #[test]

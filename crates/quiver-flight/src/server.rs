@@ -133,6 +133,9 @@ pub struct ServerConfig {
     /// Tables over files, registered before the server accepts connections:
     /// (name, path of a Parquet, CSV or Arrow IPC file or directory).
     pub tables: Vec<(String, PathBuf)>,
+    /// Python functions served over DoExchange (`--functions`), their workers
+    /// started before the server serves; `None`: no functions.
+    pub functions: Option<quiver_functions::FunctionConfig>,
     /// Limits on connections and RPCs.
     pub limits: ServerLimits,
     /// TLS (and mutual TLS) on the listening port; `None`: plain TCP.
@@ -161,6 +164,9 @@ pub enum ServeError {
         /// What went wrong.
         source: quiver_sql::SqlError,
     },
+    /// The function workers could not be started.
+    #[error("--functions: {0}")]
+    Functions(quiver_functions::FunctionError),
     /// The shared-memory socket could not be opened.
     #[error("--shm-socket {path}: {source}")]
     Shm {
@@ -217,6 +223,7 @@ impl Default for ServerConfig {
             auth: None,
             shm_socket: None,
             metrics: None,
+            functions: None,
         }
     }
 }
@@ -300,6 +307,10 @@ pub async fn serve(
             }
         },
     };
+    let functions = config
+        .functions
+        .clone()
+        .map(quiver_functions::FunctionPool::new);
     let service = QuiverService::new(
         store,
         ServiceOptions {
@@ -311,6 +322,7 @@ pub async fn serve(
             max_message_size: config.max_message_size,
             put_buffer_pool: config.put_buffer_pool,
             sql: config.sql.clone(),
+            functions: functions.clone(),
         },
     );
     let metrics = match &config.metrics {
@@ -374,7 +386,26 @@ pub async fn serve(
             // Shut down (or failed) before it had started.
             return Ok(result?);
         }
-        registered = register_tables(&service, &config.tables) => registered?,
+        started = async {
+            register_tables(&service, &config.tables).await?;
+            if let Some(pool) = &functions {
+                pool.start().await.map_err(ServeError::Functions)?;
+                let status = pool.status();
+                tracing::info!(
+                    workers = status.alive,
+                    functions = pool.registry().functions().len(),
+                    "function workers ready"
+                );
+                let (udfs, skipped) = quiver_functions::sql_functions(pool);
+                for udf in udfs {
+                    service.sql_engine().register_udf(udf);
+                }
+                for (function, why) in skipped {
+                    tracing::info!(function, why, "function not callable from SQL");
+                }
+            }
+            Ok::<_, ServeError>(())
+        } => started?,
     }
     readiness.serving().await;
     tracing::info!("serving");
@@ -396,6 +427,9 @@ pub async fn serve(
             Ok(())
         }
     };
+    if let Some(pool) = &functions {
+        pool.shutdown().await;
+    }
     if let Some(metrics) = metrics {
         metrics.abort();
     }

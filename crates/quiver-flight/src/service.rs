@@ -33,7 +33,7 @@ use crate::sql::{Batches, FlightSql};
 use crate::ticket::TableTicket;
 use crate::wire::body_pool::BodyPool;
 use crate::wire::decode::PutDecoder;
-use crate::{Error, Result, actions, panics};
+use crate::{Error, Result, actions, exchange, panics};
 
 /// Settings of the Flight service that do not belong to the transport.
 #[derive(Debug, Clone)]
@@ -55,6 +55,8 @@ pub struct ServiceOptions {
     pub sql: EngineOptions,
     /// The same-host shared-memory data plane, if on.
     pub shm: Option<Arc<ShmServer>>,
+    /// The function workers, with `--functions`.
+    pub functions: Option<Arc<quiver_functions::FunctionPool>>,
 }
 
 /// The Flight service: the standard RPCs over a [`TableStore`].
@@ -155,6 +157,20 @@ impl QuiverService {
                     .flight_info(command, descriptor, &caller?, log)
                     .await;
             }
+            Described::Exchange(command) => {
+                caller?;
+                let spec = self.function_of(command)?;
+                log.table(&spec.name);
+                let schema = spec
+                    .output_schema
+                    .clone()
+                    .unwrap_or_else(|| Arc::new(arrow::datatypes::Schema::empty()));
+                let info = FlightInfo::new()
+                    .try_with_schema(&schema)?
+                    .with_descriptor(descriptor)
+                    .with_app_metadata(self.function_entry(&spec.name));
+                return Ok(info);
+            }
             Described::Table(name) => name,
         };
         log.table(&name);
@@ -169,6 +185,58 @@ impl QuiverService {
             info.endpoint.push(shm.get_endpoint(table)?);
         }
         Ok(info)
+    }
+
+    /// The function a `{"function": NAME}` descriptor names (GetFlightInfo,
+    /// GetSchema); other commands have no schema before their stream.
+    fn function_of(
+        &self,
+        command: crate::request::Exchange,
+    ) -> Result<Arc<quiver_functions::FunctionSpec>> {
+        let crate::request::Exchange::Function(name) = command else {
+            return Err(Error::invalid(
+                "only a {\"function\": NAME} command has a schema before its stream: an apply's \
+                 or a SQL command's depends on the table or stream it reads",
+            ));
+        };
+        Ok(match &self.options.functions {
+            Some(pool) => pool.function(&name)?,
+            None => quiver_functions::Registry::default().get(&name).cloned()?,
+        })
+    }
+
+    /// The `list-functions` action's answer.
+    fn list_functions(&self) -> Bytes {
+        let (functions, alive, configured) = match &self.options.functions {
+            Some(pool) => {
+                let status = pool.status();
+                (pool.registry().entries(), status.alive, status.configured)
+            }
+            None => (json!([]), 0, 0),
+        };
+        Bytes::from(
+            json!({
+                "functions": functions,
+                "workers": {"alive": alive, "configured": configured},
+            })
+            .to_string(),
+        )
+    }
+
+    /// A function's entry in `list-functions`, as GetFlightInfo's app_metadata.
+    fn function_entry(&self, name: &str) -> Bytes {
+        let entries = self
+            .options
+            .functions
+            .as_ref()
+            .map(|pool| pool.registry().entries())
+            .unwrap_or_default();
+        let entry = entries
+            .as_array()
+            .and_then(|all| all.iter().find(|e| e["name"] == name))
+            .cloned()
+            .unwrap_or_default();
+        Bytes::from(entry.to_string())
     }
 
     /// The shared-memory put ticket of the `shm-put` action.
@@ -205,6 +273,7 @@ impl QuiverService {
         caller.require(kind.role(), &format!("action '{}'", kind.name()))?;
         match ActionRequest::decode(kind, &action.body)? {
             ActionRequest::ShmPut(request) => Ok(vec![self.shm_put(request, &caller)?]),
+            ActionRequest::ListFunctions => Ok(vec![self.list_functions()]),
             ActionRequest::Sql(request) => {
                 log.table(kind.name());
                 self.sql.action(request).await
@@ -316,6 +385,12 @@ impl QuiverService {
                     .sql
                     .put(command, first, input, outcome, &caller, log)
                     .await;
+            }
+            Described::Exchange(_) => {
+                return Err(Error::invalid(
+                    "a CMD descriptor starting with '{' is a DoExchange command, not a table: \
+                     put a table whose name starts with '{' with a PATH descriptor",
+                ));
             }
             Described::Table(name) => name,
         };
@@ -443,6 +518,13 @@ impl FlightService for QuiverService {
             let result = async {
                 let schema = match Described::decode(request.get_ref())? {
                     Described::Sql(command) => self.sql.schema(command).await?,
+                    Described::Exchange(command) => {
+                        let spec = self.function_of(command)?;
+                        log.table(&spec.name);
+                        spec.output_schema
+                            .clone()
+                            .unwrap_or_else(|| Arc::new(arrow::datatypes::Schema::empty()))
+                    }
                     Described::Table(name) => {
                         log.table(&name);
                         Arc::clone(self.store.get(&name)?.schema())
@@ -522,27 +604,53 @@ impl FlightService for QuiverService {
         &self,
         request: Request<Streaming<FlightData>>,
     ) -> Result<Response<Self::DoExchangeStream>, Status> {
-        handle("DoExchange", |log| async move {
-            let echoed = request
-                .into_inner()
-                // A message that carried only the descriptor has nothing to echo;
-                // sent back empty, clients would read it as the end of the stream.
-                .try_filter_map(|mut data| {
-                    data.flight_descriptor = None;
-                    let empty = data.data_header.is_empty()
-                        && data.data_body.is_empty()
-                        && data.app_metadata.is_empty();
-                    futures::future::ready(Ok((!empty).then_some(data)))
-                });
+        handle("DoExchange", |mut log| async move {
+            let caller = Caller::of(request.extensions());
+            let plan = exchange::open(
+                self.options.functions.as_ref(),
+                &self.store,
+                self.sql_engine(),
+                self.options.max_flight_data_size,
+                request.into_inner(),
+                caller,
+                &mut log,
+            )
+            .await;
+            let plan = log.outcome(plan.map_err(Status::from))?;
             let rpc = log.rpc();
-            let echoed = logged(echoed, log, |log, item| {
-                let item = item.map_err(inbound_status).inspect(|data| {
-                    log.add(0, data.data_body.len() as u64);
-                });
-                log.outcome(item)
-            });
+            let responses = match plan {
+                exchange::Plan::Echo(echo) => {
+                    let (rest, first) = *echo;
+                    let echoed = stream::iter([Ok(first)])
+                        .chain(rest)
+                        // A message that carried only the descriptor has nothing to
+                        // echo; sent back empty, clients would read it as the end
+                        // of the stream.
+                        .try_filter_map(|mut data| {
+                            data.flight_descriptor = None;
+                            let empty = data.data_header.is_empty()
+                                && data.data_body.is_empty()
+                                && data.app_metadata.is_empty();
+                            futures::future::ready(Ok((!empty).then_some(data)))
+                        });
+                    logged(echoed, log, |log, item| {
+                        let item = item.map_err(inbound_status).inspect(|data| {
+                            log.add(0, data.data_body.len() as u64);
+                        });
+                        log.outcome(item)
+                    })
+                    .boxed()
+                }
+                exchange::Plan::Replies(replies) => logged(replies, log, |log, item| {
+                    let item = item.map_err(Status::from).inspect(|data| {
+                        log.add(0, data.data_body.len() as u64);
+                    });
+                    log.outcome(item)
+                })
+                .boxed(),
+            };
             Ok(Response::new(
-                Box::pin(panics::stream(rpc, echoed)) as Self::DoExchangeStream
+                Box::pin(panics::stream(rpc, responses)) as Self::DoExchangeStream
             ))
         })
         .await
