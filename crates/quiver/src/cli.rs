@@ -56,6 +56,15 @@ pub(crate) enum Command {
     Info(NameArg),
     /// Delete a table.
     Rm(NameArg),
+    /// List the functions the server serves (`serve --functions`): name,
+    /// input -> output fields, description.
+    Functions(crate::functions::FunctionsArgs),
+    /// Stream a Parquet, CSV or Arrow IPC file through a served function
+    /// into a file.
+    Exchange(crate::functions::ExchangeArgs),
+    /// Run a served function over a stored table on the server: into another
+    /// table, or the results back.
+    Apply(crate::functions::ApplyArgs),
     /// A live view of a server from its metrics (`serve --metrics-listen`):
     /// tables, memory, RPC rates, the slowest RPCs.
     Top(TopArgs),

@@ -1,4 +1,5 @@
-//! The client subcommands: put, get, ls, info, rm.
+//! The client subcommands: put, get, ls, info, rm (functions, exchange and
+//! apply are in [`crate::functions`]).
 
 use std::sync::Arc;
 
@@ -31,6 +32,9 @@ pub(crate) async fn run(connector: &Connector, command: Command) -> CmdResult {
         Command::Ls(args) => ls(connector, args).await,
         Command::Info(args) => info(connector, args).await,
         Command::Rm(args) => rm(connector, args).await,
+        Command::Functions(args) => crate::functions::list(connector, args).await,
+        Command::Exchange(args) => crate::functions::exchange(connector, args).await,
+        Command::Apply(args) => crate::functions::apply(connector, args).await,
     }
 }
 
@@ -38,7 +42,7 @@ fn descriptor(name: &str) -> FlightDescriptor {
     FlightDescriptor::new_path(vec![name.to_string()])
 }
 
-fn progress_bar(total_rows: Option<u64>) -> ProgressBar {
+pub(crate) fn progress_bar(total_rows: Option<u64>) -> ProgressBar {
     let bar = match total_rows {
         Some(total) => ProgressBar::new(total).with_style(
             ProgressStyle::with_template("{bar:40} {human_pos}/{human_len} rows {per_sec} {eta}")

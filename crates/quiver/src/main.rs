@@ -6,6 +6,7 @@ mod cli;
 mod client;
 mod commands;
 mod files;
+mod functions;
 mod serve;
 mod size;
 mod top;

@@ -4,8 +4,8 @@
 //! [`Authenticator`], [`SqlArgs`] [`EngineOptions`] and [`StoreArgs`] a
 //! [`TableStore`]. Defaults are the libraries' constants, spelled nowhere else.
 //!
-//! Every flag has a `QUIVER_...` environment variable but `--table`, which is
-//! repeatable: one variable could not hold a list of tables without a
+//! Every flag has a `QUIVER_...` environment variable but `--table` and
+//! `--functions`, which are repeatable: one variable could not hold a list of tables without a
 //! separator of its own, and paths may contain any separator; and
 //! `--print-config`, an action. Every setting can also come from the file
 //! `--config` names ([`super::config_file`]).
@@ -19,6 +19,7 @@ use clap::Args;
 use quiver_flight::TlsConfig;
 use quiver_flight::auth::{Authenticator, DEFAULT_TOKEN_TTL, TokenSigner, UsersFile};
 use quiver_flight::server::{self, Http2Config, ServerConfig, ServerLimits};
+use quiver_functions::FunctionConfig;
 use quiver_sql::{DEFAULT_QUERY_MEMORY_LIMIT, DEFAULT_QUERY_TIMEOUT, EngineOptions};
 use quiver_store::{DurableOptions, Fsync, TableLimits, TableStore};
 
@@ -148,6 +149,10 @@ pub(crate) struct ServeArgs {
     /// Users, roles and tokens.
     #[command(flatten)]
     pub(crate) auth: AuthArgs,
+
+    /// Python functions served over DoExchange and in SQL.
+    #[command(flatten)]
+    pub(crate) functions: FunctionArgs,
 }
 
 impl ServeArgs {
@@ -174,6 +179,7 @@ impl ServeArgs {
             metrics: None,
             http2: self.http2.to_config()?,
             limits: self.limits.to_config()?,
+            functions: self.functions.to_config()?,
         })
     }
 }
@@ -397,6 +403,57 @@ impl LimitArgs {
                 self.stream_idle_timeout,
             )?,
         })
+    }
+}
+
+/// Python functions (docs/functions.md): a [`FunctionConfig`].
+#[derive(Debug, Args)]
+pub(crate) struct FunctionArgs {
+    /// A Python module of `@quiver.functions.function`s to serve: a `.py`
+    /// path or an importable module name. Repeatable (no environment
+    /// variable). Without it no worker runs.
+    #[arg(long = "functions", value_name = "MODULE")]
+    pub(crate) modules: Vec<String>,
+
+    /// Python worker processes running the functions [default: the cores].
+    #[arg(long, env = "QUIVER_FUNCTION_WORKERS",
+          value_parser = clap::value_parser!(u32).range(1..=1024))]
+    pub(crate) function_workers: Option<u32>,
+
+    /// The Python interpreter the workers run; it must import the `quiver`
+    /// package of this server's version.
+    #[arg(long, env = "QUIVER_FUNCTION_PYTHON", default_value = "python3")]
+    pub(crate) function_python: PathBuf,
+
+    /// Seconds one batch may run in a function before its worker is killed
+    /// and replaced (the call fails with DEADLINE_EXCEEDED); 0 for no limit.
+    #[arg(long, env = "QUIVER_FUNCTION_TIMEOUT",
+          default_value_t = quiver_functions::DEFAULT_TIMEOUT.as_secs_f64())]
+    pub(crate) function_timeout: f64,
+
+    /// Seconds a worker may take to import the modules; the server does not
+    /// start if one takes longer.
+    #[arg(long, env = "QUIVER_FUNCTION_STARTUP_TIMEOUT",
+          default_value_t = quiver_functions::DEFAULT_STARTUP_TIMEOUT.as_secs_f64())]
+    pub(crate) function_startup_timeout: f64,
+}
+
+impl FunctionArgs {
+    fn to_config(&self) -> ArgResult<Option<FunctionConfig>> {
+        if self.modules.is_empty() {
+            return Ok(None);
+        }
+        let workers = match self.function_workers {
+            Some(n) => n as usize,
+            None => std::thread::available_parallelism().map_or(1, |n| n.get()),
+        };
+        Ok(Some(FunctionConfig {
+            modules: self.modules.clone(),
+            workers,
+            python: self.function_python.clone(),
+            timeout: optional_duration("--function-timeout", self.function_timeout)?,
+            startup_timeout: duration("--function-startup-timeout", self.function_startup_timeout)?,
+        }))
     }
 }
 
@@ -674,12 +731,12 @@ mod tests {
     }
 
     /// Flags of `quiver serve` that have no environment variable, and why:
-    /// `--table` is repeatable (see the module's documentation);
+    /// `--table` and `--functions` are repeatable (see the module's documentation);
     /// `--print-config` is an action, not a setting.
-    const WITHOUT_ENV: [&str; 2] = ["print-config", "table"];
+    const WITHOUT_ENV: [&str; 3] = ["print-config", "table", "functions"];
 
     #[test]
-    fn every_serve_flag_but_table_has_its_environment_variable() {
+    fn every_serve_flag_but_the_repeatable_ones_has_its_environment_variable() {
         let cli = Cli::command();
         let serve = cli.find_subcommand("serve").unwrap();
         let mut without = Vec::new();
