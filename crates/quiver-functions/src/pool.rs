@@ -16,6 +16,7 @@ use arrow::datatypes::SchemaRef;
 use arrow::record_batch::RecordBatch;
 use tokio::sync::oneshot;
 
+use crate::protocol::Encoded;
 use crate::registry::Registry;
 use crate::worker::{CallFailure, Worker};
 use crate::{FunctionConfig, FunctionError, FunctionSpec, Result, metrics};
@@ -31,7 +32,9 @@ pub type Results = (SchemaRef, Vec<RecordBatch>);
 /// One batch to run.
 struct Job {
     function: Arc<FunctionSpec>,
-    batch: RecordBatch,
+    input: Encoded,
+    /// The batch's rows.
+    rows: usize,
     /// The batch's place in its call, from 0, for messages.
     index: u64,
     reply: oneshot::Sender<Result<Results>>,
@@ -166,7 +169,8 @@ impl FunctionPool {
         let (reply, answer) = oneshot::channel();
         let job = Job {
             function: Arc::clone(function),
-            batch,
+            input: Encoded::new(&batch)?,
+            rows: batch.num_rows(),
             index,
             reply,
         };
@@ -284,8 +288,8 @@ fn run(shared: &Shared, id: usize, ready: &tokio::sync::mpsc::UnboundedSender<Re
         let Some(w) = worker.as_mut() else { continue };
         let function = &job.function;
         let started = Instant::now();
-        let outcome = w.call(&function.name, &job.batch, shared.config.timeout);
-        metrics::batch_done(&function.name, job.batch.num_rows(), &outcome, started);
+        let outcome = w.call(&function.name, &job.input, shared.config.timeout);
+        metrics::batch_done(&function.name, job.rows, &outcome, started);
         let (result, replace) = match outcome {
             Ok(results) => (Ok(results), None),
             Err(CallFailure::Raised { kind, failure }) => {

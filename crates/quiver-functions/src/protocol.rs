@@ -144,24 +144,45 @@ fn read_inline(payload: &[u8]) -> Result<(SchemaRef, Vec<RecordBatch>)> {
     }
 }
 
-/// Sends a `call` of `function` on `batch` as call `seq`.
-pub(crate) fn send_call(link: &Link, function: &str, seq: u64, batch: &RecordBatch) -> Result<()> {
-    let header = json!({"op": "call", "function": function, "seq": seq}).to_string();
-    let io = |e: std::io::Error| FunctionError::Internal(format!("sending a batch: {e}"));
-    // Small batches are encoded in memory and sent inline; others are written
-    // straight into a memfd (one copy of their bytes).
-    if batch.get_array_memory_size() <= INLINE_LIMIT {
-        let stream = encode(Vec::new(), batch).map_err(io)?;
-        if stream.len() <= INLINE_LIMIT {
-            return send(link, &header, &stream, None).map_err(io);
+/// A batch encoded for a `call`: the IPC stream inline, or in a sealed memfd.
+/// Encoded before the batch waits for a worker, so that the copy overlaps
+/// the work of the batch before it.
+#[derive(Debug)]
+pub(crate) enum Encoded {
+    /// Sent as the datagram's payload.
+    Inline(Vec<u8>),
+    /// Attached to the datagram.
+    Memfd(OwnedFd),
+}
+
+impl Encoded {
+    /// `batch` as one IPC stream: small batches in memory, others written
+    /// straight into a memfd (one copy of their bytes).
+    pub(crate) fn new(batch: &RecordBatch) -> Result<Self> {
+        let io = |e: std::io::Error| FunctionError::Internal(format!("encoding a batch: {e}"));
+        if batch.get_array_memory_size() <= INLINE_LIMIT {
+            let stream = encode(Vec::new(), batch).map_err(io)?;
+            if stream.len() <= INLINE_LIMIT {
+                return Ok(Self::Inline(stream));
+            }
+            let memfd = process::sealed_memfd("quiver-function-input", &[&stream]).map_err(io)?;
+            return Ok(Self::Memfd(memfd));
         }
-        let memfd = process::sealed_memfd("quiver-function-input", &[&stream]).map_err(io)?;
-        return send(link, &header, &[], Some(&memfd)).map_err(io);
+        let memfd =
+            process::sealed_memfd_with("quiver-function-input", |out| encode(out, batch).map(drop))
+                .map_err(io)?;
+        Ok(Self::Memfd(memfd))
     }
-    let memfd =
-        process::sealed_memfd_with("quiver-function-input", |out| encode(out, batch).map(drop))
-            .map_err(io)?;
-    send(link, &header, &[], Some(&memfd)).map_err(io)
+}
+
+/// Sends a `call` of `function` on `input`, numbered `seq`.
+pub(crate) fn send_call(link: &Link, function: &str, seq: u64, input: &Encoded) -> Result<()> {
+    let header = json!({"op": "call", "function": function, "seq": seq}).to_string();
+    let sent = match input {
+        Encoded::Inline(stream) => send(link, &header, stream, None),
+        Encoded::Memfd(memfd) => send(link, &header, &[], Some(memfd)),
+    };
+    sent.map_err(|e| FunctionError::Internal(format!("sending a batch: {e}")))
 }
 
 /// Sends `shutdown`.
@@ -233,7 +254,7 @@ mod tests {
         let worker = Link::from_fd(worker);
         for rows in [3, 100_000] {
             let b = batch(rows);
-            send_call(&server, "f", rows as u64, &b).unwrap();
+            send_call(&server, "f", rows as u64, &Encoded::new(&b).unwrap()).unwrap();
             let (header, got) = received_call(&worker);
             assert_eq!(header["op"], "call");
             assert_eq!(header["seq"], rows);

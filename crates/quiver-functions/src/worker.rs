@@ -13,6 +13,7 @@ use arrow::record_batch::RecordBatch;
 use quiver_shm::process::{self, Link};
 
 use crate::config::SHUTDOWN_GRACE;
+use crate::protocol::Encoded;
 use crate::protocol::{self, Failure, FromWorker, Hello, MAX_DATAGRAM};
 use crate::{FunctionConfig, FunctionError, Result};
 
@@ -157,12 +158,12 @@ impl Worker {
     pub(crate) fn call(
         &mut self,
         function: &str,
-        batch: &RecordBatch,
+        input: &Encoded,
         timeout: Option<Duration>,
     ) -> std::result::Result<(SchemaRef, Vec<RecordBatch>), CallFailure> {
         self.seq += 1;
         let seq = self.seq;
-        if let Err(e) = protocol::send_call(&self.link, function, seq, batch) {
+        if let Err(e) = protocol::send_call(&self.link, function, seq, input) {
             // A worker that died makes the send fail (EPIPE).
             if let Ok(Some(_)) | Err(_) = self.child.try_wait() {
                 return Err(self.died());
