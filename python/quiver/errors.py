@@ -40,6 +40,9 @@ __all__ = [
     "AlreadyExistsError",
     "AuthenticationError",
     "DeadlineExceededError",
+    "FunctionError",
+    "FunctionNotFoundError",
+    "FunctionTimeoutError",
     "InvalidArgumentError",
     "NotFoundError",
     "PermissionDeniedError",
@@ -49,6 +52,7 @@ __all__ = [
     "TableNotFoundError",
     "UnimplementedError",
     "VersionConflictError",
+    "WorkerDiedError",
     "from_reply",
     "translate",
     "translated_errors",
@@ -83,7 +87,10 @@ class QuiverError(Exception):
         ``"MESSAGE_TOO_LARGE"``, ``"TOO_MANY"``, ``"QUERY_RESOURCES"``,
         ``"VERSION_CHANGED"``, ``"UNIMPLEMENTED"``, ``"DEADLINE_EXCEEDED"``,
         ``"IDLE_TIMEOUT"``, ``"CANCELLED"``, ``"UNAUTHENTICATED"``,
-        ``"PERMISSION_DENIED"``, ``"IO_ERROR"`` or ``"INTERNAL"``. ``None`` when the
+        ``"PERMISSION_DENIED"``, ``"IO_ERROR"``, ``"INTERNAL"``, or for functions
+        ``"FUNCTION_NOT_FOUND"``, ``"FUNCTION_ERROR"``, ``"FUNCTION_OUTPUT"``,
+        ``"FUNCTION_TIMEOUT"``, ``"FUNCTION_WORKER_DIED"`` and
+        ``"NO_FUNCTION_WORKERS"``. ``None`` when the
         error did not come with one: from another Flight server, an older quiver
         server, the shared-memory socket, or the client itself.
     """
@@ -188,6 +195,51 @@ class UnimplementedError(QuiverError, NotImplementedError):
     code = "UNIMPLEMENTED"
 
 
+class FunctionNotFoundError(NotFoundError):
+    """No function of that name is served (kind ``FUNCTION_NOT_FOUND``, gRPC ``NOT_FOUND``).
+
+    The message lists the functions the server serves.
+    """
+
+
+# "function score raised ValueError: bad row (batch 17)"
+_RAISED = re.compile(r"^function \S+ raised (?P<type>[\w.]+): ")
+
+
+class FunctionError(QuiverError):
+    """A function raised, or returned what its output schema does not allow (``INTERNAL``).
+
+    Kind ``FUNCTION_ERROR``: the function raised an exception, named by
+    :attr:`python_type` (its traceback is in the server's log, not here). Kind
+    ``FUNCTION_OUTPUT``: its result does not fit its declared output schema, changed
+    schema within a call, or cannot be converted to Arrow. The worker survives either.
+    """
+
+    code = "INTERNAL"
+
+    @property
+    def python_type(self) -> str | None:
+        """The class of the exception the function raised (``"ValueError"``), if it raised."""
+        match = _RAISED.match(self.message)
+        return match.group("type") if match else None
+
+
+class FunctionTimeoutError(DeadlineExceededError):
+    """A batch ran past the server's ``--function-timeout`` (kind ``FUNCTION_TIMEOUT``).
+
+    Its worker was killed and replaced; gRPC ``DEADLINE_EXCEEDED``.
+    """
+
+
+class WorkerDiedError(QuiverError):
+    """The worker running a batch died (kind ``FUNCTION_WORKER_DIED``, gRPC ``INTERNAL``).
+
+    It was replaced. Not retried by itself: a crash caused by the data would repeat.
+    """
+
+    code = "INTERNAL"
+
+
 #: The class of each kind of error a quiver server reports.
 KIND_CLASSES: dict[str, type[QuiverError]] = {
     "TABLE_NOT_FOUND": TableNotFoundError,
@@ -224,6 +276,12 @@ KIND_CLASSES: dict[str, type[QuiverError]] = {
     "PERMISSION_DENIED": PermissionDeniedError,
     "IO_ERROR": QuiverError,
     "INTERNAL": QuiverError,
+    "FUNCTION_NOT_FOUND": FunctionNotFoundError,
+    "FUNCTION_ERROR": FunctionError,
+    "FUNCTION_OUTPUT": FunctionError,
+    "FUNCTION_TIMEOUT": FunctionTimeoutError,
+    "FUNCTION_WORKER_DIED": WorkerDiedError,
+    "NO_FUNCTION_WORKERS": ServerUnavailableError,
 }
 
 #: The class of each gRPC status code, for errors without a known kind.

@@ -1,9 +1,12 @@
 """What the client's calls return: :class:`PutResult`, :class:`TableInfo`,
-:class:`ServerStats` and :class:`ServerHealth`.
+:class:`ServerStats`, :class:`ServerHealth`, :class:`FunctionInfo` and
+:class:`ApplyResult`.
 """  # noqa: D205
 
 from __future__ import annotations
 
+import base64
+import binascii
 import dataclasses
 import warnings
 from dataclasses import dataclass
@@ -13,7 +16,14 @@ import pyarrow.flight as flight
 
 from . import _protocol
 
-__all__ = ["PutResult", "ServerHealth", "ServerStats", "TableInfo"]
+__all__ = [
+    "ApplyResult",
+    "FunctionInfo",
+    "PutResult",
+    "ServerHealth",
+    "ServerStats",
+    "TableInfo",
+]
 
 
 @dataclass(frozen=True)
@@ -191,4 +201,94 @@ class ServerHealth(_ReadAsDict):
         return cls(
             status=str(obj.get("status", "")),
             uptime_seconds=_protocol.json_float(obj, "uptime_seconds") or 0.0,
+        )
+
+
+@dataclass(frozen=True)
+class FunctionInfo:
+    """A function the server serves, as :meth:`quiver.Client.functions` lists it.
+
+    Attributes
+    ----------
+    name : str
+        The name to call it by (:meth:`quiver.Client.exchange`).
+    module : str
+        The Python module that defines it.
+    description : str
+        What it does.
+    input_schema : pyarrow.Schema or None
+        The schema every input must have (field names and types, in order), if declared.
+    output_schema : pyarrow.Schema or None
+        The schema of its results, if declared.
+    pandas : bool
+        Whether it works on pandas DataFrames (the server converts; clients send Arrow).
+    sql : bool
+        Whether SQL may call it.
+    """
+
+    name: str
+    module: str
+    description: str
+    input_schema: pa.Schema | None
+    output_schema: pa.Schema | None
+    pandas: bool
+    sql: bool
+
+    @classmethod
+    def from_json(cls, obj: _protocol.JsonObject) -> FunctionInfo:
+        """Build a description from one entry of the ``list-functions`` action's JSON."""
+        return cls(
+            name=str(obj.get("name", "")),
+            module=str(obj.get("module", "")),
+            description=str(obj.get("description", "") or ""),
+            input_schema=_schema(obj.get("input_schema")),
+            output_schema=_schema(obj.get("output_schema")),
+            pandas=obj.get("pandas") is True,
+            sql=obj.get("sql") is not False,
+        )
+
+
+def _schema(encoded: object) -> pa.Schema | None:
+    """Decode a schema sent as base64 of its IPC message; ``None`` for null or garbage."""
+    if not isinstance(encoded, str) or not encoded:
+        return None
+    try:
+        return pa.ipc.read_schema(pa.py_buffer(base64.b64decode(encoded, validate=True)))
+    except (binascii.Error, ValueError, pa.ArrowException):
+        return None
+
+
+@dataclass(frozen=True)
+class ApplyResult:
+    """The server's answer to :meth:`quiver.Client.apply` with ``into``.
+
+    Attributes
+    ----------
+    table : str
+        The table written.
+    version : int
+        Its version after the apply.
+    rows : int
+        The rows it holds (for an append, old and new).
+    bytes : int
+        The bytes of its Arrow buffers.
+    source_version : int
+        The version of the source table the function ran over.
+    """
+
+    table: str
+    version: int
+    rows: int
+    bytes: int
+    source_version: int
+
+    @classmethod
+    def from_json(cls, obj: _protocol.JsonObject) -> ApplyResult:
+        """Build a result from the apply's last ``app_metadata``."""
+        return cls(
+            table=str(obj.get("table", "")),
+            version=_protocol.json_int(obj, "version") or 0,
+            rows=_protocol.json_int(obj, "rows") or 0,
+            bytes=_protocol.json_int(obj, "bytes") or 0,
+            source_version=_protocol.json_int(obj, "source_version") or 0,
         )
