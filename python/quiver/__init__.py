@@ -12,11 +12,15 @@ pyarrow.Table
 fare: double
 """
 
+from ._exchange import ExchangeReader
 from .client import Client, connect
 from .errors import (
     AlreadyExistsError,
     AuthenticationError,
     DeadlineExceededError,
+    FunctionError,
+    FunctionNotFoundError,
+    FunctionTimeoutError,
     InvalidArgumentError,
     NotFoundError,
     PermissionDeniedError,
@@ -26,8 +30,9 @@ from .errors import (
     TableNotFoundError,
     UnimplementedError,
     VersionConflictError,
+    WorkerDiedError,
 )
-from .results import PutResult, ServerHealth, ServerStats, TableInfo
+from .results import ApplyResult, FunctionInfo, PutResult, ServerHealth, ServerStats, TableInfo
 
 #: The package's version, the one place it is written: pyproject.toml reads it, and it
 #: is the server's (the Cargo workspace's) version.
@@ -35,9 +40,15 @@ __version__ = "0.1.0"
 
 __all__ = [
     "AlreadyExistsError",
+    "ApplyResult",
     "AuthenticationError",
     "Client",
     "DeadlineExceededError",
+    "ExchangeReader",
+    "FunctionError",
+    "FunctionInfo",
+    "FunctionNotFoundError",
+    "FunctionTimeoutError",
     "InvalidArgumentError",
     "NotFoundError",
     "PermissionDeniedError",
@@ -51,6 +62,7 @@ __all__ = [
     "TableNotFoundError",
     "UnimplementedError",
     "VersionConflictError",
+    "WorkerDiedError",
     "__version__",
     "connect",
 ]

@@ -38,6 +38,7 @@ ACTION_DELETE = "delete"
 ACTION_RENAME = "rename"
 ACTION_STATS = "stats"
 ACTION_HEALTH = "health"
+ACTION_LIST_FUNCTIONS = "list-functions"
 
 #: A JSON object as decoded by :func:`json.loads`.
 JsonObject = dict[str, object]

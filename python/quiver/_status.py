@@ -26,13 +26,24 @@ whenever the thread starts another call, and :func:`take_captured` empties it.
 from __future__ import annotations
 
 import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 import pyarrow.flight as flight
 
 from ._protobuf import LEN, VARINT, fields, int64
 
-__all__ = ["CAPTURE", "DETAILS_HEADER", "RichStatus", "decode_status", "take_captured"]
+__all__ = [
+    "CAPTURE",
+    "DETAILS_HEADER",
+    "CallStatus",
+    "RichStatus",
+    "calls_started",
+    "decode_status",
+    "leave_captured",
+    "take_captured",
+]
 
 #: The gRPC trailer that carries a serialized ``google.rpc.Status``.
 DETAILS_HEADER = "grpc-status-details-bin"
@@ -131,9 +142,14 @@ def _text(value: bytes) -> str:
 
 
 class _Slot(threading.local):
-    """The serialized status of the call whose error this thread is raising."""
+    """The serialized status of the call whose error this thread is raising.
+
+    ``started``, while :func:`calls_started` runs on this thread, collects the
+    middleware of the calls the thread starts.
+    """
 
     details: bytes | None = None
+    started: list[CallStatus] | None = None
 
 
 _slot = _Slot()
@@ -149,8 +165,39 @@ def take_captured() -> bytes | None:
     return details
 
 
-class _CallStatus(flight.ClientMiddleware):  # type: ignore[misc]
-    """One call's middleware: keeps the status-details trailer it receives."""
+def leave_captured(details: bytes | None) -> None:
+    """Leave ``details`` where :func:`take_captured` on this thread will find them.
+
+    For a call whose status another thread received: a DoExchange's writer thread
+    can be the one that ends the call, but its error is raised on the reading thread.
+    """
+    _slot.details = details
+
+
+@contextmanager
+def calls_started() -> Iterator[list[CallStatus]]:
+    """Collect the middleware of every call this thread starts inside the block.
+
+    A streaming call's middleware keeps the call's status trailer whichever thread
+    receives it; the caller can then hand it to the thread that raises the error
+    (:func:`leave_captured`).
+    """
+    started: list[CallStatus] = []
+    outer, _slot.started = _slot.started, started
+    try:
+        yield started
+    finally:
+        _slot.started = outer
+
+
+class CallStatus(flight.ClientMiddleware):  # type: ignore[misc]
+    """One call's middleware: keeps the status-details trailer it receives.
+
+    Attributes
+    ----------
+    details : bytes or None
+        The call's ``grpc-status-details-bin`` once received (its trailer), if any.
+    """
 
     def __init__(self) -> None:
         self.details: bytes | None = None
@@ -169,12 +216,15 @@ class _CallStatus(flight.ClientMiddleware):  # type: ignore[misc]
 
 
 class _StatusCapture(flight.ClientMiddlewareFactory):  # type: ignore[misc]
-    """Gives each call a :class:`_CallStatus`."""
+    """Gives each call a :class:`CallStatus`."""
 
-    def start_call(self, info: flight.CallInfo) -> _CallStatus:
+    def start_call(self, info: flight.CallInfo) -> CallStatus:
         """Start a call: forget any status an earlier call on this thread left."""
         _slot.details = None
-        return _CallStatus()
+        call = CallStatus()
+        if _slot.started is not None:
+            _slot.started.append(call)
+        return call
 
 
 #: The middleware factory every quiver client installs (it keeps no state itself).

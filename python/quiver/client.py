@@ -11,7 +11,7 @@ import uuid
 import warnings
 from collections.abc import Iterator
 from types import TracebackType
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, overload
 
 import pyarrow as pa
 import pyarrow.flight as flight
@@ -19,10 +19,11 @@ import pyarrow.flight as flight
 from . import _protocol, _shm, _sql, _status
 from ._convert import BatchSource, batch_source, message_slices
 from ._endpoints import read_endpoints
+from ._exchange import DEFAULT_BATCH_ROWS, ExchangeReader, cast_source, check_batch_rows
 from ._progress import RowCounter, row_progress
-from ._protocol import DEFAULT_URI, JsonObject, PutMode, Transport
+from ._protocol import ACTION_LIST_FUNCTIONS, DEFAULT_URI, JsonObject, PutMode, Transport
 from .errors import QuiverError, TableNotFoundError, VersionConflictError, translated_errors
-from .results import PutResult, ServerHealth, ServerStats, TableInfo
+from .results import ApplyResult, FunctionInfo, PutResult, ServerHealth, ServerStats, TableInfo
 
 if TYPE_CHECKING:
     import pandas
@@ -627,6 +628,335 @@ class Client:
         frame = polars.from_arrow(self.get(name))
         assert isinstance(frame, polars.DataFrame)
         return frame
+
+    # -- functions --------------------------------------------------------------------------
+
+    def functions(self) -> builtins.list[FunctionInfo]:
+        """List the Python functions the server serves (``quiver serve --functions``).
+
+        Returns
+        -------
+        list of FunctionInfo
+            One description per function, with its declared schemas; empty when the
+            server serves none.
+        """
+        listing = self._action(ACTION_LIST_FUNCTIONS)
+        entries = listing.get("functions")
+        if not isinstance(entries, builtins.list):
+            return []
+        return [FunctionInfo.from_json(entry) for entry in entries if isinstance(entry, dict)]
+
+    def exchange(
+        self,
+        name: str,
+        data: object,
+        *,
+        batch_rows: int = DEFAULT_BATCH_ROWS,
+        cast: bool = False,
+        progress: bool = False,
+    ) -> pa.Table:
+        """Stream ``data`` through the server's function ``name``; return its results.
+
+        The batches are sent while the results are read (DoExchange), so neither
+        side holds the whole input. Several batches run at once, one per worker
+        process; the results come back in input order.
+
+        Parameters
+        ----------
+        name : str
+            The function's name (:meth:`functions` lists them).
+        data : table-like
+            Anything :meth:`put` takes: a pyarrow Table, RecordBatch or
+            RecordBatchReader, a pandas or polars DataFrame, an Arrow C stream, or
+            an iterable of record batches.
+        batch_rows : int, default 65536
+            Most rows per batch sent (longer batches are sliced, without copying):
+            the unit of work one call of the function gets.
+        cast : bool, default False
+            Select and cast the columns to the function's declared input schema
+            first (pandas' ``float64`` to a declared ``float32``, say).
+        progress : bool, default False
+            Show a tqdm progress bar counting input rows whose results arrived.
+
+        Returns
+        -------
+        pyarrow.Table
+            The results, in input order: the function's declared output schema, or
+            that of its first result.
+
+        Raises
+        ------
+        FunctionNotFoundError
+            The server serves no function ``name`` (the message lists those it does).
+        InvalidArgumentError
+            ``data`` does not match the function's declared input schema (kind
+            ``SCHEMA_MISMATCH``).
+        FunctionError
+            The function raised (:attr:`~FunctionError.python_type` names the
+            exception), or returned what its output schema does not allow.
+        FunctionTimeoutError
+            A batch ran past the server's ``--function-timeout``.
+        WorkerDiedError
+            The worker process running a batch died.
+        """
+        with self.exchange_reader(
+            name, data, batch_rows=batch_rows, cast=cast, progress=progress
+        ) as results:
+            return results.read_all()
+
+    def exchange_reader(
+        self,
+        name: str,
+        data: object,
+        *,
+        batch_rows: int = DEFAULT_BATCH_ROWS,
+        cast: bool = False,
+        progress: bool = False,
+    ) -> ExchangeReader:
+        """Stream ``data`` through function ``name``; read the results as they arrive.
+
+        Takes the arguments of :meth:`exchange`. Closing the reader before its end
+        (or leaving its ``with`` block, or dropping it) cancels the call, and the
+        server stops running the function for it.
+
+        Returns
+        -------
+        ExchangeReader
+            The results' record batches, in input order: iterate over it, or call
+            ``read_all()``; it is an Arrow C stream too.
+
+        Examples
+        --------
+        >>> with client.exchange_reader("score", trips) as results:  # doctest: +SKIP
+        ...     for batch in results:
+        ...         if found(batch):
+        ...             break  # cancels the rest
+        """
+        check_batch_rows(batch_rows)
+        source = batch_source(data)
+        if cast:
+            source = self._cast_to_input(name, source)
+        return self._exchange(
+            {"function": name},
+            source,
+            batch_rows=batch_rows,
+            tag_rows=True,
+            progress=progress,
+            total=source.num_rows,
+            description=name,
+        )
+
+    def exchange_sql(
+        self,
+        query: str,
+        data: object,
+        *,
+        batch_rows: int = DEFAULT_BATCH_ROWS,
+        progress: bool = False,
+    ) -> pa.Table:
+        """Run a SQL query over ``data`` streamed to the server; return its result.
+
+        The stream is the table ``input`` of the query (``SELECT * FROM input WHERE
+        fare > 10``); the query may join stored tables and call the server's
+        functions. Nothing is stored.
+
+        Parameters
+        ----------
+        query : str
+            The query, reading table ``input``.
+        data : table-like
+            Anything :meth:`put` takes.
+        batch_rows : int, default 65536
+            Most rows per batch sent.
+        progress : bool, default False
+            Show a tqdm progress bar counting input rows sent.
+
+        Returns
+        -------
+        pyarrow.Table
+            The query's result.
+
+        Raises
+        ------
+        InvalidArgumentError
+            The query does not parse, is not a query, or fails on the data.
+        UnimplementedError
+            The server does not run SQL over a stream.
+        """
+        with self.exchange_sql_reader(
+            query, data, batch_rows=batch_rows, progress=progress
+        ) as results:
+            return results.read_all()
+
+    def exchange_sql_reader(
+        self,
+        query: str,
+        data: object,
+        *,
+        batch_rows: int = DEFAULT_BATCH_ROWS,
+        progress: bool = False,
+    ) -> ExchangeReader:
+        """Run a SQL query over ``data`` streamed to the server; read its result as it comes.
+
+        Takes the arguments of :meth:`exchange_sql`; closing the reader early
+        cancels the query.
+
+        Returns
+        -------
+        ExchangeReader
+            The result's record batches.
+        """
+        if not isinstance(query, str):
+            raise TypeError(f"a query is a str, not {type(query).__name__}")
+        check_batch_rows(batch_rows)
+        source = batch_source(data)
+        return self._exchange(
+            {"sql": query},
+            source,
+            batch_rows=batch_rows,
+            tag_rows=False,
+            progress=progress,
+            total=source.num_rows,
+            description="sql",
+        )
+
+    @overload
+    def apply(
+        self,
+        name: str,
+        *,
+        source: str,
+        into: str,
+        mode: PutMode = "replace",
+        partitions: int | None = None,
+        progress: bool = False,
+    ) -> ApplyResult: ...
+
+    @overload
+    def apply(
+        self,
+        name: str,
+        *,
+        source: str,
+        into: None = None,
+        mode: PutMode = "replace",
+        partitions: int | None = None,
+        progress: bool = False,
+    ) -> pa.Table: ...
+
+    def apply(
+        self,
+        name: str,
+        *,
+        source: str,
+        into: str | None = None,
+        mode: PutMode = "replace",
+        partitions: int | None = None,
+        progress: bool = False,
+    ) -> ApplyResult | pa.Table:
+        """Run function ``name`` over stored table ``source`` on the server.
+
+        The table's rows never leave the server: its batches go through the
+        function's workers in parallel. With ``into``, the results are stored as
+        that table, atomically (readers see it as it was until the apply is done);
+        without, they come back.
+
+        Parameters
+        ----------
+        name : str
+            The function's name.
+        source : str
+            The stored table the function runs over (one version of it, even if
+            it changes meanwhile).
+        into : str, optional
+            Store the results as this table.
+        mode : {"replace", "append"}, default "replace"
+            How ``into`` is written, as for :meth:`put`.
+        partitions : int, optional
+            Endpoints to split a new ``into`` table over, as for :meth:`put`.
+        progress : bool, default False
+            Show a tqdm progress bar counting result rows received (without ``into``).
+
+        Returns
+        -------
+        ApplyResult or pyarrow.Table
+            With ``into``: the table written, its new version and size, and the
+            version of ``source`` read. Without: the results.
+
+        Raises
+        ------
+        TableNotFoundError
+            ``source`` does not exist, or ``mode="append"`` and ``into`` does not.
+        FunctionNotFoundError
+            The server serves no function ``name``.
+        InvalidArgumentError
+            ``source`` does not match the function's declared input schema.
+        PermissionDeniedError
+            ``into`` was given and the user may not write tables.
+        FunctionError, FunctionTimeoutError, WorkerDiedError
+            As for :meth:`exchange`; nothing was stored.
+        """
+        command: JsonObject = {"apply": name, "source": source}
+        if into is None:
+            if mode != "replace" or partitions is not None:
+                raise ValueError("mode and partitions are options of apply into a table")
+        else:
+            command.update(json.loads(_protocol.put_options(mode, partitions)))
+            command["into"] = into
+        with self._exchange(
+            command,
+            None,
+            batch_rows=DEFAULT_BATCH_ROWS,
+            tag_rows=False,
+            progress=progress and into is None,
+            total=None,
+            description=f"apply {name}",
+        ) as results:
+            table = results.read_all()
+            if into is None:
+                return table
+            summary = results.last_app_metadata
+        if summary is None:
+            raise QuiverError("the server ended the apply without its summary")
+        return ApplyResult.from_json(_protocol.json_object(summary))
+
+    def _exchange(
+        self,
+        command: JsonObject,
+        source: BatchSource | None,
+        *,
+        batch_rows: int,
+        tag_rows: bool,
+        progress: bool,
+        total: int | None,
+        description: str,
+    ) -> ExchangeReader:
+        """Start a DoExchange of ``command``; the progress bar lives as long as the call."""
+        bar = contextlib.ExitStack()
+        count = bar.enter_context(row_progress(progress, total=total, description=description))
+        try:
+            return ExchangeReader(
+                self._flight,
+                self._options,
+                command,
+                source,
+                batch_rows=batch_rows,
+                tag_rows=tag_rows,
+                count_sent=None if tag_rows or source is None else count,
+                count_received=count if tag_rows or source is None else None,
+                on_close=bar.close,
+            )
+        except BaseException:
+            bar.close()
+            raise
+
+    def _cast_to_input(self, name: str, source: BatchSource) -> BatchSource:
+        """``source`` with its columns selected and cast to ``name``'s declared input schema."""
+        declared = next((f for f in self.functions() if f.name == name), None)
+        if declared is None or declared.input_schema is None:
+            # Unknown: the call itself says so; undeclared: nothing to cast to.
+            return source
+        return cast_source(source, declared.input_schema)
 
     # -- metadata ---------------------------------------------------------------------------
 
