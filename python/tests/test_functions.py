@@ -573,7 +573,7 @@ def test_apply_into_a_table_then_read_it_back(client: quiver.Client) -> None:
     np.testing.assert_array_equal(stored["score"].to_numpy(), expected_scores(data))
 
     again = client.apply("score", source="apply/source", into="apply/scores", mode="append")
-    assert (again.rows, again.version) == (280_000, result.version + 1)
+    assert again.rows == 280_000 and again.version > result.version  # versions are store-wide
     assert client.info("apply/scores").num_rows == 280_000
 
 
