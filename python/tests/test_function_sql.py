@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import sys
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -105,6 +106,14 @@ def test_sql_over_a_stream_filters_and_projects_in_order(functions_server: Serve
     expected = np.arange(0, 200_000, 3, dtype=np.int64) * 2
     assert table.schema == pa.schema([("y", pa.int64())])
     assert np.array_equal(table.column("y").to_numpy(), expected)
+    # The RPC's log line names the stream's table and counts the rows sent back.
+    deadline = time.monotonic() + 10
+    while not any(
+        'rpc="DoExchange"' in line and 'table="input"' in line and f"rows={len(expected)}" in line
+        for line in functions_server.log().splitlines()
+    ):
+        assert time.monotonic() < deadline, functions_server.log()[-2000:]
+        time.sleep(0.05)  # the line is written when the response stream ends
 
 
 def test_sql_over_a_stream_far_larger_than_the_servers_memory(start_quiver: ServerFactory) -> None:

@@ -108,6 +108,7 @@ pub(crate) async fn open(
         }
         Exchange::Sql(sql) => {
             caller.require(Role::Read, "SQL over a stream")?;
+            log.table(quiver_sql::INPUT_TABLE);
             sql_over_stream(engine, &sql, first, input, max_message)
                 .await
                 .map(Plan::Replies)
@@ -176,6 +177,15 @@ async fn sql_over_stream(
             other => Error::from(other),
         });
     Ok(encoded.boxed())
+}
+
+/// The rows of a record batch message (0 for any other), read off its IPC
+/// header: what the RPC log counts.
+pub(crate) fn rows(data: &FlightData) -> u64 {
+    arrow::ipc::root_as_message(&data.data_header)
+        .ok()
+        .and_then(|m| m.header_as_record_batch())
+        .map_or(0, |b| u64::try_from(b.length()).unwrap_or(0))
 }
 
 /// The request's messages as arrow-flight's decoder takes them.

@@ -635,7 +635,7 @@ impl FlightService for QuiverService {
                         });
                     logged(echoed, log, |log, item| {
                         let item = item.map_err(inbound_status).inspect(|data| {
-                            log.add(0, data.data_body.len() as u64);
+                            log.add(exchange::rows(data), data.data_body.len() as u64);
                         });
                         log.outcome(item)
                     })
@@ -643,7 +643,7 @@ impl FlightService for QuiverService {
                 }
                 exchange::Plan::Replies(replies) => logged(replies, log, |log, item| {
                     let item = item.map_err(Status::from).inspect(|data| {
-                        log.add(0, data.data_body.len() as u64);
+                        log.add(exchange::rows(data), data.data_body.len() as u64);
                     });
                     log.outcome(item)
                 })
