@@ -264,8 +264,11 @@ def sql_update(statement: str) -> Call:
     )
 
 
-def do_exchange(client: flight.FlightClient, options: flight.FlightCallOptions) -> object:
-    writer, reader = client.do_exchange(flight.FlightDescriptor.for_command(b"echo"), options)
+def do_exchange(
+    client: flight.FlightClient, options: flight.FlightCallOptions, command: bytes = b"echo"
+) -> object:
+    """DoExchange of ``OTHER`` under ``command``: the echo, or a JSON command."""
+    writer, reader = client.do_exchange(flight.FlightDescriptor.for_command(command), options)
     writer.begin(OTHER.schema)
     writer.write_table(OTHER)
     writer.done_writing()
@@ -284,6 +287,10 @@ READ_CALLS: dict[str, Call] = {
     "DoGet": lambda c, o: c.do_get(flight.Ticket(TABLE.encode()), o).read_all(),
     "ListActions": lambda c, o: c.list_actions(o),
     "DoExchange": do_exchange,
+    "DoExchange SQL over a stream": lambda c, o: do_exchange(
+        c, o, json.dumps({"sql": "SELECT * FROM input"}).encode()
+    ),
+    "DoAction list-functions": do_action("list-functions"),
     "DoAction stats": do_action("stats"),
     "DoAction health": do_action("health"),
     "Flight SQL query": get_sql(f"SELECT count(*) FROM {TABLE}"),

@@ -171,6 +171,8 @@ def test_list_actions(flight_client: flight.FlightClient) -> None:
         "ClosePreparedStatement",
         "CancelFlightInfo",
         "CancelQuery",
+        # Served functions (docs/functions.md)
+        "list-functions",
     }
     assert all(actions.values())
 

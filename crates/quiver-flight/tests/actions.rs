@@ -45,7 +45,8 @@ async fn actions_delete_rename_stats_health() {
             "CreatePreparedStatement",
             "ClosePreparedStatement",
             "CancelFlightInfo",
-            "CancelQuery"
+            "CancelQuery",
+            "list-functions",
         ]
     );
 
