@@ -121,3 +121,10 @@ def hang(batch: pa.RecordBatch) -> pa.RecordBatch:
     if pc.any(pc.equal(batch["x"], -2)).as_py():
         time.sleep(3600)
     return batch
+
+
+@qf.function(output_schema=pa.schema([("pid", pa.int64())]))
+def worker_pid(batch: pa.RecordBatch) -> np.ndarray:
+    """The worker's process id on every row, after 0.2 s: which worker ran a batch."""
+    time.sleep(0.2)
+    return np.full(batch.num_rows, os.getpid(), dtype=np.int64)

@@ -207,6 +207,7 @@ def test_the_hello_describes_the_worker_and_every_function(worker: Worker) -> No
         "slow_even",
         "crash",
         "hang",
+        "worker_pid",
     ]
     score = functions["score"]
     assert score == {

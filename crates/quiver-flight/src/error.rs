@@ -135,7 +135,11 @@ impl From<FlightError> for Error {
             FlightError::DecodeError(m) | FlightError::ProtocolError(m) => Self::Decode(m),
             FlightError::Arrow(e) => Self::Decode(e.to_string()),
             FlightError::NotYetImplemented(m) => Self::Unimplemented(m),
-            FlightError::ExternalError(e) => Self::Internal(e.to_string()),
+            // Ours, passed through arrow-flight's encoder: kept as it was.
+            FlightError::ExternalError(e) => match e.downcast::<Error>() {
+                Ok(e) => *e,
+                Err(e) => Self::Internal(e.to_string()),
+            },
         }
     }
 }

@@ -169,13 +169,7 @@ async fn sql_over_stream(
         .with_max_flight_data_size(max_message)
         .with_schema(query.schema())
         .build(results)
-        .map_err(|e| match e {
-            FlightError::ExternalError(inner) => match inner.downcast::<Error>() {
-                Ok(error) => *error,
-                Err(other) => Error::Internal(other.to_string()),
-            },
-            other => Error::from(other),
-        });
+        .map_err(Error::from);
     Ok(encoded.boxed())
 }
 
@@ -295,45 +289,36 @@ fn encode(
 /// Turns results into FlightData, checking them against the function's
 /// declared output schema (or the call's first result's).
 struct ResultEncoder {
-    spec: Arc<FunctionSpec>,
-    schema: Option<SchemaRef>,
+    expected: ResultSchema,
     generator: IpcDataGenerator,
     tracker: DictionaryTracker,
     options: IpcWriteOptions,
     context: IpcWriteContext,
     max_message: usize,
-    /// Result sets seen, for messages.
-    results: u64,
 }
 
 impl ResultEncoder {
     fn new(spec: Arc<FunctionSpec>, max_message: usize) -> Self {
         Self {
-            spec,
-            schema: None,
+            expected: ResultSchema::new(spec),
             generator: IpcDataGenerator::default(),
             tracker: DictionaryTracker::new(false),
             options: IpcWriteOptions::default(),
             context: IpcWriteContext::default(),
             max_message,
-            results: 0,
         }
     }
 
     /// The schema message of a declared output schema, sent before any result.
     fn declared_schema_message(&mut self) -> Option<FlightData> {
-        let schema = Arc::clone(self.spec.output_schema.as_ref()?);
-        Some(self.schema_message(schema))
+        let schema = Arc::clone(self.expected.spec.output_schema.as_ref()?);
+        Some(self.schema_message(&schema))
     }
 
-    fn schema_message(&mut self, schema: SchemaRef) -> FlightData {
-        let encoded = self.generator.schema_to_bytes_with_dictionary_tracker(
-            &schema,
-            &mut self.tracker,
-            &self.options,
-        );
-        self.schema = Some(schema);
-        encoded.into()
+    fn schema_message(&mut self, schema: &SchemaRef) -> FlightData {
+        self.generator
+            .schema_to_bytes_with_dictionary_tracker(schema, &mut self.tracker, &self.options)
+            .into()
     }
 
     fn messages(&mut self, output: Output) -> Result<Vec<FlightData>> {
@@ -347,15 +332,12 @@ impl ResultEncoder {
             Output::Results(schema, batches, metadata) => (schema, batches, metadata),
         };
         let mut messages = Vec::new();
-        if let Some(schema) = self.accept(&schema)? {
-            messages.push(self.schema_message(schema));
+        if self.expected.accept(&schema)? {
+            messages.push(self.schema_message(&schema));
         }
         let mut metadata = Some(metadata);
         for batch in batches {
-            // Results are sent with the call's schema (names and types equal;
-            // nullability and metadata are the declared ones).
-            let schema = Arc::clone(self.schema.as_ref().unwrap_or(&schema));
-            let batch = batch.clone().with_schema(schema).unwrap_or(batch);
+            let batch = self.expected.conform(batch);
             for piece in quiver_ipc::split(&batch, self.max_message) {
                 let (dictionaries, data) = self.generator.encode(
                     &piece,
@@ -414,28 +396,25 @@ fn apply(
     };
     let stored = async move {
         let mut results = results;
-        let mut encoder = ResultEncoder::new(Arc::clone(&spec), max_message);
-        encoder.schema = spec.output_schema.clone();
+        // Checked and conformed as streamed results are.
+        let mut expected = ResultSchema::new(Arc::clone(&spec));
         let mut writer = None;
         while let Some(output) = results.next().await {
             let Output::Results(schema, batches, _) = output? else {
                 continue;
             };
-            // Checked as a streamed result would be.
-            if let Some(first) = encoder.accept(&schema)? {
-                encoder.schema = Some(Arc::clone(&first));
-            }
+            expected.accept(&schema)?;
             let writer = match &mut writer {
                 Some(writer) => writer,
                 None => writer.insert(store.writer(
                     &into,
                     options.mode,
-                    Arc::clone(encoder.schema.as_ref().unwrap_or(&schema)),
+                    Arc::clone(expected.schema.as_ref().unwrap_or(&schema)),
                     options.partitions,
                 )?),
             };
             for batch in batches {
-                writer.push(batch)?;
+                writer.push(expected.conform(batch))?;
             }
         }
         let writer = match writer {
@@ -469,18 +448,35 @@ fn apply(
     Ok(stream::once(stored).boxed())
 }
 
-impl ResultEncoder {
-    /// Checks a result's schema against the declared one, or the call's first
-    /// result's; the first result of an undeclared function fixes the schema,
-    /// returned to be sent.
-    fn accept(&mut self, schema: &SchemaRef) -> Result<Option<SchemaRef>> {
+/// The schema a call's results must have: the function's declared output
+/// schema, or else its first result's.
+struct ResultSchema {
+    spec: Arc<FunctionSpec>,
+    schema: Option<SchemaRef>,
+    /// Results seen, numbering them in messages.
+    results: u64,
+}
+
+impl ResultSchema {
+    fn new(spec: Arc<FunctionSpec>) -> Self {
+        Self {
+            schema: spec.output_schema.clone(),
+            spec,
+            results: 0,
+        }
+    }
+
+    /// Checks a result's schema. `true` for the first result of a function
+    /// without a declared schema: it fixes the call's schema, to be sent.
+    fn accept(&mut self, schema: &SchemaRef) -> Result<bool> {
         let index = self.results;
         self.results += 1;
         let Some(expected) = &self.schema else {
-            return Ok(Some(Arc::clone(schema)));
+            self.schema = Some(Arc::clone(schema));
+            return Ok(true);
         };
         if quiver_functions::same_shape(expected, schema) {
-            return Ok(None);
+            return Ok(false);
         }
         let declared = if self.spec.output_schema.is_some() {
             "its declared output schema"
@@ -497,5 +493,17 @@ impl ResultEncoder {
             batch: index,
         }
         .into())
+    }
+
+    /// An accepted result's batch with the call's schema: names and types are
+    /// equal; nullability and metadata become the declared ones.
+    fn conform(&self, batch: RecordBatch) -> RecordBatch {
+        match &self.schema {
+            Some(schema) => batch
+                .clone()
+                .with_schema(Arc::clone(schema))
+                .unwrap_or(batch),
+            None => batch,
+        }
     }
 }
