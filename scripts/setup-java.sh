@@ -7,7 +7,11 @@
 #      pinned in java/flight-sql-jdbc-driver.version, resolved from Maven Central by Maven;
 #   3. java/src/main/java/**/*.java compiled with javac against it;
 #   4. a launcher, $cache/bin/flight-sql-jdbc-check, that runs the check program with the
-#      JVM flags the driver needs:  flight-sql-jdbc-check JDBC_URL TABLE ROWS
+#      JVM flags the driver needs:  flight-sql-jdbc-check JDBC_URL TABLE ROWS;
+#   5. the PostgreSQL JDBC driver's jar, org.postgresql:postgresql at the version pinned in
+#      bench/postgresql-jdbc.version, for the benchmark harness's engines suite (Spark's
+#      JDBC reader and writer, the peers of quiver's Spark connector): $cache/lib/
+#      postgresql-VERSION.jar.
 # All of it goes to the cache directory, outside the repository, and is reused: a second
 # run downloads and compiles nothing unless the pinned version or the sources changed.
 #
@@ -38,6 +42,10 @@ exec 9>"$cache/.lock"
 flock 9
 
 jar="$cache/lib/$artifact-$version.jar"
+pg_group=org.postgresql
+pg_artifact=postgresql
+pg_version="$(tr -d '[:space:]' < "$repo/bench/postgresql-jdbc.version")"
+pg_jar="$cache/lib/$pg_artifact-$pg_version.jar"
 
 # The major version of a java or javac binary (8 for 1.8), or 0.
 major() {
@@ -73,7 +81,7 @@ find_jdk() {
 }
 
 need_mvn=false
-[ -s "$jar" ] || need_mvn=true
+[ -s "$jar" ] && [ -s "$pg_jar" ] || need_mvn=true
 
 if ! find_jdk || { $need_mvn && ! command -v mvn >/dev/null; }; then
     packages=(openjdk-17-jdk-headless maven)
@@ -94,7 +102,12 @@ if ! find_jdk || { $need_mvn && ! command -v mvn >/dev/null; }; then
 fi
 say "JDK: $jdk ($("$jdk/java" -version 2>&1 | head -n1))"
 
-if $need_mvn; then
+# Resolves GROUP:ARTIFACT:VERSION from Maven Central into $cache/lib/ARTIFACT-VERSION.jar,
+# unless it is there already.
+fetch_jar() {
+    local group="$1" artifact="$2" version="$3" tmp
+    local target="$cache/lib/$artifact-$version.jar"
+    [ -s "$target" ] && return 0
     command -v mvn >/dev/null || die "Maven (mvn) not found"
     say "resolving $group:$artifact:$version from Maven Central"
     tmp="$(mktemp -d "$cache/lib.tmp.XXXXXX")"
@@ -109,11 +122,15 @@ if $need_mvn; then
     fi
     [ -s "$tmp/out/$artifact-$version.jar" ] || die "Maven did not produce $artifact-$version.jar"
     mkdir -p "$cache/lib"
-    mv "$tmp/out/$artifact-$version.jar" "$jar"
+    mv "$tmp/out/$artifact-$version.jar" "$target"
     rm -rf "$tmp"
     trap - EXIT
-fi
+}
+
+fetch_jar "$group" "$artifact" "$version"
+fetch_jar "$pg_group" "$pg_artifact" "$pg_version"
 say "driver: $jar"
+say "PostgreSQL JDBC driver (bench engines suite): $pg_jar"
 
 # Compile when the sources, the driver version or the JDK changed.
 mapfile -t sources < <(cd "$repo" && find java/src/main/java -name '*.java' | LC_ALL=C sort)
