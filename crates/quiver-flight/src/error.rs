@@ -188,6 +188,7 @@ fn store_class(e: &StoreError) -> (tonic::Code, &'static str) {
         StoreError::InvalidName { .. } => (Code::InvalidArgument, "INVALID_NAME"),
         StoreError::SchemaMismatch { .. } => (Code::InvalidArgument, "SCHEMA_MISMATCH"),
         StoreError::InvalidPartition { .. } => (Code::InvalidArgument, "INVALID_PARTITION"),
+        StoreError::InvalidSources { .. } => (Code::InvalidArgument, "INVALID_ARGUMENT"),
         StoreError::MemoryLimit { .. } => (Code::ResourceExhausted, "MEMORY_LIMIT"),
         StoreError::TableLimit { .. } => (Code::ResourceExhausted, "TABLE_LIMIT"),
         StoreError::Io(failure) if failure.is_storage_full() => {
@@ -398,6 +399,15 @@ mod tests {
         assert_eq!(kind(Error::Aborted("x".into())), "VERSION_CHANGED");
         assert_eq!(kind(Error::NotFound("x".into())), "HANDLE_NOT_FOUND");
         assert_eq!(kind(Error::Idle("x".into())), "IDLE_TIMEOUT");
+        let sources = Error::Store(StoreError::InvalidSources {
+            into: "t".into(),
+            detail: "no source tables given".into(),
+        });
+        assert_eq!(
+            sources.class(),
+            Some((tonic::Code::InvalidArgument, "INVALID_ARGUMENT"))
+        );
+        assert_eq!(kind(sources), "INVALID_ARGUMENT");
         assert_eq!(
             kind(Error::Panicked {
                 rpc: "DoGet",

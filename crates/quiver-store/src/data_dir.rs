@@ -530,6 +530,40 @@ mod tests {
                 |s| put(s, "d", WriteMode::Replace, &[8]),
                 |m| drop(m.insert("d".into(), vec![8])),
             ),
+            (
+                "put e",
+                |s| put(s, "e", WriteMode::Replace, &[9]),
+                |m| drop(m.insert("e".into(), vec![9])),
+            ),
+            (
+                "publish e after d",
+                |s| {
+                    s.publish("d", &["e".into()], WriteMode::Append, None)
+                        .map(|_| ())
+                },
+                |m| {
+                    let e = m.remove("e").unwrap();
+                    m.get_mut("d").unwrap().extend(e);
+                },
+            ),
+            (
+                "put f",
+                |s| put(s, "f", WriteMode::Replace, &[10, 11]),
+                |m| drop(m.insert("f".into(), vec![10, 11])),
+            ),
+            (
+                "publish d and f as g",
+                |s| {
+                    let sources = ["d".to_string(), "f".to_string()];
+                    s.publish("g", &sources, WriteMode::Replace, Some(2))
+                        .map(|_| ())
+                },
+                |m| {
+                    let mut g = m.remove("d").unwrap();
+                    g.extend(m.remove("f").unwrap());
+                    m.insert("g".into(), g);
+                },
+            ),
         ]
     }
 

@@ -72,6 +72,15 @@ pub enum StoreError {
         /// The configured limit.
         max: u64,
     },
+    /// A publish whose list of source tables cannot be published as asked
+    /// (empty, naming a table twice, or naming the target).
+    #[error("cannot publish into table '{into}': {detail}")]
+    InvalidSources {
+        /// The target table.
+        into: String,
+        /// What is wrong with the sources.
+        detail: String,
+    },
     /// A partition index outside `0..count`.
     #[error("partition {index} out of range for {count} partitions")]
     InvalidPartition {

@@ -17,9 +17,9 @@
 //! rows of all, refused with [`StoreError::TableLimit`] the same way.
 //!
 //! A store opened over a data directory ([`TableStore::open`]) writes every
-//! put, append, rename and delete to disk before it returns: Arrow IPC segment
-//! files plus an atomically replaced manifest (docs/durability.md). On open it
-//! reads the tables back by memory-mapping those files.
+//! put, append, rename, publish and delete to disk before it returns: Arrow
+//! IPC segment files plus an atomically replaced manifest (docs/durability.md).
+//! On open it reads the tables back by memory-mapping those files.
 #![warn(missing_docs)]
 
 mod data_dir;

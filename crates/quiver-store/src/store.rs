@@ -289,6 +289,113 @@ impl TableStore {
         Ok(renamed)
     }
 
+    /// Publishes the tables `sources` as `into` in one step, without copying:
+    /// the new version of `into` is made of the sources' segments, in the
+    /// order given, after `into`'s own for [`WriteMode::Append`] (which needs
+    /// `into` to exist, as a put does) or alone for [`WriteMode::Replace`] and
+    /// [`WriteMode::Create`] (which needs `into` not to exist); every source is
+    /// removed. Readers see all of it or none: one change of the table map,
+    /// one manifest written in a durable store (whose segment files stay as
+    /// they are).
+    ///
+    /// `partitions` as for [`Self::writer`]: an append keeps the target's
+    /// setting unless it gives one.
+    ///
+    /// Fails, changing nothing, with [`StoreError::InvalidSources`] if
+    /// `sources` is empty, names a table twice or names `into`;
+    /// [`StoreError::NotFound`] for the first source missing (or the target of
+    /// an append); [`StoreError::SchemaMismatch`] if a source's fields differ
+    /// from the first source's, or for an append from the target's; a
+    /// [`TableLimits`] error as any write would.
+    pub fn publish(
+        &self,
+        into: &str,
+        sources: &[String],
+        mode: WriteMode,
+        partitions: Option<usize>,
+    ) -> Result<Arc<TableVersion>> {
+        validate_name(into)?;
+        let invalid = |detail: String| StoreError::InvalidSources {
+            into: into.to_string(),
+            detail,
+        };
+        if sources.is_empty() {
+            return Err(invalid("no source tables given".to_string()));
+        }
+        let mut seen = BTreeSet::new();
+        for source in sources {
+            if source == into {
+                return Err(invalid(format!(
+                    "'{into}' is among the sources; a table cannot be published into itself"
+                )));
+            }
+            if !seen.insert(source.as_str()) {
+                return Err(invalid(format!("source '{source}' is named twice")));
+            }
+        }
+        let _commit = self.lock_commits();
+        let tables = self.read();
+        let found = sources
+            .iter()
+            .map(|name| {
+                tables.get(name).ok_or_else(|| StoreError::NotFound {
+                    name: name.to_string(),
+                })
+            })
+            .collect::<Result<Vec<_>>>()?;
+        let target = match mode {
+            WriteMode::Append => Some(tables.get(into).ok_or_else(|| StoreError::NotFound {
+                name: into.to_string(),
+            })?),
+            WriteMode::Create if tables.contains_key(into) => {
+                return Err(StoreError::AlreadyExists {
+                    name: into.to_string(),
+                });
+            }
+            WriteMode::Create | WriteMode::Replace => None,
+        };
+        // Every source must have the fields of the table it joins: the
+        // target's for an append, else the first source's.
+        let (reference, schema) = match target {
+            Some(t) => (into, t.schema()),
+            None => (sources[0].as_str(), found[0].schema()),
+        };
+        for (name, source) in sources.iter().zip(&found) {
+            check_schema(name, schema, source.schema()).map_err(|e| match e {
+                StoreError::SchemaMismatch { name, detail } => StoreError::SchemaMismatch {
+                    detail: format!("its columns differ from those of '{reference}': {detail}"),
+                    name,
+                },
+                other => other,
+            })?;
+        }
+        let mut segments = target.map(|t| t.segments().to_vec()).unwrap_or_default();
+        for source in &found {
+            segments.extend(source.segments().iter().cloned());
+        }
+        let rows = segments.iter().map(|s| s.num_rows()).sum();
+        let bytes = segments.iter().map(|s| s.num_bytes()).sum();
+        self.check_limits_removing(&tables, into, &seen, rows, bytes)?;
+        let version = Arc::new(TableVersion::new(
+            into.to_string(),
+            self.next_version(),
+            Arc::clone(schema),
+            segments,
+            partitions.or_else(|| target.and_then(|t| t.partitions())),
+        ));
+        drop(tables);
+        self.apply(
+            |tables| {
+                for source in sources {
+                    tables.remove(source);
+                }
+                tables.insert(into.to_string(), Arc::clone(&version));
+            },
+            None,
+        )?;
+        Ok(version)
+    }
+
     /// Totals over the store.
     ///
     /// Waits for replaced versions still being freed, so that `memory_used`
@@ -307,10 +414,16 @@ impl TableStore {
 
     /// Checks the [`TableLimits`] for `name` holding `rows` rows of `bytes`
     /// bytes in place of what it holds in `tables` now.
-    fn check_limits(
+    fn check_limits(&self, tables: &Tables, name: &str, rows: u64, bytes: u64) -> Result<()> {
+        self.check_limits_removing(tables, name, &BTreeSet::new(), rows, bytes)
+    }
+
+    /// [`Self::check_limits`] for a change that also drops the tables `removed`.
+    fn check_limits_removing(
         &self,
-        tables: &BTreeMap<String, Arc<TableVersion>>,
+        tables: &Tables,
         name: &str,
+        removed: &BTreeSet<&str>,
         rows: u64,
         bytes: u64,
     ) -> Result<()> {
@@ -319,7 +432,7 @@ impl TableStore {
         }
         let others: u64 = tables
             .iter()
-            .filter(|(n, _)| n.as_str() != name)
+            .filter(|(n, _)| n.as_str() != name && !removed.contains(n.as_str()))
             .map(|(_, t)| t.num_rows())
             .sum();
         self.limits
@@ -349,7 +462,7 @@ impl TableStore {
         let mut next = self.read().clone();
         let Some(dir) = &self.durable else {
             edit(&mut next);
-            self.publish(next);
+            self.install(next);
             return Ok(());
         };
         let before = segment_files(&next);
@@ -370,7 +483,7 @@ impl TableStore {
         let unused: Vec<u64> = before.difference(&segment_files(&next)).copied().collect();
         match dir.commit(&manifest) {
             Ok(()) => {
-                self.publish(next);
+                self.install(next);
                 dir.discard(unused);
                 Ok(())
             }
@@ -378,7 +491,7 @@ impl TableStore {
                 error,
                 renamed: true,
             }) => {
-                self.publish(next);
+                self.install(next);
                 Err(error)
             }
             Err(CommitFailure {
@@ -392,7 +505,7 @@ impl TableStore {
     }
 
     /// Makes `next` the table map; the old one goes to the lazy-free thread.
-    fn publish(&self, next: Tables) {
+    fn install(&self, next: Tables) {
         let old = std::mem::replace(&mut *self.write(), next);
         self.lazy_free.free(&self.pool, old);
     }
@@ -981,6 +1094,291 @@ mod tests {
             store.rename("zz", "y", false),
             Err(StoreError::NotFound { .. })
         ));
+    }
+
+    /// Every table's name, version and rows (a version number changes with
+    /// every write).
+    fn snapshot(store: &TableStore) -> Vec<(String, u64, u64)> {
+        store
+            .list("")
+            .iter()
+            .map(|t| (t.name().to_string(), t.version(), t.num_rows()))
+            .collect()
+    }
+
+    fn names(names: &[&str]) -> Vec<String> {
+        names.iter().map(|n| n.to_string()).collect()
+    }
+
+    #[test]
+    fn publish_replace_moves_the_sources_segments_without_copying() {
+        let store = TableStore::new(1 << 20);
+        let b = batch(&[]);
+        store
+            .put("t", WriteMode::Replace, b.schema(), [batch(&[0])])
+            .unwrap();
+        store
+            .put("a", WriteMode::Replace, b.schema(), [batch(&[1, 2])])
+            .unwrap();
+        store
+            .put("a", WriteMode::Append, b.schema(), [batch(&[3])])
+            .unwrap();
+        store
+            .put("b", WriteMode::Replace, b.schema(), [batch(&[4])])
+            .unwrap();
+        let (a, bb) = (store.get("a").unwrap(), store.get("b").unwrap());
+        let before = store.get("t").unwrap().version();
+        store.memory().settle();
+        let used = store.memory().used();
+
+        let published = store
+            .publish("t", &names(&["b", "a"]), WriteMode::Replace, Some(3))
+            .unwrap();
+        assert_eq!(values(&published), [4, 1, 2, 3], "in the order given");
+        assert!(published.version() > before);
+        assert_eq!((published.num_rows(), published.num_bytes()), (4, 32));
+        assert_eq!(published.partitions(), Some(3));
+        assert_eq!(published.name(), "t");
+        assert!(Arc::ptr_eq(&store.get("t").unwrap(), &published));
+        // The very segments the sources held, not copies.
+        let shared: Vec<_> = bb.segments().iter().chain(a.segments()).collect();
+        assert_eq!(published.segments().len(), shared.len());
+        for (p, s) in published.segments().iter().zip(shared) {
+            assert!(Arc::ptr_eq(p, s));
+        }
+        assert!(matches!(store.get("a"), Err(StoreError::NotFound { .. })));
+        assert!(matches!(store.get("b"), Err(StoreError::NotFound { .. })));
+        assert_eq!(store.stats().tables, 1);
+        // Nothing more is charged; t's old row is freed once readers let go.
+        drop((a, bb));
+        store.memory().settle();
+        assert_eq!(store.memory().used(), used - 8);
+
+        // Without partitions, a replace takes the server's default.
+        store
+            .put("c", WriteMode::Replace, b.schema(), [batch(&[5])])
+            .unwrap();
+        let plain = store
+            .publish("t", &names(&["c"]), WriteMode::Replace, None)
+            .unwrap();
+        assert_eq!(plain.partitions(), None);
+        assert_eq!(values(&plain), [5]);
+    }
+
+    #[test]
+    fn publish_append_adds_after_the_target_and_keeps_its_partitions() {
+        let store = TableStore::new(1 << 20);
+        let b = batch(&[]);
+        let mut writer = store
+            .writer("t", WriteMode::Replace, b.schema(), Some(2))
+            .unwrap();
+        writer.push(batch(&[1, 2])).unwrap();
+        writer.commit().unwrap();
+        for (name, v) in [("p1", 3), ("p0", 4), ("p2", 5)] {
+            store
+                .put(name, WriteMode::Replace, b.schema(), [batch(&[v])])
+                .unwrap();
+        }
+        let published = store
+            .publish("t", &names(&["p1", "p0", "p2"]), WriteMode::Append, None)
+            .unwrap();
+        assert_eq!(values(&published), [1, 2, 3, 4, 5]);
+        assert_eq!(published.partitions(), Some(2), "kept");
+        assert_eq!(snapshot(&store).len(), 1);
+        store
+            .put("q", WriteMode::Replace, b.schema(), [batch(&[6])])
+            .unwrap();
+        let published = store
+            .publish("t", &names(&["q"]), WriteMode::Append, Some(7))
+            .unwrap();
+        assert_eq!(published.partitions(), Some(7), "given");
+        assert_eq!(values(&published), [1, 2, 3, 4, 5, 6]);
+        // Create: only onto a free name.
+        store
+            .put("r", WriteMode::Replace, b.schema(), [batch(&[7])])
+            .unwrap();
+        assert!(matches!(
+            store.publish("t", &names(&["r"]), WriteMode::Create, None),
+            Err(StoreError::AlreadyExists { name }) if name == "t"
+        ));
+        let created = store
+            .publish("new", &names(&["r"]), WriteMode::Create, None)
+            .unwrap();
+        assert_eq!(values(&created), [7]);
+    }
+
+    #[test]
+    fn a_publish_that_fails_changes_nothing() {
+        let limits = crate::TableLimits {
+            max_table_rows: 5,
+            ..crate::TableLimits::UNLIMITED
+        };
+        let store = TableStore::new(1 << 20).with_limits(limits);
+        let b = batch(&[]);
+        store
+            .put("t", WriteMode::Replace, b.schema(), [batch(&[1, 2])])
+            .unwrap();
+        store
+            .put("a", WriteMode::Replace, b.schema(), [batch(&[3, 4])])
+            .unwrap();
+        store
+            .put("b", WriteMode::Replace, b.schema(), [batch(&[5, 6])])
+            .unwrap();
+        let strings =
+            RecordBatch::try_from_iter([("x", Arc::new(StringArray::from(vec!["s"])) as ArrayRef)])
+                .unwrap();
+        store
+            .put("s", WriteMode::Replace, strings.schema(), [strings])
+            .unwrap();
+        let before = snapshot(&store);
+        let publish = |into: &str, sources: &[&str], mode| {
+            let err = store
+                .publish(into, &names(sources), mode, None)
+                .unwrap_err();
+            assert_eq!(snapshot(&store), before, "{err}");
+            err
+        };
+        use WriteMode::{Append, Replace};
+
+        let err = publish("t", &["a", "zz", "b"], Replace);
+        assert!(
+            matches!(&err, StoreError::NotFound { name } if name == "zz"),
+            "{err}"
+        );
+        let err = publish("missing", &["a"], Append);
+        assert!(
+            matches!(&err, StoreError::NotFound { name } if name == "missing"),
+            "{err}"
+        );
+        // A source unlike the first; a source unlike the target of an append.
+        let err = publish("u", &["a", "s"], Replace);
+        let message = err.to_string();
+        assert!(
+            matches!(err, StoreError::SchemaMismatch { .. }),
+            "{message}"
+        );
+        assert!(
+            message.contains("'s'") && message.contains("'a'"),
+            "{message}"
+        );
+        let err = publish("t", &["s"], Append);
+        let message = err.to_string();
+        assert!(
+            matches!(err, StoreError::SchemaMismatch { .. }),
+            "{message}"
+        );
+        assert!(message.contains("column 'x' expected Int64"), "{message}");
+        // Bad lists of sources and names.
+        for (into, sources) in [
+            ("t", &[][..]),
+            ("t", &["a", "b", "a"][..]),
+            ("t", &["a", "t"][..]),
+        ] {
+            let err = publish(into, sources, Replace);
+            assert!(matches!(err, StoreError::InvalidSources { .. }), "{err}");
+        }
+        let err = publish(" t", &["a"], Replace);
+        assert!(matches!(err, StoreError::InvalidName { .. }), "{err}");
+        // Table limits: 2 + 2 + 2 rows > 5.
+        let err = publish("t", &["a", "b"], Append);
+        assert!(err.to_string().contains("--max-table-rows"), "{err}");
+        // Under the limit it goes through.
+        store.publish("t", &names(&["a"]), Append, None).unwrap();
+        assert_eq!(values(&store.get("t").unwrap()), [1, 2, 3, 4]);
+    }
+
+    #[test]
+    fn the_total_rows_limit_counts_a_publish_once() {
+        let store = TableStore::new(1 << 20).with_limits(crate::TableLimits {
+            max_rows: 6,
+            ..crate::TableLimits::UNLIMITED
+        });
+        let b = batch(&[]);
+        for name in ["a", "b", "c"] {
+            store
+                .put(name, WriteMode::Replace, b.schema(), [batch(&[1, 2])])
+                .unwrap();
+        }
+        // 6 rows in all before and after: the sources' rows move.
+        let published = store
+            .publish("t", &names(&["a", "b", "c"]), WriteMode::Replace, None)
+            .unwrap();
+        assert_eq!(published.num_rows(), 6);
+        assert_eq!(store.stats().rows, 6);
+    }
+
+    #[test]
+    fn a_durable_publish_survives_a_restart_without_new_files() {
+        let dir = tempfile::tempdir().unwrap();
+        let options = DurableOptions {
+            dir: dir.path().to_path_buf(),
+            fsync: crate::Fsync::Always,
+        };
+        let segment_files = || {
+            let mut names: Vec<String> = std::fs::read_dir(dir.path())
+                .unwrap()
+                .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+                .filter(|n| n.starts_with("seg-"))
+                .collect();
+            names.sort();
+            names
+        };
+        let b = batch(&[]);
+        let (version, files) = {
+            let store = TableStore::open(&options, 1 << 20).unwrap();
+            store
+                .put("t", WriteMode::Replace, b.schema(), [batch(&[1])])
+                .unwrap();
+            store
+                .put("old", WriteMode::Replace, b.schema(), [batch(&[0])])
+                .unwrap();
+            store
+                .put("a", WriteMode::Replace, b.schema(), [batch(&[2, 3])])
+                .unwrap();
+            store
+                .put("b", WriteMode::Replace, b.schema(), [batch(&[4])])
+                .unwrap();
+            let files = segment_files();
+            assert_eq!(files.len(), 4);
+            let published = store
+                .publish("t", &names(&["a", "b"]), WriteMode::Append, Some(2))
+                .unwrap();
+            assert_eq!(segment_files(), files, "no file written or removed");
+            // A failed publish writes nothing either.
+            assert!(
+                store
+                    .publish("t", &names(&["nope"]), WriteMode::Append, None)
+                    .is_err()
+            );
+            assert_eq!(segment_files(), files);
+            store
+                .publish("t", &names(&["old"]), WriteMode::Append, None)
+                .unwrap();
+            let version = store.get("t").unwrap().version();
+            assert!(version > published.version());
+            (version, files)
+        };
+        let store = TableStore::open(&options, 1 << 20).unwrap();
+        let t = store.get("t").unwrap();
+        assert_eq!(values(&t), [1, 2, 3, 4, 0]);
+        assert_eq!(t.version(), version);
+        assert_eq!(t.partitions(), Some(2));
+        let listed: Vec<String> = store.list("").iter().map(|t| t.name().into()).collect();
+        assert_eq!(listed, ["t"], "no sources left");
+        assert_eq!(segment_files(), files);
+
+        // Replace: the target's own files go, the sources' stay.
+        store
+            .put("c", WriteMode::Replace, b.schema(), [batch(&[9])])
+            .unwrap();
+        store
+            .publish("t", &names(&["c"]), WriteMode::Replace, None)
+            .unwrap();
+        assert_eq!(segment_files().len(), 1);
+        drop(store);
+        let store = TableStore::open(&options, 1 << 20).unwrap();
+        assert_eq!(values(&store.get("t").unwrap()), [9]);
+        assert_eq!(store.stats().tables, 1);
     }
 
     #[test]
