@@ -1,5 +1,5 @@
-//! DoAction: the store's actions (`delete`, `rename`, `stats`, `health`) and
-//! their JSON results. Actions are decoded in [`crate::request`].
+//! DoAction: the store's actions (`delete`, `rename`, `publish`, `stats`,
+//! `health`) and their JSON results. Actions are decoded in [`crate::request`].
 
 use std::time::Instant;
 
@@ -53,6 +53,22 @@ pub(crate) fn run(
                 table: Some(args.from),
                 rows: renamed.num_rows(),
                 bytes: renamed.num_bytes(),
+            })
+        }
+        StoreAction::Publish(args) => {
+            let version = store.publish(&args.into, &args.from, args.mode, args.partitions)?;
+            let (rows, bytes) = (version.num_rows(), version.num_bytes());
+            Ok(ActionOutcome {
+                // The shape of DoPut's PutResult.
+                body: json_bytes(json!({
+                    "table": args.into,
+                    "version": version.version(),
+                    "rows": rows,
+                    "bytes": bytes,
+                })),
+                table: Some(args.into),
+                rows,
+                bytes,
             })
         }
         StoreAction::Stats => {

@@ -27,7 +27,10 @@ pub struct PutOptions {
     pub partitions: Option<usize>,
 }
 
-fn mode<'de, D: serde::Deserializer<'de>>(d: D) -> std::result::Result<WriteMode, D::Error> {
+/// `"replace"` or `"append"`, as a [`WriteMode`].
+pub(crate) fn mode<'de, D: serde::Deserializer<'de>>(
+    d: D,
+) -> std::result::Result<WriteMode, D::Error> {
     let s = String::deserialize(d)?;
     match s.as_str() {
         "replace" => Ok(WriteMode::Replace),
@@ -46,14 +49,18 @@ impl PutOptions {
                 "DoPut app_metadata must be a JSON object like {{\"mode\": \"append\"}}: {e}"
             ))
         })?;
-        if let Some(p) = options.partitions
-            && (p == 0 || p > MAX_PARTITIONS)
-        {
-            return Err(Error::invalid(format!(
-                "partitions must be between 1 and {MAX_PARTITIONS}, got {p}"
-            )));
-        }
+        check_partitions(options.partitions)?;
         Ok(options)
+    }
+}
+
+/// Refuses a partition count outside 1 to [`MAX_PARTITIONS`].
+pub(crate) fn check_partitions(partitions: Option<usize>) -> Result<()> {
+    match partitions {
+        Some(p) if p == 0 || p > MAX_PARTITIONS => Err(Error::invalid(format!(
+            "partitions must be between 1 and {MAX_PARTITIONS}, got {p}"
+        ))),
+        _ => Ok(()),
     }
 }
 

@@ -153,6 +153,8 @@ pub(crate) enum ActionKind {
     Delete,
     /// Rename a table.
     Rename,
+    /// Publish staging tables as one table, zero-copy.
+    Publish,
     /// Store totals.
     Stats,
     /// Liveness.
@@ -184,9 +186,10 @@ fn unsupported(kind: &str) -> Option<String> {
 
 impl ActionKind {
     /// Every kind, in the order ListActions gives them.
-    pub(crate) const ALL: [ActionKind; 10] = [
+    pub(crate) const ALL: [ActionKind; 11] = [
         Self::Delete,
         Self::Rename,
+        Self::Publish,
         Self::Stats,
         Self::Health,
         Self::ShmPut,
@@ -202,6 +205,7 @@ impl ActionKind {
         match self {
             Self::Delete => "delete",
             Self::Rename => "rename",
+            Self::Publish => "publish",
             Self::Stats => "stats",
             Self::Health => "health",
             Self::ShmPut => "shm-put",
@@ -221,6 +225,13 @@ impl ActionKind {
             }
             Self::Rename => {
                 "Rename a table. Body: JSON {\"from\", \"to\", \"overwrite\": false}. Result: JSON."
+            }
+            Self::Publish => {
+                "Publish tables as one, atomically and without copying: their rows, in the order \
+                 given, become table `into` (after its own rows for mode append) and the sources \
+                 are removed. Body: JSON {\"into\", \"from\": [names], \"mode\": \"append\" or \
+                 \"replace\", \"partitions\" (optional)}. Result: JSON {table, version, rows, \
+                 bytes}."
             }
             Self::Stats => {
                 "Store totals as JSON: tables, rows, bytes, memory_used, memory_limit, \
@@ -247,7 +258,7 @@ impl ActionKind {
     /// `read` for the rest.
     pub(crate) fn role(self) -> Role {
         match self {
-            Self::Delete | Self::Rename | Self::ShmPut => Role::Write,
+            Self::Delete | Self::Rename | Self::Publish | Self::ShmPut => Role::Write,
             _ => Role::Read,
         }
     }
@@ -290,6 +301,22 @@ pub(crate) struct Rename {
     pub(crate) overwrite: bool,
 }
 
+/// The body of a `publish` action.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct Publish {
+    /// The table published into.
+    pub(crate) into: String,
+    /// The tables whose rows it gets, in order; each is removed.
+    pub(crate) from: Vec<String>,
+    /// `"append"` or `"replace"` (no default: say which).
+    #[serde(deserialize_with = "crate::put_options::mode")]
+    pub(crate) mode: quiver_store::WriteMode,
+    /// As for a put: 1 to [`crate::MAX_PARTITIONS`].
+    #[serde(default)]
+    pub(crate) partitions: Option<usize>,
+}
+
 /// The body of an `shm-put` action.
 #[derive(Debug)]
 pub(crate) struct ShmPut {
@@ -311,6 +338,7 @@ pub(crate) enum SqlAction {
 pub(crate) enum StoreAction {
     Delete(String),
     Rename(Rename),
+    Publish(Publish),
     Stats,
     Health,
 }
@@ -341,6 +369,7 @@ impl ActionRequest {
                     ))
                 })?))
             }
+            ActionKind::Publish => Self::Store(StoreAction::Publish(publish(body)?)),
             ActionKind::Stats => Self::Store(StoreAction::Stats),
             ActionKind::Health => Self::Store(StoreAction::Health),
             ActionKind::ShmPut => Self::ShmPut(shm_put(body)?),
@@ -380,6 +409,17 @@ fn unpack<M: ProstMessageExt>(body: &[u8]) -> Result<M> {
                 M::type_url()
             ))
         })
+}
+
+fn publish(body: &[u8]) -> Result<Publish> {
+    let publish: Publish = serde_json::from_slice(body).map_err(|e| {
+        Error::invalid(format!(
+            "publish: body must be JSON {{\"into\": NAME, \"from\": [NAME, ...], \"mode\": \
+             \"append\" or \"replace\", \"partitions\": N (optional)}}: {e}"
+        ))
+    })?;
+    crate::put_options::check_partitions(publish.partitions)?;
+    Ok(publish)
 }
 
 fn shm_put(body: &[u8]) -> Result<ShmPut> {
@@ -436,8 +476,50 @@ mod tests {
             .collect();
         assert_eq!(
             writes,
-            [ActionKind::Delete, ActionKind::Rename, ActionKind::ShmPut]
+            [
+                ActionKind::Delete,
+                ActionKind::Rename,
+                ActionKind::Publish,
+                ActionKind::ShmPut
+            ]
         );
+    }
+
+    #[test]
+    fn publish_bodies_are_checked() {
+        let decode = |body: &str| match ActionRequest::decode(ActionKind::Publish, body.as_bytes())?
+        {
+            ActionRequest::Store(StoreAction::Publish(p)) => Ok(p),
+            other => panic!("{other:?}"),
+        };
+        let p = decode(r#"{"into": "t", "from": ["a", "b"], "mode": "append"}"#).unwrap();
+        assert_eq!(
+            (p.into.as_str(), p.from.as_slice()),
+            ("t", &["a".to_string(), "b".into()][..])
+        );
+        assert_eq!(
+            (p.mode, p.partitions),
+            (quiver_store::WriteMode::Append, None)
+        );
+        let p =
+            decode(r#"{"into": "t", "from": ["a"], "mode": "replace", "partitions": 4}"#).unwrap();
+        assert_eq!(
+            (p.mode, p.partitions),
+            (quiver_store::WriteMode::Replace, Some(4))
+        );
+        for bad in [
+            "",
+            "t",
+            r#"{"into": "t", "from": ["a"]}"#,
+            r#"{"into": "t", "from": "a", "mode": "append"}"#,
+            r#"{"into": "t", "from": ["a"], "mode": "create"}"#,
+            r#"{"into": "t", "from": ["a"], "mode": "append", "partitions": 0}"#,
+            r#"{"into": "t", "from": ["a"], "mode": "append", "partitions": 1025}"#,
+            r#"{"into": "t", "from": ["a"], "mode": "append", "overwrite": true}"#,
+        ] {
+            let e = decode(bad).unwrap_err();
+            assert!(matches!(e, Error::InvalidArgument(_)), "{bad}: {e}");
+        }
     }
 
     #[test]
