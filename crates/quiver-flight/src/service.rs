@@ -77,7 +77,11 @@ impl QuiverService {
         let engine = Arc::new(SqlEngine::new(Arc::clone(&store), options.sql.clone()));
         let body_pool = BodyPool::new(options.put_buffer_pool);
         Self {
-            sql: Arc::new(FlightSql::new(engine, Arc::clone(&store))),
+            sql: Arc::new(FlightSql::new(
+                engine,
+                Arc::clone(&store),
+                options.location.clone(),
+            )),
             store,
             body_pool,
             options: Arc::new(options),

@@ -119,6 +119,49 @@ async fn queries_stream_from_every_endpoint_on_both_wire_paths() {
 }
 
 #[tokio::test]
+async fn every_endpoint_is_at_the_servers_location_and_can_be_read_there() {
+    let server = server(
+        true,
+        EngineOptions {
+            target_partitions: 3,
+            ..Default::default()
+        },
+    )
+    .await;
+    let mut client = server.sql_client().await;
+    let locations = |info: &FlightInfo| -> Vec<Vec<String>> {
+        info.endpoint
+            .iter()
+            .map(|e| e.location.iter().map(|l| l.uri.clone()).collect())
+            .collect()
+    };
+    let info = client
+        .execute("SELECT id FROM trips WHERE id % 2 = 0".into(), None)
+        .await
+        .unwrap();
+    assert_eq!(locations(&info), vec![vec![server.uri()]; 3]);
+    // What a partitioned reader does: read the endpoints at their location.
+    let uri = info.endpoint[0].location[0].uri.clone();
+    let channel = tonic::transport::Endpoint::from_shared(uri.replace("grpc+tcp://", "http://"))
+        .unwrap()
+        .connect()
+        .await
+        .unwrap();
+    let mut located = FlightSqlServiceClient::new(channel);
+    let all = fetch(&mut located, info).await.unwrap();
+    assert_eq!(all.num_rows(), 5_000);
+    // Prepared statements and catalog commands alike.
+    let mut prepared = client
+        .prepare("SELECT name FROM trips".into(), None)
+        .await
+        .unwrap();
+    let info = prepared.execute().await.unwrap();
+    assert_eq!(locations(&info), vec![vec![server.uri()]; 3]);
+    let info = client.get_catalogs().await.unwrap();
+    assert_eq!(locations(&info), vec![vec![server.uri()]]);
+}
+
+#[tokio::test]
 async fn a_result_partition_is_fetched_once() {
     let server = server(true, EngineOptions::default()).await;
     let mut client = server.sql_client().await;

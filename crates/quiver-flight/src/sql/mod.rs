@@ -8,7 +8,8 @@
 //! Queries are planned at GetFlightInfo and kept ([`handles::Results`]) until
 //! their endpoints are fetched: each DoGet runs one partition of the plan and
 //! streams its batches as DataFusion makes them. Statements that change tables
-//! run at once and answer with their row count.
+//! run at once and answer with their row count. Every endpoint carries the
+//! server's advertised location, as a table's do.
 
 mod handles;
 mod metadata;
@@ -58,6 +59,8 @@ pub(crate) type Batches = BoxStream<'static, Result<RecordBatch>>;
 pub(crate) struct FlightSql {
     engine: Arc<SqlEngine>,
     store: Arc<TableStore>,
+    /// The URI every endpoint carries: the server's advertised location.
+    location: String,
     results: Results,
     statements: Statements,
 }
@@ -121,10 +124,12 @@ fn no_transactions(transaction_id: Option<&Bytes>) -> Result<()> {
 }
 
 impl FlightSql {
-    pub(crate) fn new(engine: Arc<SqlEngine>, store: Arc<TableStore>) -> Self {
+    /// The SQL side over `engine` and `store`; its endpoints carry `location`.
+    pub(crate) fn new(engine: Arc<SqlEngine>, store: Arc<TableStore>, location: String) -> Self {
         Self {
             engine,
             store,
+            location,
             results: Results::default(),
             statements: Statements::default(),
         }
@@ -184,7 +189,7 @@ impl FlightSql {
                 Ok(FlightInfo::new()
                     .try_with_schema(&schema)?
                     .with_descriptor(descriptor)
-                    .with_endpoint(FlightEndpoint::new().with_ticket(ticket))
+                    .with_endpoint(self.endpoint(ticket))
                     .with_ordered(true))
             }
         }
@@ -231,8 +236,17 @@ impl FlightSql {
         })
     }
 
+    /// An endpoint of `ticket` at this server's advertised location (as a
+    /// table's endpoints are), so that clients that fetch each endpoint from
+    /// its location (ADBC's partitioned execution, engine connectors) can.
+    fn endpoint(&self, ticket: Ticket) -> FlightEndpoint {
+        FlightEndpoint::new()
+            .with_ticket(ticket)
+            .with_location(self.location.clone())
+    }
+
     /// Keeps a planned result and describes its endpoints: one per partition,
-    /// without locations (the tickets are this server's).
+    /// each at this server's location (the tickets are this server's).
     fn result_info(&self, outcome: Outcome, descriptor: FlightDescriptor) -> Result<FlightInfo> {
         let query = match outcome {
             Outcome::Query(query) => query,
@@ -245,7 +259,7 @@ impl FlightSql {
             let ticket = TicketStatementQuery {
                 statement_handle: statement_handle(id, partition),
             };
-            FlightEndpoint::new().with_ticket(Ticket::new(ticket.as_any().encode_to_vec()))
+            self.endpoint(Ticket::new(ticket.as_any().encode_to_vec()))
         });
         Ok(FlightInfo::new()
             .try_with_schema(&schema)?
@@ -546,4 +560,32 @@ async fn parameters(
         .cloned()
         .unwrap_or_else(|| Arc::new(Schema::empty()));
     Ok(concat_batches(&schema, &batches)?)
+}
+
+#[cfg(test)]
+mod tests {
+    use quiver_sql::{Effect, EngineOptions};
+
+    use super::*;
+
+    #[tokio::test]
+    async fn result_endpoints_are_at_the_location() {
+        let store = Arc::new(TableStore::new(1 << 20));
+        let engine = Arc::new(SqlEngine::new(Arc::clone(&store), EngineOptions::default()));
+        let location = "grpc+tcp://203.0.113.7:8815";
+        let sql = FlightSql::new(Arc::clone(&engine), store, location.into());
+        let statement = "SELECT 1 AS one";
+        let outcome = engine
+            .run_allowed(statement, None, Effect::Read)
+            .await
+            .unwrap();
+        let info = sql
+            .result_info(outcome, FlightDescriptor::new_cmd(statement))
+            .unwrap();
+        assert!(!info.endpoint.is_empty());
+        for endpoint in &info.endpoint {
+            let uris: Vec<&str> = endpoint.location.iter().map(|l| l.uri.as_str()).collect();
+            assert_eq!(uris, [location]);
+        }
+    }
 }
