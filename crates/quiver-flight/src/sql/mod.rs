@@ -9,7 +9,8 @@
 //! their endpoints are fetched: each DoGet runs one partition of the plan and
 //! streams its batches as DataFusion makes them. Statements that change tables
 //! run at once and answer with their row count. Every endpoint carries the
-//! server's advertised location, as a table's do.
+//! server's advertised location, as a table's do. Every statement run is
+//! logged with its text ([`FlightSql::run`]).
 
 mod handles;
 mod metadata;
@@ -50,6 +51,9 @@ const TYPE_URL_PREFIX: &str = "type.googleapis.com/arrow.flight.protocol.sql.";
 
 /// Most bytes of parameters bound to a prepared statement at once.
 const MAX_PARAMETER_BYTES: usize = 64 << 20;
+
+/// Most characters of a statement's text put in the log.
+const MAX_LOGGED_SQL: usize = 2000;
 
 /// Batches of a DoGet, produced as they are read.
 pub(crate) type Batches = BoxStream<'static, Result<RecordBatch>>;
@@ -152,7 +156,7 @@ impl FlightSql {
             Command::CommandStatementQuery(query) => {
                 no_transactions(query.transaction_id.as_ref())?;
                 log.table(&query.query);
-                let outcome = self.engine.run_allowed(&query.query, None, allowed).await?;
+                let outcome = self.run(&query.query, None, allowed).await?;
                 self.result_info(outcome, descriptor)
             }
             Command::CommandPreparedStatementQuery(prepared) => {
@@ -175,8 +179,7 @@ impl FlightSql {
                     }
                 };
                 let outcome = self
-                    .engine
-                    .run_allowed(&statement.prepared.sql, parameters, allowed)
+                    .run(&statement.prepared.sql, parameters, allowed)
                     .await?;
                 self.result_info(outcome, descriptor)
             }
@@ -234,6 +237,21 @@ impl FlightSql {
                 )));
             }
         })
+    }
+
+    /// Runs `sql` (planning a query, running anything else), logging its
+    /// text first: the one place a Flight SQL statement is logged, so that the
+    /// server's log says which SQL ran (`sql` field, at most
+    /// [`MAX_LOGGED_SQL`] characters).
+    async fn run(
+        &self,
+        sql: &str,
+        parameters: Option<quiver_sql::ParamValues>,
+        allowed: quiver_sql::Effect,
+    ) -> Result<Outcome> {
+        let text = truncated(sql, MAX_LOGGED_SQL);
+        tracing::info!(sql = &*text, "sql statement");
+        Ok(self.engine.run_allowed(sql, parameters, allowed).await?)
     }
 
     /// An endpoint of `ticket` at this server's advertised location (as a
@@ -401,7 +419,7 @@ impl FlightSql {
         parameters: Option<quiver_sql::ParamValues>,
         allowed: quiver_sql::Effect,
     ) -> Result<u64> {
-        match self.engine.run_allowed(sql, parameters, allowed).await? {
+        match self.run(sql, parameters, allowed).await? {
             Outcome::Changed(rows) => Ok(rows),
             Outcome::Query(_) => Err(Error::invalid(
                 "the statement is a query: run it with CommandStatementQuery (executeQuery)",
@@ -531,6 +549,14 @@ impl FlightSql {
     }
 }
 
+/// The first `max` characters of `text`, with `…` if that is not all of it.
+fn truncated(text: &str, max: usize) -> std::borrow::Cow<'_, str> {
+    match text.char_indices().nth(max) {
+        None => text.into(),
+        Some((cut, _)) => format!("{}…", &text[..cut]).into(),
+    }
+}
+
 fn rows_i64(rows: u64) -> i64 {
     i64::try_from(rows).unwrap_or(i64::MAX)
 }
@@ -564,18 +590,26 @@ async fn parameters(
 
 #[cfg(test)]
 mod tests {
+    use std::io::Write;
+    use std::sync::Mutex;
+
     use quiver_sql::{Effect, EngineOptions};
 
     use super::*;
 
-    #[tokio::test]
-    async fn result_endpoints_are_at_the_location() {
+    fn flight_sql(location: &str) -> FlightSql {
         let store = Arc::new(TableStore::new(1 << 20));
         let engine = Arc::new(SqlEngine::new(Arc::clone(&store), EngineOptions::default()));
+        FlightSql::new(engine, store, location.into())
+    }
+
+    #[tokio::test]
+    async fn result_endpoints_are_at_the_location() {
         let location = "grpc+tcp://203.0.113.7:8815";
-        let sql = FlightSql::new(Arc::clone(&engine), store, location.into());
+        let sql = flight_sql(location);
         let statement = "SELECT 1 AS one";
-        let outcome = engine
+        let outcome = sql
+            .engine
             .run_allowed(statement, None, Effect::Read)
             .await
             .unwrap();
@@ -587,5 +621,54 @@ mod tests {
             let uris: Vec<&str> = endpoint.location.iter().map(|l| l.uri.as_str()).collect();
             assert_eq!(uris, [location]);
         }
+    }
+
+    #[test]
+    fn long_statements_are_cut_at_a_character() {
+        assert_eq!(truncated("SELECT 1", MAX_LOGGED_SQL), "SELECT 1");
+        let exact = "x".repeat(MAX_LOGGED_SQL);
+        assert_eq!(truncated(&exact, MAX_LOGGED_SQL), exact);
+        let long = "é".repeat(MAX_LOGGED_SQL + 1);
+        let cut = truncated(&long, MAX_LOGGED_SQL);
+        assert_eq!(cut.chars().count(), MAX_LOGGED_SQL + 1);
+        assert!(cut.ends_with("é…"), "{cut}");
+    }
+
+    #[derive(Clone, Default)]
+    struct Lines(Arc<Mutex<Vec<u8>>>);
+
+    impl Write for Lines {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            self.0.lock().unwrap().extend_from_slice(buf);
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    #[tokio::test]
+    async fn a_statement_run_is_logged_on_one_line_with_its_text() {
+        let lines = Lines::default();
+        let writer = lines.clone();
+        let subscriber = tracing_subscriber::fmt()
+            .with_writer(move || writer.clone())
+            .with_ansi(false)
+            .finish();
+        let _logging = tracing::subscriber::set_default(subscriber);
+        let sql = flight_sql("grpc+tcp://203.0.113.7:8815");
+        let statement = "SELECT 1 AS one\nWHERE 2 > 1";
+        sql.run(statement, None, Effect::Read).await.unwrap();
+        // A statement that does not plan is logged too: the log says what ran.
+        assert!(sql.run("SELEC nonsense", None, Effect::Read).await.is_err());
+        let out = String::from_utf8(lines.0.lock().unwrap().clone()).unwrap();
+        let logged: Vec<&str> = out.lines().collect();
+        assert_eq!(logged.len(), 2, "{out}");
+        assert!(logged[0].contains("INFO"), "{out}");
+        assert!(
+            logged[0].contains(r#"sql="SELECT 1 AS one\nWHERE 2 > 1""#),
+            "{out}"
+        );
+        assert!(logged[1].contains(r#"sql="SELEC nonsense""#), "{out}");
     }
 }
