@@ -70,12 +70,60 @@ def _fork_server() -> Any:
     return _context
 
 
+#: Clock ticks per second, the unit of /proc/PID/stat's times.
+CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
+
+
+def process_table() -> dict[int, tuple[int, float]]:
+    """Return every process's parent and CPU seconds (its own and its reaped children's)."""
+    found = {}
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry.name}/stat") as f:
+                stat = f.read()
+        except OSError:
+            continue
+        # The command name (field 2) may hold spaces: the fields after it follow its ')'.
+        fields = stat[stat.rindex(")") + 2 :].split()
+        # ppid is field 4 of proc(5); utime, stime, cutime, cstime fields 14-17.
+        ticks = sum(int(v) for v in fields[11:15])
+        found[int(entry.name)] = (int(fields[1]), ticks / CLOCK_TICKS)
+    return found
+
+
+def descendants(pid: int, table: dict[int, tuple[int, float]] | None = None) -> list[int]:
+    """Return the processes below ``pid`` (its children, their children...)."""
+    table = process_table() if table is None else table
+    children: dict[int, list[int]] = {}
+    for child, (parent, _) in table.items():
+        children.setdefault(parent, []).append(child)
+    found, stack = [], [pid]
+    while stack:
+        for child in children.get(stack.pop(), []):
+            found.append(child)
+            stack.append(child)
+    return found
+
+
+def kill_descendants(pid: int) -> int:
+    """SIGKILL every process below ``pid``; return how many there were."""
+    found = descendants(pid)
+    for child in found:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(child, signal.SIGKILL)
+    return len(found)
+
+
 def _die_with(harness: int) -> None:
-    """Kill this worker when the harness process ``harness`` ends, however it ends.
+    """Kill this worker, and what it started, when the harness ``harness`` ends, however.
 
     The worker's parent is the fork server, not the harness, so a parent-death signal
     would fire only when the fork server ends, and the fork server does not kill its
-    children when it ends: a thread waits on the harness's pidfd instead.
+    children when it ends: a thread waits on the harness's pidfd instead. The processes the
+    worker started go first, while they are still below it: an engine's (the engines
+    suite's Ray) outlived a worker killed alone, reparented to init.
     """
     try:
         pidfd = os.pidfd_open(harness)
@@ -84,6 +132,8 @@ def _die_with(harness: int) -> None:
 
     def wait() -> None:
         select.select([pidfd], [], [])
+        with contextlib.suppress(Exception):
+            kill_descendants(os.getpid())
         os.kill(os.getpid(), signal.SIGKILL)
 
     threading.Thread(target=wait, name="harness watch", daemon=True).start()
