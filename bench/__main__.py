@@ -7,6 +7,7 @@ From the repository root, with the venv of ``bench/requirements.txt``::
     python -m bench --only get,small   # some suites
     python -m bench --suite functions  # one suite (--suite is --only)
     python -m bench --only sql --sql-rows 1e6 --reps 3   # one size of the sql suite
+    python -m bench --suite engines --engines-rows 2e6   # Spark, Dask, Ray on 2M rows
     python -m bench --report-only      # redraw and rewrite from bench/out/
 """
 
@@ -88,6 +89,10 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         help="comma-separated result sizes of the sql suite, in rows (default: the mode's)",
     )
     parser.add_argument(
+        "--engines-rows",
+        help="rows of the taxi table the engines suite reads and writes (default: the mode's)",
+    )
+    parser.add_argument(
         "--report",
         type=Path,
         default=DEFAULT_REPORT,
@@ -119,6 +124,13 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
             parser.error(f"--sql-rows: expected comma-separated row counts, got {args.sql_rows!r}")
         if not args.sql_rows or min(args.sql_rows) < 1:
             parser.error("--sql-rows: expected positive row counts")
+    if args.engines_rows is not None:
+        try:
+            args.engines_rows = int(float(args.engines_rows))
+        except ValueError:
+            parser.error(f"--engines-rows: expected a row count, got {args.engines_rows!r}")
+        if args.engines_rows < 1:
+            parser.error("--engines-rows: expected a positive row count")
     return args
 
 
@@ -133,6 +145,8 @@ def measure(args: argparse.Namespace, argv: list[str]) -> tuple[dict[str, object
         )
     if args.sql_rows:
         plan = dataclasses.replace(plan, sql_rows=args.sql_rows)
+    if args.engines_rows:
+        plan = dataclasses.replace(plan, engines_rows=args.engines_rows)
     binary = servers.quiver_bin()
     if not binary.is_file():
         raise SystemExit(
@@ -253,7 +267,13 @@ def main(argv: list[str] | None = None) -> int:
     assert isinstance(plan, dict)
     cap = plan.get("sql_row_clients_max_rows")
     sql_goals = report.sql_goals(rows, None if cap is None else int(cap))
-    for goal in [*report.goals(rows), *sql_goals, *report.functions_goals(rows)]:
+    goals = [
+        *report.goals(rows),
+        *sql_goals,
+        *report.functions_goals(rows),
+        *report.engines_goals(rows),
+    ]
+    for goal in goals:
         log(f"goal: {goal.text}: {goal.shown} (target {goal.target}) {goal.verdict}")
     if failures:
         log(f"{failures} measurement(s) failed: see the notes in run.json and the report")

@@ -23,6 +23,7 @@ SUITES = (
     "soak",
     "shm",
     "functions",
+    "engines",
 )
 
 
@@ -111,6 +112,21 @@ class Plan:
     functions_stream_max_memory : int
         ...to a quiver started with this ``--max-memory``: a fraction of a stream, so a
         server that held the stream would refuse it.
+    engines_rows : int
+        Rows of the taxi table the ``engines`` suite's engines read and Spark writes.
+    engines_endpoints : int
+        N, the endpoints of the table read through N endpoints (beside 1), and the files of
+        the Parquet directory: twice the engines' 2 slots (Spark ``local[2]``, 2 Dask
+        workers, Ray with 2 CPUs), whatever the machine.
+    engines_spark_memory : str
+        Spark's driver memory (``local[2]`` runs its executors in the driver's JVM, which
+        caches the table for the writes).
+    engines_timeout_s : float
+        Longest an engine may take to start or to answer one read or write.
+    engines_warm_ups : int
+        Untimed rounds of every peer of an engine before its timed repetitions: an
+        engine's first reads pay for its JIT, its Python workers' start and its caches
+        (Spark's first Parquet read took 3.8 s, the next 0.6 s).
     """
 
     mode: str
@@ -144,6 +160,11 @@ class Plan:
     functions_warm_ups: int = 10
     functions_stream_bytes: int = 512 * MI
     functions_stream_max_memory: int = 128 * MI
+    engines_rows: int = 500_000
+    engines_endpoints: int = 4
+    engines_spark_memory: str = "2g"
+    engines_timeout_s: float = 600.0
+    engines_warm_ups: int = 1
 
     @property
     def headline_rows(self) -> int:
@@ -208,6 +229,9 @@ def plan_for(mode: str, ram_bytes: int) -> Plan:
             functions_warm_ups=5,
             functions_stream_bytes=32 * MI,
             functions_stream_max_memory=16 * MI,
+            engines_rows=20_000,
+            engines_timeout_s=180.0,
+            engines_warm_ups=0,
         )
     if mode == "quick":
         return Plan(
@@ -239,6 +263,7 @@ def plan_for(mode: str, ram_bytes: int) -> Plan:
             functions_warm_ups=10,
             functions_stream_bytes=512 * MI,
             functions_stream_max_memory=128 * MI,
+            engines_rows=500_000,
         )
     if mode == "full":
         return Plan(
@@ -272,5 +297,8 @@ def plan_for(mode: str, ram_bytes: int) -> Plan:
             functions_warm_ups=200,
             functions_stream_bytes=10 * GIB,
             functions_stream_max_memory=1 * GIB,
+            engines_rows=10_000_000,
+            engines_spark_memory="8g",
+            engines_timeout_s=1800.0,
         )
     raise ValueError(f"unknown mode {mode!r}: expected quick, full or smoke")

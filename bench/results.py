@@ -18,6 +18,14 @@ ARROW_CPP = "arrow-cpp"
 JSON_SOCKET = "json-socket"
 POSTGRESQL = "postgresql"
 DUCKDB = "duckdb"
+#: The engines suite's engines (the ``client`` column) and the sources and sinks beside
+#: quiver and PostgreSQL (the ``server`` column): a local Parquet directory, and Spark's
+#: own cache (the DataFrame the writes write, held in Spark's memory: a read's floor).
+SPARK = "spark"
+DASK = "dask"
+RAY = "ray"
+PARQUET = "parquet"
+SPARK_CACHE = "spark-cache"
 #: The functions suite's peers (the ``server`` column): the booster in the client's own
 #: process (one thread, and all of xgboost's threads), the XGBatch-style pyarrow Flight
 #: server, the FastAPI JSON service, and quiver serving the function with 1 and 2 workers.
@@ -45,13 +53,17 @@ class Measurement:
     ----------
     suite : str
         ``get``, ``put``, ``headline``, ``rust``, ``small``, ``json``, ``memory``,
-        ``ceilings``, ``sql``, ``soak``, ``shm``, ``functions``.
+        ``ceilings``, ``sql``, ``soak``, ``shm``, ``functions``, ``engines``.
     server : str
         ``quiver``, ``arrow-cpp``, ``json-socket``, ``postgresql``, ``duckdb``, empty for
-        ceilings; for ``functions`` the peer (``in-process``, ``quiver-1-worker``...).
+        ceilings; for ``functions`` the peer (``in-process``, ``quiver-1-worker``...); for
+        ``engines`` the source or sink (``quiver``, ``postgresql``, ``parquet``,
+        ``spark-cache``; empty for an engine's ``startup``).
     client : str
         ``pyarrow``, ``rust``, ``socket``; for ``sql`` the driver (``adbc-flightsql``,
-        ``pyarrow-flightsql``, ``psycopg``...); for ceilings the tool that measured.
+        ``pyarrow-flightsql``, ``psycopg``...); for ceilings the tool that measured; for
+        ``engines`` the engine (``spark``, ``dask``, ``ray``), or for a ``load`` what
+        loaded the source (``quiver-python``, ``pyarrow``, ``psycopg-copy``).
     op : str
         ``get``, ``put``, ``get+to_pandas``, ``sql+to_pandas``, ``rss``; for ceilings which
         one (``tcp``...); for ``functions``: ``bulk`` (``rows_per_stream`` rows scored in
@@ -60,9 +72,16 @@ class Measurement:
         ``rows_per_stream`` rows: ``seconds`` the median, ``p99_seconds``, ``ops`` timed),
         ``stream_echo``, ``stream_filter`` and ``stream_project`` (SQL over a stream:
         ``bytes`` of input in ``seconds``, ``wire_bytes`` the Arrow bytes received; a
-        ``note`` when the server did not implement it).
+        ``note`` when the server did not implement it); for ``engines``: ``read`` (the
+        source read and aggregated, ``rows_per_stream`` rows in ``seconds``), ``write``
+        (Spark's cached rows written to the sink), ``read_cpu_engine``,
+        ``read_cpu_server``, ``write_cpu_engine``, ``write_cpu_server`` (the CPU seconds of
+        that repetition: the engine's process tree, the server's), ``startup`` (the
+        engine's, once) and ``load`` (the source made from the generated table, once).
     streams, rows_per_stream, batch_rows : int
-        The shape: parallel streams, records per stream, rows per record batch.
+        The shape: parallel streams, records per stream, rows per record batch; for
+        ``engines``: ``streams`` the partitions the engine read or wrote, and
+        ``rows_per_stream`` every row of the table.
     bytes : int
         Arrow bytes moved (the table's ``nbytes``), or stored bytes for ``memory``.
     seconds : float
@@ -74,7 +93,8 @@ class Measurement:
     wire_bytes : int or None
         Bytes on the wire when they differ from ``bytes`` (JSON).
     endpoints : int or None
-        Endpoints the server split a get over.
+        Endpoints the server split a get over; for ``engines`` the source's or sink's
+        endpoints (quiver), JDBC connections (PostgreSQL) or files (Parquet).
     rss_bytes, hwm_bytes : int or None
         ``memory``: the server's largest VmRSS seen during the repetition, and its VmHWM;
         ``sql``: ``hwm_bytes`` is the peak RSS of the client's worker process;

@@ -12,6 +12,7 @@ import importlib.metadata
 import io
 import math
 import os
+import subprocess
 import sys
 import tempfile
 import threading
@@ -30,6 +31,7 @@ import pyarrow.flight as flight
 from . import (
     ceilings,
     data,
+    engines,
     flight_client,
     flight_worker,
     rust_client,
@@ -52,10 +54,14 @@ from .results import (
     IN_PROCESS,
     IN_PROCESS_THREADS,
     JSON_SOCKET,
+    PARQUET,
+    POSTGRESQL,
     PYARROW_FLIGHT,
     QUIVER,
     QUIVER_1_WORKER,
     QUIVER_2_WORKERS,
+    SPARK,
+    SPARK_CACHE,
     Measurement,
     ResultsFile,
 )
@@ -1343,6 +1349,331 @@ def _memory_used(metrics: str) -> int:
     raise ValueError(f"no {MEMORY_USED_METRIC} in {metrics}")
 
 
+# --- Engines: Spark, Dask and Ray through quiver (the paper's Figure 10) -----------------------
+
+
+@dataclass(frozen=True)
+class EnginePeer:
+    """One read or write of the ``engines`` suite: an engine and a source or sink.
+
+    Attributes
+    ----------
+    engine : str
+        ``spark``, ``dask`` or ``ray`` (the ``client`` column).
+    op : str
+        ``read`` (read and aggregate) or ``write`` (Spark's cached rows, mode overwrite).
+    server : str
+        The source or sink: ``quiver``, ``postgresql``, ``parquet``, ``spark-cache``.
+    endpoints : int
+        Its endpoints (quiver), JDBC connections (PostgreSQL) or files (Parquet).
+    spec : dict
+        What :meth:`bench.engines.EngineClient.read` or ``write`` is given.
+    """
+
+    engine: str
+    op: str
+    server: str
+    endpoints: int
+    spec: dict = field(hash=False, compare=False)
+
+    @property
+    def label(self) -> str:
+        """Say which peer this is, for logs and notes."""
+        return f"{self.engine} {self.op} {self.server} ({self.endpoints})"
+
+
+@dataclass
+class EnginesSetup:
+    """What the engines suite stored where, and how to check what the engines did."""
+
+    rows: int
+    nbytes: int
+    expected: engines.Expected
+    endpoints: int
+    quiver: ServerProcess
+    parquet: Path
+    log_dir: Path
+    pg: postgres.PostgresServer | None = None
+    jar: Path | None = None
+
+    def server_pid(self, server: str) -> int | None:
+        """Return the process whose tree serves ``server`` (``None``: the engine alone)."""
+        if server == QUIVER:
+            return self.quiver.pid
+        if server == POSTGRESQL and self.pg is not None:
+            return self.pg.process.pid
+        return None
+
+
+def _engine_peers(engine: str, endpoints: int, jdbc: bool) -> list[EnginePeer]:
+    """Return ``engine``'s reads (and Spark's writes), quiver's first."""
+    reads = [
+        EnginePeer(engine, "read", QUIVER, 1, {"kind": QUIVER, "table": engines.TRIPS_ONE}),
+        EnginePeer(
+            engine, "read", QUIVER, endpoints, {"kind": QUIVER, "table": engines.TRIPS_MANY}
+        ),
+    ]
+    if engine == SPARK and jdbc:
+        reads += [
+            EnginePeer(SPARK, "read", POSTGRESQL, n, {"kind": POSTGRESQL, "partitions": n})
+            for n in (1, engines.JDBC_PARTITIONS)
+        ]
+    reads.append(EnginePeer(engine, "read", PARQUET, endpoints, {"kind": PARQUET}))
+    if engine != SPARK:
+        return reads
+    reads.append(EnginePeer(SPARK, "read", SPARK_CACHE, endpoints, {"kind": SPARK_CACHE}))
+    writes = [
+        EnginePeer(SPARK, "write", sink, endpoints, {"kind": sink, "table": engines.WRITTEN})
+        for sink in ((QUIVER, POSTGRESQL) if jdbc else (QUIVER,))
+    ]
+    return reads + writes
+
+
+def run_engines(run: Run) -> None:
+    """Read the taxi table into Spark, Dask and Ray through quiver and through their peers.
+
+    The paper's Figure 10. The harness generates the taxi table once, stores it in a quiver
+    started for this suite with 1 and with N endpoints (``Plan.engines_endpoints``), writes
+    it to a Parquet directory of N files, and loads it into a PostgreSQL server started for
+    the suite (COPY, as the sql suite does). Each engine then runs in a worker process of its
+    own for the whole suite (:mod:`bench.engines`), started once (its start-up time recorded
+    once), one engine at a time: every read aggregates the whole table
+    (:data:`bench.engines.KEY`), and Spark writes its cached copy of the rows to quiver and
+    through JDBC to PostgreSQL. ``Plan.engines_warm_ups`` untimed rounds of every peer, then
+    the repetitions, alternating; the CPU time of the engine's process tree and of the
+    server's is read from ``/proc`` around each.
+    """
+    usable = []
+    for engine in engines.ENGINES:
+        why = engines.missing(engine)
+        if why is not None:
+            run.note(f"engines: {engine} not measured: {why}")
+            continue
+        usable.append(engine)
+        for package in engines.DISTRIBUTIONS[engine]:
+            with contextlib.suppress(importlib.metadata.PackageNotFoundError):
+                run.software[package] = importlib.metadata.version(package)
+    if not usable:
+        return
+    if SPARK in usable:
+        run.software["Java"] = _java_version()
+    log_dir = run.log_dir / "engines"
+    with contextlib.ExitStack() as stack:
+        tmp = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="quiver-engines-")))
+        server = servers.start_quiver(run.binary, log_dir)
+        stack.callback(_stop_engines_server, run, server)
+        setup = _engines_load(run, stack, server, tmp, SPARK in usable, log_dir)
+        for engine in usable:
+            with run.attempt(f"engines: {engine}"):
+                _measure_engine(run, engine, setup)
+
+
+def _java_version() -> str:
+    """Return the first line of ``java -version`` (the JVM Spark starts), or why not."""
+    try:
+        done = subprocess.run(["java", "-version"], capture_output=True, text=True, timeout=60)
+    except (OSError, subprocess.SubprocessError) as e:
+        return f"unknown ({type(e).__name__})"
+    lines = (done.stderr or done.stdout).strip().splitlines()
+    return lines[0] if lines else "unknown"
+
+
+def _stop_engines_server(run: Run, server: ServerProcess) -> None:
+    code = server.stop()
+    if code != 0:
+        run.note(f"{server.name} (engines suite) exited with code {code} after SIGTERM")
+
+
+def _jdbc_missing() -> str | None:
+    """Return why Spark's JDBC peers cannot run here, or ``None``."""
+    jar = engines.jdbc_jar()
+    if not jar.is_file():
+        return f"the PostgreSQL JDBC driver is not at {jar}: run scripts/setup-java.sh"
+    return postgres.available()
+
+
+def _engines_load(
+    run: Run,
+    stack: contextlib.ExitStack,
+    server: ServerProcess,
+    tmp: Path,
+    jdbc: bool,
+    log_dir: Path,
+) -> EnginesSetup:
+    """Make the table and store it in every source; return where it is."""
+    import quiver
+
+    plan = run.plan
+    rows, endpoints = plan.engines_rows, plan.engines_endpoints
+    table = taxi.table(rows, plan.batch_rows)
+    setup = EnginesSetup(
+        rows=rows,
+        nbytes=table.nbytes,
+        expected=engines.Expected.of(table),
+        endpoints=endpoints,
+        quiver=server,
+        parquet=tmp / "trips.parquet",
+        log_dir=log_dir,
+    )
+    log(
+        f"engines: a taxi table of {rows:,} rows ({table.nbytes / 2**20:,.0f} MiB) into "
+        f"quiver (1 and {endpoints} endpoints), {endpoints} Parquet files"
+        + (" and PostgreSQL" if jdbc else "")
+    )
+
+    def record(target: str, client: str, count: int, seconds: float) -> None:
+        run.add(
+            Measurement(
+                "engines", target, client, "load", 1, rows, plan.batch_rows,
+                bytes=table.nbytes, seconds=seconds, endpoints=count,
+            )
+        )  # fmt: skip
+
+    client = quiver.connect(server.uri)
+    try:
+        for name, count in ((engines.TRIPS_ONE, 1), (engines.TRIPS_MANY, endpoints)):
+            started = time.perf_counter()
+            client.put(name, table, partitions=count)
+            record(QUIVER, "quiver-python", count, time.perf_counter() - started)
+            info = client.info(name)
+            if (info.num_rows, info.partitions) != (rows, count):
+                raise RuntimeError(
+                    f"quiver holds {name} as {info.num_rows} rows in {info.partitions} "
+                    f"endpoint(s), not {rows} in {count}"
+                )
+    finally:
+        client.close()
+    started = time.perf_counter()
+    engines.write_parquet(table, setup.parquet, endpoints)
+    record(PARQUET, "pyarrow", endpoints, time.perf_counter() - started)
+    why = _jdbc_missing() if jdbc else None
+    if why is not None:
+        run.note(f"engines: Spark's JDBC reads and writes (PostgreSQL) not measured: {why}")
+    elif jdbc:
+        with run.attempt("engines: start PostgreSQL and load the table"):
+            pg = postgres.start(log_dir)
+            stack.callback(_stop_postgres, run, pg)
+            run.software["PostgreSQL"] = pg.version
+            started = time.perf_counter()
+            pg.load(engines.PG_TRIPS, table)
+            record(POSTGRESQL, "psycopg-copy", 1, time.perf_counter() - started)
+            setup.pg, setup.jar = pg, engines.jdbc_jar()
+            run.software["PostgreSQL JDBC"] = setup.jar.stem.removeprefix("postgresql-")
+    return setup
+
+
+def _measure_engine(run: Run, engine: str, setup: EnginesSetup) -> None:
+    """Start ``engine`` in a worker, warm every peer up once, then time the repetitions."""
+    plan = run.plan
+    pg = setup.pg
+    config = engines.EngineConfig(
+        engine=engine,
+        log_path=str(setup.log_dir / f"{engine}.log"),
+        parquet=str(setup.parquet),
+        parquet_files=setup.endpoints,
+        quiver_uri=setup.quiver.uri,
+        spark_memory=plan.engines_spark_memory,
+        jdbc_jar=None if setup.jar is None else str(setup.jar),
+        jdbc_url=None
+        if pg is None
+        else f"jdbc:postgresql://127.0.0.1:{pg.port}/{postgres.DATABASE}",
+        cache_partitions=setup.endpoints,
+    )
+    log(f"engines: starting {engine} (its output: {config.log_path})")
+    with workers.Worker(
+        f"engines, {engine}", engines.EngineClient, (config,), plan.engines_timeout_s
+    ) as worker:
+        startup = float(worker.call("started"))
+        log(f"engines: {engine} started in {startup:.1f} s")
+        run.add(Measurement("engines", "", engine, "startup", seconds=startup))
+        peers = _engine_peers(engine, setup.endpoints, pg is not None)
+        broken = worker.call("connector_status")
+        if broken is not None:
+            run.failures += 1
+            run.note(
+                f"FAILED: engines: {engine} through quiver not measured: "
+                f"{engines.CONNECTORS[engine]} could not be loaded: {broken[:300]}"
+            )
+            peers = [p for p in peers if p.server != QUIVER]
+        ready: list[tuple[EnginePeer, int | None]] = []
+        for peer in peers:
+            with run.attempt(f"engines: {peer.label}, untimed"):
+                partitions = setup.endpoints if peer.op == "write" else None
+                if peer.op == "read":
+                    partitions = worker.call("partitions", peer.spec)
+                for _ in range(plan.engines_warm_ups):
+                    _engine_round(run, worker, peer, setup, partitions, None)
+                ready.append((peer, partitions))
+        log(
+            f"engines: {engine}, {plan.reps} repetition(s) of "
+            + ", ".join(p.label for p, _ in ready)
+        )
+        for rep in range(plan.reps):
+            for peer, partitions in _order(ready, rep):
+                with run.attempt(f"engines: {peer.label}"):
+                    _engine_round(run, worker, peer, setup, partitions, rep)
+
+
+def _engine_round(
+    run: Run,
+    worker: workers.Worker,
+    peer: EnginePeer,
+    setup: EnginesSetup,
+    partitions: int | None,
+    rep: int | None,
+) -> None:
+    """Run one read or write of ``peer``, check it, and record it (unless ``rep`` is None)."""
+    server_pid = setup.server_pid(peer.server)
+
+    def cpu() -> tuple[float, float]:
+        ours = engines.tree_cpu_seconds(worker.pid)
+        return ours, engines.tree_cpu_seconds(server_pid) if server_pid is not None else 0.0
+
+    before = cpu()
+    got = worker.call(peer.op, peer.spec)
+    after = cpu()
+    if peer.op == "read":
+        setup.expected.check(got)
+    else:
+        written = _written_rows(setup, peer)
+        if written != setup.rows:
+            raise RuntimeError(
+                f"{peer.server} holds {written} rows after the write, not {setup.rows}"
+            )
+    if rep is None:
+        return
+
+    def record(op: str, seconds: float) -> None:
+        run.add(
+            Measurement(
+                "engines", peer.server, peer.engine, op, partitions or 0, setup.rows, 0,
+                bytes=setup.nbytes, seconds=seconds, rep=rep, endpoints=peer.endpoints,
+            )
+        )  # fmt: skip
+
+    record(peer.op, float(got["seconds"]))
+    record(f"{peer.op}_cpu_engine", after[0] - before[0])
+    if server_pid is not None:
+        record(f"{peer.op}_cpu_server", after[1] - before[1])
+
+
+def _written_rows(setup: EnginesSetup, peer: EnginePeer) -> int:
+    """Count the rows a write left in its sink."""
+    name = peer.spec["table"]
+    if peer.server == QUIVER:
+        import quiver
+
+        client = quiver.connect(setup.quiver.uri)
+        try:
+            return int(client.info(name).num_rows)
+        finally:
+            client.close()
+    assert setup.pg is not None
+    with setup.pg.connect() as conn:
+        (count,) = conn.execute(f'SELECT count(*) FROM "{name}"').fetchone()
+    return int(count)
+
+
 SUITE_FUNCTIONS = {
     "ceilings": run_ceilings,
     "get": run_get,
@@ -1355,6 +1686,7 @@ SUITE_FUNCTIONS = {
     "soak": run_soak,
     "shm": run_shm,
     "functions": run_functions,
+    "engines": run_engines,
 }
 
 __all__ = ["ARROW_CPP", "QUIVER", "SUITE_FUNCTIONS", "Run", "log"]
