@@ -1,6 +1,7 @@
 """The figures: throughput vs streams, records and batch size (the paper's Figure 2, with the
 ceilings drawn), small-object latency, JSON vs Flight, query results into pandas (the
-paper's Figure 8), and scoring over DoExchange (the paper's XGBatch).
+paper's Figure 8), scoring over DoExchange (the paper's XGBatch), and Spark, Dask and Ray
+through quiver and their peers (the paper's Figure 10).
 """  # noqa: D205
 
 from __future__ import annotations
@@ -19,16 +20,22 @@ from matplotlib.ticker import FuncFormatter
 from . import sql_clients
 from .results import (
     ARROW_CPP,
+    DASK,
     FASTAPI_JSON,
     FUNCTIONS_STREAM_ECHO,
     FUNCTIONS_STREAM_SQL,
     IN_PROCESS,
     IN_PROCESS_THREADS,
     JSON_SOCKET,
+    PARQUET,
+    POSTGRESQL,
     PYARROW_FLIGHT,
     QUIVER,
     QUIVER_1_WORKER,
     QUIVER_2_WORKERS,
+    RAY,
+    SPARK,
+    SPARK_CACHE,
 )
 from .sql_clients import SQL_PEERS, SqlPeer
 from .summary import Row, Spread, ceiling, percentile, select, spread
@@ -591,6 +598,123 @@ def functions_sql_stream(rows: list[Row], path: Path) -> Path:
     return _save(fig, path)
 
 
+# --- engines: Spark, Dask and Ray through quiver (the paper's Figure 10) --------------------
+
+#: The engines in the order shown, with their names.
+ENGINE_NAMES = ((SPARK, "Spark"), (DASK, "Dask"), (RAY, "Ray"))
+#: The sources and sinks in the order shown, with their colours (one endpoint, several).
+ENGINE_SOURCE_COLORS = {
+    QUIVER: ("#7fb2e5", "tab:blue"),
+    POSTGRESQL: ("tab:green", "#98df8a"),
+    PARQUET: ("tab:purple", "tab:purple"),
+    SPARK_CACHE: ("tab:gray", "tab:gray"),
+}
+
+
+def engine_peers(rows: list[Row], engine: str, op: str) -> list[tuple[str, int]]:
+    """Return the ``(server, endpoints)`` the engines suite measured for ``engine``'s ``op``.
+
+    In the order shown: quiver (fewest endpoints first), PostgreSQL, Parquet, Spark's cache.
+    """
+    found = {
+        (str(r["server"]), int(r["endpoints"] or 0))
+        for r in select(rows, suite="engines", client=engine, op=op)
+    }
+    order = list(ENGINE_SOURCE_COLORS)
+    return sorted(found, key=lambda p: (order.index(p[0]) if p[0] in order else 99, p[1]))
+
+
+def engine_peer_label(server: str, endpoints: int, op: str = "read") -> str:
+    """Name a source or sink of the engines suite: ``quiver, 4 endpoints``..."""
+    if server == QUIVER:
+        return f"quiver, {endpoints} endpoint{'s' if endpoints != 1 else ''}"
+    if server == POSTGRESQL:
+        if op == "write":
+            return "PostgreSQL, JDBC"
+        return "PostgreSQL, JDBC" + (f", {endpoints} partitions" if endpoints > 1 else "")
+    if server == PARQUET:
+        return f"local Parquet, {endpoints} file{'s' if endpoints != 1 else ''}"
+    if server == SPARK_CACHE:
+        return "Spark's cache (no I/O)"
+    return server
+
+
+def engine_seconds(
+    rows: list[Row], engine: str, op: str, server: str, endpoints: int
+) -> Spread | None:
+    """Return the spread of the seconds of one read or write of the engines suite."""
+    found = select(rows, suite="engines", client=engine, op=op, server=server, endpoints=endpoints)
+    return spread(found, "seconds")
+
+
+def engine_reference(rows: list[Row], engine: str, op: str) -> tuple[str, int] | None:
+    """Return the peer the others are compared with: quiver with the most endpoints."""
+    ours = [p for p in engine_peers(rows, engine, op) if p[0] == QUIVER]
+    return ours[-1] if ours else None
+
+
+def engines_figure(rows: list[Row], path: Path) -> Path:
+    """Seconds per source or sink, a panel per engine and op (reads, Spark's writes)."""
+    panels = [
+        (engine, name, op)
+        for engine, name in ENGINE_NAMES
+        for op in ("read", "write")
+        if engine_peers(rows, engine, op)
+    ]
+    fig, axes = plt.subplots(
+        len(panels), 1, figsize=(9, 1.2 + 0.55 * sum(
+            len(engine_peers(rows, e, o)) + 1 for e, _, o in panels
+        )), squeeze=False,
+        gridspec_kw={"height_ratios": [len(engine_peers(rows, e, o)) + 1 for e, _, o in panels]},
+    )  # fmt: skip
+    table_rows = next(
+        (int(r["rows_per_stream"]) for r in select(rows, suite="engines", op="read")), 0
+    )
+    for ax, (engine, name, op) in zip(axes[:, 0], panels, strict=True):
+        peers = engine_peers(rows, engine, op)
+        reference = engine_reference(rows, engine, op)
+        ours = None if reference is None else engine_seconds(rows, engine, op, *reference)
+        found = [(p, engine_seconds(rows, engine, op, *p)) for p in peers]
+        top = max((s.high for _, s in found if s is not None), default=1.0)
+        for y, ((server, endpoints), seconds) in enumerate(found):
+            if seconds is None:
+                continue
+            colors = ENGINE_SOURCE_COLORS.get(server, ("black", "black"))
+            ax.barh(
+                y,
+                seconds.median,
+                xerr=[[seconds.median - seconds.low], [seconds.high - seconds.median]],
+                capsize=3,
+                color=colors[0 if endpoints <= 1 else 1],
+            )
+            text = _seconds(seconds.median)
+            if ours is not None and (server, endpoints) != reference and ours.median > 0:
+                text += f"  ({seconds.median / ours.median:.2f}× quiver's time)"
+            ax.annotate(
+                text,
+                xy=(seconds.high, y),
+                xytext=(4, 0),
+                textcoords="offset points",
+                va="center",
+                fontsize=7,
+            )
+        ax.set_yticks(
+            range(len(found)), [engine_peer_label(s, e, op) for (s, e), _ in found], fontsize=8
+        )
+        ax.invert_yaxis()
+        ax.set_xlim(0, top * 1.6)
+        what = "read and aggregate" if op == "read" else "write its cached rows (overwrite)"
+        ax.set_title(f"{name}: {what}", fontsize=9)
+        ax.grid(True, axis="x", alpha=0.3)
+    axes[-1][0].set_xlabel("seconds (median; whiskers: min–max)")
+    fig.suptitle(
+        f"Engines through quiver and their peers, {rows_text(table_rows)} taxi rows "
+        "(the paper's Figure 10)",
+        fontsize=10,
+    )
+    return _save(fig, path)
+
+
 def draw_all(rows: list[Row], plan: dict[str, object], out_dir: Path) -> list[Path]:
     """Draw every figure the rows allow into ``out_dir``; return their paths."""
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -616,4 +740,6 @@ def draw_all(rows: list[Row], plan: dict[str, object], out_dir: Path) -> list[Pa
         drawn.append(functions_xgbatch(rows, out_dir / "functions_xgbatch.png"))
     if select(rows, suite="functions", op=FUNCTIONS_STREAM_OPS):
         drawn.append(functions_sql_stream(rows, out_dir / "functions_sql_stream.png"))
+    if select(rows, suite="engines", op=("read", "write")):
+        drawn.append(engines_figure(rows, out_dir / "engines.png"))
     return drawn

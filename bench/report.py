@@ -8,8 +8,13 @@ from pathlib import Path
 
 from . import sql_clients
 from .plots import (
+    ENGINE_NAMES,
     FUNCTIONS_PEERS,
     FUNCTIONS_STREAM_LABELS,
+    engine_peer_label,
+    engine_peers,
+    engine_reference,
+    engine_seconds,
     functions_latency,
     functions_rows_per_second,
     functions_stream_rates,
@@ -18,15 +23,19 @@ from .plots import (
 )
 from .results import (
     ARROW_CPP,
+    DASK,
     FASTAPI_JSON,
     FUNCTIONS_STREAM_ECHO,
     FUNCTIONS_STREAM_SQL,
     IN_PROCESS,
     JSON_SOCKET,
+    PARQUET,
+    POSTGRESQL,
     PYARROW_FLIGHT,
     QUIVER,
     QUIVER_1_WORKER,
     QUIVER_2_WORKERS,
+    SPARK,
 )
 from .sql_clients import SQL_PEERS, SqlPeer
 from .summary import Row, Spread, ceiling, comparable, percentile, select, shapes, spread
@@ -505,6 +514,235 @@ def _functions_section(
     return [*lines, "", *_functions_stream_lines(rows, plan)]
 
 
+# --- engines: Spark, Dask and Ray through quiver (the paper's Figure 10) --------------------
+
+#: The engines suite's goals (issue 25): Spark through quiver at least this many times faster
+#: than Spark's JDBC reader and writer from and to PostgreSQL...
+ENGINES_VS_JDBC = 10.0
+#: ...at least as fast as Spark on the same rows in local Parquet files...
+ENGINES_VS_PARQUET = 1.0
+#: ...and a table of N endpoints read at least this many times faster than one of 1.
+ENGINES_N_VS_ONE = 1.5
+#: The run's software entries the engines suite added (shown in its section, not the sql's).
+ENGINES_SOFTWARE = ("pyspark", "dask", "distributed", "ray", "PostgreSQL JDBC", "Java")
+
+
+def _engine_ratio(
+    rows: list[Row], engine: str, op: str, theirs: tuple[str, int], ours: tuple[str, int]
+) -> tuple[float | None, str]:
+    """Return how many times ``ours`` is faster than ``theirs``, and it as text."""
+    a = engine_seconds(rows, engine, op, *ours)
+    b = engine_seconds(rows, engine, op, *theirs)
+    ratio = _ratio(b, a)
+    if ratio is None or a is None or b is None:
+        return None, "—"
+    return ratio, f"{_times(ratio)} ({b.median:.3f} s vs {a.median:.3f} s)"
+
+
+def engines_goals(rows: list[Row]) -> list[Goal]:
+    """Evaluate the engines suite's goals (none when it did not run)."""
+    if not select(rows, suite="engines", op=("read", "write")):
+        return []
+    out = []
+
+    def goal(text: str, threshold: float, found: tuple[float | None, str]) -> None:
+        ratio, shown = found
+        target = f"≥ {threshold:g}×"
+        out.append(Goal(text, target, ratio, None if ratio is None else ratio >= threshold, shown))
+
+    reference = engine_reference(rows, SPARK, "read")
+    many = f"{reference[1]} endpoints" if reference else "N endpoints"
+    if reference is not None:
+        for server, endpoints in engine_peers(rows, SPARK, "read"):
+            if server == POSTGRESQL:
+                label = engine_peer_label(server, endpoints)
+                goal(
+                    f"Spark read + aggregate: quiver ({many}) / Spark's JDBC reader ({label})",
+                    ENGINES_VS_JDBC,
+                    _engine_ratio(rows, SPARK, "read", (server, endpoints), reference),
+                )
+    else:
+        goal(f"Spark read + aggregate: quiver ({many}) / Spark's JDBC reader", ENGINES_VS_JDBC,
+             (None, "—"))  # fmt: skip
+    writes = engine_peers(rows, SPARK, "write")
+    ours = next((p for p in writes if p[0] == QUIVER), None)
+    theirs = next((p for p in writes if p[0] == POSTGRESQL), None)
+    goal(
+        "Spark write (overwrite): quiver / Spark's JDBC writer to PostgreSQL",
+        ENGINES_VS_JDBC,
+        (None, "—") if ours is None or theirs is None
+        else _engine_ratio(rows, SPARK, "write", theirs, ours),
+    )  # fmt: skip
+    parquet = next((p for p in engine_peers(rows, SPARK, "read") if p[0] == PARQUET), None)
+    goal(
+        f"Spark read + aggregate: quiver ({many}) / local Parquet"
+        + (f" ({parquet[1]} files)" if parquet else ""),
+        ENGINES_VS_PARQUET,
+        (None, "—") if parquet is None or reference is None
+        else _engine_ratio(rows, SPARK, "read", parquet, reference),
+    )  # fmt: skip
+    for engine, name in ENGINE_NAMES:
+        quivers = [p for p in engine_peers(rows, engine, "read") if p[0] == QUIVER]
+        if not quivers:
+            continue
+        one = next((p for p in quivers if p[1] == 1), None)
+        top = quivers[-1]
+        goal(
+            f"{name} read + aggregate: quiver, {top[1]} endpoints / 1 endpoint",
+            ENGINES_N_VS_ONE,
+            (None, "—") if one is None or one == top
+            else _engine_ratio(rows, engine, "read", one, top),
+        )  # fmt: skip
+    return out
+
+
+def _engine_cpu(rows: list[Row], engine: str, op: str, peer: tuple[str, int], who: str) -> str:
+    found = select(
+        rows, suite="engines", client=engine, op=f"{op}_cpu_{who}", server=peer[0],
+        endpoints=peer[1],
+    )  # fmt: skip
+    cpu = spread(found, "seconds")
+    return "—" if cpu is None else f"{cpu.median:.2f}"
+
+
+def _engines_table(rows: list[Row]) -> list[str]:
+    lines = [
+        "| engine | op | source or sink | engine partitions | seconds | rows/s | "
+        "× quiver's time | CPU s: engine | server |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+    ]
+    for engine, name in ENGINE_NAMES:
+        for op in ("read", "write"):
+            reference = engine_reference(rows, engine, op)
+            ours = None if reference is None else engine_seconds(rows, engine, op, *reference)
+            for peer in engine_peers(rows, engine, op):
+                found = engine_seconds(rows, engine, op, *peer)
+                if found is None:
+                    continue
+                group = select(
+                    rows, suite="engines", client=engine, op=op, server=peer[0],
+                    endpoints=peer[1],
+                )  # fmt: skip
+                count = int(group[0]["rows_per_stream"])
+                partitions = sorted({int(r["streams"] or 0) for r in group})
+                shown = ", ".join(str(p) for p in partitions if p) or "—"
+                lines.append(
+                    f"| {name} | {op} | {engine_peer_label(*peer, op)} | {shown} | "
+                    f"{found.median:.3f} ({found.low:.3f}–{found.high:.3f}) | "
+                    f"{_rate(count / found.median)} | "
+                    f"{_times(_ratio(found, ours))} | "
+                    f"{_engine_cpu(rows, engine, op, peer, 'engine')} | "
+                    f"{_engine_cpu(rows, engine, op, peer, 'server')} |"
+                )
+    return lines
+
+
+def _engines_setup_lines(rows: list[Row]) -> list[str]:
+    """Say how long each engine took to start and each source took to load."""
+    lines = []
+    starts = [
+        f"{name} {float(r['seconds']):.1f} s"
+        for engine, name in ENGINE_NAMES
+        for r in select(rows, suite="engines", client=engine, op="startup")[:1]
+    ]
+    if starts:
+        lines.append(f"Engine start-up (once per run, not in the timings): {', '.join(starts)}.")
+    loads = []
+    for r in select(rows, suite="engines", op="load"):
+        server, endpoints = str(r["server"]), int(r["endpoints"] or 0)
+        what = {
+            QUIVER: f"quiver put, {endpoints} endpoint{'s' if endpoints != 1 else ''}",
+            PARQUET: f"Parquet, {endpoints} files (pyarrow)",
+            POSTGRESQL: "PostgreSQL COPY (psycopg)",
+        }.get(server, server)
+        loads.append(f"{what} {float(r['seconds']):.2f} s")
+    if loads:
+        lines.append(f"Loading the table, once: {', '.join(loads)}.")
+    return lines
+
+
+def _engines_section(
+    rows: list[Row], run: dict[str, object], plot: Path | None, report_dir: Path
+) -> list[str]:
+    measured = select(rows, suite="engines", op=("read", "write"))
+    if not measured:
+        return []
+    count = int(measured[0]["rows_per_stream"])
+    nbytes = float(measured[0]["bytes"])
+    software = run.get("sql_software") or {}
+    assert isinstance(software, dict)
+    versions = ", ".join(f"{k} {v}" for k, v in software.items() if k in ENGINES_SOFTWARE)
+    if "PostgreSQL" in software:
+        versions += f", PostgreSQL {software['PostgreSQL']}"
+    plan = run.get("plan") or {}
+    assert isinstance(plan, dict)
+    warm_ups = plan.get("engines_warm_ups", 1)
+    reference = engine_reference(rows, SPARK, "read") or engine_reference(rows, DASK, "read")
+    many = reference[1] if reference else "N"
+    lines = [
+        "## Engines: Spark, Dask and Ray through quiver (the paper's Figure 10)",
+        "",
+        f"{count:,} rows of the taxi table ({_size(nbytes)} of Arrow data; `bench/taxi.py`) "
+        f"stored in a quiver started for the suite twice, with 1 endpoint and with {many} "
+        f"(`put(..., partitions=N)`), written to a local directory of {many} Parquet files "
+        "of one row group each (pyarrow, snappy; contiguous slices of the rows, as the "
+        "endpoints split them), and loaded into a PostgreSQL server started for the suite "
+        "(COPY; durability off, as in the sql suite). Each engine runs in a worker process of "
+        "its own, started once (its start-up is not in the timings), one engine at a time: "
+        "Spark 4 `local[2]` (UI off, `spark.driver.memory` per mode), Dask "
+        "`LocalCluster(n_workers=2, threads_per_worker=1, processes=True)`, Ray "
+        "`ray.init(num_cpus=2)`. Every engine has two slots, whatever the machine: "
+        f"{many} endpoints is twice that.",
+        "",
+        "Each read aggregates the whole table: group by `passenger_count` (8 groups, the "
+        "missing count among them), count the trips, sum `fare_amount`, and count the "
+        "non-null values of each of the other 18 columns, so that every column is read "
+        "whatever a reader can prune (Spark's JDBC and Parquet readers read only the "
+        "columns a query uses); the result is checked against pyarrow's. The sources:",
+        "",
+        "- quiver through the engine's connector: Spark's Python data source "
+        '`spark.read.format("quiver")` (`quiver.spark`, a Spark partition per endpoint), '
+        "`quiver.dask.read_table`, `quiver.ray.read_table`;",
+        "- PostgreSQL through Spark's own JDBC reader (the paper's baseline; PostgreSQL JDBC "
+        "driver, `fetchsize` 10,000), in its default single partition and in 2 "
+        "(`partitionColumn` `PULocationID` over 1–265, `numPartitions` 2);",
+        "- the local Parquet files: `spark.read.parquet` (Spark decides its partitions), "
+        f"`dd.read_parquet` (a partition per file), `ray.data.read_parquet` "
+        f"(`override_num_blocks` {many});",
+        "- Spark only: its cache, the same rows cached in Spark's memory, aggregated with no "
+        "I/O: the floor.",
+        "",
+        "Spark's writes write that cached DataFrame (repartitioned into "
+        f"{many} partitions, `.cache()`d and counted first) with mode overwrite: to quiver "
+        '(`df.write.format("quiver")`) and through Spark\'s JDBC writer to PostgreSQL '
+        "(`batchsize` 10,000, `reWriteBatchedInserts=true`: multi-row INSERTs, the faster "
+        "of the driver's two ways); the rows are counted in the sink after each. Ray's "
+        "group-by uses the pull-based sort shuffle: the default hash shuffle starts "
+        "aggregator actors for every query, seconds on this machine.",
+        "",
+        f"{warm_ups} untimed round(s) of every peer, then the repetitions, the peers taking "
+        "turns. "
+        "Seconds: median (min–max), in the engine's process, from the call to the collected "
+        "result. × quiver's time: the peer's median over quiver's (the most endpoints; "
+        "above 1, quiver is faster). CPU seconds, medians: the engine's process tree (the "
+        "driver, Spark's JVM and Python workers, Dask's scheduler and workers, Ray's raylet "
+        "and workers; `/proc/PID/stat` before and after, children reaped included) and the "
+        "server's (quiver; PostgreSQL with its backends).",
+        "",
+        "| goal | target | measured | result |",
+        "| --- | --- | --- | --- |",
+        *_goal_rows(engines_goals(rows)),
+        "",
+        *_figure("Engines through quiver", plot, report_dir),
+        *_engines_table(rows),
+    ]
+    for line in _engines_setup_lines(rows):
+        lines += ["", line]
+    if versions:
+        lines += ["", f"- **Engines and peers**: {versions}"]
+    return [*lines, ""]
+
+
 def _ms(seconds: float) -> str:
     return f"{seconds * 1e3:.3f} ms" if seconds < 0.01 else f"{seconds * 1e3:.1f} ms"
 
@@ -535,6 +773,12 @@ def _goals_section(rows: list[Row], mode: str) -> list[str]:
             "",
             "The goals of scoring over DoExchange are in "
             "[their section](#functions-scoring-over-doexchange-the-papers-xgbatch).",
+        ]
+    if select(rows, suite="engines", op=("read", "write")):
+        lines += [
+            "",
+            "The goals of Spark, Dask and Ray through quiver are in "
+            "[their section](#engines-spark-dask-and-ray-through-quiver-the-papers-figure-10).",
         ]
     return lines
 
@@ -722,7 +966,7 @@ def _memory_section(rows: list[Row]) -> list[str]:
 def _sql_intro(run: dict[str, object], cap: int | None, largest: int) -> list[str]:
     software = run.get("sql_software") or {}
     assert isinstance(software, dict)
-    versions = ", ".join(f"{k} {v}" for k, v in software.items())
+    versions = ", ".join(f"{k} {v}" for k, v in software.items() if k not in ENGINES_SOFTWARE)
     lines = [
         "## Query results into pandas (the paper's Figure 8)",
         "",
@@ -1102,6 +1346,7 @@ def render(
     if sql:
         lines += [*sql, ""]
     lines += _functions_section(rows, run, plots.get("functions_xgbatch"), report_dir)
+    lines += _engines_section(rows, run, plots.get("engines"), report_dir)
     notes = run.get("notes") or []
     assert isinstance(notes, list)
     if notes:
