@@ -3,7 +3,12 @@
 ``python -m bench --smoke`` starts quiver (``$QUIVER_BIN``, else the release build), the Arrow
 C++ peer and the JSON peer, measures every suite once on 10k rows (the sql suite on 2k rows,
 against a PostgreSQL server it starts) and writes its CSV, plots and report into a temporary
-directory: never the repository's BENCHMARKS.md or bench/plots.
+directory: never the repository's BENCHMARKS.md or bench/plots. The engines suite runs in a
+smoke run of its own (``--only engines``, 20k rows): Spark, Dask and Ray each start once.
+
+Spark's JDBC peers need the PostgreSQL JDBC driver's jar (``scripts/setup-java.sh``, which the
+tests run when it is missing). An engine whose package is not importable is skipped, saying
+which, except in CI, where every engine must run.
 
 PostgreSQL and psqlODBC come from ``scripts/install-postgres.sh``, which the tests run when
 they are missing and the tests run as root. Where they cannot be had, the sql suite's
@@ -27,17 +32,24 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 
-from bench import flight_client, report, sql_clients, sql_worker, taxi, workers
+from bench import engines, flight_client, report, sql_clients, sql_worker, taxi, workers
 from bench.peers import postgres
 from bench.peers.cpp_flight_server import partition_bounds
-from bench.plan import GIB, plan_for
+from bench.plan import GIB, SUITES, plan_for
 from bench.results import (
+    DASK,
     FASTAPI_JSON,
     FUNCTIONS_STREAM_SQL,
     IN_PROCESS,
+    PARQUET,
+    POSTGRESQL,
     PYARROW_FLIGHT,
+    QUIVER,
     QUIVER_1_WORKER,
     QUIVER_2_WORKERS,
+    RAY,
+    SPARK,
+    SPARK_CACHE,
     Measurement,
 )
 from bench.servers import REPO, quiver_bench_available, quiver_bin, start_arrow_cpp
@@ -54,6 +66,9 @@ PLOTS = (
     "functions_sql_stream.png",
 )
 INSTALL_POSTGRES = REPO / "scripts" / "install-postgres.sh"
+SETUP_JAVA = REPO / "scripts" / "setup-java.sh"
+#: The suites of the main smoke run: all but the engines suite, which has a run of its own.
+MAIN_SUITES = ",".join(s for s in SUITES if s != "engines")
 
 
 def _postgres_missing() -> str | None:
@@ -94,7 +109,7 @@ def smoke_run(tmp_path_factory: pytest.TempPathFactory) -> dict[str, object]:
     committed_plots = sorted((REPO / "bench" / "plots").glob("*.png"))
     before = [_fingerprint(p) for p in [root_report, *committed_plots]]
     command = [
-        sys.executable, "-m", "bench", "--smoke",
+        sys.executable, "-m", "bench", "--smoke", "--only", MAIN_SUITES,
         "--out", str(tmp / "out"),
         "--report", str(tmp / "BENCHMARKS.md"),
         "--plots-dir", str(tmp / "plots"),
@@ -568,3 +583,175 @@ def test_sql_over_a_stream_not_implemented_is_reported_not_available(tmp_path):
     assert "| SQL filter | `SELECT * FROM input WHERE f0 > 0.9` | not available: " in section
     assert "SQL over a stream was **not available**" in section
     assert "| echo | — | 0.10 (0.10–0.10) | — | 100% of the bytes | 5 MiB | 80 MiB |" in section
+
+
+# --- the engines suite ----------------------------------------------------------------------
+
+#: Longest the engines suite's smoke run may take: three engines started once each, every
+#: peer read once on 20k rows (about a minute on two cores).
+ENGINES_SMOKE_TIMEOUT_S = 240
+
+
+def _set_up_jdbc_jar() -> str | None:
+    """Fetch the PostgreSQL JDBC driver's jar if it is missing; say why it is not there."""
+    jar = engines.jdbc_jar()
+    if not jar.is_file():
+        done = subprocess.run(
+            ["bash", str(SETUP_JAVA)], capture_output=True, text=True, timeout=900
+        )
+        if done.returncode != 0:
+            return f"{SETUP_JAVA.name} failed ({done.returncode}): {done.stderr[-2000:]}"
+    return None if jar.is_file() else f"no PostgreSQL JDBC driver at {jar}"
+
+
+@pytest.fixture(scope="module")
+def engines_run(tmp_path_factory: pytest.TempPathFactory) -> dict[str, object]:
+    binary = quiver_bin()
+    if not binary.is_file():
+        pytest.fail(f"quiver binary not found at {binary}", pytrace=False)
+    tmp = tmp_path_factory.mktemp("engines")
+    postgres_missing = _set_up_postgres()
+    jdbc_missing = _set_up_jdbc_jar() if engines.missing(SPARK) is None else "no Spark"
+    command = [
+        sys.executable, "-m", "bench", "--smoke", "--only", "engines",
+        "--out", str(tmp / "out"),
+        "--report", str(tmp / "BENCHMARKS.md"),
+        "--plots-dir", str(tmp / "plots"),
+    ]  # fmt: skip
+    started = time.monotonic()
+    result = subprocess.run(
+        command, cwd=REPO, capture_output=True, text=True, timeout=ENGINES_SMOKE_TIMEOUT_S
+    )
+    seconds = time.monotonic() - started
+    out = tmp / "out" / "results.csv"
+    rows = []
+    if out.exists():
+        with out.open(newline="") as f:
+            rows = [r for r in csv.DictReader(f) if r["suite"] == "engines"]
+    return {
+        "tmp": tmp,
+        "result": result,
+        "rows": rows,
+        "seconds": seconds,
+        "jdbc_missing": jdbc_missing or postgres_missing,
+    }
+
+
+def _engine_or_skip(engine: str) -> None:
+    """Skip a test of ``engine`` when its package is missing here (fail in CI)."""
+    why = engines.missing(engine)
+    if why is None:
+        return
+    if os.environ.get("CI") == "true":
+        pytest.fail(f"CI must run {engine}: {why}", pytrace=False)
+    pytest.skip(f"{engine} not measured: {why}")
+
+
+def test_the_engines_smoke_run_succeeds(engines_run):
+    result = engines_run["result"]
+    assert result.returncode == 0, result.stderr[-6000:]
+    notes = json.loads((engines_run["tmp"] / "out" / "run.json").read_text())["notes"]
+    assert not [n for n in notes if n.startswith("FAILED")], notes
+
+
+def _engine_rows(engines_run, engine: str, op: str) -> dict[tuple[str, int], list[dict]]:
+    found: dict[tuple[str, int], list[dict]] = {}
+    for row in engines_run["rows"]:
+        if (row["client"], row["op"]) == (engine, op):
+            found.setdefault((row["server"], int(row["endpoints"])), []).append(row)
+    return found
+
+
+@pytest.mark.parametrize("engine", [SPARK, DASK, RAY])
+def test_each_engine_read_quiver_through_1_and_n_endpoints_and_parquet(engines_run, engine):
+    _engine_or_skip(engine)
+    plan = plan_for("smoke", GIB)
+    n = plan.engines_endpoints
+    reads = _engine_rows(engines_run, engine, "read")
+    assert {(QUIVER, 1), (QUIVER, n), (PARQUET, n)} <= set(reads), sorted(reads)
+    for peer, found in reads.items():
+        assert len(found) == plan.reps, peer
+        for row in found:
+            assert int(row["rows_per_stream"]) == plan.engines_rows
+            assert float(row["seconds"]) > 0
+    # The engine's CPU for every read; the server's for quiver's.
+    cpu = _engine_rows(engines_run, engine, "read_cpu_engine")
+    assert set(cpu) == set(reads)
+    assert {(QUIVER, 1), (QUIVER, n)} <= set(_engine_rows(engines_run, engine, "read_cpu_server"))
+    startup = [r for r in engines_run["rows"] if (r["client"], r["op"]) == (engine, "startup")]
+    assert len(startup) == 1 and float(startup[0]["seconds"]) > 0
+    if engine in (SPARK, DASK):
+        # A Spark or Dask partition per endpoint.
+        assert {int(r["streams"]) for r in reads[(QUIVER, n)]} == {n}
+        assert {int(r["streams"]) for r in reads[(QUIVER, 1)]} == {1}
+
+
+def test_spark_read_and_wrote_postgresql_through_jdbc(engines_run):
+    _engine_or_skip(SPARK)
+    missing = engines_run["jdbc_missing"]
+    if missing is not None:
+        if os.environ.get("CI") == "true":
+            pytest.fail(f"CI must measure Spark's JDBC peers: {missing}", pytrace=False)
+        pytest.skip(f"Spark's JDBC peers not measured: {missing}")
+    n = plan_for("smoke", GIB).engines_endpoints
+    reads = _engine_rows(engines_run, SPARK, "read")
+    assert {(POSTGRESQL, 1), (POSTGRESQL, 2), (SPARK_CACHE, n)} <= set(reads), sorted(reads)
+    assert {int(r["streams"]) for r in reads[(POSTGRESQL, 2)]} == {2}
+    writes = _engine_rows(engines_run, SPARK, "write")
+    assert set(writes) == {(QUIVER, n), (POSTGRESQL, n)}, sorted(writes)
+    for sink in writes:
+        assert sink in _engine_rows(engines_run, SPARK, "write_cpu_server"), sink
+    loads = {r["server"] for r in engines_run["rows"] if r["op"] == "load"}
+    assert loads == {QUIVER, PARQUET, POSTGRESQL}
+
+
+def test_the_engines_suite_reaches_the_report_and_its_figure(engines_run):
+    tmp = engines_run["tmp"]
+    assert (tmp / "out" / "plots" / "engines.png").stat().st_size > 0
+    assert (tmp / "plots" / "engines.png").is_file()
+    text = (tmp / "BENCHMARKS.md").read_text()
+    section = text.split("## Engines: Spark, Dask and Ray through quiver", 1)[1]
+    section = section.split("\n## ", 1)[0]
+    assert "(plots/engines.png)" in section
+    assert "| Dask | read | quiver, 4 endpoints |" in section or engines.missing(DASK)
+    assert "Engine start-up (once per run, not in the timings):" in section
+
+
+def test_the_engines_smoke_run_stays_short(engines_run):
+    # CI runs it on two cores: the engines start once each and every peer is read once.
+    assert engines_run["seconds"] < 150, engines_run["seconds"]
+
+
+def _engine_row(engine: str, op: str, server: str, endpoints: int, seconds: float) -> dict:
+    measurement = Measurement(
+        "engines", server, engine, op, endpoints, 1_000_000, 0, 150_000_000, seconds,
+        endpoints=endpoints,
+    )  # fmt: skip
+    return dataclasses.asdict(measurement)
+
+
+def test_engines_goals_say_met_or_not_met_from_the_ratios():
+    def rows(quiver_n: float, write: float) -> list[dict]:
+        return [
+            _engine_row(SPARK, "read", QUIVER, 1, 2.0),
+            _engine_row(SPARK, "read", QUIVER, 4, quiver_n),
+            _engine_row(SPARK, "read", POSTGRESQL, 1, 12.0),
+            _engine_row(SPARK, "read", POSTGRESQL, 2, 8.0),
+            _engine_row(SPARK, "read", PARQUET, 4, 0.9),
+            _engine_row(SPARK, "write", QUIVER, 4, write),
+            _engine_row(SPARK, "write", POSTGRESQL, 4, 20.0),
+            _engine_row(DASK, "read", QUIVER, 1, 1.0),
+            _engine_row(DASK, "read", QUIVER, 4, 0.5),
+        ]
+
+    met = report.engines_goals(rows(0.75, 1.5))
+    assert [g.verdict for g in met] == ["PASS"] * 6, [(g.text, g.shown) for g in met]
+    assert met[0].text == (
+        "Spark read + aggregate: quiver (4 endpoints) / Spark's JDBC reader (PostgreSQL, JDBC)"
+    )
+    assert met[0].shown == "16.00× (12.000 s vs 0.750 s)"
+    missed = {g.text: g for g in report.engines_goals(rows(1.0, 4.0))}
+    # 12x and 8x the JDBC reads, 5x the JDBC write, 0.9x Parquet, 2x one endpoint.
+    verdicts = [g.verdict for g in missed.values()]
+    assert verdicts == ["PASS", "FAIL", "FAIL", "FAIL", "PASS", "PASS"], missed
+    assert report.engines_goals([]) == []
