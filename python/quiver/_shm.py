@@ -363,7 +363,9 @@ class _Feed:
         while len(self.pending) < n and self.body is None and self.seq in metadata:
             self.pending += _prefixed(metadata[self.seq])
             offsets, end = self.stream.bodies.get(self.seq, ((), 0))
-            if offsets:
+            # A body of no bytes (a batch of zero rows) is never read: its header's
+            # body length is 0, so the next read is already the next message.
+            if offsets and end > offsets[0]:
                 self.body = (self.seq, offsets[0], end)
             self.seq += 1
         out, self.pending = self.pending[:n], self.pending[n:]

@@ -162,6 +162,17 @@ def test_get_is_zero_copy_and_shared(uri: str, server) -> None:
         assert len(memfds(server.process.pid)) == 1
 
 
+def test_get_of_a_table_holding_a_zero_row_batch(uri: str) -> None:
+    # A gRPC put of an empty table stores one batch of zero rows: its body has no
+    # bytes, and the stream built from the mapping must skip it, not read it.
+    empty = pa.table({"x": pa.array([], pa.int64()), "s": pa.array([], pa.string())})
+    with quiver.connect(uri, transport="grpc") as grpc, quiver.connect(uri) as shm:
+        grpc.put("empty", empty)
+        assert shm.get("empty").equals(empty)
+        grpc.put("empty", pa.table({"x": [1], "s": ["a"]}), mode="append")
+        assert shm.get("empty").to_pydict() == {"x": [1], "s": ["a"]}
+
+
 # -- the framing, read by hand --------------------------------------------------------------
 
 
