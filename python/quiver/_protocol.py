@@ -36,6 +36,7 @@ MAX_PARTITIONS = 1024
 
 ACTION_DELETE = "delete"
 ACTION_RENAME = "rename"
+ACTION_PUBLISH = "publish"
 ACTION_STATS = "stats"
 ACTION_HEALTH = "health"
 ACTION_LIST_FUNCTIONS = "list-functions"
@@ -89,6 +90,14 @@ def put_options(mode: str, partitions: int | None) -> bytes:
 def rename_body(old: str, new: str, overwrite: bool) -> bytes:
     """Encode the body of a ``rename`` action."""
     return json.dumps({"from": old, "to": new, "overwrite": bool(overwrite)}).encode()
+
+
+def publish_body(into: str, sources: list[str], mode: str, partitions: int | None) -> bytes:
+    """Encode the body of a ``publish`` action."""
+    body: JsonObject = {"into": into, "from": sources, "mode": mode}
+    if partitions is not None:
+        body["partitions"] = partitions
+    return json.dumps(body).encode()
 
 
 def json_object(payload: bytes | None) -> JsonObject:

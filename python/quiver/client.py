@@ -9,7 +9,7 @@ import json
 import threading
 import uuid
 import warnings
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, overload
 
@@ -1015,6 +1015,52 @@ class Client:
         body = _protocol.rename_body(old, new, overwrite)
         result = self._action(_protocol.ACTION_RENAME, body)
         return _protocol.json_int(result, "version") or 0
+
+    def publish(
+        self,
+        name: str,
+        sources: Sequence[str],
+        *,
+        mode: PutMode = "replace",
+        partitions: int | None = None,
+    ) -> PutResult:
+        """Move the rows of tables ``sources`` into table ``name``, atomically.
+
+        In one step the server makes a new version of ``name`` from the sources'
+        rows, in the order given (after its own rows, for an append), and
+        deletes the sources; nothing is copied. Readers see the table as it was
+        or with every source's rows, never a part. This is how the engine
+        connectors publish a parallel write (:class:`quiver.splits.WriteJob`).
+
+        Parameters
+        ----------
+        name : str
+            The target table.
+        sources : sequence of str
+            One or more tables whose fields equal each other's (and the
+            target's, for an append).
+        mode : {"replace", "append"}, default "replace"
+            Replace the target (creating it if missing) or append to it.
+        partitions : int, optional
+            As for :meth:`put`.
+
+        Returns
+        -------
+        PutResult
+            The target's new version and size.
+
+        Raises
+        ------
+        TableNotFoundError
+            A source, or the target of an append, does not exist.
+        InvalidArgumentError
+            The schemas differ, or ``sources`` is empty or names ``name``.
+        """
+        if isinstance(sources, str):
+            raise TypeError("sources is a sequence of table names, not one str")
+        _protocol.put_options(mode, partitions)  # validates both
+        body = _protocol.publish_body(name, list(sources), mode, partitions)
+        return PutResult.from_json(self._action(_protocol.ACTION_PUBLISH, body))
 
     def stats(self) -> ServerStats:
         """Return the server's counters.

@@ -309,6 +309,9 @@ WRITE_CALLS: dict[str, Call] = {
     "DoPut new table": do_put(flight.FlightDescriptor.for_path("intruder"), OTHER),
     "DoAction delete": do_action("delete", TABLE.encode()),
     "DoAction rename": do_action("rename", json.dumps({"from": TABLE, "to": "moved"}).encode()),
+    "DoAction publish": do_action(
+        "publish", json.dumps({"into": "published", "from": [TABLE], "mode": "replace"}).encode()
+    ),
     "Flight SQL ingest": do_put(flight.FlightDescriptor.for_command(ingest_command(TABLE)), OTHER),
     "Flight SQL update INSERT": sql_update(f"INSERT INTO {TABLE} VALUES (1, 1.0)"),
     "Flight SQL update CTAS": sql_update(f"CREATE TABLE copied AS SELECT * FROM {TABLE}"),

@@ -163,6 +163,7 @@ def test_list_actions(flight_client: flight.FlightClient) -> None:
     assert set(actions) == {
         "delete",
         "rename",
+        "publish",
         "stats",
         "health",
         "shm-put",
