@@ -253,6 +253,7 @@ def start_quiver(
     timeout: float = START_TIMEOUT_S,
     env: Mapping[str, str] | None = None,
     preexec_fn: Callable[[], object] | None = None,
+    listen: str = "127.0.0.1:0",
 ) -> ServerProcess:
     """Start ``quiver serve --listen 127.0.0.1:0 FLAGS`` and wait for its URI.
 
@@ -273,6 +274,9 @@ def start_quiver(
         ``QUIVER_*`` settings and with ``QUIVER_LOG=info``.
     preexec_fn : callable, optional
         As for :func:`start`.
+    listen : str, default "127.0.0.1:0"
+        The address to listen on (another loopback address, such as
+        ``127.0.0.2:0``, makes a second "host").
 
     Raises
     ------
@@ -291,7 +295,7 @@ def start_quiver(
     log_dir.mkdir(parents=True, exist_ok=True)
     log_fd, log_name = tempfile.mkstemp(prefix="quiver-server-", suffix=".log", dir=log_dir)
     os.close(log_fd)
-    command = [str(binary), "serve", "--listen", "127.0.0.1:0", *flags]
+    command = [str(binary), "serve", "--listen", listen, *flags]
     return start(
         command,
         banner=LISTENING,

@@ -6,6 +6,7 @@ The binary is ``$QUIVER_BIN``, else ``$CARGO_TARGET_DIR/release/quiver``, else
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -13,6 +14,7 @@ import pyarrow.flight as flight
 import pytest
 
 import quiver
+from engine_helpers import Planner, mixed_table
 from server_process import Server, ServerFactory, start_server
 
 
@@ -70,3 +72,27 @@ def client(uri: str) -> Iterator[quiver.Client]:
     """A quiver client of a fresh server."""
     with quiver.connect(uri) as c:
         yield c
+
+
+@pytest.fixture
+def replicas(tmp_path: Path) -> Iterator[tuple[list[Server], str]]:
+    """Two servers on 127.0.0.1 and 127.0.0.2 holding the same table, and a planner over them."""
+    servers = [
+        start_server("--shm-socket", "off", log_dir=tmp_path / "a", listen="127.0.0.1:0"),
+        start_server("--shm-socket", "off", log_dir=tmp_path / "b", listen="127.0.0.2:0"),
+    ]
+    table = mixed_table()
+    for server in servers:
+        # Fresh servers: the same put gives the same version, so tickets are valid on both.
+        with quiver.connect(server.uri) as c:
+            c.put("trips", table, partitions=4)
+    planner = Planner([s.uri for s in servers])
+    thread = threading.Thread(target=planner.serve, daemon=True)
+    thread.start()
+    try:
+        yield servers, f"grpc+tcp://127.0.0.1:{planner.port}"
+    finally:
+        planner.shutdown()
+        for server in servers:
+            if server.alive:
+                server.stop()

@@ -41,11 +41,11 @@ def quiver_bin() -> Path:
     return testing.find_quiver_binary(REPO)
 
 
-def start_server(*flags: str, log_dir: Path) -> Server:
-    """Start ``quiver serve --listen 127.0.0.1:0 FLAGS`` and wait for its URI."""
+def start_server(*flags: str, log_dir: Path, listen: str = "127.0.0.1:0") -> Server:
+    """Start ``quiver serve --listen LISTEN FLAGS`` and wait for its URI."""
     try:
         started = testing.start_quiver(
-            *flags, log_dir=log_dir, binary=quiver_bin(), timeout=START_TIMEOUT_S
+            *flags, log_dir=log_dir, binary=quiver_bin(), timeout=START_TIMEOUT_S, listen=listen
         )
     except testing.ServerStartError as error:
         pytest.fail(str(error), pytrace=False)

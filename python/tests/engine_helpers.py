@@ -1,0 +1,82 @@
+"""Helpers of the connector tests: a table of every kind of column, and replicated servers."""
+
+from __future__ import annotations
+
+import decimal
+import time
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.flight as flight
+
+import quiver
+
+ROWS = 10_000
+
+
+def mixed_table(rows: int = ROWS) -> pa.Table:
+    """Nested, decimal, zoned timestamps, dictionaries, nulls: what must round-trip."""
+    ids = pa.array(range(rows), pa.int64())
+    return pa.table(
+        {
+            "id": ids,
+            "fare": pc.divide(pc.cast(ids, pa.float64()), 7.0),
+            "vendor": pa.array(
+                [["a", "b", "c", None][i % 4] for i in range(rows)]
+            ).dictionary_encode(),
+            "amount": pa.array(
+                [decimal.Decimal(i) / 100 for i in range(rows)], pa.decimal128(12, 2)
+            ),
+            "at": pa.array(
+                [1_700_000_000_000_000 + i * 1_000_000 for i in range(rows)],
+                pa.timestamp("us", "Europe/Paris"),
+            ),
+            "tags": pa.array([[f"t{i % 3}"] * (i % 3) for i in range(rows)], pa.list_(pa.string())),
+            "point": pa.array(
+                [{"x": i, "y": -i} for i in range(rows)],
+                pa.struct([("x", pa.int32()), ("y", pa.int32())]),
+            ),
+        }
+    )
+
+
+class Planner(flight.FlightServerBase):  # type: ignore[misc]
+    """A Flight server that plans reads over replicas: a real pyarrow server, no data.
+
+    It asks the first replica for a table's FlightInfo and answers with the same
+    tickets, each endpoint listing every replica, starting with a different one
+    for each endpoint (the shape a catalog of replicated tables gives).
+    """
+
+    def __init__(self, replicas: list[str]) -> None:
+        super().__init__("grpc+tcp://127.0.0.1:0")
+        self.replicas = replicas
+
+    def get_flight_info(self, context, descriptor):  # type: ignore[no-untyped-def]
+        upstream = flight.FlightClient(self.replicas[0])
+        try:
+            info = upstream.get_flight_info(descriptor)
+        finally:
+            upstream.close()
+        n = len(self.replicas)
+        endpoints = [
+            flight.FlightEndpoint(e.ticket, [self.replicas[(i + k) % n] for k in range(n)])
+            for i, e in enumerate(info.endpoints)
+        ]
+        return flight.FlightInfo(
+            info.schema, descriptor, endpoints, info.total_records, info.total_bytes
+        )
+
+
+def staging_left(client: quiver.Client, seconds: float = 15.0) -> list[str]:
+    """The staging tables still there once a failed job's tasks have ended (bounded wait).
+
+    A task the engine gave up on may still be finishing when the job's error is
+    raised; it removes what it staged as soon as it ends (quiver.splits.WriteJob).
+    """
+    deadline = time.monotonic() + seconds
+    while True:
+        left = [t.name for t in client.list_tables(".quiver-staging/")]
+        if not left or time.monotonic() > deadline:
+            return left
+        time.sleep(0.2)
