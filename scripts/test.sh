@@ -3,7 +3,9 @@
 #   1. Rust: cargo fmt --check, clippy -D warnings, unit and integration tests;
 #   2. the release `quiver` binary the Python tests start;
 #   3. a Python venv with the pinned dependencies (python/requirements-dev.txt
-#      and bench/requirements.txt), reused while those pins do not change;
+#      and bench/requirements.txt), reused while those pins do not change; the
+#      engines of the connectors (PySpark, Dask, Ray) among them, so their
+#      tests run once here against real engines (Spark needs the JDK of step 4);
 #   4. Java (JDK 17 and Maven from Debian's packages if missing) and Apache Arrow's
 #      Flight SQL JDBC driver, for python/tests/test_jdbc.py (scripts/setup-java.sh;
 #      cached outside the repository, in ~/.cache/quiver/java);
