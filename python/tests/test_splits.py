@@ -11,6 +11,8 @@ from __future__ import annotations
 import datetime
 import decimal
 import pickle
+import threading
+from pathlib import Path
 
 import adbc_driver_flightsql.dbapi as flight_sql
 import pyarrow as pa
@@ -18,7 +20,7 @@ import pyarrow.compute as pc
 import pytest
 
 import quiver
-from engine_helpers import ROWS, mixed_table
+from engine_helpers import ROWS, Planner, mixed_table
 from quiver import splits
 from quiver.errors import (
     InvalidArgumentError,
@@ -27,7 +29,7 @@ from quiver.errors import (
     TableNotFoundError,
     VersionConflictError,
 )
-from server_process import Server
+from server_process import Server, start_server
 
 
 @pytest.fixture
@@ -198,6 +200,37 @@ def test_a_split_fails_over_to_its_next_location(
     plan = splits.plan_read(planner, "trips")
     servers[0].stop()
     assert read_all(plan).equals(mixed_table())
+
+
+def test_a_split_resumes_on_its_next_location_when_a_server_dies_mid_stream(
+    tmp_path: Path,
+) -> None:
+    rows = 4_000_000
+    table = pa.table({"x": pa.array(range(rows), pa.int64())})
+    table = pa.Table.from_batches(table.to_batches(max_chunksize=65_536))
+    servers = [
+        start_server("--shm-socket", "off", log_dir=tmp_path / "a", listen="127.0.0.1:0"),
+        start_server("--shm-socket", "off", log_dir=tmp_path / "b", listen="127.0.0.2:0"),
+    ]
+    for server in servers:
+        with quiver.connect(server.uri) as c:
+            c.put("big", table, partitions=1)
+    planner = Planner([s.uri for s in servers])
+    threading.Thread(target=planner.serve, daemon=True).start()
+    try:
+        plan = splits.plan_read(f"grpc+tcp://127.0.0.1:{planner.port}", "big")
+        batches = splits.read_split(plan, plan.splits[0])
+        got = [next(batches)]
+        assert "DoGet" not in servers[1].log()
+        servers[0].process.kill()  # mid-stream: SIGKILL, no goodbye
+        got += list(batches)
+    finally:
+        planner.shutdown()
+        for server in servers:
+            server.stop()
+    assert pa.Table.from_batches(got).equals(table.combine_chunks())
+    # The rest came from the second server, resumed after the rows already read.
+    assert 'rpc="DoGet"' in servers[1].log()
 
 
 def test_a_split_with_no_location_left_raises_unavailable(
