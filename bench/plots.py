@@ -627,6 +627,8 @@ def engine_peers(rows: list[Row], engine: str, op: str) -> list[tuple[str, int]]
 def engine_peer_label(server: str, endpoints: int, op: str = "read") -> str:
     """Name a source or sink of the engines suite: ``quiver, 4 endpoints``..."""
     if server == QUIVER:
+        if op == "write":
+            return "quiver"
         return f"quiver, {endpoints} endpoint{'s' if endpoints != 1 else ''}"
     if server == POSTGRESQL:
         if op == "write":
@@ -703,7 +705,10 @@ def engines_figure(rows: list[Row], path: Path) -> Path:
         )
         ax.invert_yaxis()
         ax.set_xlim(0, top * 1.6)
-        what = "read and aggregate" if op == "read" else "write its cached rows (overwrite)"
+        what = "read and aggregate"
+        if op == "write":
+            tasks = {p[1] for p in peers}
+            what = f"write its cached rows ({', '.join(map(str, sorted(tasks)))} tasks, overwrite)"
         ax.set_title(f"{name}: {what}", fontsize=9)
         ax.grid(True, axis="x", alpha=0.3)
     axes[-1][0].set_xlabel("seconds (median; whiskers: min–max)")

@@ -36,6 +36,7 @@ from .results import (
     QUIVER_1_WORKER,
     QUIVER_2_WORKERS,
     SPARK,
+    SPARK_CACHE,
 )
 from .sql_clients import SQL_PEERS, SqlPeer
 from .summary import Row, Spread, ceiling, comparable, percentile, select, shapes, spread
@@ -637,6 +638,29 @@ def _engines_table(rows: list[Row]) -> list[str]:
     return lines
 
 
+def _engines_floor(rows: list[Row]) -> list[str]:
+    """Say how much faster than Spark's JDBC reader any read through Spark could be here."""
+    reads = engine_peers(rows, SPARK, "read")
+    cache = next((p for p in reads if p[0] == SPARK_CACHE), None)
+    jdbc = [p for p in reads if p[0] == POSTGRESQL]
+    floor = None if cache is None else engine_seconds(rows, SPARK, "read", *cache)
+    if floor is None or not jdbc or floor.median <= 0:
+        return []
+    bounds = []
+    for peer in jdbc:
+        found = engine_seconds(rows, SPARK, "read", *peer)
+        if found is not None:
+            bounds.append(
+                f"{found.median / floor.median:.1f}× over {engine_peer_label(*peer)} "
+                f"({found.median:.3f} s)"
+            )
+    return [
+        f"Spark's own aggregation of its cached rows, with no I/O, took {floor.median:.3f} s: "
+        "a read through Spark can gain at most " + " and ".join(bounds) + " here, "
+        "however fast its source."
+    ]
+
+
 def _engines_setup_lines(rows: list[Row]) -> list[str]:
     """Say how long each engine took to start and each source took to load."""
     lines = []
@@ -733,6 +757,7 @@ def _engines_section(
         "| --- | --- | --- | --- |",
         *_goal_rows(engines_goals(rows)),
         "",
+        *[line for text in _engines_floor(rows) for line in (text, "")],
         *_figure("Engines through quiver", plot, report_dir),
         *_engines_table(rows),
     ]

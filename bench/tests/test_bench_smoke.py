@@ -703,6 +703,9 @@ def test_spark_read_and_wrote_postgresql_through_jdbc(engines_run):
         assert sink in _engine_rows(engines_run, SPARK, "write_cpu_server"), sink
     loads = {r["server"] for r in engines_run["rows"] if r["op"] == "load"}
     assert loads == {QUIVER, PARQUET, POSTGRESQL}
+    text = (engines_run["tmp"] / "BENCHMARKS.md").read_text()
+    assert "Spark's own aggregation of its cached rows, with no I/O, took " in text
+    assert "| Spark | write | PostgreSQL, JDBC |" in text
 
 
 def test_the_engines_suite_reaches_the_report_and_its_figure(engines_run):
