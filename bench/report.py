@@ -1333,7 +1333,9 @@ def render(
         "by the same clients in the same run, next to the ceilings: raw loopback TCP and "
         "memcpy. Repetitions alternate between the servers. From the same paper's Figure 8, "
         "it also times query results into pandas: quiver's Flight SQL against PostgreSQL "
-        "(ODBC, psycopg, ADBC) and DuckDB on Parquet.",
+        "(ODBC, psycopg, ADBC) and DuckDB on Parquet; from its Figure 10, Spark, Dask and Ray "
+        "reading (and Spark writing) a taxi table through quiver's connectors, against "
+        "Spark's JDBC reader and writer with PostgreSQL and each engine on local Parquet.",
         "",
         f"- **Run**: {mode} mode, {run['date']}, {run['reps']} repetitions per measurement"
         f"{_headline_reps_text(run)} (median and min–max shown){_warm_up_text(run)}; "
