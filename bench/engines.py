@@ -353,8 +353,9 @@ class EngineClient:
         """Read ``source`` and aggregate it; return the seconds and the result's summary.
 
         ``source`` has ``kind`` (:data:`QUIVER`, :data:`POSTGRESQL`, :data:`PARQUET`,
-        :data:`SPARK_CACHE`) and, for quiver, ``table``; for PostgreSQL, ``partitions``
-        (1: Spark's default single-connection read).
+        :data:`SPARK_CACHE`) and, for quiver, ``table`` and ``transport`` (the connector's
+        ``"auto"`` by default, or ``"grpc"``); for PostgreSQL, ``partitions`` (1: Spark's
+        default single-connection read).
         """
         with _the_cause():
             started = time.perf_counter()
@@ -378,6 +379,7 @@ class EngineClient:
             return (
                 self.spark.read.format("quiver")
                 .option("uri", self.config.quiver_uri)
+                .option("transport", source.get("transport", "auto"))
                 .load(source["table"])
             )
         if kind == PARQUET:
@@ -410,7 +412,9 @@ class EngineClient:
     def _dask_frame(self, source: dict[str, Any]) -> Any:
         kind = source["kind"]
         if kind == QUIVER:
-            return self._need_connector().read_table(self.config.quiver_uri, source["table"])
+            return self._need_connector().read_table(
+                self.config.quiver_uri, source["table"], transport=source.get("transport", "auto")
+            )
         if kind == PARQUET:
             import dask.dataframe as dd
 
@@ -420,7 +424,9 @@ class EngineClient:
     def _ray_dataset(self, source: dict[str, Any]) -> Any:
         kind = source["kind"]
         if kind == QUIVER:
-            return self._need_connector().read_table(self.config.quiver_uri, source["table"])
+            return self._need_connector().read_table(
+                self.config.quiver_uri, source["table"], transport=source.get("transport", "auto")
+            )
         if kind == PARQUET:
             import ray.data
 
@@ -460,6 +466,7 @@ class EngineClient:
             (
                 frame.write.format("quiver")
                 .option("uri", self.config.quiver_uri)
+                .option("transport", sink.get("transport", "auto"))
                 .mode("overwrite")
                 .save(sink["table"])
             )

@@ -33,6 +33,7 @@ from .results import (
     QUIVER,
     QUIVER_1_WORKER,
     QUIVER_2_WORKERS,
+    QUIVER_GRPC,
     RAY,
     SPARK,
     SPARK_CACHE,
@@ -605,6 +606,7 @@ ENGINE_NAMES = ((SPARK, "Spark"), (DASK, "Dask"), (RAY, "Ray"))
 #: The sources and sinks in the order shown, with their colours (one endpoint, several).
 ENGINE_SOURCE_COLORS = {
     QUIVER: ("#7fb2e5", "tab:blue"),
+    QUIVER_GRPC: ("navy", "navy"),
     POSTGRESQL: ("tab:green", "#98df8a"),
     PARQUET: ("tab:purple", "tab:purple"),
     SPARK_CACHE: ("tab:gray", "tab:gray"),
@@ -626,10 +628,11 @@ def engine_peers(rows: list[Row], engine: str, op: str) -> list[tuple[str, int]]
 
 def engine_peer_label(server: str, endpoints: int, op: str = "read") -> str:
     """Name a source or sink of the engines suite: ``quiver, 4 endpoints``..."""
-    if server == QUIVER:
+    if server in (QUIVER, QUIVER_GRPC):
+        grpc = ", gRPC" if server == QUIVER_GRPC else ""
         if op == "write":
-            return "quiver"
-        return f"quiver, {endpoints} endpoint{'s' if endpoints != 1 else ''}"
+            return f"quiver{grpc}"
+        return f"quiver, {endpoints} endpoint{'s' if endpoints != 1 else ''}{grpc}"
     if server == POSTGRESQL:
         if op == "write":
             return "PostgreSQL, JDBC"

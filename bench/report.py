@@ -726,7 +726,11 @@ def _engines_section(
         "",
         "- quiver through the engine's connector: Spark's Python data source "
         '`spark.read.format("quiver")` (`quiver.spark`, a Spark partition per endpoint), '
-        "`quiver.dask.read_table`, `quiver.ray.read_table`;",
+        "`quiver.dask.read_table`, `quiver.ray.read_table`; with the connectors' default "
+        'transport (`"auto"`: the server is on this host, so its endpoints are read through '
+        f"shared memory, docs/shm.md) through 1 and {many} endpoints, and through {many} "
+        'with `transport="grpc"` (Flight DoGet over loopback TCP, as a server on another '
+        "host is read);",
         "- PostgreSQL through Spark's own JDBC reader (the paper's baseline; PostgreSQL JDBC "
         "driver, `fetchsize` 10,000), in its default single partition and in 2 "
         "(`partitionColumn` `PULocationID` over 1–265, `numPartitions` 2);",
@@ -738,7 +742,8 @@ def _engines_section(
         "",
         "Spark's writes write that cached DataFrame (repartitioned into "
         f"{many} partitions, `.cache()`d and counted first) with mode overwrite: to quiver "
-        '(`df.write.format("quiver")`) and through Spark\'s JDBC writer to PostgreSQL '
+        '(`df.write.format("quiver")`, default transport and gRPC) and through Spark\'s JDBC '
+        "writer to PostgreSQL "
         "(`batchsize` 10,000, `reWriteBatchedInserts=true`: multi-row INSERTs, the faster "
         "of the driver's two ways); the rows are counted in the sink after each. Ray's "
         "group-by uses the pull-based sort shuffle: the default hash shuffle starts "

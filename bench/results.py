@@ -26,6 +26,10 @@ DASK = "dask"
 RAY = "ray"
 PARQUET = "parquet"
 SPARK_CACHE = "spark-cache"
+#: quiver read or written by the connectors with ``transport="grpc"`` (Flight DoGet and DoPut
+#: over loopback TCP), where the ``quiver`` rows use their default, ``"auto"``: shared
+#: memory, the server being on this host.
+QUIVER_GRPC = "quiver-grpc"
 #: The functions suite's peers (the ``server`` column): the booster in the client's own
 #: process (one thread, and all of xgboost's threads), the XGBatch-style pyarrow Flight
 #: server, the FastAPI JSON service, and quiver serving the function with 1 and 2 workers.
@@ -57,8 +61,8 @@ class Measurement:
     server : str
         ``quiver``, ``arrow-cpp``, ``json-socket``, ``postgresql``, ``duckdb``, empty for
         ceilings; for ``functions`` the peer (``in-process``, ``quiver-1-worker``...); for
-        ``engines`` the source or sink (``quiver``, ``postgresql``, ``parquet``,
-        ``spark-cache``; empty for an engine's ``startup``).
+        ``engines`` the source or sink (``quiver``, ``quiver-grpc``, ``postgresql``,
+        ``parquet``, ``spark-cache``; empty for an engine's ``startup``).
     client : str
         ``pyarrow``, ``rust``, ``socket``; for ``sql`` the driver (``adbc-flightsql``,
         ``pyarrow-flightsql``, ``psycopg``...); for ceilings the tool that measured; for

@@ -60,6 +60,7 @@ from .results import (
     QUIVER,
     QUIVER_1_WORKER,
     QUIVER_2_WORKERS,
+    QUIVER_GRPC,
     SPARK,
     SPARK_CACHE,
     Measurement,
@@ -1398,7 +1399,7 @@ class EnginesSetup:
 
     def server_pid(self, server: str) -> int | None:
         """Return the process whose tree serves ``server`` (``None``: the engine alone)."""
-        if server == QUIVER:
+        if server in (QUIVER, QUIVER_GRPC):
             return self.quiver.pid
         if server == POSTGRESQL and self.pg is not None:
             return self.pg.process.pid
@@ -1406,12 +1407,16 @@ class EnginesSetup:
 
 
 def _engine_peers(engine: str, endpoints: int, jdbc: bool) -> list[EnginePeer]:
-    """Return ``engine``'s reads (and Spark's writes), quiver's first."""
+    """Return ``engine``'s reads (and Spark's writes), quiver's first.
+
+    quiver is read with the connectors' default transport (shared memory, on this host)
+    through 1 and N endpoints, and through N over gRPC, as a server elsewhere is.
+    """
+    many = {"kind": QUIVER, "table": engines.TRIPS_MANY}
     reads = [
         EnginePeer(engine, "read", QUIVER, 1, {"kind": QUIVER, "table": engines.TRIPS_ONE}),
-        EnginePeer(
-            engine, "read", QUIVER, endpoints, {"kind": QUIVER, "table": engines.TRIPS_MANY}
-        ),
+        EnginePeer(engine, "read", QUIVER, endpoints, many),
+        EnginePeer(engine, "read", QUIVER_GRPC, endpoints, {**many, "transport": "grpc"}),
     ]
     if engine == SPARK and jdbc:
         reads += [
@@ -1422,10 +1427,21 @@ def _engine_peers(engine: str, endpoints: int, jdbc: bool) -> list[EnginePeer]:
     if engine != SPARK:
         return reads
     reads.append(EnginePeer(SPARK, "read", SPARK_CACHE, endpoints, {"kind": SPARK_CACHE}))
+    written = {"kind": QUIVER, "table": engines.WRITTEN}
     writes = [
-        EnginePeer(SPARK, "write", sink, endpoints, {"kind": sink, "table": engines.WRITTEN})
-        for sink in ((QUIVER, POSTGRESQL) if jdbc else (QUIVER,))
+        EnginePeer(SPARK, "write", QUIVER, endpoints, written),
+        EnginePeer(SPARK, "write", QUIVER_GRPC, endpoints, {**written, "transport": "grpc"}),
     ]
+    if jdbc:
+        writes.append(
+            EnginePeer(
+                SPARK,
+                "write",
+                POSTGRESQL,
+                endpoints,
+                {"kind": POSTGRESQL, "table": engines.WRITTEN},
+            )
+        )
     return reads + writes
 
 
@@ -1594,7 +1610,7 @@ def _measure_engine(run: Run, engine: str, setup: EnginesSetup) -> None:
                 f"FAILED: engines: {engine} through quiver not measured: "
                 f"{engines.CONNECTORS[engine]} could not be loaded: {broken[:300]}"
             )
-            peers = [p for p in peers if p.server != QUIVER]
+            peers = [p for p in peers if p.server not in (QUIVER, QUIVER_GRPC)]
         ready: list[tuple[EnginePeer, int | None]] = []
         for peer in peers:
             with run.attempt(f"engines: {peer.label}, untimed"):
@@ -1660,7 +1676,7 @@ def _engine_round(
 def _written_rows(setup: EnginesSetup, peer: EnginePeer) -> int:
     """Count the rows a write left in its sink."""
     name = peer.spec["table"]
-    if peer.server == QUIVER:
+    if peer.server in (QUIVER, QUIVER_GRPC):
         import quiver
 
         client = quiver.connect(setup.quiver.uri)

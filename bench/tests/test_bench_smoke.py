@@ -47,6 +47,7 @@ from bench.results import (
     QUIVER,
     QUIVER_1_WORKER,
     QUIVER_2_WORKERS,
+    QUIVER_GRPC,
     RAY,
     SPARK,
     SPARK_CACHE,
@@ -668,7 +669,8 @@ def test_each_engine_read_quiver_through_1_and_n_endpoints_and_parquet(engines_r
     plan = plan_for("smoke", GIB)
     n = plan.engines_endpoints
     reads = _engine_rows(engines_run, engine, "read")
-    assert {(QUIVER, 1), (QUIVER, n), (PARQUET, n)} <= set(reads), sorted(reads)
+    want = {(QUIVER, 1), (QUIVER, n), (QUIVER_GRPC, n), (PARQUET, n)}
+    assert want <= set(reads), sorted(reads)
     for peer, found in reads.items():
         assert len(found) == plan.reps, peer
         for row in found:
@@ -677,7 +679,8 @@ def test_each_engine_read_quiver_through_1_and_n_endpoints_and_parquet(engines_r
     # The engine's CPU for every read; the server's for quiver's.
     cpu = _engine_rows(engines_run, engine, "read_cpu_engine")
     assert set(cpu) == set(reads)
-    assert {(QUIVER, 1), (QUIVER, n)} <= set(_engine_rows(engines_run, engine, "read_cpu_server"))
+    served = set(_engine_rows(engines_run, engine, "read_cpu_server"))
+    assert {(QUIVER, 1), (QUIVER, n), (QUIVER_GRPC, n)} <= served
     startup = [r for r in engines_run["rows"] if (r["client"], r["op"]) == (engine, "startup")]
     assert len(startup) == 1 and float(startup[0]["seconds"]) > 0
     if engine in (SPARK, DASK):
@@ -698,7 +701,7 @@ def test_spark_read_and_wrote_postgresql_through_jdbc(engines_run):
     assert {(POSTGRESQL, 1), (POSTGRESQL, 2), (SPARK_CACHE, n)} <= set(reads), sorted(reads)
     assert {int(r["streams"]) for r in reads[(POSTGRESQL, 2)]} == {2}
     writes = _engine_rows(engines_run, SPARK, "write")
-    assert set(writes) == {(QUIVER, n), (POSTGRESQL, n)}, sorted(writes)
+    assert set(writes) == {(QUIVER, n), (QUIVER_GRPC, n), (POSTGRESQL, n)}, sorted(writes)
     for sink in writes:
         assert sink in _engine_rows(engines_run, SPARK, "write_cpu_server"), sink
     loads = {r["server"] for r in engines_run["rows"] if r["op"] == "load"}
