@@ -192,13 +192,21 @@ def read_table(
     source = QuiverDatasource(
         splits.as_connection(uri, **connect_kwargs), table, columns=columns, filters=filters
     )
-    return ray.data.read_datasource(source)
+    return _read(source)
 
 
 def read_sql(uri: str | Connection, query: str, **connect_kwargs: Any) -> ray.data.Dataset:
     """Run SQL ``query`` and read its result as a Ray Dataset, one read task per endpoint."""
     source = QuiverDatasource(splits.as_connection(uri, **connect_kwargs), query=query)
-    return ray.data.read_datasource(source)
+    return _read(source)
+
+
+def _read(source: QuiverDatasource) -> ray.data.Dataset:
+    # One block per split: left to itself, Ray cuts each split's table into blocks of
+    # its target size (dozens per split), and every operator after the read pays for
+    # each block.
+    blocks = None if source._plan is None else max(1, len(source._plan.splits))
+    return ray.data.read_datasource(source, override_num_blocks=blocks)
 
 
 def write_table(

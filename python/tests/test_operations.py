@@ -228,6 +228,23 @@ def test_health_watch_sees_not_serving_at_shutdown_and_ends(
     assert time.monotonic() - started < 20
 
 
+def write_rows(fifo: Path, text: str, attempts: int = 5) -> None:
+    """Write ``text`` into ``fifo`` for a reader that may open and close it more than once.
+
+    Registering a CSV table can open the file to look at it, close it, and open
+    it again to read it: a write that met only the first opening fails with
+    EPIPE, and is sent again to the next one.
+    """
+    for attempt in range(attempts):
+        try:
+            with open(fifo, "w") as rows:
+                rows.write(text)
+            return
+        except BrokenPipeError:
+            if attempt == attempts - 1:
+                raise
+
+
 def test_not_serving_while_starting(
     start_quiver: ServerFactory, tmp_path: Path, channel_of
 ) -> None:
@@ -271,8 +288,7 @@ def test_not_serving_while_starting(
         lister.join(0.5)
         assert lister.is_alive() and not listed, "a Flight RPC went through while starting"
         assert stub.Check(check, timeout=10).status == NOT_SERVING
-        with open(fifo, "w") as rows:
-            rows.write("a,b\n1,2\n")
+        write_rows(fifo, "a,b\n1,2\n")
         lister.join(20)
         assert listed == [[]]
         deadline = time.monotonic() + 20
