@@ -411,6 +411,20 @@ impl SqlEngine {
         self.limited(&state, physical)
     }
 
+    /// `base` with one partition (a plan over one stream or partition reads
+    /// it in order, without repartitioning) and no tables: its catalog list
+    /// is empty until the caller registers one.
+    pub(crate) fn one_partition_state(&self, base: SessionState) -> SessionState {
+        let mut config = base.config().clone().with_target_partitions(1);
+        config.options_mut().execution.coalesce_batches = true;
+        SessionStateBuilder::new_from_existing(base)
+            .with_config(config)
+            .with_catalog_list(Arc::new(
+                datafusion::catalog::MemoryCatalogProviderList::new(),
+            ))
+            .build()
+    }
+
     /// `physical`, planned in `state`, ready to run with the per-query memory
     /// limit and timeout.
     pub(crate) fn limited(

@@ -15,6 +15,7 @@ mod blocking;
 mod catalog;
 mod engine;
 mod error;
+mod filter;
 pub mod metrics;
 mod params;
 mod query;

@@ -15,7 +15,7 @@ use arrow::record_batch::RecordBatch;
 use datafusion::catalog::streaming::StreamingTable;
 use datafusion::catalog::{CatalogProvider, MemoryCatalogProvider, MemorySchemaProvider};
 use datafusion::error::DataFusionError;
-use datafusion::execution::{SendableRecordBatchStream, SessionStateBuilder, TaskContext};
+use datafusion::execution::{SendableRecordBatchStream, TaskContext};
 use datafusion::physical_plan::ExecutionPlanProperties;
 use datafusion::physical_plan::coalesce_partitions::CoalescePartitionsExec;
 use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
@@ -124,15 +124,7 @@ impl SqlEngine {
         // The engine's settings and functions; its own catalog of stored
         // tables replaced by one holding `input` alone; one partition, so the
         // stream is read in order by one scan.
-        let base = self.context().state();
-        let mut config = base.config().clone().with_target_partitions(1);
-        config.options_mut().execution.coalesce_batches = true;
-        let state = SessionStateBuilder::new_from_existing(base)
-            .with_config(config)
-            .with_catalog_list(Arc::new(
-                datafusion::catalog::MemoryCatalogProviderList::new(),
-            ))
-            .build();
+        let state = self.one_partition_state(self.context().state());
         let context = SessionContext::new_with_state(state);
         context.register_catalog(CATALOG, Arc::new(catalog));
         let sql = number_placeholders(sql);
