@@ -131,6 +131,8 @@ impl QuiverService {
                 version: Some(table.version()),
                 partition,
                 partitions,
+                columns: None,
+                filter: None,
             };
             FlightEndpoint::new()
                 .with_ticket(Ticket::new(ticket.encode()))
@@ -323,7 +325,7 @@ impl QuiverService {
     /// stream is read. A table ticket's stream holds the version it reads (its
     /// memory stays charged) and checks a pinned version; a Flight SQL ticket
     /// runs its part of a query.
-    pub(crate) fn open_ticket(
+    pub(crate) async fn open_ticket(
         &self,
         ticket: &[u8],
         log: &mut RpcLog,
@@ -354,11 +356,40 @@ impl QuiverService {
         }
         let batches = table.partition(ticket.partition, ticket.partitions)?;
         let schema = Arc::clone(table.schema());
-        let batches = stream::iter(batches).map(move |batch| {
+        if !ticket.pushes_down() {
+            let batches = stream::iter(batches).map(move |batch| {
+                let _reading = &table;
+                Ok(batch)
+            });
+            return Ok((schema, batches.boxed()));
+        }
+        log_pushdown(&ticket);
+        let columns = match &ticket.columns {
+            Some(names) => names
+                .iter()
+                .map(|name| column_index(&schema, &ticket.table, name))
+                .collect::<Result<Vec<_>>>()?,
+            None => (0..schema.fields().len()).collect(),
+        };
+        let projected = Arc::new(schema.project(&columns)?);
+        let batches = match &ticket.filter {
+            // Column selection alone: the stored batches' columns, zero-copy.
+            None => stream::iter(batches)
+                .map(move |batch| Ok(batch.project(&columns)?))
+                .boxed(),
+            Some(filter) => self
+                .sql_engine()
+                .filter_batches(&schema, batches, filter, &columns)
+                .await?
+                .map(|batch| batch.map_err(Error::from))
+                .boxed(),
+        };
+        // The stream holds the version it reads, as an unfiltered one does.
+        let batches = batches.map(move |batch| {
             let _reading = &table;
-            Ok(batch)
+            batch
         });
-        Ok((schema, batches.boxed()))
+        Ok((projected, batches.boxed()))
     }
 
     /// Stores a DoPut stream (or hands a Flight SQL command to the SQL side).
@@ -419,6 +450,51 @@ impl QuiverService {
         Ok(PutResult {
             app_metadata: metadata.to_string().into(),
         })
+    }
+}
+
+/// Longest column list or filter text a pushdown's log line shows.
+const MAX_LOGGED_PUSHDOWN: usize = 2000;
+
+/// The index of the column `name` in `schema`, the schema of `table`.
+fn column_index(schema: &SchemaRef, table: &str, name: &str) -> Result<usize> {
+    schema.index_of(name).map_err(|_| {
+        let names: Vec<&str> = schema.fields().iter().map(|f| f.name().as_str()).collect();
+        Error::invalid(format!(
+            "ticket column \"{name}\" is not a column of table '{table}' (its columns: {})",
+            names.join(", ")
+        ))
+    })
+}
+
+/// One line per DoGet that selects columns or filters rows: what was pushed
+/// down, each part cut to [`MAX_LOGGED_PUSHDOWN`] characters.
+fn log_pushdown(ticket: &TableTicket) {
+    let columns = match &ticket.columns {
+        Some(names) => serde_json::to_string(names).unwrap_or_default(),
+        None => "*".to_string(),
+    };
+    let filter = ticket.filter.as_deref().unwrap_or_default();
+    let version = match ticket.version {
+        Some(version) => version.to_string(),
+        None => "current".to_string(),
+    };
+    tracing::info!(
+        table = %ticket.table,
+        %version,
+        partition = ticket.partition,
+        partitions = ticket.partitions,
+        columns = %cut(&columns, MAX_LOGGED_PUSHDOWN),
+        filter = ?cut(filter, MAX_LOGGED_PUSHDOWN),
+        "DoGet pushdown"
+    );
+}
+
+/// `text`'s first `max` characters, and `…` if there were more.
+fn cut(text: &str, max: usize) -> std::borrow::Cow<'_, str> {
+    match text.char_indices().nth(max) {
+        Some((end, _)) => format!("{}…", &text[..end]).into(),
+        None => text.into(),
     }
 }
 
@@ -548,7 +624,7 @@ impl FlightService for QuiverService {
         request: Request<Ticket>,
     ) -> Result<Response<Self::DoGetStream>, Status> {
         handle("DoGet", |mut log| async move {
-            let opened = self.open_ticket(&request.get_ref().ticket, &mut log);
+            let opened = self.open_ticket(&request.get_ref().ticket, &mut log).await;
             let (schema, batches) = log.outcome(opened.map_err(Status::from))?;
             // Rows and bytes are logged as they go; the log moves into the
             // stream, and its line is written when the stream ends or the

@@ -10,6 +10,13 @@
 //!
 //! A table name never starts with a NUL (names have no control characters), so
 //! the two forms cannot be confused.
+//!
+//! A client may add two keys to an issued ticket before its DoGet (connectors
+//! push column selection and filters to the server this way): `"c"`, the
+//! columns to return in that order, and `"f"`, a SQL boolean expression over
+//! the table's columns that the rows must satisfy. Such a ticket reads the
+//! same rows of the same pinned version, filtered, then projected. Any other
+//! key is refused.
 
 use bytes::Bytes;
 use serde::{Deserialize, Serialize};
@@ -21,6 +28,7 @@ pub const TICKET_PREFIX: &[u8] = b"\0quiver-ticket-v1:";
 
 /// A decoded ticket.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct TableTicket {
     /// The table.
     #[serde(rename = "t")]
@@ -34,6 +42,16 @@ pub struct TableTicket {
     /// How many partitions the table was split into (1: the whole table).
     #[serde(rename = "n", default = "one")]
     pub partitions: usize,
+    /// The columns to return, by name as stored, in this order (may be
+    /// empty: batches of no columns that keep their row counts); `None`:
+    /// every column.
+    #[serde(rename = "c", default, skip_serializing_if = "Option::is_none")]
+    pub columns: Option<Vec<String>>,
+    /// A SQL boolean expression over the table's columns; rows for which it
+    /// is not TRUE are left out. Applied before `columns`, so it may use
+    /// columns not returned.
+    #[serde(rename = "f", default, skip_serializing_if = "Option::is_none")]
+    pub filter: Option<String>,
 }
 
 fn one() -> usize {
@@ -48,7 +66,14 @@ impl TableTicket {
             version: None,
             partition: 0,
             partitions: 1,
+            columns: None,
+            filter: None,
         }
+    }
+
+    /// Whether the ticket selects columns or filters rows.
+    pub fn pushes_down(&self) -> bool {
+        self.columns.is_some() || self.filter.is_some()
     }
 
     /// The ticket's bytes.
@@ -77,6 +102,23 @@ impl TableTicket {
                 ticket.partition, ticket.partitions
             )));
         }
+        if let Some(columns) = &ticket.columns {
+            let mut seen = std::collections::HashSet::with_capacity(columns.len());
+            if let Some(twice) = columns.iter().find(|c| !seen.insert(c.as_str())) {
+                return Err(Error::invalid(format!(
+                    "ticket column \"{twice}\" is listed twice in \"c\""
+                )));
+            }
+        }
+        if ticket
+            .filter
+            .as_deref()
+            .is_some_and(|f| f.trim().is_empty())
+        {
+            return Err(Error::invalid(
+                "ticket filter \"f\" is empty: leave the key out to read every row",
+            ));
+        }
         Ok(ticket)
     }
 }
@@ -92,8 +134,82 @@ mod tests {
             version: Some(7),
             partition: 2,
             partitions: 4,
+            columns: None,
+            filter: None,
         };
         assert_eq!(TableTicket::decode(&t.encode()).unwrap(), t);
+        let pushed = TableTicket {
+            columns: Some(vec!["fare".into(), "taxi id".into()]),
+            filter: Some(r#""fare" > 10 AND vendor IN ('a', 'b')"#.into()),
+            ..t
+        };
+        assert_eq!(TableTicket::decode(&pushed.encode()).unwrap(), pushed);
+    }
+
+    /// The JSON of a ticket's bytes.
+    fn json_of(ticket: &[u8]) -> serde_json::Value {
+        serde_json::from_slice(ticket.strip_prefix(TICKET_PREFIX).expect("prefixed")).unwrap()
+    }
+
+    /// A ticket's bytes from its JSON.
+    fn ticket_of(json: &serde_json::Value) -> Vec<u8> {
+        let mut out = TICKET_PREFIX.to_vec();
+        out.extend_from_slice(json.to_string().as_bytes());
+        out
+    }
+
+    #[test]
+    fn issued_tickets_carry_no_pushdown_keys() {
+        let mut t = TableTicket::whole("trips");
+        t.version = Some(3);
+        assert_eq!(
+            json_of(&t.encode()),
+            serde_json::json!({"t": "trips", "v": 3, "p": 0, "n": 1})
+        );
+        assert!(!t.pushes_down());
+    }
+
+    #[test]
+    fn a_client_adds_columns_and_a_filter_to_an_issued_ticket() {
+        let mut t = TableTicket::whole("trips");
+        t.version = Some(3);
+        let mut json = json_of(&t.encode());
+        json["c"] = serde_json::json!(["b", "a"]);
+        json["f"] = serde_json::json!("a > 1");
+        let got = TableTicket::decode(&ticket_of(&json)).unwrap();
+        assert_eq!(got.version, Some(3));
+        assert_eq!(got.columns, Some(vec!["b".to_string(), "a".to_string()]));
+        assert_eq!(got.filter.as_deref(), Some("a > 1"));
+        assert!(got.pushes_down());
+        // No columns at all: rows counted, nothing else.
+        json["c"] = serde_json::json!([]);
+        let got = TableTicket::decode(&ticket_of(&json)).unwrap();
+        assert_eq!(got.columns, Some(vec![]));
+    }
+
+    #[test]
+    fn refuses_bad_pushdown_keys() {
+        let base = serde_json::json!({"t": "trips", "v": 3, "p": 0, "n": 1});
+        let with = |key: &str, value: serde_json::Value| {
+            let mut json = base.clone();
+            json[key] = value;
+            TableTicket::decode(&ticket_of(&json))
+                .unwrap_err()
+                .to_string()
+        };
+        let e = with("c", serde_json::json!(["a", "b", "a"]));
+        assert!(e.contains("\"a\" is listed twice"), "{e}");
+        let e = with("c", serde_json::json!("a"));
+        assert!(e.contains("malformed quiver ticket"), "{e}");
+        let e = with("c", serde_json::json!([1]));
+        assert!(e.contains("malformed quiver ticket"), "{e}");
+        let e = with("f", serde_json::json!(" "));
+        assert!(e.contains("empty"), "{e}");
+        let e = with("f", serde_json::json!(true));
+        assert!(e.contains("malformed quiver ticket"), "{e}");
+        // Unknown keys stay an error: a ticket never means more than it says.
+        let e = with("limit", serde_json::json!(10));
+        assert!(e.contains("unknown field `limit`"), "{e}");
     }
 
     #[test]

@@ -83,7 +83,7 @@ async fn prepare(
         service.large_flight_data_size(),
     );
     let ticket = read_ticket(request.into_body()).await?;
-    let (schema, batches) = service.open_ticket(&ticket.ticket, log)?;
+    let (schema, batches) = service.open_ticket(&ticket.ticket, log).await?;
     let encoder = FlightMessageEncoder::try_new(&schema, max_message_bytes)
         .map_err(|e| Error::Internal(format!("cannot encode the schema: {e}")))?;
     Ok((schema, batches, encoder))
