@@ -6,6 +6,17 @@ use std::time::Instant;
 use futures::stream;
 use futures::{Stream, StreamExt};
 
+/// Longest text (a SQL statement, a pushed-down filter) a log line shows.
+pub(crate) const MAX_LOGGED_TEXT: usize = 2000;
+
+/// The first `max` characters of `text`, with `…` if that is not all of it.
+pub(crate) fn truncated(text: &str, max: usize) -> std::borrow::Cow<'_, str> {
+    match text.char_indices().nth(max) {
+        None => text.into(),
+        Some((cut, _)) => format!("{}…", &text[..cut]).into(),
+    }
+}
+
 /// Collects what an RPC did and logs it once, when dropped (for streaming
 /// responses: when the stream ends or the client goes away).
 #[derive(Debug)]
@@ -158,34 +169,24 @@ impl Drop for RpcLog {
 
 #[cfg(test)]
 mod tests {
-    use std::io::Write;
-    use std::sync::{Arc, Mutex};
-
     use super::*;
-
-    #[derive(Clone, Default)]
-    struct Lines(Arc<Mutex<Vec<u8>>>);
-
-    impl Write for Lines {
-        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-            self.0.lock().unwrap().extend_from_slice(buf);
-            Ok(buf.len())
-        }
-        fn flush(&mut self) -> std::io::Result<()> {
-            Ok(())
-        }
-    }
 
     /// Runs `f` and returns what it logged.
     fn logged_by(f: impl FnOnce()) -> String {
         let lines = Lines::default();
-        let writer = lines.clone();
-        let subscriber = tracing_subscriber::fmt()
-            .with_writer(move || writer.clone())
-            .with_ansi(false)
-            .finish();
-        tracing::subscriber::with_default(subscriber, f);
-        String::from_utf8(lines.0.lock().unwrap().clone()).unwrap()
+        tracing::subscriber::with_default(lines.subscriber(), f);
+        lines.text()
+    }
+
+    #[test]
+    fn long_text_is_cut_at_a_character() {
+        assert_eq!(truncated("SELECT 1", MAX_LOGGED_TEXT), "SELECT 1");
+        let exact = "x".repeat(MAX_LOGGED_TEXT);
+        assert_eq!(truncated(&exact, MAX_LOGGED_TEXT), exact);
+        let long = "é".repeat(MAX_LOGGED_TEXT + 1);
+        let cut = truncated(&long, MAX_LOGGED_TEXT);
+        assert_eq!(cut.chars().count(), MAX_LOGGED_TEXT + 1);
+        assert!(cut.ends_with("é…"), "{cut}");
     }
 
     fn counted(
@@ -228,5 +229,38 @@ mod tests {
         });
         assert!(out.contains("failed") && out.contains("broken"), "{out}");
         assert!(!out.contains("cancelled"), "{out}");
+    }
+}
+
+/// What tests log, captured (`tracing_subscriber`'s plain format, no colours).
+#[cfg(test)]
+#[derive(Clone, Default)]
+pub(crate) struct Lines(std::sync::Arc<std::sync::Mutex<Vec<u8>>>);
+
+#[cfg(test)]
+impl Lines {
+    /// A subscriber that writes into these lines.
+    pub(crate) fn subscriber(&self) -> impl tracing::Subscriber + Send + Sync + 'static {
+        let writer = self.clone();
+        tracing_subscriber::fmt()
+            .with_writer(move || writer.clone())
+            .with_ansi(false)
+            .finish()
+    }
+
+    /// Everything logged so far.
+    pub(crate) fn text(&self) -> String {
+        String::from_utf8(self.0.lock().unwrap().clone()).unwrap()
+    }
+}
+
+#[cfg(test)]
+impl std::io::Write for Lines {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(buf);
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
     }
 }

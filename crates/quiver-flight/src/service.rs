@@ -28,7 +28,7 @@ use crate::auth::{Caller, Role};
 use crate::body_watch::BodyOutcome;
 use crate::error::inbound_status;
 use crate::request::{ActionKind, ActionRequest, Described, ShmPut, Ticketed};
-use crate::rpc_log::{RpcLog, handle, logged};
+use crate::rpc_log::{MAX_LOGGED_TEXT, RpcLog, handle, logged, truncated};
 use crate::sql::{Batches, FlightSql};
 use crate::ticket::TableTicket;
 use crate::wire::body_pool::BodyPool;
@@ -453,9 +453,6 @@ impl QuiverService {
     }
 }
 
-/// Longest column list or filter text a pushdown's log line shows.
-const MAX_LOGGED_PUSHDOWN: usize = 2000;
-
 /// The index of the column `name` in `schema`, the schema of `table`.
 fn column_index(schema: &SchemaRef, table: &str, name: &str) -> Result<usize> {
     schema.index_of(name).map_err(|_| {
@@ -468,7 +465,7 @@ fn column_index(schema: &SchemaRef, table: &str, name: &str) -> Result<usize> {
 }
 
 /// One line per DoGet that selects columns or filters rows: what was pushed
-/// down, each part cut to [`MAX_LOGGED_PUSHDOWN`] characters.
+/// down, each part cut to [`MAX_LOGGED_TEXT`] characters.
 fn log_pushdown(ticket: &TableTicket) {
     let columns = match &ticket.columns {
         Some(names) => serde_json::to_string(names).unwrap_or_default(),
@@ -484,18 +481,10 @@ fn log_pushdown(ticket: &TableTicket) {
         %version,
         partition = ticket.partition,
         partitions = ticket.partitions,
-        columns = %cut(&columns, MAX_LOGGED_PUSHDOWN),
-        filter = ?cut(filter, MAX_LOGGED_PUSHDOWN),
+        columns = %truncated(&columns, MAX_LOGGED_TEXT),
+        filter = ?truncated(filter, MAX_LOGGED_TEXT),
         "DoGet pushdown"
     );
-}
-
-/// `text`'s first `max` characters, and `…` if there were more.
-fn cut(text: &str, max: usize) -> std::borrow::Cow<'_, str> {
-    match text.char_indices().nth(max) {
-        Some((end, _)) => format!("{}…", &text[..end]).into(),
-        None => text.into(),
-    }
 }
 
 #[tonic::async_trait]

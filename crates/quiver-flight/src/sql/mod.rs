@@ -41,7 +41,7 @@ use quiver_store::{StoreError, TableStore, WriteMode};
 use crate::auth::{Caller, Role};
 use crate::body_watch::BodyOutcome;
 use crate::request::SqlAction;
-use crate::rpc_log::RpcLog;
+use crate::rpc_log::{MAX_LOGGED_TEXT, RpcLog, truncated};
 use crate::wire::decode::PutDecoder;
 use crate::{Error, Result};
 use handles::{Results, Statements};
@@ -51,9 +51,6 @@ const TYPE_URL_PREFIX: &str = "type.googleapis.com/arrow.flight.protocol.sql.";
 
 /// Most bytes of parameters bound to a prepared statement at once.
 const MAX_PARAMETER_BYTES: usize = 64 << 20;
-
-/// Most characters of a statement's text put in the log.
-const MAX_LOGGED_SQL: usize = 2000;
 
 /// Batches of a DoGet, produced as they are read.
 pub(crate) type Batches = BoxStream<'static, Result<RecordBatch>>;
@@ -242,14 +239,14 @@ impl FlightSql {
     /// Runs `sql` (planning a query, running anything else), logging its
     /// text first: the one place a Flight SQL statement is logged, so that the
     /// server's log says which SQL ran (`sql` field, at most
-    /// [`MAX_LOGGED_SQL`] characters).
+    /// [`MAX_LOGGED_TEXT`] characters).
     async fn run(
         &self,
         sql: &str,
         parameters: Option<quiver_sql::ParamValues>,
         allowed: quiver_sql::Effect,
     ) -> Result<Outcome> {
-        let text = truncated(sql, MAX_LOGGED_SQL);
+        let text = truncated(sql, MAX_LOGGED_TEXT);
         tracing::info!(sql = &*text, "sql statement");
         Ok(self.engine.run_allowed(sql, parameters, allowed).await?)
     }
@@ -549,14 +546,6 @@ impl FlightSql {
     }
 }
 
-/// The first `max` characters of `text`, with `…` if that is not all of it.
-fn truncated(text: &str, max: usize) -> std::borrow::Cow<'_, str> {
-    match text.char_indices().nth(max) {
-        None => text.into(),
-        Some((cut, _)) => format!("{}…", &text[..cut]).into(),
-    }
-}
-
 fn rows_i64(rows: u64) -> i64 {
     i64::try_from(rows).unwrap_or(i64::MAX)
 }
@@ -590,12 +579,10 @@ async fn parameters(
 
 #[cfg(test)]
 mod tests {
-    use std::io::Write;
-    use std::sync::Mutex;
-
     use quiver_sql::{Effect, EngineOptions};
 
     use super::*;
+    use crate::rpc_log::Lines;
 
     fn flight_sql(location: &str) -> FlightSql {
         let store = Arc::new(TableStore::new(1 << 20));
@@ -623,45 +610,16 @@ mod tests {
         }
     }
 
-    #[test]
-    fn long_statements_are_cut_at_a_character() {
-        assert_eq!(truncated("SELECT 1", MAX_LOGGED_SQL), "SELECT 1");
-        let exact = "x".repeat(MAX_LOGGED_SQL);
-        assert_eq!(truncated(&exact, MAX_LOGGED_SQL), exact);
-        let long = "é".repeat(MAX_LOGGED_SQL + 1);
-        let cut = truncated(&long, MAX_LOGGED_SQL);
-        assert_eq!(cut.chars().count(), MAX_LOGGED_SQL + 1);
-        assert!(cut.ends_with("é…"), "{cut}");
-    }
-
-    #[derive(Clone, Default)]
-    struct Lines(Arc<Mutex<Vec<u8>>>);
-
-    impl Write for Lines {
-        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-            self.0.lock().unwrap().extend_from_slice(buf);
-            Ok(buf.len())
-        }
-        fn flush(&mut self) -> std::io::Result<()> {
-            Ok(())
-        }
-    }
-
     #[tokio::test]
     async fn a_statement_run_is_logged_on_one_line_with_its_text() {
         let lines = Lines::default();
-        let writer = lines.clone();
-        let subscriber = tracing_subscriber::fmt()
-            .with_writer(move || writer.clone())
-            .with_ansi(false)
-            .finish();
-        let _logging = tracing::subscriber::set_default(subscriber);
+        let _logging = tracing::subscriber::set_default(lines.subscriber());
         let sql = flight_sql("grpc+tcp://203.0.113.7:8815");
         let statement = "SELECT 1 AS one\nWHERE 2 > 1";
         sql.run(statement, None, Effect::Read).await.unwrap();
         // A statement that does not plan is logged too: the log says what ran.
         assert!(sql.run("SELEC nonsense", None, Effect::Read).await.is_err());
-        let out = String::from_utf8(lines.0.lock().unwrap().clone()).unwrap();
+        let out = lines.text();
         let logged: Vec<&str> = out.lines().collect();
         assert_eq!(logged.len(), 2, "{out}");
         assert!(logged[0].contains("INFO"), "{out}");
