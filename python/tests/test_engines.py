@@ -7,12 +7,14 @@ shut down at its end. The servers are fresh per test.
 
 from __future__ import annotations
 
+import datetime
 import os
 import sys
 from collections.abc import Iterator
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 import pytest
 
 import quiver
@@ -96,6 +98,25 @@ def test_spark_pushes_filters_and_columns_to_the_server(
     log = server.log()
     assert "DoGet pushdown" in log, log[-3000:]
     assert 'id\\" >= 1500' in log and 'fare\\" < 1000' in log, log[-3000:]
+
+
+def test_spark_pushes_timestamp_filters_as_instants(
+    spark: Any, client: quiver.Client, uri: str, server: Server
+) -> None:
+    # 18:00 in New York is 23:00 UTC: the pushed filter must compare instants,
+    # whatever the session's zone and the column's (Europe/Paris here).
+    table = mixed_table(10_000)
+    client.put("trips", table, partitions=2)
+    spark.conf.set("spark.sql.session.timeZone", "America/New_York")
+    try:
+        df = spark.read.format("quiver").option("uri", uri).load("trips")
+        count = df.where("at < timestamp'2023-11-14 18:00:00'").count()
+    finally:
+        spark.conf.set("spark.sql.session.timeZone", "UTC")
+    cut = pa.scalar(datetime.datetime(2023, 11, 14, 23, 0), pa.timestamp("us", "UTC"))
+    want = pc.sum(pc.less(table["at"].cast(pa.timestamp("us", "UTC")), cut)).as_py()
+    assert count == want == 2800
+    assert "DoGet pushdown" in server.log() and "2023-11-14T23:00:00Z" in server.log()
 
 
 def test_spark_reads_a_query(spark: Any, client: quiver.Client, uri: str) -> None:
