@@ -29,7 +29,7 @@ from quiver.errors import (
     TableNotFoundError,
     VersionConflictError,
 )
-from server_process import Server, start_server
+from server_process import Server, ServerFactory, start_server
 
 
 @pytest.fixture
@@ -58,6 +58,31 @@ def test_a_table_plans_one_split_per_endpoint_and_reads_back_whole(
     # Plans travel to other processes: they pickle, and the copy reads the same rows.
     copy = pickle.loads(pickle.dumps(plan))
     assert read_all(copy).equals(stored)
+
+
+def test_a_split_on_this_host_is_read_through_shared_memory(
+    uri: str, stored: pa.Table, start_quiver: ServerFactory
+) -> None:
+    shm = splits.Connection(uri, transport="shm")
+    plan = splits.plan_read(shm, "trips", columns=["vendor", "id"])
+    parts = [pa.Table.from_batches(list(splits.read_split(plan, s))) for s in plan.splits]
+    assert pa.concat_tables(parts).equals(stored.select(["vendor", "id"]))
+    # Zero-copy: every split's buffers lie in a mapping of the server's memfd.
+    spans = [
+        tuple(int(x, 16) for x in line.split()[0].split("-"))
+        for line in Path("/proc/self/maps").read_text().splitlines()
+        if "memfd:" in line
+    ]
+    for part in parts:
+        address = part["id"].chunks[0].buffers()[1].address
+        assert any(lo <= address < hi for lo, hi in spans), "a split was copied"
+    # A server without the shared-memory socket: "shm" refuses, "auto" uses gRPC.
+    other = start_quiver("--shm-socket", "off")
+    with quiver.connect(other.uri) as c:
+        c.put("trips", stored, partitions=4)
+    with pytest.raises(quiver.QuiverError):
+        splits.plan_read(splits.Connection(other.uri, transport="shm"), "trips").read()
+    assert splits.plan_read(other.uri, "trips").read().equals(stored)
 
 
 def test_a_table_split_can_be_read_again(uri: str, stored: pa.Table) -> None:
