@@ -163,8 +163,9 @@ class Connection:
             username=self.username,
             password=self.password,
             token=self.token,
-            # A split moves by shared memory through read_split's own path.
-            transport="grpc" if self.transport == "auto" else self.transport,
+            # "auto": a write job's in-memory rows go through shared memory when
+            # the server is on this host (reads take read_split's own path).
+            transport=self.transport,
             **kwargs,
         )
 
@@ -442,7 +443,13 @@ def _partition_rows(pinned: dict[str, Any], total_rows: int) -> int | None:
     p, n = pinned.get("p"), pinned.get("n")
     if not isinstance(p, int) or not isinstance(n, int) or n < 1 or total_rows < 0:
         return None
-    return (p + 1) * total_rows // n - p * total_rows // n
+    return _partition_slice(p, n, total_rows)[1]
+
+
+def _partition_slice(p: int, n: int, rows: int) -> tuple[int, int]:
+    """Return the first row and the row count of partition ``p`` of ``n`` (docs/protocol.md)."""
+    start = p * rows // n
+    return start, (p + 1) * rows // n - start
 
 
 def _pushed_ticket(
@@ -712,9 +719,7 @@ def _read_shm(plan: ReadPlan, split: Split, pinned: dict[str, Any], uri: str) ->
     table, _ = client._get_shm(list(info.endpoints))
     if table is None:
         return None
-    p, n = int(pinned["p"]), int(pinned["n"])
-    rows = table.num_rows
-    part = table.slice(p * rows // n, (p + 1) * rows // n - p * rows // n)
+    part = table.slice(*_partition_slice(int(pinned["p"]), int(pinned["n"]), table.num_rows))
     if plan.columns is not None:
         part = part.select(list(plan.columns))
     return part
