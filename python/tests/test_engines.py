@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import datetime
 import os
+import re
 import sys
 from collections.abc import Iterator
 from typing import Any
@@ -29,6 +30,7 @@ ray = pytest.importorskip("ray", reason="pip install 'quiver-client[ray]'")
 import quiver.dask  # noqa: E402
 import quiver.ray  # noqa: E402
 import quiver.spark  # noqa: E402
+import quiver.splits  # noqa: E402
 
 STAGING = ".quiver-staging/"
 
@@ -94,6 +96,7 @@ def test_spark_pushes_filters_and_columns_to_the_server(
     )
     got = df.toArrow()
     assert got.column_names == ["id", "fare"]
+    assert 'columns=["id","fare"]' in server.log(), server.log()[-3000:]
     assert sorted(got["id"].to_pylist()) == list(range(1500, 2000))
     log = server.log()
     assert "DoGet pushdown" in log, log[-3000:]
@@ -214,13 +217,16 @@ def test_dask_reads_sql(dask_client: Any, client: quiver.Client, uri: str) -> No
 
 
 def test_dask_writes_partitions_atomically(
-    dask_client: Any, client: quiver.Client, uri: str
+    dask_client: Any, client: quiver.Client, uri: str, server: Server
 ) -> None:
     table = mixed_table(2000)
     client.put("trips", table, partitions=4)
     ddf = quiver.dask.read_table(uri, "trips", columns=["id", "fare"])
     result = quiver.dask.to_quiver(ddf, uri, "copy")
     assert result.rows == 2000
+    # Each partition was staged through shared memory (the server is on this host).
+    staged_by_shm = re.findall(r'shm put .* table="\.quiver-staging/', server.log())
+    assert len(staged_by_shm) >= 4, server.log()[-3000:]
     assert client.get("copy").equals(table.select(["id", "fare"]))
     quiver.dask.to_quiver(ddf, uri, "copy", mode="append")
     assert client.info("copy").num_rows == 4000
@@ -267,13 +273,17 @@ def test_ray_reads_one_task_per_endpoint_and_prunes_columns(
     table = mixed_table(2000)
     client.put("trips", table, partitions=4)
     ds = quiver.ray.read_table(uri, "trips")
-    got = ds.to_arrow_refs()
-    assert len(got) >= 1
+    # One block per endpoint: Ray does not cut the splits further.
+    assert len(ds.to_arrow_refs()) == 4
     assert ds.count() == 2000
     assert ds.sum("id") == sum(range(2000))
-    narrow = quiver.ray.read_table(uri, "trips").select_columns(["fare"])
+    # Over gRPC, so that the server's log shows the columns it was asked for (a
+    # split read through shared memory is projected here, without a copy).
+    grpc = quiver.splits.Connection(uri, transport="grpc")
+    narrow = quiver.ray.read_table(grpc, "trips").select_columns(["fare"])
     assert narrow.schema().names == ["fare"]
-    assert narrow.count() == 2000
+    assert sorted(r["fare"] for r in narrow.take_all()) == table["fare"].to_pylist()
+    assert 'columns=["fare"]' in server.log(), server.log()[-3000:]
     filtered = quiver.ray.read_table(uri, "trips", filters=[("id", ">=", 1990)])
     assert sorted(r["id"] for r in filtered.take_all()) == list(range(1990, 2000))
 
