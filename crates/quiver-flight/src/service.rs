@@ -6,6 +6,7 @@ use std::time::Instant;
 
 use arrow::datatypes::SchemaRef;
 use arrow::ipc::writer::IpcWriteOptions;
+use arrow::record_batch::{RecordBatch, RecordBatchOptions};
 use arrow_flight::encode::{DictionaryHandling, FlightDataEncoderBuilder};
 use arrow_flight::error::FlightError;
 use arrow_flight::flight_service_server::FlightService;
@@ -373,10 +374,24 @@ impl QuiverService {
         };
         let projected = Arc::new(schema.project(&columns)?);
         let batches = match &ticket.filter {
-            // Column selection alone: the stored batches' columns, zero-copy.
-            None => stream::iter(batches)
-                .map(move |batch| Ok(batch.project(&columns)?))
-                .boxed(),
+            // Column selection alone: the stored batches' columns, zero-copy,
+            // under the one projected schema (not a new one per batch).
+            None => {
+                let schema = Arc::clone(&projected);
+                stream::iter(batches)
+                    .map(move |batch| {
+                        let picked = columns.iter().map(|&i| Arc::clone(batch.column(i)));
+                        let options =
+                            RecordBatchOptions::new().with_row_count(Some(batch.num_rows()));
+                        let batch = RecordBatch::try_new_with_options(
+                            Arc::clone(&schema),
+                            picked.collect(),
+                            &options,
+                        )?;
+                        Ok(batch)
+                    })
+                    .boxed()
+            }
             Some(filter) => self
                 .sql_engine()
                 .filter_batches(&schema, batches, filter, &columns)
