@@ -411,10 +411,11 @@ impl SqlEngine {
         self.limited(&state, physical)
     }
 
-    /// `base` with one partition (a plan over one stream or partition reads
-    /// it in order, without repartitioning) and no tables: its catalog list
-    /// is empty until the caller registers one.
-    pub(crate) fn one_partition_state(&self, base: SessionState) -> SessionState {
+    /// The engine's session with one partition (a plan over one stream or
+    /// partition reads it in order, without repartitioning) and no tables:
+    /// its catalog list is empty until the caller registers one.
+    pub(crate) fn one_partition_state(&self) -> SessionState {
+        let base = self.context().state();
         let mut config = base.config().clone().with_target_partitions(1);
         config.options_mut().execution.coalesce_batches = true;
         SessionStateBuilder::new_from_existing(base)

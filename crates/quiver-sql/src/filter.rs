@@ -90,7 +90,7 @@ impl SqlEngine {
             Arc::new(schema.project(columns).map_err(|e| {
                 SqlError::invalid(format!("cannot project the filtered columns: {e}"))
             })?);
-        let state = self.one_partition_state(self.context().state());
+        let state = self.one_partition_state();
         let invalid = |e: DataFusionError| SqlError::invalid(format!("invalid ticket filter: {e}"));
         let plan = filtered_plan(&state, schema, batches, filter, columns).map_err(invalid)?;
         let physical = state.create_physical_plan(&plan).await.map_err(invalid)?;

@@ -124,7 +124,7 @@ impl SqlEngine {
         // The engine's settings and functions; its own catalog of stored
         // tables replaced by one holding `input` alone; one partition, so the
         // stream is read in order by one scan.
-        let state = self.one_partition_state(self.context().state());
+        let state = self.one_partition_state();
         let context = SessionContext::new_with_state(state);
         context.register_catalog(CATALOG, Arc::new(catalog));
         let sql = number_placeholders(sql);
