@@ -53,8 +53,12 @@ def test_top_in_a_terminal_shows_the_server_live_and_quits_on_ctrl_c(
     session = f"quiver-top-{uuid.uuid4().hex[:8]}"
     exit_file = tmp_path / "exit"
     binary = find_quiver_binary(REPO)
-    # The pane's shell records top's exit code, then the pane closes.
-    command = f"'{binary}' top --metrics {url} --interval 0.5; echo $? > '{exit_file}'"
+    # The pane's shell records top's exit code, then the pane closes. The code is
+    # written to a side file and renamed, so the test never reads a half-written one.
+    command = (
+        f"'{binary}' top --metrics {url} --interval 0.5; "
+        f"echo $? > '{exit_file}.tmp' && mv '{exit_file}.tmp' '{exit_file}'"
+    )
     subprocess.run(
         [tmux_bin, "new-session", "-d", "-s", session, "-x", "120", "-y", "30", command],
         check=True,
