@@ -9,7 +9,7 @@ use serde_json::json;
 
 use crate::Result;
 use crate::request::StoreAction;
-use crate::wire::body_pool::BodyPool;
+use quiver_wire::BodyPool;
 
 /// What one action did, for the RPC log.
 #[derive(Debug, Default)]

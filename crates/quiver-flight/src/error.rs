@@ -144,6 +144,18 @@ impl From<FlightError> for Error {
     }
 }
 
+impl From<quiver_wire::WireError> for Error {
+    fn from(e: quiver_wire::WireError) -> Self {
+        use quiver_wire::WireError as W;
+        match e {
+            W::Malformed(_) => Self::InvalidArgument(e.to_string()),
+            W::Compressed => Self::Unimplemented(e.to_string()),
+            W::MessageTooLarge { len, limit, flag } => Self::MessageTooLarge { len, limit, flag },
+            W::TooLargeToFrame => Self::Internal(e.to_string()),
+        }
+    }
+}
+
 impl From<SqlError> for Error {
     fn from(e: SqlError) -> Self {
         match e {

@@ -19,8 +19,8 @@ use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
 use quiver_store::TableStore;
 use tokio::net::TcpListener;
 
-use crate::wire::body_pool::BodyPool;
 use quiver_shm::ShmServer;
+use quiver_wire::BodyPool;
 
 /// RPCs finished, by `method` and `code` (gRPC's code name; a response
 /// stream the client dropped before its end counts as `Canceled`). The

@@ -46,7 +46,7 @@ pub const DEFAULT_LARGE_FLIGHT_DATA_SIZE: usize = 64 << 20;
 
 /// Default bytes of freed DoPut bodies kept for reuse: 1 GiB. A body copied
 /// into warm memory costs a fraction of one copied into fresh pages
-/// (`wire::body_pool`, docs/performance.md).
+/// (`quiver_wire::body_pool`, docs/performance.md).
 pub const DEFAULT_PUT_BUFFER_POOL: usize = 1 << 30;
 
 /// Default HTTP/2 stream window: 16 MiB. With hyper's 1 MiB a client cannot

@@ -32,9 +32,9 @@ use crate::request::{ActionKind, ActionRequest, Described, ShmPut, Ticketed};
 use crate::rpc_log::{MAX_LOGGED_TEXT, RpcLog, handle, logged, truncated};
 use crate::sql::{Batches, FlightSql};
 use crate::ticket::TableTicket;
-use crate::wire::body_pool::BodyPool;
 use crate::wire::decode::PutDecoder;
 use crate::{Error, Result, actions, exchange, panics};
+use quiver_wire::BodyPool;
 
 /// Settings of the Flight service that do not belong to the transport.
 #[derive(Debug, Clone)]
@@ -50,7 +50,7 @@ pub struct ServiceOptions {
     pub large_flight_data_size: usize,
     /// Largest gRPC message accepted.
     pub max_message_size: usize,
-    /// Bytes of freed DoPut bodies kept for reuse ([`crate::wire::body_pool`]).
+    /// Bytes of freed DoPut bodies kept for reuse ([`quiver_wire::body_pool`]).
     pub put_buffer_pool: usize,
     /// The SQL engine's limits.
     pub sql: EngineOptions,

@@ -79,6 +79,12 @@ impl FlightMessageEncoder {
         }
         Ok(out)
     }
+
+    /// The messages that end the stream: the schema, if no batch carried it
+    /// (a stream of no batches).
+    pub fn finish(self) -> Result<Vec<FlightMessage>, ArrowError> {
+        messages(self.encoder.finish()?)
+    }
 }
 
 /// `batch` cut into row slices of about `max_bytes` each. Slices start at

@@ -16,12 +16,13 @@ use quiver_store::batch_bytes;
 use tonic::Status;
 use tonic::body::Body;
 
-use super::grpc_body::{GrpcBody, grpc_frame, message_length};
+use super::grpc_body::GrpcBody;
 use super::message_size;
 use crate::rpc_log::{RpcLog, logged};
 use crate::sql::Batches;
 use crate::{Error, QuiverService, panics};
 use quiver_ipc::FlightMessageEncoder;
+use quiver_wire::{grpc_frame, message_length};
 
 /// The HTTP/2 path of Flight's DoGet.
 pub const DO_GET_PATH: &str = "/arrow.flight.protocol.FlightService/DoGet";
@@ -61,7 +62,7 @@ pub(super) async fn respond(
             .and_then(|messages| {
                 let mut chunks = Vec::new();
                 for message in messages {
-                    chunks.extend(grpc_frame(message)?);
+                    chunks.extend(grpc_frame(message).map_err(Error::from)?);
                 }
                 Ok(chunks)
             });

@@ -13,17 +13,19 @@
 //! they arrived and each body is copied once, into 64-byte aligned memory the
 //! decoded arrays use as is (tonic would assemble the message, and the IPC
 //! decoder would copy the unaligned body again). That memory comes from
-//! [`body_pool`], warm, when a replaced or deleted table freed bodies of the
+//! [`quiver_wire::body_pool`], warm, when a replaced or deleted table freed bodies of the
 //! same size.
 //!
 //! [`DirectLayer`] routes DoGet and DoPut here before tonic sees them; every
 //! other RPC passes through.
 //!
+//! The framing and parsing themselves are in `quiver-wire`, shared with the
+//! Python package's Rust client, which reads DoGet and sends DoPut the same way.
+//!
 //! It also sends the table's schema as stored: arrow-flight 59's encoder
 //! rewrites fields on the way (it turns `LargeList` into `List` and drops union
 //! nullability).
 
-pub mod body_pool;
 pub(crate) mod decode;
 mod do_get;
 mod do_put;

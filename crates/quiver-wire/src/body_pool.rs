@@ -1,19 +1,22 @@
-//! Recycled memory for received DoPut bodies.
+//! Recycled memory for received bodies: the server's DoPut bodies and the
+//! client's DoGet bodies.
 //!
-//! A DoPut copies each body once, into 64-byte aligned memory that the stored
-//! arrays then use (`do_put.rs`). Fresh memory is the expensive part of that
-//! copy here: the kernel zeroes every page on first touch, which cost more than
-//! the copy itself (`clear_page_erms` was the largest item in a profile of
-//! 1 GiB replace-puts, and 98% of the server's page faults were in this copy).
-//! jemalloc keeps freed pages for a while, but which of them a new put gets
-//! back depends on arenas and decay: half of each steady-state 1 GiB replace
-//! still landed on fresh pages.
+//! A received FlightData's body is copied once, into 64-byte aligned memory
+//! that the decoded arrays then use ([`crate::flight_data`]). Fresh memory is
+//! the expensive part of that copy here: the kernel zeroes every page on first
+//! touch, which cost more than the copy itself (`clear_page_erms` was the
+//! largest item in a profile of 1 GiB replace-puts, and 98% of the server's
+//! page faults were in this copy). jemalloc keeps freed pages for a while, but
+//! which of them a new put gets back depends on arenas and decay: half of each
+//! steady-state 1 GiB replace still landed on fresh pages.
 //!
-//! The pool keeps the bodies of freed table versions (a replaced or deleted
-//! table) and hands them to the next put, by size class, warm. It holds at most
-//! `capacity` bytes, and memory idle for [`IDLE`] goes back to the allocator,
-//! so RSS falls after deletes as it did before. Bodies under [`MIN_POOLED`]
-//! stay with the allocator, whose small-size caches serve them well.
+//! The pool keeps the bodies of freed arrays (on a server, the versions of a
+//! replaced or deleted table; on a client, the batches a streaming reader has
+//! passed on and its consumer dropped) and hands them to the next message, by
+//! size class, warm. It holds at most `capacity` bytes, and memory idle for
+//! [`IDLE`] goes back to the allocator, so RSS falls after deletes as it did
+//! before. Bodies under [`MIN_POOLED`] stay with the allocator, whose
+//! small-size caches serve them well.
 
 use std::alloc::{Layout, alloc, dealloc, handle_alloc_error};
 use std::collections::HashMap;
@@ -178,7 +181,7 @@ impl Shared {
         if let Err(e) = started {
             // Without the thread idle memory is freed only when the pool is
             // dropped; the pool still works.
-            tracing::warn!(error = %e, "no thread to trim the DoPut body pool");
+            tracing::warn!(error = %e, "no thread to trim the body pool");
             self.trimming.store(false, Ordering::Release);
         }
     }

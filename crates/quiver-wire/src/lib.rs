@@ -1,0 +1,22 @@
+//! Flight's data RPCs on the wire, by hand, for both ends of quiver's
+//! connections: the server's DoGet and DoPut below tonic (`quiver-flight`'s
+//! `wire/`) and the Python package's Rust client (`quiver-python`).
+//!
+//! - [`grpc`]: gRPC length-prefixed messages and the FlightData framing
+//!   around an IPC message whose body stays the Arrow buffers it references.
+//! - [`flight_data`]: a FlightData parsed off the HTTP/2 frames it arrived in,
+//!   its body copied once into 64-byte aligned memory the decoded arrays use
+//!   as is.
+//! - [`body_pool`]: where those bodies are copied to, reused warm once the
+//!   arrays that held them are dropped.
+#![warn(missing_docs)]
+
+pub mod body_pool;
+mod error;
+pub mod flight_data;
+pub mod grpc;
+
+pub use body_pool::BodyPool;
+pub use error::{WireError, malformed};
+pub use flight_data::parse_flight_data;
+pub use grpc::{grpc_frame, grpc_frame_with, grpc_message, message_length};
