@@ -15,7 +15,8 @@ _INSTALL_HINT = (
 )
 
 
-def _ignore(rows: int) -> None:
+def ignore_rows(rows: int) -> None:
+    """Count nothing: the counter when no progress is shown."""
     del rows
 
 
@@ -29,7 +30,7 @@ def row_progress(enabled: bool, *, total: int | None, description: str) -> Itera
         ``enabled`` is true and tqdm is not installed.
     """
     if not enabled:
-        yield _ignore
+        yield ignore_rows
         return
     try:
         from tqdm.auto import tqdm

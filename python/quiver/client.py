@@ -16,11 +16,11 @@ from typing import TYPE_CHECKING, Any, overload
 import pyarrow as pa
 import pyarrow.flight as flight
 
-from . import _protocol, _shm, _sql, _status
-from ._convert import BatchSource, batch_source, message_slices
-from ._endpoints import read_endpoints
+from . import _native, _protocol, _shm, _sql, _status
+from ._convert import MESSAGE_TARGET_BYTES, BatchSource, batch_source, message_slices
+from ._endpoints import DEFAULT_MAX_WORKERS, read_endpoints
 from ._exchange import DEFAULT_BATCH_ROWS, ExchangeReader, cast_source, check_batch_rows
-from ._progress import RowCounter, row_progress
+from ._progress import RowCounter, ignore_rows, row_progress
 from ._protocol import ACTION_LIST_FUNCTIONS, DEFAULT_URI, JsonObject, PutMode, Transport
 from .errors import QuiverError, TableNotFoundError, VersionConflictError, translated_errors
 from .results import ApplyResult, FunctionInfo, PutResult, ServerHealth, ServerStats, TableInfo
@@ -28,6 +28,8 @@ from .results import ApplyResult, FunctionInfo, PutResult, ServerHealth, ServerS
 if TYPE_CHECKING:
     import pandas
     import polars
+
+    from . import _core
 
 __all__ = ["Client", "connect"]
 
@@ -39,6 +41,14 @@ GET_RETRIES = 3
 #: socket is not reachable from here, or the server has no memory for its export.
 _SHM_FALLBACK_CODES = ("UNAVAILABLE", "UNIMPLEMENTED")
 _SHM_GET_FALLBACK_CODES = (*_SHM_FALLBACK_CODES, "RESOURCE_EXHAUSTED")
+
+#: Keyword arguments of :class:`pyarrow.flight.FlightClient` the Rust core applies
+#: itself. With any other (``middleware``, ``generic_options``, ...), pyarrow makes the
+#: data calls too, so that what they set applies to every call.
+_CORE_KWARGS = frozenset({"tls_root_certs", "cert_chain", "private_key", "override_hostname"})
+
+#: Location schemes the Rust core connects to.
+_CORE_SCHEMES = ("grpc+tcp://", "grpc://", "grpc+tls://")
 
 #: Where a replace from a stream that can fail is written before it is renamed
 #: over the target (see :meth:`Client.put`).
@@ -151,7 +161,8 @@ class Client:
             raise ValueError("username and password go together")
         self._uri = _protocol.normalize_uri(uri)
         # Every connection captures the server's rich error status (quiver.errors).
-        middleware = [*(flight_kwargs.pop("middleware", None) or ()), _status.CAPTURE]
+        user_middleware = list(flight_kwargs.pop("middleware", None) or ())
+        middleware = [*user_middleware, _status.CAPTURE]
         self._flight_kwargs: dict[str, Any] = {**flight_kwargs, "middleware": middleware}
         self._options = flight.FlightCallOptions(timeout=timeout)
         with translated_errors():
@@ -175,6 +186,11 @@ class Client:
         )
         self._peers: dict[str, flight.FlightClient] = {}
         self._peers_lock = threading.Lock()
+        # The Rust core moves the data of gets and puts (quiver._core), when it
+        # is built and can honour every setting given.
+        self._core = None
+        if not user_middleware:
+            self._core = _core_connection(self._uri, flight_kwargs, headers, timeout)
 
     @property
     def transport(self) -> Transport:
@@ -214,6 +230,7 @@ class Client:
             peers, self._peers = list(self._peers.values()), {}
         for peer in peers:
             peer.close()
+        self._core = None
         self._flight.close()
 
     # -- writing ----------------------------------------------------------------------------
@@ -305,10 +322,7 @@ class Client:
         with row_progress(progress, total=source.num_rows, description=f"put {name}") as count:
             if mode == "replace" and source.may_fail:
                 return self._put_staged(name, source, options, count)
-            result, error = self._put_stream(name, source, options, count)
-            if error is not None:
-                raise error
-            return result
+            return self._put_stream(name, source, options, count)
 
     def _put_shm(
         self, name: str, table: pa.Table, mode: PutMode, partitions: int | None
@@ -341,9 +355,7 @@ class Client:
     ) -> PutResult:
         staging = f"{STAGING_PREFIX}{uuid.uuid4().hex}"
         try:
-            staged, error = self._put_stream(staging, source, options, count)
-            if error is not None:
-                raise error
+            staged = self._put_stream(staging, source, options, count)
             version = self.rename(staging, name, overwrite=True)
         except BaseException:
             with contextlib.suppress(TableNotFoundError):
@@ -353,8 +365,16 @@ class Client:
 
     def _put_stream(
         self, name: str, source: BatchSource, options: bytes, count: RowCounter
-    ) -> tuple[PutResult, BaseException | None]:
-        """Send one DoPut; return its result and the error reading ``source`` raised, if any."""
+    ) -> PutResult:
+        """Send one DoPut of ``source``; raise the error reading it raised, if any.
+
+        Through the Rust core, a source that fails cancels the call and nothing is
+        stored; through pyarrow, which cannot cancel a DoPut, the batches sent
+        before the failure are stored.
+        """
+        location = self._uri if self._uri.startswith(_CORE_SCHEMES) else None
+        if self._core is not None and location is not None:
+            return self._put_stream_core(self._core, location, name, source, options, count)
         reader = source.reader
         with translated_errors():
             writer, results = self._flight.do_put(
@@ -382,7 +402,43 @@ class Client:
                 writer.close()
                 raise
             writer.close()
-        return PutResult.from_json(_protocol.json_object(_buffer_bytes(answer))), source_error
+        if source_error is not None:
+            raise source_error
+        return PutResult.from_json(_protocol.json_object(_buffer_bytes(answer)))
+
+    def _put_stream_core(
+        self,
+        core: _core.Connection,
+        location: str,
+        name: str,
+        source: BatchSource,
+        options: bytes,
+        count: RowCounter,
+    ) -> PutResult:
+        """:meth:`_put_stream` through the Rust core, which frames the batches by reference."""
+        reader = source.reader
+        failed: builtins.list[BaseException] = []
+
+        def batches() -> Iterator[pa.RecordBatch]:
+            try:
+                for batch in reader:
+                    yield batch
+                    count(batch.num_rows)
+            except BaseException as error:  # the caller's stream failed
+                failed.append(error)
+                raise
+
+        stream = reader
+        if source.may_fail or count is not ignore_rows:
+            stream = pa.RecordBatchReader.from_batches(reader.schema, batches())
+        try:
+            with translated_errors():
+                answer = core.put(location, [name], stream, options, MESSAGE_TARGET_BYTES)
+        except QuiverError:
+            if failed:
+                raise failed[0] from None
+            raise
+        return PutResult.from_json(_protocol.json_object(answer))
 
     # -- reading ----------------------------------------------------------------------------
 
@@ -429,9 +485,7 @@ class Client:
                     return table
             with row_progress(progress, total=info.total_records, description=f"get {name}") as c:
                 try:
-                    return read_endpoints(
-                        endpoints, info.schema, self._client_for, self._options, c, max_workers
-                    )
+                    return self._read_endpoints(endpoints, info.schema, c, max_workers)
                 except VersionConflictError:
                     if attempt == GET_RETRIES:
                         raise
@@ -458,10 +512,9 @@ class Client:
         TableNotFoundError
             The table does not exist.
         """
-        with translated_errors():
-            stream = self._flight.do_get(flight.Ticket(name.encode()), self._options)
-
-        return pa.RecordBatchReader.from_batches(stream.schema, _batches(stream))
+        endpoint = flight.FlightEndpoint(name.encode(), [])
+        schema, batches = self._stream_endpoint(endpoint)
+        return pa.RecordBatchReader.from_batches(schema, batches)
 
     # -- SQL ------------------------------------------------------------------------------
 
@@ -499,9 +552,7 @@ class Client:
         """
         info = self._sql_info(query)
         with row_progress(progress, total=None, description="sql") as counter:
-            return read_endpoints(
-                info.endpoints, info.schema, self._client_for, self._options, counter, max_workers
-            )
+            return self._read_endpoints(info.endpoints, info.schema, counter, max_workers)
 
     def sql_reader(self, query: str) -> pa.RecordBatchReader:
         """Run a SQL query and stream its result batch by batch, as the server makes it.
@@ -523,9 +574,7 @@ class Client:
 
         def batches() -> Iterator[pa.RecordBatch]:
             for endpoint in info.endpoints:
-                with translated_errors():
-                    reader = self._client_for(endpoint).do_get(endpoint.ticket, self._options)
-                yield from _batches(reader)
+                yield from self._stream_endpoint(endpoint)[1]
 
         return pa.RecordBatchReader.from_batches(info.schema, batches())
 
@@ -1164,6 +1213,55 @@ class Client:
             bodies = [result.body.to_pybytes() for result in results]
         return _protocol.json_object(bodies[0] if bodies else b"")
 
+    def _read_endpoints(
+        self,
+        endpoints: builtins.list[flight.FlightEndpoint],
+        schema: pa.Schema,
+        count_rows: RowCounter,
+        max_workers: int | None,
+    ) -> pa.Table:
+        """Read every endpoint in parallel into one table, in endpoint order.
+
+        Through the Rust core when it can reach every endpoint's location; else
+        through pyarrow, a thread per endpoint.
+        """
+        locations = [self._core_location(e) for e in endpoints]
+        if self._core is None or not endpoints or None in locations:
+            return read_endpoints(
+                endpoints, schema, self._client_for, self._options, count_rows, max_workers
+            )
+        work = [
+            (loc, e.ticket.ticket)
+            for loc, e in zip(locations, endpoints, strict=True)
+            if loc is not None
+        ]
+        with translated_errors():
+            table = self._core.get(work, max_workers or DEFAULT_MAX_WORKERS).read_all()
+        count_rows(table.num_rows)
+        return table
+
+    def _stream_endpoint(
+        self, endpoint: flight.FlightEndpoint
+    ) -> tuple[pa.Schema, Iterator[pa.RecordBatch]]:
+        """DoGet one endpoint: its schema (the call has started) and its batches."""
+        location = self._core_location(endpoint)
+        if self._core is None or location is None:
+            with translated_errors():
+                stream = self._client_for(endpoint).do_get(endpoint.ticket, self._options)
+            return stream.schema, _batches(stream)
+        with translated_errors():
+            reader, status = self._core.get_stream(location, endpoint.ticket.ticket)
+        return reader.schema, _core_batches(reader, status)
+
+    def _core_location(self, endpoint: flight.FlightEndpoint) -> str | None:
+        """Return the location the core reads ``endpoint`` from; ``None`` if it cannot."""
+        if not endpoint.locations:
+            return self._uri
+        uri = _location_uri(endpoint.locations[0])
+        if uri in (self._uri, _protocol.REUSE_CONNECTION_URI):
+            return self._uri
+        return uri if uri.startswith(_CORE_SCHEMES) else None
+
     def _client_for(self, endpoint: flight.FlightEndpoint) -> flight.FlightClient:
         """Return the client for an endpoint's first location (this one's if it has none)."""
         if not endpoint.locations:
@@ -1195,6 +1293,56 @@ def _batches(stream: flight.FlightStreamReader) -> Iterator[pa.RecordBatch]:
                 return
             if chunk.data is not None:
                 yield chunk.data
+
+
+def _core_batches(
+    reader: pa.RecordBatchReader, status: _core.StreamStatus
+) -> Iterator[pa.RecordBatch]:
+    """Yield a core stream's batches; its failure raised as the call's :class:`QuiverError`."""
+    while True:
+        try:
+            batch = reader.read_next_batch()
+        except StopIteration:
+            return
+        except pa.ArrowException:
+            # Through the C stream interface the error is a message alone: the
+            # status has the call's code and details.
+            with translated_errors():
+                status.check()
+            raise
+        yield batch
+
+
+def _core_connection(
+    uri: str,
+    flight_kwargs: dict[str, Any],
+    headers: builtins.list[tuple[bytes, bytes]],
+    timeout: float | None,
+) -> _core.Connection | None:
+    """Return the Rust core's connection for these settings; ``None`` if pyarrow must do it.
+
+    pyarrow moves the data when the core is not built (or ``QUIVER_CORE=0``), when
+    a setting is one the core does not apply, and for ``grpc+tls`` without
+    ``tls_root_certs`` (pyarrow then verifies with the system's CA certificates).
+    """
+    core = _native.core()
+    if core is None or not set(flight_kwargs) <= _CORE_KWARGS or not uri.startswith(_CORE_SCHEMES):
+        return None
+    if uri.startswith("grpc+tls://") and flight_kwargs.get("tls_root_certs") is None:
+        return None
+
+    def pem(value: str | bytes | None) -> bytes | None:
+        return value.encode() if isinstance(value, str) else value
+
+    connection: _core.Connection = core.Connection(
+        tls_root_certs=pem(flight_kwargs.get("tls_root_certs")),
+        cert_chain=pem(flight_kwargs.get("cert_chain")),
+        private_key=pem(flight_kwargs.get("private_key")),
+        override_hostname=flight_kwargs.get("override_hostname"),
+        headers=headers,
+        timeout=timeout,
+    )
+    return connection
 
 
 def _buffer_bytes(buffer: pa.Buffer | None) -> bytes:

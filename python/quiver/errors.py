@@ -32,7 +32,7 @@ from typing import ClassVar
 import pyarrow as pa
 import pyarrow.flight as flight
 
-from . import _status
+from . import _native, _status
 
 __all__ = [
     "CODE_CLASSES",
@@ -481,11 +481,37 @@ def translate(error: BaseException) -> BaseException:
     return error
 
 
+#: What the Rust core raises for a failed call (:func:`from_call` translates it).
+_CallError = _native.call_error()
+
+
+def from_call(code: int, message: str, details: bytes) -> QuiverError:
+    """Return the :class:`QuiverError` of a call the package's Rust core made.
+
+    ``details`` is the server's ``grpc-status-details-bin`` trailer (empty if it
+    sent none): the error's kind comes from it, as for a pyarrow call.
+    """
+    if details:
+        try:
+            status = _status.decode_status(details)
+        except ValueError:
+            status = None
+        if status is not None and status.code == code:
+            return from_status(status, message)
+    name = code_name(code)
+    return CODE_CLASSES.get(name, QuiverError)(message, name)
+
+
 @contextmanager
 def translated_errors() -> Iterator[None]:
-    """Re-raise pyarrow Flight errors raised inside the block as :class:`QuiverError`."""
+    """Re-raise Flight errors raised inside the block as :class:`QuiverError`.
+
+    Both pyarrow's and the Rust core's (``quiver._core.CallError``).
+    """
     try:
         yield
+    except _CallError as error:
+        raise from_call(*error.args) from error
     except pa.ArrowException as error:
         converted = translate(error)
         if converted is error:

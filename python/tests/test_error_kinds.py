@@ -24,6 +24,7 @@ import pytest
 
 import quiver
 from quiver import errors
+from quiver._core import CallError
 from security_helpers import make_users, running
 from server_process import ServerFactory
 
@@ -42,7 +43,8 @@ def _raises(
     assert "gRPC returned" not in error.message
     assert "Detail:" not in error.message
     if via_pyarrow:
-        assert isinstance(error.__cause__, pa.ArrowException)
+        # The Flight call's own error: pyarrow's, or the Rust core's (quiver._core).
+        assert isinstance(error.__cause__, (pa.ArrowException, CallError)), repr(error.__cause__)
     return error
 
 
@@ -168,10 +170,17 @@ def test_message_too_large(start_quiver: ServerFactory) -> None:
         )
 
 
-def test_version_changed_in_the_endpoint_threads(uri: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    # Four partitions: the endpoints are read by a thread pool, and each thread's error
-    # must carry its own call's status. (gRPC: shm tickets hold the version they read.)
+@pytest.mark.parametrize("core", [True, False], ids=["core", "pyarrow"])
+def test_version_changed_in_the_endpoint_threads(
+    uri: str, monkeypatch: pytest.MonkeyPatch, core: bool
+) -> None:
+    # Four partitions, read in parallel: by the Rust core, or (QUIVER_CORE=0) by a pool of
+    # pyarrow threads, where each thread's error must carry its own call's status.
+    # (gRPC: shm tickets hold the version they read.)
+    if not core:
+        monkeypatch.setenv("QUIVER_CORE", "0")
     client = quiver.connect(uri, transport="grpc")
+    assert (client._core is not None) == core
     client.put("t", pa.table({"v": np.arange(100)}), partitions=4)
     other = quiver.connect(uri, transport="grpc")
     real_flight_info = client._flight_info
@@ -191,7 +200,8 @@ def test_version_changed_in_the_endpoint_threads(uri: str, monkeypatch: pytest.M
     monkeypatch.setattr(client, "_flight_info", flight_info_then_replace)
     monkeypatch.setattr(errors, "translate", translate)
     _raises(quiver.VersionConflictError, "VERSION_CHANGED", "ABORTED", lambda: client.get("t"))
-    assert any(name.startswith("quiver-get") for name in threads), threads
+    if not core:
+        assert any(name.startswith("quiver-get") for name in threads), threads
     other.close()
     client.close()
 

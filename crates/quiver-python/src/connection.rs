@@ -1,0 +1,219 @@
+//! Where calls go and how: the TLS material, the headers every call sends
+//! (the bearer token), the deadline, and a cache of HTTP/2 connections by
+//! location.
+//!
+//! Calls are made on tonic's [`Channel`] as plain HTTP/2 requests: the
+//! request and response bodies are gRPC messages framed and parsed by
+//! `quiver-wire` ([`crate::get`], [`crate::put`]), not by tonic's codec.
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+use std::time::Duration;
+
+use http::{HeaderMap, HeaderName, HeaderValue};
+use tonic::body::Body;
+use tonic::transport::{Certificate, Channel, ClientTlsConfig, Endpoint, Identity};
+use tower::ServiceExt;
+
+use crate::error::{Error, Result};
+use crate::runtime::is_this_process;
+
+/// HTTP/2 flow-control windows and frame size the client offers: large, so a
+/// stream of multi-megabyte messages is not held back by window updates
+/// (hyper's client defaults are a 2 MiB window and 16 KiB frames). The same
+/// values as quiver's server.
+const STREAM_WINDOW: u32 = 16 << 20;
+const CONNECTION_WINDOW: u32 = 64 << 20;
+const MAX_FRAME_SIZE: u32 = (1 << 24) - 1;
+
+/// How calls are made: the settings every connection shares.
+#[derive(Debug)]
+pub(crate) struct Settings {
+    /// PEM of the CA certificates that verify `grpc+tls` servers.
+    pub(crate) tls_root_certs: Option<Vec<u8>>,
+    /// PEM of a client certificate and its key, for mutual TLS.
+    pub(crate) identity: Option<(Vec<u8>, Vec<u8>)>,
+    /// The name to verify the server's certificate against, if not the host.
+    pub(crate) override_hostname: Option<String>,
+    /// Headers every call sends (`authorization`, ...).
+    pub(crate) headers: HeaderMap,
+    /// How long each call may take.
+    pub(crate) timeout: Option<Duration>,
+    /// Largest message accepted from a server.
+    pub(crate) max_message_size: usize,
+}
+
+/// The connections of one client: settings and idle HTTP/2 connections by URI.
+///
+/// A connection carries one data stream at a time: parallel endpoints on the
+/// same server get connections of their own, as pyarrow's clients do in the
+/// benchmarks, so each has its own TCP flow control and reading task.
+#[derive(Debug)]
+pub(crate) struct Connections {
+    settings: Settings,
+    pid: u32,
+    idle: Mutex<HashMap<String, Vec<Channel>>>,
+}
+
+impl Connections {
+    pub(crate) fn new(settings: Settings) -> Self {
+        Self {
+            settings,
+            pid: std::process::id(),
+            idle: Mutex::new(HashMap::new()),
+        }
+    }
+
+    pub(crate) fn settings(&self) -> &Settings {
+        &self.settings
+    }
+
+    /// An idle connection to `location`, or a new one.
+    pub(crate) async fn take(&self, location: &str) -> Result<Channel> {
+        if is_this_process(self.pid) {
+            let idle = self
+                .idle
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .get_mut(location)
+                .and_then(Vec::pop);
+            if let Some(channel) = idle {
+                return Ok(channel);
+            }
+        }
+        self.connect(location).await
+    }
+
+    /// Gives back a connection whose call ended well, for the next call.
+    pub(crate) fn give_back(&self, location: &str, channel: Channel) {
+        if is_this_process(self.pid) {
+            self.idle
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .entry(location.to_string())
+                .or_default()
+                .push(channel);
+        }
+    }
+
+    /// The locations with a connection waiting for the next call, sorted.
+    pub(crate) fn locations(&self) -> Vec<String> {
+        let idle = self.idle.lock().unwrap_or_else(|e| e.into_inner());
+        let mut locations: Vec<String> = idle
+            .iter()
+            .filter(|(_, channels)| !channels.is_empty())
+            .map(|(location, _)| location.clone())
+            .collect();
+        locations.sort();
+        locations
+    }
+
+    async fn connect(&self, location: &str) -> Result<Channel> {
+        let fail = |message: String| Error::Connect {
+            location: location.to_string(),
+            message,
+        };
+        let uri = http_uri(location)?;
+        let tls = uri.starts_with("https://");
+        let mut endpoint = Endpoint::from_shared(uri)
+            .map_err(|e| Error::Invalid(format!("{location}: not a valid location: {e}")))?
+            .tcp_nodelay(true)
+            .initial_stream_window_size(STREAM_WINDOW)
+            .initial_connection_window_size(CONNECTION_WINDOW)
+            .max_frame_size(MAX_FRAME_SIZE);
+        if tls {
+            let mut config = ClientTlsConfig::new();
+            let ca = self.settings.tls_root_certs.as_ref().ok_or_else(|| {
+                Error::Invalid(format!(
+                    "{location}: give tls_root_certs, the CA certificates that verify the server"
+                ))
+            })?;
+            config = config.ca_certificate(Certificate::from_pem(ca));
+            if let Some((cert, key)) = &self.settings.identity {
+                config = config.identity(Identity::from_pem(cert, key));
+            }
+            if let Some(name) = &self.settings.override_hostname {
+                config = config.domain_name(name.clone());
+            }
+            endpoint = endpoint
+                .tls_config(config)
+                .map_err(|e| fail(format!("TLS: {e}")))?;
+        }
+        endpoint.connect().await.map_err(|e| fail(describe(&e)))
+    }
+
+    /// Sends a gRPC request to `path` with `body`, and returns the response
+    /// once its headers have arrived (an error status in them is returned as
+    /// the error).
+    pub(crate) async fn call(
+        &self,
+        channel: Channel,
+        path: &'static str,
+        body: Body,
+    ) -> Result<http::Response<Body>> {
+        let mut request = http::Request::builder()
+            .method(http::Method::POST)
+            .uri(path)
+            .body(body)
+            .map_err(|e| Error::Invalid(e.to_string()))?;
+        let headers = request.headers_mut();
+        headers.extend(self.settings.headers.clone());
+        headers.insert(
+            http::header::CONTENT_TYPE,
+            HeaderValue::from_static("application/grpc"),
+        );
+        headers.insert(http::header::TE, HeaderValue::from_static("trailers"));
+        if let Some(timeout) = self.settings.timeout {
+            headers.insert(
+                HeaderName::from_static("grpc-timeout"),
+                HeaderValue::from_str(&format!("{}m", timeout.as_millis().max(1)))
+                    .map_err(|e| Error::Invalid(e.to_string()))?,
+            );
+        }
+        let send = channel.oneshot(request);
+        let response = match self.settings.timeout {
+            Some(timeout) => tokio::time::timeout(timeout, send).await.map_err(|_| {
+                tonic::Status::deadline_exceeded("the call took longer than its timeout")
+            })?,
+            None => send.await,
+        }
+        .map_err(|e| tonic::Status::unavailable(describe(&e)))?;
+        if let Some(status) = tonic::Status::from_header_map(response.headers())
+            && status.code() != tonic::Code::Ok
+        {
+            return Err(status.into());
+        }
+        if response.status() != http::StatusCode::OK {
+            return Err(tonic::Status::unknown(format!(
+                "the server answered HTTP {} instead of a gRPC response",
+                response.status()
+            ))
+            .into());
+        }
+        Ok(response)
+    }
+}
+
+/// An error and its causes, on one line.
+fn describe(e: &(dyn std::error::Error + 'static)) -> String {
+    let mut text = e.to_string();
+    let mut source = e.source();
+    while let Some(cause) = source {
+        text.push_str(": ");
+        text.push_str(&cause.to_string());
+        source = cause.source();
+    }
+    text
+}
+
+/// The `http(s)://` URI tonic connects to for a Flight location.
+fn http_uri(location: &str) -> Result<String> {
+    let (scheme, rest) = location.split_once("://").unwrap_or(("grpc+tcp", location));
+    match scheme {
+        "grpc" | "grpc+tcp" | "http" => Ok(format!("http://{rest}")),
+        "grpc+tls" | "https" => Ok(format!("https://{rest}")),
+        other => Err(Error::Invalid(format!(
+            "{location}: the core reads grpc+tcp:// and grpc+tls:// locations, not {other}://"
+        ))),
+    }
+}

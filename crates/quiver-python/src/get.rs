@@ -1,0 +1,247 @@
+//! DoGet: the response body read frame by frame, each FlightData's body
+//! copied once into aligned, pooled memory (`quiver-wire`), decoded into
+//! record batches by arrow-flight's decoder.
+
+use std::panic::AssertUnwindSafe;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::time::Instant;
+
+use arrow::datatypes::SchemaRef;
+use arrow::record_batch::RecordBatch;
+use arrow_flight::FlightData;
+use arrow_flight::decode::{DecodedPayload, FlightDataDecoder};
+use arrow_flight::error::FlightError;
+use bytes::Bytes;
+use futures::{FutureExt, Stream, StreamExt, stream};
+use http_body::Body as _;
+use prost::Message;
+use quiver_ipc::{Rope, check_buffers};
+use quiver_wire::{BodyPool, grpc_message, message_length, parse_flight_data};
+use tonic::body::Body;
+use tonic::transport::Channel;
+
+use crate::connection::Connections;
+use crate::error::{Error, Result};
+
+/// The HTTP/2 path of Flight's DoGet.
+const DO_GET_PATH: &str = "/arrow.flight.protocol.FlightService/DoGet";
+
+/// A DoGet's record batches, once its schema has arrived.
+pub(crate) struct BatchStream {
+    schema: SchemaRef,
+    decoder: FlightDataDecoder,
+}
+
+impl std::fmt::Debug for BatchStream {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("BatchStream")
+            .field("schema", &self.schema)
+            .finish_non_exhaustive()
+    }
+}
+
+impl BatchStream {
+    /// The stream's schema.
+    pub(crate) fn schema(&self) -> SchemaRef {
+        Arc::clone(&self.schema)
+    }
+
+    /// The next batch; `None` at the end of the stream.
+    pub(crate) async fn next_batch(&mut self) -> Option<Result<RecordBatch>> {
+        loop {
+            match next_payload(&mut self.decoder).await? {
+                Ok(DecodedPayload::RecordBatch(batch)) => return Some(Ok(batch)),
+                Ok(DecodedPayload::Schema(_)) => {
+                    return Some(Err(Error::Malformed(
+                        "a second schema message in one stream".into(),
+                    )));
+                }
+                Ok(DecodedPayload::None) => {}
+                Err(e) => return Some(Err(e)),
+            }
+        }
+    }
+
+    /// Every remaining batch.
+    pub(crate) async fn collect(mut self) -> Result<(SchemaRef, Vec<RecordBatch>)> {
+        let mut batches = Vec::new();
+        while let Some(batch) = self.next_batch().await {
+            batches.push(batch?);
+        }
+        Ok((self.schema, batches))
+    }
+}
+
+/// Starts a DoGet of `ticket` at `location` and waits for its schema, so a
+/// call that fails at once (an unknown table, a refused login) fails here.
+pub(crate) async fn do_get(
+    connections: Arc<Connections>,
+    location: String,
+    ticket: Bytes,
+    bodies: BodyPool,
+) -> Result<BatchStream> {
+    let started = Instant::now();
+    let channel = connections.take(&location).await?;
+    let request = grpc_message(&arrow_flight::Ticket { ticket }.encode_to_vec());
+    let body = Body::new(http_body_util::Full::new(request));
+    let response = connections.call(channel.clone(), DO_GET_PATH, body).await?;
+    let deadline = connections.settings().timeout.map(|t| started + t);
+    let max_message_size = connections.settings().max_message_size;
+    let messages = Messages {
+        max_message_size,
+        body: response.into_body(),
+        received: Rope::default(),
+        bodies,
+        deadline,
+        done: false,
+        channel: Some((connections, location, channel)),
+    };
+    let mut decoder = FlightDataDecoder::new(Box::pin(messages.into_stream()));
+    loop {
+        match next_payload(&mut decoder).await {
+            Some(Ok(DecodedPayload::Schema(schema))) => return Ok(BatchStream { schema, decoder }),
+            Some(Ok(DecodedPayload::None)) => {}
+            Some(Ok(DecodedPayload::RecordBatch(_))) => {
+                return Err(Error::Malformed("a record batch before the schema".into()));
+            }
+            Some(Err(e)) => return Err(e),
+            None => return Err(Error::Malformed("the stream ended without a schema".into())),
+        }
+    }
+}
+
+/// The decoder's next payload. arrow-ipc panics on some malformed messages
+/// instead of failing: such a panic is the server's malformed data.
+async fn next_payload(decoder: &mut FlightDataDecoder) -> Option<Result<DecodedPayload>> {
+    let decoded = AssertUnwindSafe(decoder.next())
+        .catch_unwind()
+        .await
+        .unwrap_or_else(|_| {
+            Some(Err(FlightError::DecodeError(
+                "the IPC decoder failed on a message".into(),
+            )))
+        })?;
+    Some(decoded.map(|d| d.payload).map_err(from_flight))
+}
+
+fn from_flight(e: FlightError) -> Error {
+    match e {
+        FlightError::Tonic(status) => Error::Status(status),
+        FlightError::ExternalError(e) => match e.downcast::<Error>() {
+            Ok(e) => *e,
+            Err(e) => Error::Malformed(e.to_string()),
+        },
+        e => Error::Malformed(e.to_string()),
+    }
+}
+
+/// The FlightData messages of a response body, parsed as its frames arrive.
+struct Messages {
+    body: Body,
+    /// Largest message accepted.
+    max_message_size: usize,
+    received: Rope,
+    bodies: BodyPool,
+    deadline: Option<Instant>,
+    done: bool,
+    /// The connection, given back for the next call once the stream ends well.
+    channel: Option<(Arc<Connections>, String, Channel)>,
+}
+
+impl Messages {
+    fn into_stream(self) -> impl Stream<Item = Result<FlightData, FlightError>> + Send + 'static {
+        stream::unfold(self, |mut messages| async move {
+            let next = messages.next_message().await;
+            if next.as_ref().is_none_or(|r| r.is_err()) {
+                messages.done = true;
+            }
+            next.map(|item| {
+                (
+                    item.map_err(|e| FlightError::ExternalError(Box::new(e))),
+                    messages,
+                )
+            })
+        })
+        .filter_map(|item| {
+            // Metadata-only messages carry no IPC message for the decoder.
+            futures::future::ready(match item {
+                Ok(data) if data.data_header.is_empty() => None,
+                Ok(data) => Some(
+                    check_buffers(&data.data_header, data.data_body.len())
+                        .map(|()| data)
+                        .map_err(|e| FlightError::ExternalError(Box::new(Error::Malformed(e)))),
+                ),
+                Err(e) => Some(Err(e)),
+            })
+        })
+    }
+
+    async fn next_message(&mut self) -> Option<Result<FlightData>> {
+        if self.done {
+            return None;
+        }
+        loop {
+            match self.parse_one() {
+                Ok(Some(message)) => return Some(Ok(message)),
+                Ok(None) => {}
+                Err(e) => return Some(Err(e)),
+            }
+            let frame = std::future::poll_fn(|cx| Pin::new(&mut self.body).poll_frame(cx));
+            let frame = match self.deadline {
+                Some(deadline) => match tokio::time::timeout_at(deadline.into(), frame).await {
+                    Ok(frame) => frame,
+                    Err(_) => {
+                        return Some(Err(tonic::Status::deadline_exceeded(
+                            "the call took longer than its timeout",
+                        )
+                        .into()));
+                    }
+                },
+                None => frame.await,
+            };
+            match frame {
+                Some(Ok(frame)) => match frame.into_data() {
+                    Ok(data) => self.received.push(data),
+                    Err(frame) => {
+                        if let Some(trailers) = frame.trailers_ref()
+                            && let Some(status) = tonic::Status::from_header_map(trailers)
+                            && status.code() != tonic::Code::Ok
+                        {
+                            return Some(Err(status.into()));
+                        }
+                    }
+                },
+                Some(Err(status)) => return Some(Err(status.into())),
+                None if self.received.is_empty() => {
+                    if let Some((connections, location, channel)) = self.channel.take() {
+                        connections.give_back(&location, channel);
+                    }
+                    return None;
+                }
+                None => {
+                    return Some(Err(Error::Malformed(
+                        "the stream ended inside a gRPC message".into(),
+                    )));
+                }
+            }
+        }
+    }
+
+    /// The next whole message, if it has arrived.
+    fn parse_one(&mut self) -> Result<Option<FlightData>> {
+        let Some(prefix) = self.received.peek::<5>() else {
+            return Ok(None);
+        };
+        let len = message_length(&prefix, self.max_message_size, "max_message_size")?;
+        if self.received.len() < 5 + len {
+            return Ok(None);
+        }
+        self.received.take(5).map_err(quiver_wire::malformed)?;
+        let message = self
+            .received
+            .split_to(len)
+            .map_err(quiver_wire::malformed)?;
+        Ok(Some(parse_flight_data(message, &self.bodies)?))
+    }
+}

@@ -1,0 +1,53 @@
+"""Type stub of ``quiver._core``, the package's Rust core (crates/quiver-python)."""
+
+from collections.abc import Sequence
+
+import pyarrow as pa
+
+class CallError(Exception):
+    """A Flight call failed: ``args`` are ``(code, message, details)``.
+
+    ``code`` is the gRPC status code (a number), ``details`` the server's
+    ``grpc-status-details-bin`` trailer (empty if it sent none).
+    """
+
+    args: tuple[int, str, bytes]
+
+class StreamStatus:
+    """The error that ended a streaming DoGet."""
+
+    def check(self) -> None:
+        """Raise the stream's :class:`CallError`, if it failed."""
+
+class Connection:
+    """A client's connections: TLS material, headers sent with every call, timeout."""
+
+    def __init__(
+        self,
+        *,
+        tls_root_certs: bytes | None = None,
+        cert_chain: bytes | None = None,
+        private_key: bytes | None = None,
+        override_hostname: str | None = None,
+        headers: Sequence[tuple[bytes, bytes]] = (),
+        timeout: float | None = None,
+        max_message_size: int = ...,
+        body_pool_bytes: int = ...,
+    ) -> None: ...
+    def locations(self) -> list[str]:
+        """The locations this client holds an idle connection to, sorted."""
+    def get(
+        self, endpoints: Sequence[tuple[str, bytes]], max_streams: int = 16
+    ) -> pa.RecordBatchReader:
+        """DoGet every ``(location, ticket)`` in parallel; their batches in order."""
+    def get_stream(self, location: str, ticket: bytes) -> tuple[pa.RecordBatchReader, StreamStatus]:
+        """DoGet of one endpoint as a stream."""
+    def put(
+        self,
+        location: str,
+        path: Sequence[str],
+        data: object,
+        app_metadata: bytes,
+        max_message_bytes: int,
+    ) -> bytes:
+        """DoPut of ``data`` (an Arrow C stream); the last PutResult's ``app_metadata``."""
