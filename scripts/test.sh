@@ -17,7 +17,9 @@
 #   7. ruff, mypy on the client package (python/quiver), and pytest against the
 #      real server binary: the client's tests (Flight, Flight SQL through ADBC and
 #      JDBC, the sqllogictest files) and the benchmark harness's smoke tests (tiny
-#      sizes; never the benchmarks).
+#      sizes; never the benchmarks); then the client's own tests once more with
+#      QUIVER_CORE=0, through pyarrow's Flight client alone (the fallback of the
+#      package's Rust core).
 #
 # Environment:
 #   CARGO_TARGET_DIR  where cargo builds (default: ./target)
@@ -60,8 +62,10 @@ if [ ! -x "$venv/bin/python" ] || [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; 
     "$venv/bin/python" -m pip install --quiet -r python/requirements-dev.txt -r bench/requirements.txt
     echo "$want" > "$stamp"
 fi
-# The package itself is installed afresh every run: it is the code under test.
-"$venv/bin/python" -m pip install --quiet --no-deps -e python
+# The package itself is installed afresh every run: it is the code under test. Its
+# Rust core (quiver._core, crates/quiver-python) is built by maturin, in the venv, into
+# the same target directory as the rest (cargo rebuilds only what changed).
+PATH="$venv/bin:$PATH" "$venv/bin/python" -m pip install --quiet --no-deps --no-build-isolation -e python
 
 step "ruff"
 "$venv/bin/ruff" check python bench
@@ -83,3 +87,11 @@ bash scripts/install-os-tools.sh || [ $? -eq 3 ]
 step "pytest"
 # shellcheck disable=SC2086
 "$venv/bin/python" -m pytest python/tests bench/tests ${PYTEST_ARGS:-}
+
+step "pytest: the client's tests again through pyarrow alone (QUIVER_CORE=0, the fallback)"
+# shellcheck disable=SC2086
+QUIVER_CORE=0 "$venv/bin/python" -m pytest ${PYTEST_ARGS:-} \
+    python/tests/test_client.py python/tests/test_core.py python/tests/test_error_kinds.py \
+    python/tests/test_errors.py python/tests/test_flight_put.py python/tests/test_large_batches.py \
+    python/tests/test_tls.py python/tests/test_security.py python/tests/test_concurrent_reads.py \
+    python/tests/test_sql.py python/tests/test_shm.py

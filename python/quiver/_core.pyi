@@ -34,6 +34,8 @@ class Connection:
         max_message_size: int = ...,
         body_pool_bytes: int = ...,
     ) -> None: ...
+    def body_pool(self) -> tuple[int, int]:
+        """Freed bodies held for reuse: ``(bytes, regions)``."""
     def locations(self) -> list[str]:
         """The locations this client holds an idle connection to, sorted."""
     def get(
@@ -51,3 +53,10 @@ class Connection:
         max_message_bytes: int,
     ) -> bytes:
         """DoPut of ``data`` (an Arrow C stream); the last PutResult's ``app_metadata``."""
+
+def shm_get(path: str, want: int, free: int | None, ticket: bytes) -> pa.RecordBatchReader:
+    """Shared-memory get of ``ticket`` from the Unix socket at ``path``, asked with tag ``want``.
+
+    The batches point into the server's memfds; ``free_data`` (tag ``free``) is sent
+    once the last of their buffers is released.
+    """

@@ -53,7 +53,7 @@ import pyarrow.flight as flight
 
 from . import _protocol, _sql
 from ._protocol import Transport
-from .client import STAGING_PREFIX, Client, _batches, _location_uri
+from .client import STAGING_PREFIX, Client, _location_uri
 from .errors import (
     InvalidArgumentError,
     NotFoundError,
@@ -682,9 +682,9 @@ def _read_from(plan: ReadPlan, split: Split, uri: str, skip: int) -> Iterator[pa
             yield from table.slice(skip).to_batches()
             return
     client = conn.client(uri)
-    with translated_errors():
-        stream = client.flight_client.do_get(flight.Ticket(split.ticket), client._options)
-    for batch in _batches(stream):
+    # Through the client's Rust core when it has one (quiver._core), else pyarrow.
+    _, batches = client._stream_endpoint(flight.FlightEndpoint(split.ticket, []))
+    for batch in batches:
         if skip >= batch.num_rows:
             skip -= batch.num_rows
             continue

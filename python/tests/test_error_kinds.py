@@ -177,7 +177,9 @@ def test_version_changed_in_the_endpoint_threads(
     # Four partitions, read in parallel: by the Rust core, or (QUIVER_CORE=0) by a pool of
     # pyarrow threads, where each thread's error must carry its own call's status.
     # (gRPC: shm tickets hold the version they read.)
-    if not core:
+    if core:
+        monkeypatch.delenv("QUIVER_CORE", raising=False)
+    else:
         monkeypatch.setenv("QUIVER_CORE", "0")
     client = quiver.connect(uri, transport="grpc")
     assert (client._core is not None) == core

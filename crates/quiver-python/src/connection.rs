@@ -194,6 +194,18 @@ impl Connections {
     }
 }
 
+/// The status of a response body that failed to arrive: the connection broke
+/// (a server gone, a reset) rather than the server ending the call with a
+/// status, so a code tonic could not tell is UNAVAILABLE, as gRPC reports a
+/// lost connection and callers fail over on.
+pub(crate) fn transport_failure(status: tonic::Status) -> Error {
+    if status.code() == tonic::Code::Unknown {
+        tonic::Status::unavailable(format!("the connection broke: {}", status.message())).into()
+    } else {
+        status.into()
+    }
+}
+
 /// An error and its causes, on one line.
 fn describe(e: &(dyn std::error::Error + 'static)) -> String {
     let mut text = e.to_string();

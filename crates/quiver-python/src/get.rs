@@ -21,7 +21,7 @@ use quiver_wire::{BodyPool, grpc_message, message_length, parse_flight_data};
 use tonic::body::Body;
 use tonic::transport::Channel;
 
-use crate::connection::Connections;
+use crate::connection::{Connections, transport_failure};
 use crate::error::{Error, Result};
 
 /// The HTTP/2 path of Flight's DoGet.
@@ -212,7 +212,7 @@ impl Messages {
                         }
                     }
                 },
-                Some(Err(status)) => return Some(Err(status.into())),
+                Some(Err(status)) => return Some(Err(transport_failure(status))),
                 None if self.received.is_empty() => {
                     if let Some((connections, location, channel)) = self.channel.take() {
                         connections.give_back(&location, channel);

@@ -112,6 +112,12 @@ impl Connection {
         })
     }
 
+    /// Freed bodies held for reuse: `(bytes, regions)`.
+    fn body_pool(&self) -> (usize, usize) {
+        let stats = self.bodies.stats();
+        (stats.idle_bytes, stats.idle_regions)
+    }
+
     /// The locations this client holds an idle connection to, sorted.
     fn locations(&self) -> Vec<String> {
         self.connections.locations()

@@ -24,7 +24,7 @@ use tokio::runtime::Runtime;
 use tokio::sync::mpsc;
 use tonic::body::Body;
 
-use crate::connection::Connections;
+use crate::connection::{Connections, transport_failure};
 use crate::error::{Error, Result};
 
 /// The HTTP/2 path of Flight's DoPut.
@@ -92,9 +92,21 @@ fn send_batches(
         FlightMessageEncoder::try_new(schema, request.max_message_bytes).map_err(Error::Source)?;
     let descriptor = request.descriptor.encode_to_vec();
     let mut first = true;
+    // The first message (the schema) carries the descriptor; the put's options
+    // follow in a message of their own, as pyarrow's `write_metadata` sends
+    // them, which any Flight server's reader hands over as metadata.
     let mut send = |message: FlightMessage| -> Result<bool> {
         let framed = if std::mem::take(&mut first) {
-            grpc_frame_with(message, &descriptor, &request.app_metadata)?
+            let mut framed = grpc_frame_with(message, &descriptor, &[])?;
+            if !request.app_metadata.is_empty() {
+                let metadata = FlightMessage {
+                    header: Bytes::new(),
+                    body: Vec::new(),
+                    body_len: 0,
+                };
+                framed.extend(grpc_frame_with(metadata, &[], &request.app_metadata)?);
+            }
+            framed
         } else {
             grpc_frame(message)?
         };
@@ -133,7 +145,7 @@ fn tokio_stream_body(rx: mpsc::Receiver<Result<Vec<Bytes>, tonic::Status>>) -> B
 
 /// The last PutResult's `app_metadata`, once the call has ended well.
 async fn read_put_result(body: Body) -> Result<Bytes> {
-    let collected = body.collect().await?;
+    let collected = body.collect().await.map_err(transport_failure)?;
     if let Some(trailers) = collected.trailers()
         && let Some(status) = tonic::Status::from_header_map(trailers)
         && status.code() != tonic::Code::Ok
