@@ -5,6 +5,7 @@ From the repository root, with the venv of ``bench/requirements.txt``::
     python -m bench --quick            # under 2 minutes
     python -m bench --full             # the paper's grid, 5 repetitions
     python -m bench --only get,small   # some suites
+    python -m bench --full --only ceilings,get,put,rust --headline-only   # the goals' table
     python -m bench --suite functions  # one suite (--suite is --only)
     python -m bench --only sql --sql-rows 1e6 --reps 3   # one size of the sql suite
     python -m bench --suite engines --engines-rows 2e6   # Spark, Dask, Ray on 2M rows
@@ -85,6 +86,12 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     )
     parser.add_argument("--reps", type=int, help="repetitions (default: the mode's)")
     parser.add_argument(
+        "--headline-only",
+        action="store_true",
+        help="the get, put and rust suites measure the single-stream headline table only "
+        "(no streams x records grid, no batch-size sweep)",
+    )
+    parser.add_argument(
         "--sql-rows",
         help="comma-separated result sizes of the sql suite, in rows (default: the mode's)",
     )
@@ -143,6 +150,8 @@ def measure(args: argparse.Namespace, argv: list[str]) -> tuple[dict[str, object
         plan = dataclasses.replace(
             plan, reps=args.reps, sql_reps=args.reps, headline_reps=args.reps
         )
+    if args.headline_only:
+        plan = dataclasses.replace(plan, streams=(), rows_per_stream=(), batch_sweep=())
     if args.sql_rows:
         plan = dataclasses.replace(plan, sql_rows=args.sql_rows)
     if args.engines_rows:

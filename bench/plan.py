@@ -39,9 +39,10 @@ class Plan:
         Repetitions of every throughput measurement (the pyarrow headline's:
         ``headline_reps``).
     headline_reps : int
-        Repetitions of the pyarrow client's headline get and put, on which the goals are
-        read. The single-stream 1 GiB gets and puts spread over 2x from one round to
-        the next on this machine, and a round costs seconds.
+        Repetitions of the pyarrow and quiver Python clients' headline get and put (and
+        the quiver client's shared-memory get), on which the goals are read. The
+        single-stream 1 GiB gets and puts spread over 2x from one round to the next on
+        this machine, and a round costs seconds.
     warm_up_reps : int
         Untimed rounds of each pyarrow get and put measurement before its ``reps``, per
         server: the first puts into a server fault in fresh memory (quiver's body pool and

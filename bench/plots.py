@@ -225,8 +225,14 @@ def throughput_vs_batch(rows: list[Row], records: int, path: Path) -> Path:
 
 def headline(rows: list[Row], path: Path) -> Path:
     """Draw the headline table's throughput, one stream: a bar per server and client."""
-    fig, ax = plt.subplots(figsize=(8, 4.8))
-    groups = [(op, client) for op in ("get", "put") for client in ("pyarrow", "rust")]
+    fig, ax = plt.subplots(figsize=(9.5, 4.8))
+    clients = ("pyarrow", "quiver-python", "rust")
+    groups = [
+        (op, client)
+        for op in ("get", "put")
+        for client in clients
+        if select(rows, suite="headline", op=op, client=client, note="")
+    ]
     width = 0.38
     for k, server in enumerate(SERVERS):
         xs, heights, errors = [], [], [[], []]
@@ -245,6 +251,7 @@ def headline(rows: list[Row], path: Path) -> Path:
         )
     _draw_ceilings(ax, rows)
     ax.set_xticks(range(len(groups)), [f"Do{op.capitalize()}\n{c} client" for op, c in groups])
+    ax.tick_params(axis="x", labelsize=8)
     headline_rows = select(rows, suite="headline")
     size = headline_rows[0]["bytes"] if headline_rows else 0
     ax.set_title(f"One stream, {int(size) / 2**20:,.0f} MiB table", fontsize=10)

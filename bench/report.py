@@ -46,6 +46,29 @@ GET_VS_CPP = 1.3
 PUT_VS_CPP = 1.3
 SINGLE_STREAM_VS_TCP = 0.9
 RSS_VS_STORED = 1.2
+#: Issue 26's goals for the quiver Python client (its Rust core moving the data), all on the
+#: headline table, one stream: its get from quiver at least this fraction of raw loopback
+#: TCP...
+CLIENT_GET_VS_TCP = 0.8
+#: ...and this many times pyarrow.flight's get from quiver...
+CLIENT_GET_VS_PYARROW = 1.4
+#: ...its get from the Arrow C++ server this many times pyarrow.flight's from it...
+CLIENT_GET_CPP_VS_PYARROW = 1.3
+#: ...its put into quiver this many times pyarrow.flight's...
+CLIENT_PUT_VS_PYARROW = 1.2
+#: ...and its shared-memory get from quiver (``transport="shm"``) at most this many seconds.
+CLIENT_SHM_GET_S = 0.002
+#: The clients of the headline table, in the order the report lists them.
+PYARROW = "pyarrow"
+QUIVER_PYTHON = "quiver-python"
+QUIVER_PYTHON_SHM = "quiver-python-shm"
+HEADLINE_CLIENTS = (PYARROW, QUIVER_PYTHON, "rust")
+CLIENT_LABELS = {
+    PYARROW: "pyarrow",
+    QUIVER_PYTHON: "quiver Python (Rust core)",
+    QUIVER_PYTHON_SHM: "quiver Python, shm",
+    "rust": "rust",
+}
 #: The sql suite's goals: quiver Flight SQL at most this much slower than a raw DoGet...
 FLIGHT_SQL_VS_DOGET = 1.3
 #: ...and at least this many times faster than each peer (DuckDB: faster at all).
@@ -166,6 +189,7 @@ def goals(rows: list[Row]) -> list[Goal]:
                 "—" if ratio is None else f"{ratio:.0%}",
             )
         )
+    out += client_goals(rows)
     memory = select(rows, suite="memory", server=QUIVER, op="rss")
     ratio_rss = spread(memory, lambda r: float(r["rss_bytes"]) / float(r["bytes"]))
     out.append(
@@ -194,6 +218,84 @@ def goals(rows: list[Row]) -> list[Goal]:
             ratio_small,
             None if ratio_small is None else ratio_small <= 1.0,
             shown,
+        )
+    )
+    return out
+
+
+def _headline_seconds(rows: list[Row], server: str, op: str, client: str) -> Spread | None:
+    found = comparable(select(rows, suite="headline", server=server, op=op, client=client))
+    return spread(found, "seconds")
+
+
+def client_goals(rows: list[Row]) -> list[Goal]:
+    """Evaluate issue 26's goals: the quiver Python client against pyarrow.flight and TCP.
+
+    Each is a ratio of the medians of the same run (the headline table, one stream), or,
+    for the shared-memory get, its median time. None when the quiver client was not
+    measured (e.g. a run before it was).
+    """
+    if not select(rows, suite="headline", client=(QUIVER_PYTHON, QUIVER_PYTHON_SHM)):
+        return []
+    headline_rows = select(rows, suite="headline")
+    size = _size(float(headline_rows[0]["bytes"]))
+    out = []
+
+    def ratio_goal(text: str, ours: Spread | None, theirs: Spread | None, at_least: float) -> None:
+        ratio = _ratio(ours, theirs)
+        shown = _times(ratio)
+        if ratio is not None and ours is not None and theirs is not None:
+            shown += f" ({ours.median:.2f} vs {theirs.median:.2f} GB/s)"
+        passed = None if ratio is None else ratio >= at_least
+        out.append(Goal(text, f"≥ {at_least:g}×", ratio, passed, shown))
+
+    ours = _headline(rows, QUIVER, "get", QUIVER_PYTHON)
+    tcp = ceiling(rows, "tcp")
+    ratio = _ratio(ours, tcp)
+    shown = "—" if ratio is None else f"{ratio:.0%}"
+    if ratio is not None and ours is not None and tcp is not None:
+        shown += f" ({ours.median:.2f} vs {tcp.median:.2f} GB/s)"
+    out.append(
+        Goal(
+            f"DoGet, one stream, {size} table, quiver Python client (Rust core) from quiver / "
+            "raw loopback TCP",
+            f"≥ {CLIENT_GET_VS_TCP:.0%}",
+            ratio,
+            None if ratio is None else ratio >= CLIENT_GET_VS_TCP,
+            shown,
+        )
+    )
+    for server, threshold, source in (
+        (QUIVER, CLIENT_GET_VS_PYARROW, "quiver"),
+        (ARROW_CPP, CLIENT_GET_CPP_VS_PYARROW, "the Arrow C++ server"),
+    ):
+        ratio_goal(
+            f"DoGet, one stream, {size} table, from {source}: quiver Python client / "
+            "pyarrow.flight",
+            _headline(rows, server, "get", QUIVER_PYTHON),
+            _headline(rows, server, "get", PYARROW),
+            threshold,
+        )
+    ratio_goal(
+        f"DoPut, one stream, {size} table, into quiver: quiver Python client / pyarrow.flight",
+        _headline(rows, QUIVER, "put", QUIVER_PYTHON),
+        _headline(rows, QUIVER, "put", PYARROW),
+        CLIENT_PUT_VS_PYARROW,
+    )
+    shm = _headline_seconds(rows, QUIVER, "get", QUIVER_PYTHON_SHM)
+    found = comparable(select(rows, suite="headline", client=QUIVER_PYTHON_SHM, op="get"))
+    batches = ""
+    if found and found[0].get("batch_rows"):
+        count = -(-int(found[0]["rows_per_stream"]) // int(found[0]["batch_rows"]))
+        batches = f" in {count:,} batches"
+    out.append(
+        Goal(
+            f"Shared-memory get of the {size} table{batches} from quiver, quiver Python "
+            'client (`transport="shm"`), median time',
+            f"≤ {CLIENT_SHM_GET_S * 1e3:g} ms",
+            None if shm is None else shm.median,
+            None if shm is None else shm.median <= CLIENT_SHM_GET_S,
+            "—" if shm is None else f"{_ms(shm.median)} ({_ms(shm.low)}–{_ms(shm.high)})",
         )
     )
     return out
@@ -773,6 +875,10 @@ def _engines_section(
     return [*lines, ""]
 
 
+def _duration(seconds: float) -> str:
+    return _ms(seconds) if seconds < 1 else f"{seconds:.3f} s"
+
+
 def _ms(seconds: float) -> str:
     return f"{seconds * 1e3:.3f} ms" if seconds < 0.01 else f"{seconds * 1e3:.1f} ms"
 
@@ -827,14 +933,18 @@ def _headline_section(rows: list[Row]) -> list[str]:
     lines = [
         "## Headline: one stream",
         "",
-        "GB/s, median (min–max) of the repetitions; the ratios compare medians.",
+        "GB/s, median (min–max) of the repetitions; the ratios compare medians. The clients: "
+        "pyarrow.flight (`bench/flight_client.py`), the quiver Python client "
+        '(`quiver.connect(uri, transport="grpc")`, `get` and `put`, its Rust core '
+        "`quiver._core` moving the data), each in a worker process of its own per server, "
+        "their rounds interleaved; and `quiver bench client` (arrow-rs).",
         "",
         "| op | client | quiver | Arrow C++ | quiver / C++ | quiver / TCP | quiver / memcpy | "
         "time to first batch, quiver / C++ |",
         "| --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
     for op in ("get", "put"):
-        for client in ("pyarrow", "rust"):
+        for client in HEADLINE_CLIENTS:
             ours = _headline(rows, QUIVER, op, client)
             theirs = _headline(rows, ARROW_CPP, op, client)
             if ours is None and theirs is None:
@@ -851,10 +961,72 @@ def _headline_section(rows: list[Row]) -> list[str]:
                 if all(spreads):
                     ttfb = " / ".join(f"{s.median * 1e3:.1f} ms" for s in spreads if s)
             lines.append(
-                f"| Do{op.capitalize()} | {client} | {_gbps(ours)} | {_gbps(theirs)} | "
-                f"{_times(_ratio(ours, theirs))} | {_times(_ratio(ours, tcp))} | "
-                f"{_times(_ratio(ours, memcpy))} | {ttfb} |"
+                f"| Do{op.capitalize()} | {CLIENT_LABELS[client]} | {_gbps(ours)} | "
+                f"{_gbps(theirs)} | {_times(_ratio(ours, theirs))} | "
+                f"{_times(_ratio(ours, tcp))} | {_times(_ratio(ours, memcpy))} | {ttfb} |"
             )
+    return [*lines, *_headline_cpu_lines(rows)]
+
+
+def _cpu_spread(rows: list[Row], column: str) -> Spread | None:
+    """CPU seconds per GiB moved, of the rows that recorded ``column``."""
+    found = [r for r in rows if r.get(column) is not None and float(r["bytes"]) > 0]
+    return spread(found, lambda r: float(r[column]) / (float(r["bytes"]) / 2**30))
+
+
+def _headline_cpu_lines(rows: list[Row]) -> list[str]:
+    """Return the lines of the headline's wall times and CPU seconds per GiB moved."""
+    measured = [
+        r
+        for r in comparable(select(rows, suite="headline"))
+        if r.get("client_cpu_seconds") is not None
+    ]
+    if not measured:
+        return []
+    lines = [
+        "",
+        "Wall time and CPU seconds per GiB moved (user + system from `/proc/PID/stat` before "
+        "and after each round, 10 ms ticks), median (min–max): the client's worker process "
+        "and the server process. The shared-memory get maps the server's copy of the table "
+        "(docs/shm.md): its time is that of the call, not of reading the bytes.",
+        "",
+        "| op | client | server | wall time | GB/s | client CPU s/GiB | server CPU s/GiB | "
+        "total CPU s/GiB |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- |",
+    ]
+    for op in ("get", "put"):
+        for client in (*HEADLINE_CLIENTS, QUIVER_PYTHON_SHM):
+            for server in (QUIVER, ARROW_CPP):
+                found = select(measured, op=op, client=client, server=server)
+                if not found:
+                    continue
+                seconds = spread(found, "seconds")
+                cpu = [_cpu_spread(found, c) for c in ("client_cpu_seconds", "server_cpu_seconds")]
+                total = _cpu_spread(
+                    [
+                        {
+                            **r,
+                            "cpu": float(r["client_cpu_seconds"])
+                            + float(r["server_cpu_seconds"] or 0.0),
+                        }
+                        for r in found
+                    ],
+                    "cpu",
+                )
+                assert seconds is not None
+                cells = [
+                    "—" if c is None else f"{c.median:.2f} ({c.low:.2f}–{c.high:.2f})"
+                    for c in (*cpu, total)
+                ]
+                wall = (
+                    f"{_duration(seconds.median)} "
+                    f"({_duration(seconds.low)}–{_duration(seconds.high)})"
+                )
+                lines.append(
+                    f"| Do{op.capitalize()} | {CLIENT_LABELS[client]} | "
+                    f"{'quiver' if server == QUIVER else 'Arrow C++'} | {wall} | "
+                    f"{_gbps(spread(found))} | {' | '.join(cells)} |"
+                )
     return lines
 
 
@@ -1283,12 +1455,15 @@ def _warm_up_text(run: dict[str, object]) -> str:
 
 
 def _headline_reps_text(run: dict[str, object]) -> str:
-    """Say how many repetitions the pyarrow headline had, when not the run's."""
+    """Say how many repetitions the Python clients' headline had, when not the run's."""
     plan = run.get("plan")
     reps = plan.get("headline_reps", 0) if isinstance(plan, dict) else 0
     if not reps or reps == run.get("reps"):  # (runs before headline_reps have none)
         return ""
-    return f" ({reps} for the pyarrow client's headline get and put, where the goals are read)"
+    return (
+        f" ({reps} for the pyarrow and quiver Python clients' headline get and put, where the "
+        "goals are read)"
+    )
 
 
 def _figure(title: str, plot: Path | None, report_dir: Path) -> list[str]:

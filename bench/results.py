@@ -64,7 +64,9 @@ class Measurement:
         ``engines`` the source or sink (``quiver``, ``quiver-grpc``, ``postgresql``,
         ``parquet``, ``spark-cache``; empty for an engine's ``startup``).
     client : str
-        ``pyarrow``, ``rust``, ``socket``; for ``sql`` the driver (``adbc-flightsql``,
+        ``pyarrow``, ``rust``, ``socket``, ``quiver-python`` (the quiver Python client,
+        its Rust core moving the data over gRPC), ``quiver-python-shm`` (the same, with
+        ``transport="shm"``); for ``sql`` the driver (``adbc-flightsql``,
         ``pyarrow-flightsql``, ``psycopg``...); for ceilings the tool that measured; for
         ``engines`` the engine (``spark``, ``dask``, ``ray``), or for a ``load`` what
         loaded the source (``quiver-python``, ``pyarrow``, ``psycopg-copy``).
@@ -112,6 +114,10 @@ class Measurement:
     p99_seconds : float or None
         ``soak``, ``functions``: the 99th percentile latency of ``op`` (``seconds`` holds
         the median).
+    client_cpu_seconds, server_cpu_seconds : float or None
+        ``get``, ``put``, ``headline`` (the pyarrow and quiver Python clients): the CPU
+        seconds (user + system, ``/proc/PID/stat``, 10 ms ticks) the client's worker
+        process and the server process used during the repetition.
     """
 
     suite: str
@@ -133,6 +139,8 @@ class Measurement:
     ops: int | None = None
     errors: int | None = None
     p99_seconds: float | None = None
+    client_cpu_seconds: float | None = None
+    server_cpu_seconds: float | None = None
     gbps: float = field(init=False)
 
     def __post_init__(self) -> None:

@@ -229,68 +229,113 @@ def run_ceilings(run: Run) -> None:
 
 
 def measure(
-    run: Run, suite: str, op: str, streams: int, rows: int, batch_rows: int, reps: int
+    run: Run,
+    suite: str,
+    op: str,
+    streams: int,
+    rows: int,
+    batch_rows: int,
+    reps: int,
+    clients: tuple[str, ...] = (flight_worker.PYARROW,),
 ) -> None:
-    """Time ``reps`` pyarrow gets or puts (``op``) of one shape on every server.
+    """Time ``reps`` gets or puts (``op``) of one shape on every server, by every client.
 
-    Each server's clients are in a worker process of their own (:mod:`bench.flight_worker`),
+    Each client of each server is in a worker process of its own (:mod:`bench.flight_worker`),
     which prepares the data when it starts (a get's table stored on its server, a put's
-    table made), makes the warm-up rounds, then one round per repetition, the servers
-    taking turns; it deletes what it stored when closed.
+    table made), makes the warm-up rounds, then one round per repetition, the servers and
+    clients taking turns; it deletes what it stored when closed. The quiver Python client
+    over shared memory (:data:`bench.flight_worker.QUIVER_PYTHON_SHM`) reads quiver only.
+    The CPU seconds of the client's worker and of the server are read around each round.
     """
     shape = _shape_text(streams, rows, batch_rows)
     # Both ops move streams x rows records: a get of them split into streams partitions, a
     # put of rows records by each of streams clients.
     nbytes = streams * rows * data.RECORD_BYTES
     with contextlib.ExitStack() as stack:
-        rounds: dict[str, workers.Worker] = {}
-        for server in run.servers_alive():
-            with run.attempt(f"{suite} {op}: prepare the client worker of {server.name}"):
-                label = f"{suite} {op}, pyarrow client of {server.name}"
-                worker = flight_worker.start(label, server.uri, op, streams, rows, batch_rows)
-                rounds[server.name] = stack.enter_context(worker)
-        for name, worker in rounds.items():
-            with run.attempt(f"{suite} warm-up {op} {name}"):
-                for _ in range(run.plan.warm_up_reps):
+        rounds: dict[tuple[str, str], workers.Worker] = {}
+        pids: dict[str, int] = {}
+        for client in clients:
+            for server in run.servers_alive():
+                if client == flight_worker.QUIVER_PYTHON_SHM and server.name != QUIVER:
+                    continue
+                with run.attempt(f"{suite} {op}: prepare the {client} worker of {server.name}"):
+                    label = f"{suite} {op}, {client} client of {server.name}"
+                    worker = flight_worker.start(
+                        label, server.uri, op, streams, rows, batch_rows, client
+                    )
+                    rounds[client, server.name] = stack.enter_context(worker)
+                    pids[server.name] = server.pid
+        warm_ups = run.plan.warm_up_reps
+        for (client, server), worker in rounds.items():
+            with run.attempt(f"{suite} warm-up {op} {client} {server}"):
+                for _ in range(warm_ups):
                     seconds = worker.call("round")["seconds"]
-                    _note_warm_up(run, suite, name, op, nbytes, seconds)
+                    _note_warm_up(run, suite, server, client, op, nbytes, seconds)
         for rep in range(reps):
-            for name in _order(list(rounds), rep):
-                with run.attempt(f"{suite} {op} {name} {shape}"):
-                    got = rounds[name].call("round")
+            for client, server in _order(list(rounds), rep):
+                with run.attempt(f"{suite} {op} {client} {server} {shape}"):
+                    worker = rounds[client, server]
+                    before = _cpu(worker.pid), _cpu(pids[server])
+                    got = worker.call("round")
+                    after = _cpu(worker.pid), _cpu(pids[server])
                     run.add(
                         Measurement(
                             suite,
-                            name,
-                            "pyarrow",
+                            server,
+                            client,
                             op,
                             streams,
                             rows,
                             batch_rows,
                             bytes=nbytes,
                             rep=rep,
+                            client_cpu_seconds=after[0] - before[0],
+                            server_cpu_seconds=after[1] - before[1],
                             **got,
                         )
                     )
 
 
-def _note_warm_up(run: Run, suite: str, server: str, op: str, nbytes: int, seconds: float) -> None:
+def _cpu(pid: int) -> float:
+    """Return the CPU seconds process ``pid`` has used (:func:`bench.workers.cpu_seconds`)."""
+    return workers.cpu_seconds(pid)
+
+
+def _note_warm_up(
+    run: Run, suite: str, server: str, client: str, op: str, nbytes: int, seconds: float
+) -> None:
     """Keep a headline warm-up's time in the notes: it is left out of the medians."""
     if suite == "headline":
+        who = server if client == flight_worker.PYARROW else f"{server}, {client} client"
         run.note(
-            f"headline {op} warm-up (untimed in the medians), {server}: "
+            f"headline {op} warm-up (untimed in the medians), {who}: "
             f"{nbytes / seconds / 1e9:.2f} GB/s"
         )
 
 
 def run_get(run: Run) -> None:
-    """Time the pyarrow client's gets over the grid, then of the headline table."""
+    """Time the pyarrow client's gets over the grid, then of the headline table.
+
+    The headline's gets are also made by the quiver Python client, over gRPC from both
+    servers and over shared memory from quiver.
+    """
     _run_throughput(run, "get")
 
 
 def run_put(run: Run) -> None:
-    """Time the pyarrow client's puts over the grid, then of the headline table."""
+    """Time the pyarrow client's puts over the grid, then of the headline table.
+
+    The headline's puts are also made by the quiver Python client, over gRPC.
+    """
     _run_throughput(run, "put")
+
+
+#: The clients of the headline, by op: pyarrow.flight and the quiver Python client (its Rust
+#: core over gRPC; for gets, shared memory from quiver too), their rounds interleaved.
+HEADLINE_CLIENTS = {
+    "get": (flight_worker.PYARROW, flight_worker.QUIVER_PYTHON, flight_worker.QUIVER_PYTHON_SHM),
+    "put": (flight_worker.PYARROW, flight_worker.QUIVER_PYTHON),
+}
 
 
 def _run_throughput(run: Run, op: str) -> None:
@@ -299,7 +344,16 @@ def _run_throughput(run: Run, op: str) -> None:
         log(f"{op}: {_shape_text(streams, rows, batch_rows)}")
         measure(run, op, op, streams, rows, batch_rows, plan.reps)
     log(f"{op}: headline, {_shape_text(1, plan.headline_rows, plan.batch_rows)}")
-    measure(run, "headline", op, 1, plan.headline_rows, plan.batch_rows, plan.headline_reps)
+    measure(
+        run,
+        "headline",
+        op,
+        1,
+        plan.headline_rows,
+        plan.batch_rows,
+        plan.headline_reps,
+        HEADLINE_CLIENTS[op],
+    )
 
 
 def run_memory(run: Run) -> None:

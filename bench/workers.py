@@ -93,6 +93,19 @@ def process_table() -> dict[int, tuple[int, float]]:
     return found
 
 
+def cpu_seconds(pid: int) -> float:
+    """Return the CPU seconds (user + system, every thread) ``pid`` has used so far.
+
+    ``utime`` and ``stime`` of ``/proc/PID/stat``, in clock ticks (10 ms): the process's
+    own, not its children's.
+    """
+    with open(f"/proc/{pid}/stat") as f:
+        stat = f.read()
+    fields = stat[stat.rindex(")") + 2 :].split()
+    # utime and stime are fields 14 and 15 of proc(5); the list starts at field 3.
+    return (int(fields[11]) + int(fields[12])) / CLOCK_TICKS
+
+
 def descendants(pid: int, table: dict[int, tuple[int, float]] | None = None) -> list[int]:
     """Return the processes below ``pid`` (its children, their children...)."""
     table = process_table() if table is None else table

@@ -357,6 +357,114 @@ def test_peer_follows_quivers_put_options(tmp_path):
         assert peer.stop() == 0
 
 
+def test_peer_serves_the_quiver_clients_core_gets_and_puts(tmp_path):
+    # The quiver Python client's Rust core sends GetFlightInfo and DoPut with path
+    # descriptors, and the DoPut's options ({"mode": "replace"}) as the app_metadata of its
+    # first message: the peer must store and serve what it sent, replacing, not appending.
+    import quiver
+
+    peer = start_arrow_cpp(tmp_path)
+    try:
+        client = quiver.connect(peer.uri, transport="grpc")
+        try:
+            table = pa.table({"x": pa.array(range(10), pa.int64())})
+            for _ in range(2):
+                client.put("a/b", table, mode="replace")
+            assert client.get("a/b").equals(table)
+            pyclient = flight_client.connect(peer.uri)
+            info = pyclient.get_flight_info(flight_client.descriptor("a/b"))
+            assert info.total_records == 10
+            pyclient.close()
+            client.delete("a/b")
+        finally:
+            client.close()
+    finally:
+        assert peer.stop() == 0
+
+
+def test_the_headline_measured_the_quiver_client_and_cpu_time(smoke_run):
+    rows = [r for r in smoke_run["rows"] if r["suite"] == "headline"]
+    measured = {(r["client"], r["server"], r["op"]) for r in rows}
+    for server in ("quiver", "arrow-cpp"):
+        for op in ("get", "put"):
+            for client in ("pyarrow", "quiver-python"):
+                assert (client, server, op) in measured, (client, server, op)
+    shm = [r for r in rows if r["client"] == "quiver-python-shm"]
+    assert {(r["server"], r["op"]) for r in shm} == {("quiver", "get")}
+    plan = plan_for("smoke", GIB)
+    for row in rows:
+        if row["client"] == "rust":
+            continue
+        assert row["note"] == "", row  # the core moved the data
+        assert float(row["client_cpu_seconds"]) >= 0, row
+        assert float(row["server_cpu_seconds"]) >= 0, row
+    for client in ("quiver-python", "quiver-python-shm"):
+        reps = sorted(int(r["rep"]) for r in rows if r["client"] == client and r["op"] == "get")
+        servers = 2 if client == "quiver-python" else 1
+        assert reps == sorted(list(range(plan.headline_reps)) * servers), (client, reps)
+    report_text = (smoke_run["tmp"] / "BENCHMARKS.md").read_text()
+    section = report_text.split("## Headline: one stream", 1)[1].split("\n## ", 1)[0]
+    assert "| DoGet | quiver Python (Rust core) |" in section, section
+    assert "| DoPut | quiver Python (Rust core) |" in section, section
+    assert "| DoGet | quiver Python, shm | quiver |" in section, section
+    assert "client CPU s/GiB" in section, section
+    goals_text = report_text.split("## Goals", 1)[1].split("\n## ", 1)[0]
+    for text in (
+        "quiver Python client (Rust core) from quiver / raw loopback TCP",
+        "from quiver: quiver Python client / pyarrow.flight",
+        "from the Arrow C++ server: quiver Python client / pyarrow.flight",
+        "into quiver: quiver Python client / pyarrow.flight",
+        "Shared-memory get of the",
+    ):
+        assert text in goals_text, (text, goals_text)
+
+
+def _client_rows(gbps: dict[tuple[str, str, str], float], shm_s: float) -> list[dict]:
+    """Headline rows of 1 GiB at the given rates (client, server, op), a TCP ceiling of 10."""
+    found = [
+        Measurement("ceilings", "", "quiver-bench", "tcp", bytes=10 * 10**9, seconds=1.0),
+        Measurement(
+            "headline", "quiver", "quiver-python-shm", "get", 1, 2**25, 2**16,
+            bytes=GIB, seconds=shm_s,
+        ),
+    ]  # fmt: skip
+    for (client, server, op), rate in gbps.items():
+        found.append(
+            Measurement(
+                "headline", server, client, op, 1, 2**25, 2**16,
+                bytes=GIB, seconds=GIB / rate / 1e9,
+            )
+        )  # fmt: skip
+    return [dataclasses.asdict(m) for m in found]
+
+
+def test_client_goals_pass_fail_from_the_same_runs_medians():
+    fast = {
+        ("quiver-python", "quiver", "get"): 8.5,
+        ("pyarrow", "quiver", "get"): 5.0,
+        ("quiver-python", "arrow-cpp", "get"): 4.0,
+        ("pyarrow", "arrow-cpp", "get"): 3.0,
+        ("quiver-python", "quiver", "put"): 3.0,
+        ("pyarrow", "quiver", "put"): 2.0,
+    }
+    met = report.client_goals(_client_rows(fast, 0.0015))
+    assert len(met) == 5
+    assert [g.verdict for g in met] == ["PASS"] * 5, [(g.text, g.shown) for g in met]
+    assert met[0].shown.startswith("85% ("), met[0].shown
+    assert "512 batches" in met[4].text and "1 GiB" in met[4].text, met[4].text
+    slow = {
+        **fast,
+        ("quiver-python", "quiver", "get"): 7.5,
+        ("quiver-python", "quiver", "put"): 2.2,
+    }
+    missed = report.client_goals(_client_rows(slow, 0.003))
+    assert [g.verdict for g in missed] == ["FAIL", "PASS", "PASS", "FAIL", "FAIL"], [
+        (g.text, g.shown) for g in missed
+    ]
+    # Not measured: no goals from a run without the quiver client.
+    assert report.client_goals([]) == []
+
+
 def test_partitions_cover_every_row_once():
     for rows in (0, 1, 7, 100):
         for count in (1, 3, 16):
