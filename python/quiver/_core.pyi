@@ -37,7 +37,7 @@ class Connection:
     def body_pool(self) -> tuple[int, int]:
         """Freed bodies held for reuse: ``(bytes, regions)``."""
     def locations(self) -> list[str]:
-        """The locations this client holds an idle connection to, sorted."""
+        """Return the locations this client holds an idle connection to, sorted."""
     def get(
         self, endpoints: Sequence[tuple[str, bytes]], max_streams: int = 16
     ) -> pa.RecordBatchReader:

@@ -194,6 +194,27 @@ impl Connections {
     }
 }
 
+/// The outcome a response's trailers give: the call's status, which a gRPC
+/// response must end with (in its headers, if it sent nothing else). A stream
+/// that ends without one stopped early: UNAVAILABLE, as a lost connection is.
+pub(crate) fn end_status(trailers: Option<&HeaderMap>, in_headers: bool) -> Result<()> {
+    match trailers.and_then(tonic::Status::from_header_map) {
+        Some(status) if status.code() == tonic::Code::Ok => Ok(()),
+        Some(status) => Err(status.into()),
+        None if in_headers => Ok(()),
+        None => Err(tonic::Status::unavailable(
+            "the response ended without a gRPC status: the server or the connection stopped early",
+        )
+        .into()),
+    }
+}
+
+/// Whether a response's headers carry the call's status (a trailers-only
+/// response; an error status there is refused by [`Connections::call`]).
+pub(crate) fn status_in_headers(response: &http::Response<Body>) -> bool {
+    response.headers().contains_key("grpc-status")
+}
+
 /// The status of a response body that failed to arrive: the connection broke
 /// (a server gone, a reset) rather than the server ending the call with a
 /// status, so a code tonic could not tell is UNAVAILABLE, as gRPC reports a

@@ -16,12 +16,12 @@ use bytes::Bytes;
 use futures::{FutureExt, Stream, StreamExt, stream};
 use http_body::Body as _;
 use prost::Message;
-use quiver_ipc::{Rope, check_buffers};
-use quiver_wire::{BodyPool, grpc_message, message_length, parse_flight_data};
+use quiver_ipc::check_buffers;
+use quiver_wire::{BodyPool, Received, grpc_message};
 use tonic::body::Body;
 use tonic::transport::Channel;
 
-use crate::connection::{Connections, transport_failure};
+use crate::connection::{Connections, end_status, status_in_headers, transport_failure};
 use crate::error::{Error, Result};
 
 /// The HTTP/2 path of Flight's DoGet.
@@ -89,9 +89,9 @@ pub(crate) async fn do_get(
     let deadline = connections.settings().timeout.map(|t| started + t);
     let max_message_size = connections.settings().max_message_size;
     let messages = Messages {
-        max_message_size,
+        ended: status_in_headers(&response),
         body: response.into_body(),
-        received: Rope::default(),
+        received: Received::new(max_message_size, "max_message_size"),
         bodies,
         deadline,
         done: false,
@@ -138,10 +138,10 @@ fn from_flight(e: FlightError) -> Error {
 
 /// The FlightData messages of a response body, parsed as its frames arrive.
 struct Messages {
+    /// Whether the call's OK status has arrived (in the headers or trailers).
+    ended: bool,
     body: Body,
-    /// Largest message accepted.
-    max_message_size: usize,
-    received: Rope,
+    received: Received,
     bodies: BodyPool,
     deadline: Option<Instant>,
     done: bool,
@@ -182,10 +182,10 @@ impl Messages {
             return None;
         }
         loop {
-            match self.parse_one() {
+            match self.received.next_message(&self.bodies) {
                 Ok(Some(message)) => return Some(Ok(message)),
                 Ok(None) => {}
-                Err(e) => return Some(Err(e)),
+                Err(e) => return Some(Err(e.into())),
             }
             let frame = std::future::poll_fn(|cx| Pin::new(&mut self.body).poll_frame(cx));
             let frame = match self.deadline {
@@ -204,16 +204,17 @@ impl Messages {
                 Some(Ok(frame)) => match frame.into_data() {
                     Ok(data) => self.received.push(data),
                     Err(frame) => {
-                        if let Some(trailers) = frame.trailers_ref()
-                            && let Some(status) = tonic::Status::from_header_map(trailers)
-                            && status.code() != tonic::Code::Ok
-                        {
-                            return Some(Err(status.into()));
+                        if let Err(e) = end_status(frame.trailers_ref(), false) {
+                            return Some(Err(e));
                         }
+                        self.ended = true;
                     }
                 },
                 Some(Err(status)) => return Some(Err(transport_failure(status))),
                 None if self.received.is_empty() => {
+                    if let Err(e) = end_status(None, self.ended) {
+                        return Some(Err(e));
+                    }
                     if let Some((connections, location, channel)) = self.channel.take() {
                         connections.give_back(&location, channel);
                     }
@@ -226,22 +227,5 @@ impl Messages {
                 }
             }
         }
-    }
-
-    /// The next whole message, if it has arrived.
-    fn parse_one(&mut self) -> Result<Option<FlightData>> {
-        let Some(prefix) = self.received.peek::<5>() else {
-            return Ok(None);
-        };
-        let len = message_length(&prefix, self.max_message_size, "max_message_size")?;
-        if self.received.len() < 5 + len {
-            return Ok(None);
-        }
-        self.received.take(5).map_err(quiver_wire::malformed)?;
-        let message = self
-            .received
-            .split_to(len)
-            .map_err(quiver_wire::malformed)?;
-        Ok(Some(parse_flight_data(message, &self.bodies)?))
     }
 }

@@ -24,7 +24,7 @@ use tokio::runtime::Runtime;
 use tokio::sync::mpsc;
 use tonic::body::Body;
 
-use crate::connection::{Connections, transport_failure};
+use crate::connection::{Connections, end_status, status_in_headers, transport_failure};
 use crate::error::{Error, Result};
 
 /// The HTTP/2 path of Flight's DoPut.
@@ -62,7 +62,8 @@ pub(crate) fn do_put(
     let call = runtime.spawn(async move {
         let channel = connections.take(&location).await?;
         let response = connections.call(channel.clone(), DO_PUT_PATH, body).await?;
-        let result = read_put_result(response.into_body()).await?;
+        let in_headers = status_in_headers(&response);
+        let result = read_put_result(response.into_body(), in_headers).await?;
         connections.give_back(&location, channel);
         Ok::<_, Error>(result)
     });
@@ -144,14 +145,9 @@ fn tokio_stream_body(rx: mpsc::Receiver<Result<Vec<Bytes>, tonic::Status>>) -> B
 }
 
 /// The last PutResult's `app_metadata`, once the call has ended well.
-async fn read_put_result(body: Body) -> Result<Bytes> {
+async fn read_put_result(body: Body, status_in_headers: bool) -> Result<Bytes> {
     let collected = body.collect().await.map_err(transport_failure)?;
-    if let Some(trailers) = collected.trailers()
-        && let Some(status) = tonic::Status::from_header_map(trailers)
-        && status.code() != tonic::Code::Ok
-    {
-        return Err(status.into());
-    }
+    end_status(collected.trailers(), status_in_headers)?;
     let mut data = collected.to_bytes();
     let mut last = Bytes::new();
     while !data.is_empty() {

@@ -14,7 +14,64 @@ use prost::Message;
 use quiver_ipc::Rope;
 
 use crate::body_pool::BodyPool;
+use crate::grpc::message_length;
 use crate::{WireError, malformed};
+
+/// The bytes of a gRPC stream of FlightData received so far (the payloads of
+/// its HTTP/2 DATA frames, kept as they arrived), cut into messages as they
+/// complete. Both ends read their incoming streams through it: the server's
+/// DoPut and the client's DoGet.
+#[derive(Debug)]
+pub struct Received {
+    rope: Rope,
+    limit: usize,
+    flag: &'static str,
+}
+
+impl Received {
+    /// An empty stream whose messages may be at most `limit` bytes; `flag`
+    /// names what sets the limit, for the error.
+    pub fn new(limit: usize, flag: &'static str) -> Self {
+        Self {
+            rope: Rope::default(),
+            limit,
+            flag,
+        }
+    }
+
+    /// Adds the payload of the next DATA frame.
+    pub fn push(&mut self, data: bytes::Bytes) {
+        self.rope.push(data);
+    }
+
+    /// Whether nothing of a next message has arrived.
+    pub fn is_empty(&self) -> bool {
+        self.rope.is_empty()
+    }
+
+    /// The length of the next message, once its 5-byte prefix has arrived
+    /// (before the rest has: a receiver can reserve memory for it).
+    pub fn next_len(&self) -> Result<Option<usize>, WireError> {
+        self.rope
+            .peek::<5>()
+            .map(|prefix| message_length(&prefix, self.limit, self.flag))
+            .transpose()
+    }
+
+    /// The next message, parsed (its body copied into memory from
+    /// `bodies`), once the whole of it has arrived.
+    pub fn next_message(&mut self, bodies: &BodyPool) -> Result<Option<FlightData>, WireError> {
+        let Some(len) = self.next_len()? else {
+            return Ok(None);
+        };
+        if self.rope.len() < 5 + len {
+            return Ok(None);
+        }
+        self.rope.take(5).map_err(malformed)?;
+        let message = self.rope.split_to(len).map_err(malformed)?;
+        parse_flight_data(message, bodies).map(Some)
+    }
+}
 
 fn read_varint(rope: &mut Rope) -> Result<u64, WireError> {
     let mut value = 0u64;

@@ -18,5 +18,5 @@ pub mod grpc;
 
 pub use body_pool::BodyPool;
 pub use error::{WireError, malformed};
-pub use flight_data::parse_flight_data;
+pub use flight_data::{Received, parse_flight_data};
 pub use grpc::{grpc_frame, grpc_frame_with, grpc_message, message_length};

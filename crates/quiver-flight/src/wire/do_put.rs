@@ -14,7 +14,7 @@ use arrow_flight::{FlightData, PutResult};
 use futures::{Stream, StreamExt, stream};
 use http_body::Body as _;
 use prost::Message;
-use quiver_wire::{BodyPool, message_length, parse_flight_data};
+use quiver_wire::{BodyPool, Received};
 use tonic::Status;
 use tonic::body::Body;
 
@@ -22,7 +22,6 @@ use super::grpc_body::GrpcBody;
 use crate::auth::Caller;
 use crate::rpc_log::RpcLog;
 use crate::{Error, QuiverService};
-use quiver_ipc::Rope;
 use quiver_store::MemoryCharge;
 use quiver_wire::grpc_message;
 
@@ -84,8 +83,7 @@ pub(crate) async fn put_frames(
 /// FlightData messages parsed off a request body as its frames arrive.
 struct FlightDataReader {
     body: Body,
-    received: Rope,
-    max_message_size: usize,
+    received: Received,
     /// Where bodies are copied to.
     bodies: BodyPool,
     /// The message being received, charged to the memory pool from the moment
@@ -98,8 +96,7 @@ impl FlightDataReader {
     fn new(body: Body, max_message_size: usize, in_flight: MemoryCharge, bodies: BodyPool) -> Self {
         Self {
             body,
-            received: Rope::default(),
-            max_message_size,
+            received: Received::new(max_message_size, "--max-message-size"),
             bodies,
             in_flight,
             done: false,
@@ -152,23 +149,16 @@ impl FlightDataReader {
 
     /// The next whole message, if it has arrived.
     fn parse_one(&mut self) -> Result<Option<FlightData>, Error> {
-        let Some(prefix) = self.received.peek::<5>() else {
+        let Some(len) = self.received.next_len()? else {
             return Ok(None);
         };
-        let len = message_length(&prefix, self.max_message_size, "--max-message-size")?;
         if self.in_flight.bytes() < len as u64 {
             self.in_flight
                 .try_grow(len as u64 - self.in_flight.bytes())?;
         }
-        if self.received.len() < 5 + len {
+        let Some(parsed) = self.received.next_message(&self.bodies)? else {
             return Ok(None);
-        }
-        self.received.take(5).map_err(quiver_wire::malformed)?;
-        let message = self
-            .received
-            .split_to(len)
-            .map_err(quiver_wire::malformed)?;
-        let parsed = parse_flight_data(message, &self.bodies)?;
+        };
         self.in_flight.release();
         Ok(Some(parsed))
     }
