@@ -17,7 +17,9 @@ message per datagram) with the ticket and receives:
   is ``[total, count, (offset, length) * count]`` (u64 LE): where the buffers lie.
 
 Each batch is built from its header as received and its body in place in the
-mapping: nothing is copied. A put writes the table into sealed memfds (one thread
+mapping: nothing is copied. The Rust core (``quiver._core.shm_get``) does all of
+the get, building each batch in Rust; without it, or with ``QUIVER_CORE=0``, the
+pure-Python get here does. A put writes the table into sealed memfds (one thread
 each, for a large table) and passes them with ``put_data``. When the
 table's buffers are released, ``free_data`` returns the offsets and the connection
 closes. See docs/shm.md.
@@ -40,11 +42,20 @@ import threading
 import time
 import weakref
 from dataclasses import dataclass
+from types import ModuleType
 from urllib.parse import parse_qs, unquote, urlsplit
 
 import pyarrow as pa
 
-from .errors import QuiverError, from_reply
+from .errors import QuiverError, from_call, from_reply
+
+try:
+    from . import _core as _core_module
+except ImportError:  # the Rust core is not built: the pure-Python get below
+    _core_module = None  # type: ignore[assignment]
+
+#: ``quiver._core``, or ``None`` when it is not built.
+_core: ModuleType | None = _core_module
 
 #: The URI scheme of a shared-memory location.
 SCHEME = "shm+unix"
@@ -186,13 +197,34 @@ def _free(sock: socket.socket, tag: int | None, offsets: list[int]) -> None:
 
 
 def get(location: Location, ticket: bytes) -> pa.Table:
-    """Read the table ``ticket`` names from the shared-memory socket at ``location``."""
+    """Read the table ``ticket`` names from the shared-memory socket at ``location``.
+
+    With the Rust core, the core does it (same protocol, same errors); else Python.
+    """
+    if _core is not None and os.environ.get("QUIVER_CORE", "1") != "0":
+        return _get_core(location, ticket)
     sock = _connect(location)
     try:
         return _get(sock, location, ticket)
     except BaseException:
         sock.close()
         raise
+
+
+def _get_core(location: Location, ticket: bytes) -> pa.Table:
+    """Get in the Rust core; raise its errors as the Python get raises them."""
+    want = location.want_bundled if location.want_bundled is not None else location.want_data
+    try:
+        reader = _core_module.shm_get(location.path, want, location.free_data, ticket)
+    except _core_module.CallError as e:
+        code, message, details = e.args
+        error = from_call(code, message, details)
+        # A socket it cannot connect to (no details: not the server's reply) or that
+        # refuses the ticket (another server's socket at the path): not this server.
+        if error.code == "PERMISSION_DENIED" or (error.code == "UNAVAILABLE" and not details):
+            raise ShmUnavailableError(error.message) from e
+        raise error from e
+    return reader.read_all()
 
 
 def _get(sock: socket.socket, location: Location, ticket: bytes) -> pa.Table:

@@ -9,6 +9,7 @@ that dies without ``free_data``, authorization, and the ``transport`` setting.
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import gc
 import json
@@ -19,6 +20,7 @@ import struct
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 from pathlib import Path
 
@@ -128,6 +130,8 @@ def test_a_put_waits_for_the_server_to_close_the_put_before(uri: str) -> None:
 
 def test_each_offset_is_freed_once(uri: str, monkeypatch: pytest.MonkeyPatch) -> None:
     # A column without nulls has an empty validity buffer at its values' offset.
+    # The pure-Python get's _free (the core's frees: test_core_get_frees_each_offset_once...).
+    monkeypatch.setenv("QUIVER_CORE", "0")
     freed: list[list[int]] = []
     monkeypatch.setattr(_shm, "_free", lambda _sock, _tag, offsets: freed.append(offsets))
     table = typed_table(batches=3, rows=100)
@@ -160,6 +164,75 @@ def test_get_is_zero_copy_and_shared(uri: str, server) -> None:
         assert any(lo <= address < hi for lo, hi in spans)
         # One export per version in the server, however many readers.
         assert len(memfds(server.process.pid)) == 1
+
+
+@pytest.fixture(params=["core", "python"])
+def get_path(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Run a test with the Rust core's shared-memory get, then the pure-Python one."""
+    if request.param == "core":
+        if _shm._core is None:
+            pytest.skip("quiver._core is not built")
+        monkeypatch.setenv("QUIVER_CORE", "1")
+    else:
+        monkeypatch.setenv("QUIVER_CORE", "0")
+    return str(request.param)
+
+
+def test_many_batches_round_trip_exactly(
+    flight_client: flight.FlightClient, uri: str, get_path: str
+) -> None:
+    table = numbers(512 * 64).combine_chunks()
+    batches = table.to_batches(max_chunksize=64)
+    assert len(batches) == 512
+    with quiver.connect(uri, transport="grpc") as client:
+        client.put("many", batches)
+        # Put in three memfds: the offsets run over them one after the other.
+        location, ticket = put_ticket(client, "many3")
+        parts = [pa.Table.from_batches(batches[i : i + 200]) for i in range(0, 512, 200)]
+        fds = [_shm.sealed_memfd(part) for part in parts]
+        send_put(location, ticket, fds)
+        for fd in fds:
+            os.close(fd)
+    for name in ("many", "many3"):
+        got = _shm.get(*shm_endpoint(flight_client, name))
+        assert got.equals(table)
+        assert [b.num_rows for b in got.to_batches()] == [64] * 512, "batch boundaries kept"
+
+
+def test_core_get_is_zero_copy_and_frees_on_release(
+    flight_client: flight.FlightClient, uri: str, server
+) -> None:
+    if _shm._core is None:
+        pytest.skip("quiver._core is not built")
+    table = numbers(200_000)
+    with quiver.connect(uri, transport="grpc") as client:
+        client.put("t", table.combine_chunks().to_batches(max_chunksize=20_000))
+    got = _shm._get_core(*shm_endpoint(flight_client, "t"))
+    assert got.equals(table) and got.column(0).num_chunks == 10
+    # Every buffer of every batch lies in this process's mapping of the server's memfd.
+    spans = []
+    for line in mapped_memfds():
+        if "memfd:quiver:" in line:
+            lo, hi = (int(x, 16) for x in line.split()[0].split("-"))
+            spans.append((lo, hi))
+    assert spans, "the server's memfd is mapped"
+    for column in got.columns:
+        for chunk in column.chunks:
+            values = chunk.buffers()[1]
+            assert any(
+                lo <= values.address and values.address + values.size <= hi for lo, hi in spans
+            )
+    del values, chunk, column
+    pid = server.process.pid
+    with quiver.connect(uri, transport="grpc") as client:
+        client.delete("t")
+    time.sleep(0.2)
+    assert len(memfds(pid)) == 1, "the reader holds the deleted version's memfd"
+    # Released: free_data for every offset, and the server lets the memfd go.
+    del got
+    gc.collect()
+    assert wait_until(lambda: memfds(pid) == []), memfds(pid)
+    assert not [line for line in mapped_memfds() if "memfd:quiver:" in line], "unmapped"
 
 
 def test_get_of_a_table_holding_a_zero_row_batch(uri: str) -> None:
@@ -300,6 +373,146 @@ def test_batches_are_built_from_the_metadata_received_and_the_bodies_in_place() 
     stream.bodies[last] = (offsets, end + 8)  # a header whose body is too short for its pairs
     with pytest.raises(QuiverError, match="does not cover its buffers"):
         _shm._assemble([region], stream)
+
+
+def _datagrams(stream: _shm._Stream) -> list[bytes]:
+    """The messages a server sends of ``stream`` (one pair per body), End of Stream last."""
+    out = []
+    assert stream.end is not None
+    for seq in range(stream.end):
+        out.append(bytes([0, 1]) + struct.pack("<I", seq) + stream.metadata[seq])
+        if seq in stream.bodies:
+            (start, *_), end = stream.bodies[seq]
+            pairs = struct.pack("<QQQQ", end - start, 1, start, end - start)
+            out.append(bytes([1]) + struct.pack("<Q", (1 << 56) | seq) + pairs)
+    out.append(bytes([0, 0]) + struct.pack("<I", stream.end))
+    return out
+
+
+def _bundle(messages: list[bytes]) -> bytes:
+    return bytes([3]) + b"".join(struct.pack("<I", len(m)) + m for m in messages)
+
+
+def _fake_server(
+    tmp_path: Path, datagrams: list[bytes], fd: int | None
+) -> tuple[_shm.Location, list[bytes], threading.Thread]:
+    """A one-connection shared-memory socket sending ``datagrams`` (``fd`` with the first).
+
+    Returns its location, what the client sent (appended as received, until it closes)
+    and the serving thread.
+    """
+    path = str(tmp_path / "fake.sock")
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    listener.bind(path)
+    listener.listen(1)
+    received: list[bytes] = []
+
+    def serve() -> None:
+        conn, _ = listener.accept()
+        with conn, listener, contextlib.suppress(OSError):
+            conn.settimeout(10)
+            received.append(conn.recv(1 << 16))
+            for i, datagram in enumerate(datagrams):
+                handles = struct.pack("<i", fd) if i == 0 and fd is not None else b""
+                ancillary = [(socket.SOL_SOCKET, socket.SCM_RIGHTS, handles)] if handles else []
+                conn.sendmsg([datagram], ancillary)
+            while data := conn.recv(1 << 20):
+                received.append(data)
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    return _shm.Location(path, 1, 2, None, 4), received, thread
+
+
+SEALED = fcntl.F_SEAL_WRITE | fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW
+
+
+def test_core_get_frees_each_offset_once_when_released(tmp_path: Path) -> None:
+    if _shm._core is None:
+        pytest.skip("quiver._core is not built")
+    table = typed_table(batches=5, rows=100)
+    region, stream = _received(table)  # headers zeroed in the region: read from the socket
+    fd = memfd_with(region.to_pybytes(), SEALED)
+    location, received, thread = _fake_server(tmp_path, [_bundle(_datagrams(stream))], fd)
+    try:
+        got = _shm._get_core(location, b"ticket")
+    finally:
+        os.close(fd)
+    assert got.equals(table)
+    assert received[0] == bytes([1]) + struct.pack("<Q", 4) + b"ticket", "want_bundled"
+    values = got.column("i64").chunk(0).buffers()[1].address
+    spans = [line.split()[0].split("-") for line in mapped_memfds() if "memfd:test" in line]
+    assert any(int(lo, 16) <= values < int(hi, 16) for lo, hi in spans), "in the memfd"
+    time.sleep(0.1)
+    assert len(received) == 1, "nothing is freed while the table lives"
+    del got
+    gc.collect()
+    thread.join(10)
+    assert not thread.is_alive(), "the connection closed"
+    freed = []
+    for message in received[1:]:
+        assert message[:9] == bytes([1]) + struct.pack("<Q", 2), "free_data"
+        freed += struct.unpack(f"<{(len(message) - 9) // 8}Q", message[9:])
+    assert sorted(freed) == sorted({offsets[0] for offsets, _ in stream.bodies.values()})
+
+
+def _cases() -> dict[str, tuple[str, type[QuiverError]]]:
+    return {
+        "outside": ("outside the", QuiverError),
+        "short body": ("does not cover its buffers", QuiverError),
+        "cut bundle": ("longer than its bundle", QuiverError),
+        "garbage header": ("message 1", QuiverError),
+        "unsealed": ("sealed", QuiverError),
+        "no memfd": ("no memory handle", QuiverError),
+        "closed early": ("closed the shared-memory connection", QuiverError),
+        "refused ticket": ("unknown ticket", _shm.ShmUnavailableError),
+        "refused request": ("bad request", InvalidArgumentError),
+    }
+
+
+@pytest.mark.parametrize("case", list(_cases()))
+def test_core_get_refuses_malformed_streams(tmp_path: Path, case: str) -> None:
+    if _shm._core is None:
+        pytest.skip("quiver._core is not built")
+    match, error = _cases()[case]
+    region, stream = _received(typed_table(batches=3, rows=50))
+    messages = _datagrams(stream)
+    seals = SEALED
+    send_fd = True
+    body = next(i for i, m in enumerate(messages) if m[0] == 1)
+    if case == "outside":
+        messages[body] = messages[body][:25] + struct.pack("<QQ", region.size - 8, 16)
+        messages[body] = messages[body][:9] + struct.pack("<Q", 16) + messages[body][17:]
+    elif case == "short body":
+        # The header's body length stays; the pairs say the body is longer.
+        (start, length) = struct.unpack_from("<QQ", messages[body], 25)
+        messages[body] = messages[body][:9] + struct.pack("<QQQQ", length + 8, 1, start, length + 8)
+    elif case == "garbage header":
+        messages[1] = messages[1][:6] + os.urandom(len(messages[1]) - 6)
+    elif case == "unsealed":
+        seals = 0
+    elif case == "no memfd":
+        send_fd = False
+    elif case == "closed early":
+        messages = messages[:-1]
+    datagrams = [_bundle(messages)]
+    if case == "cut bundle":
+        datagrams = [datagrams[0][:-1]]
+    elif case == "refused ticket":
+        datagrams = [bytes([2, 7]) + b"unknown ticket"]
+    elif case == "refused request":
+        datagrams = [bytes([2, 3]) + b"bad request"]
+    fd = memfd_with(region.to_pybytes(), seals)
+    location, _received_messages, thread = _fake_server(
+        tmp_path, datagrams, fd if send_fd else None
+    )
+    try:
+        with pytest.raises(error, match=match):
+            _shm._get_core(location, b"ticket")
+    finally:
+        os.close(fd)
+    thread.join(10)
+    assert not thread.is_alive(), "the client closed the connection"
 
 
 def test_malformed_bundles_are_refused() -> None:

@@ -17,14 +17,15 @@
 //! connection, as the Python client's finalizer does. A process that dies
 //! simply disconnects, which frees as well.
 //!
-//! The `unsafe` code is the socket's system calls and the mapping.
+//! The messages are read with `quiver_shm::framing` and the system calls
+//! (socket, `SCM_RIGHTS`, the sealed mapping) made with `quiver_shm::client`:
+//! the server's own, so that both sides share one definition of the format.
 
 use std::collections::HashMap;
-use std::fs::File;
-use std::io;
-use std::mem::{size_of, zeroed};
-use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
+use std::io::{self, IoSlice};
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::panic::AssertUnwindSafe;
+use std::path::Path;
 use std::sync::Arc;
 
 use arrow::array::ArrayRef;
@@ -37,34 +38,19 @@ use arrow::record_batch::{RecordBatch, RecordBatchIterator, RecordBatchReader};
 use bytes::Bytes;
 use memmap2::Mmap;
 use pyo3::prelude::*;
-use quiver_ipc::check_buffers;
+use quiver_shm::client;
+use quiver_shm::framing::{self, BODY_SHARED, Message, SharedBody};
 use tonic::Code;
 
 use crate::arrow_c;
 use crate::error::{Error, Result};
 
-/// First byte of a metadata stream message.
-const UNTAGGED: u8 = 0;
-/// First byte of a tagged message.
-const TAGGED: u8 = 1;
-/// First byte of a reply (an error, on a get).
-const REPLY: u8 = 2;
-/// First byte of a bundle of length-prefixed messages.
-const BUNDLE: u8 = 3;
-/// Metadata stream message type: End of Stream.
-const END_OF_STREAM: u8 = 0;
-/// Metadata stream message type: an IPC header.
-const METADATA: u8 = 1;
-/// Body type 1: the buffers as (offset, length) pairs into the memfds.
-const BODY_SHARED: u64 = 1;
-
 /// Largest datagram expected from the server (a bundle, a header or a list
 /// of buffers), as in the Python client.
 const MAX_MESSAGE: usize = 4 << 20;
-/// Most memfds passed with one message (the server's limit too).
-const MAX_FDS: usize = 16;
 /// Offsets per `free_data` message (well under the server's 1 MiB requests).
 const FREE_CHUNK: usize = 8192;
+const _: () = assert!(9 + 8 * FREE_CHUNK <= client::MAX_REQUEST);
 
 /// Reads the table `ticket` names from the shared-memory socket at `path`,
 /// asking with tag `want` (`want_bundled`, else `want_data`); `free` is the
@@ -95,36 +81,47 @@ fn get(
     free: Option<u64>,
     ticket: &[u8],
 ) -> Result<(SchemaRef, Vec<RecordBatch>)> {
-    let socket = connect(path).map_err(|e| Error::Connect {
+    let socket = client::connect(Path::new(path)).map_err(|e| Error::Connect {
         location: format!("the shared-memory socket {path}"),
         message: format!("{e} (is the server on this host?)"),
     })?;
-    send(socket.as_fd(), &tagged(want, ticket))
+    let prefix = framing::tagged_prefix(want);
+    let request = [IoSlice::new(&prefix), IoSlice::new(ticket)];
+    client::send(socket.as_fd(), &request, &[])
         .map_err(|e| closed(format!("cannot send the request: {e}")))?;
-    let mut datagram = vec![0u8; MAX_MESSAGE];
-    let (mut len, fds) = receive(socket.as_fd(), &mut datagram, true)?;
-    if datagram[..len].first() == Some(&REPLY) {
-        return Err(reply_error(&datagram[..len]));
+    let mut datagram = RECEIVED.take();
+    let fds = receive(socket.as_fd(), &mut datagram, true)?;
+    if let Ok(Message::Reply { code, body }) = framing::message(&datagram) {
+        return Err(reply_error(code, body));
     }
     if fds.is_empty() {
         return Err(Error::Malformed(
             "the server sent no memory handle with the stream".into(),
         ));
     }
-    let maps = fds.iter().map(map_memfd).collect::<Result<Vec<_>>>()?;
+    let maps = fds
+        .iter()
+        .map(|fd| {
+            client::map_sealed(fd.as_fd()).map_err(|e| {
+                Error::Malformed(format!(
+                    "the server sent a memory handle it cannot map: {e}"
+                ))
+            })
+        })
+        .collect::<Result<Vec<_>>>()?;
     drop(fds);
     let size = maps.iter().map(|m| m.len() as u64).sum();
     let mut stream = Stream::new(size);
     loop {
-        for message in Bundle::new(&datagram[..len]) {
-            stream.add(message?)?;
+        for message in framing::unbundle(&datagram) {
+            stream.add(message.map_err(Error::Malformed)?)?;
         }
         if stream.complete()? {
             break;
         }
-        len = receive(socket.as_fd(), &mut datagram, false)?.0;
+        receive(socket.as_fd(), &mut datagram, false)?;
     }
-    drop(datagram);
+    RECEIVED.set(datagram);
     let lease = Arc::new(Lease {
         socket,
         tag: free,
@@ -148,11 +145,14 @@ fn get(
     drop(lease);
     // arrow-ipc panics on some malformed messages (docs/limits.md): a panic
     // here is the server's malformed data, not a bug of the caller's.
-    std::panic::catch_unwind(AssertUnwindSafe(|| stream.decode(&regions))).unwrap_or_else(|_| {
-        Err(Error::Malformed(
-            "the IPC decoder failed on a message".into(),
-        ))
-    })
+    std::panic::catch_unwind(AssertUnwindSafe(|| stream.decode(&regions)))
+        .unwrap_or_else(|_| Err(malformed("the IPC decoder failed on a message")))
+}
+
+thread_local! {
+    /// The thread's buffer for datagrams received, kept between gets: filled
+    /// by the kernel only (never zeroed), not allocated and freed per get.
+    static RECEIVED: std::cell::Cell<Vec<u8>> = const { std::cell::Cell::new(Vec::new()) };
 }
 
 /// The server ended the connection, or it broke.
@@ -160,22 +160,10 @@ fn closed(message: String) -> Error {
     tonic::Status::unavailable(message).into()
 }
 
-/// A tagged message: `[1][tag u64 LE][body]`.
-fn tagged(tag: u64, body: &[u8]) -> Vec<u8> {
-    let mut message = Vec::with_capacity(9 + body.len());
-    message.push(TAGGED);
-    message.extend_from_slice(&tag.to_le_bytes());
-    message.extend_from_slice(body);
-    message
-}
-
 /// The error a reply carries: its gRPC status code and the serialized
 /// `google.rpc.Status` (the details Python reads the error's class from).
-fn reply_error(message: &[u8]) -> Error {
-    let code = message
-        .get(1)
-        .map_or(Code::Unknown, |&c| Code::from(i32::from(c)));
-    let body = message.get(2..).unwrap_or_default();
+fn reply_error(code: u8, body: &[u8]) -> Error {
+    let code = Code::from(i32::from(code));
     if code == Code::Ok {
         return Error::Malformed("the server answered a get with a success reply".into());
     }
@@ -198,56 +186,6 @@ struct RpcStatus {
 }
 
 // -- the metadata stream and the body messages -------------------------------
-
-/// The messages a datagram holds: itself, or those of a bundle.
-struct Bundle<'a> {
-    rest: &'a [u8],
-    bundled: bool,
-}
-
-impl<'a> Bundle<'a> {
-    fn new(datagram: &'a [u8]) -> Self {
-        match datagram.split_first() {
-            Some((&BUNDLE, rest)) => Self {
-                rest,
-                bundled: true,
-            },
-            _ => Self {
-                rest: datagram,
-                bundled: false,
-            },
-        }
-    }
-}
-
-impl<'a> Iterator for Bundle<'a> {
-    type Item = Result<&'a [u8]>;
-
-    fn next(&mut self) -> Option<Self::Item> {
-        if !self.bundled {
-            return (!self.rest.is_empty()).then(|| Ok(std::mem::take(&mut self.rest)));
-        }
-        if self.rest.is_empty() {
-            return None;
-        }
-        let Some((length, rest)) = self.rest.split_first_chunk::<4>() else {
-            self.rest = &[];
-            return Some(Err(Error::Malformed(
-                "a bundle cut inside a message's length".into(),
-            )));
-        };
-        let length = u32::from_le_bytes(*length) as usize;
-        if length == 0 || length > rest.len() {
-            self.rest = &[];
-            return Some(Err(Error::Malformed(
-                "a bundled message longer than its bundle, or empty".into(),
-            )));
-        }
-        let (message, rest) = rest.split_at(length);
-        self.rest = rest;
-        Some(Ok(message))
-    }
-}
 
 /// Where a body message's buffers lie in the memfds' concatenation.
 #[derive(Debug, Clone, Copy)]
@@ -287,76 +225,39 @@ impl Stream {
 
     /// Takes one message.
     fn add(&mut self, message: &[u8]) -> Result<()> {
-        match message.first() {
-            Some(&UNTAGGED) => {
-                let Some(&[kind, s0, s1, s2, s3]) = message.get(1..6) else {
-                    return Err(malformed("a metadata message shorter than its prefix"));
-                };
-                let seq = u32::from_le_bytes([s0, s1, s2, s3]);
-                match kind {
-                    END_OF_STREAM if message.len() == 6 => self.end = Some(seq),
-                    END_OF_STREAM => {
-                        return Err(malformed("an End of Stream message of the wrong length"));
-                    }
-                    METADATA => {
-                        if self.metadata.insert(seq, message[6..].to_vec()).is_some() {
-                            return Err(Error::Malformed(format!(
-                                "metadata message {seq} sent twice"
-                            )));
-                        }
-                    }
-                    other => {
-                        return Err(Error::Malformed(format!(
-                            "unknown metadata message type {other}"
-                        )));
-                    }
+        match framing::message(message).map_err(Error::Malformed)? {
+            Message::EndOfStream { seq } => self.end = Some(seq),
+            Message::Metadata { seq, header } => {
+                if self.metadata.insert(seq, header.to_vec()).is_some() {
+                    return Err(Error::Malformed(format!(
+                        "metadata message {seq} sent twice"
+                    )));
                 }
             }
-            Some(&TAGGED) => {
-                let Some((tag, body)) = message[1..].split_first_chunk::<8>() else {
-                    return Err(malformed("a tagged message shorter than its tag"));
-                };
-                let tag = u64::from_le_bytes(*tag);
-                let seq = (tag & 0xFFFF_FFFF) as u32;
-                let body = self.buffers(tag, body)?;
+            Message::Tagged { tag, body } => {
+                let (kind, seq) = framing::split_data_tag(tag).map_err(Error::Malformed)?;
+                if kind != BODY_SHARED {
+                    return Err(Error::Malformed(format!(
+                        "body type {kind}: only type {BODY_SHARED} (shared memory) is read"
+                    )));
+                }
+                let body =
+                    self.buffers(framing::shared_buffers(body).map_err(Error::Malformed)?)?;
                 if self.bodies.insert(seq, body).is_some() {
                     return Err(Error::Malformed(format!("body message {seq} sent twice")));
                 }
             }
-            Some(&REPLY) => return Err(reply_error(message)),
-            Some(kind) => return Err(Error::Malformed(format!("unknown message kind {kind}"))),
-            None => return Err(malformed("an empty message")),
+            Message::Reply { code, body } => return Err(reply_error(code, body)),
         }
         Ok(())
     }
 
-    /// Reads a body message: its buffers, each checked to lie in the memfds;
+    /// Reads a body message's buffers, each checked to lie in the memfds;
     /// their offsets are kept for `free_data`.
-    fn buffers(&mut self, tag: u64, body: &[u8]) -> Result<Option<Body>> {
-        if tag >> 56 != BODY_SHARED {
-            return Err(Error::Malformed(format!(
-                "body type {}: only type 1 (shared memory) is read",
-                tag >> 56
-            )));
-        }
-        if (tag >> 32) & 0xFF_FFFF != 0 {
-            return Err(malformed("reserved tag bits set in a body message"));
-        }
-        if body.len() < 16 || body.len() % 16 != 0 {
-            return Err(malformed("a body message that is not u64 pairs"));
-        }
-        let mut words = body
-            .chunks_exact(8)
-            .map(|w| u64::from_le_bytes(w.try_into().unwrap_or_default()));
-        let (total, count) = (words.next().unwrap_or(0), words.next().unwrap_or(0));
-        if count != (body.len() / 16 - 1) as u64 {
-            return Err(malformed(
-                "a body message whose count does not match its pairs",
-            ));
-        }
+    fn buffers(&mut self, body: SharedBody<'_>) -> Result<Option<Body>> {
         let mut sum = 0u64;
         let mut body_range: Option<Body> = None;
-        while let (Some(offset), Some(length)) = (words.next(), words.next()) {
+        for (offset, length) in body.buffers() {
             let end = offset
                 .checked_add(length)
                 .filter(|&end| end <= self.size)
@@ -378,7 +279,7 @@ impl Stream {
                 Some(b) => b.end = b.end.max(end),
             }
         }
-        if sum != total {
+        if sum != body.total {
             return Err(malformed(
                 "a body message whose total does not match its buffers",
             ));
@@ -433,13 +334,13 @@ impl Stream {
             let at = |e: String| Error::Malformed(format!("message {seq}: {e}"));
             let message = root_as_message(metadata).map_err(|e| at(e.to_string()))?;
             let body = self.body(seq, message.bodyLength(), regions)?;
-            check_buffers(metadata, body.len()).map_err(at)?;
             let version = message.version();
             match message.header_type() {
                 MessageHeader::RecordBatch => {
                     let batch = message
                         .header_as_record_batch()
                         .ok_or_else(|| at("no record batch header".into()))?;
+                    within(batch.buffers().into_iter().flatten(), body.len()).map_err(at)?;
                     let batch = read_record_batch(
                         &body,
                         batch,
@@ -455,6 +356,15 @@ impl Stream {
                     let dictionary = message
                         .header_as_dictionary_batch()
                         .ok_or_else(|| at("no dictionary batch header".into()))?;
+                    within(
+                        dictionary
+                            .data()
+                            .and_then(|d| d.buffers())
+                            .into_iter()
+                            .flatten(),
+                        body.len(),
+                    )
+                    .map_err(at)?;
                     read_dictionary(&body, dictionary, &schema, &mut dictionaries, &version)
                         .map_err(|e| at(e.to_string()))?;
                 }
@@ -494,6 +404,29 @@ impl Stream {
         let (local, length) = (local as usize, length as usize);
         Ok(Buffer::from(region.bytes.slice(local..local + length)))
     }
+}
+
+/// Checks that every buffer a header declares lies within its body of
+/// `body_len` bytes: arrow-ipc's decoder would panic on one that does not
+/// (as `quiver_ipc::check_buffers` does, on the header already parsed).
+fn within<'a>(
+    buffers: impl Iterator<Item = &'a arrow::ipc::Buffer>,
+    body_len: usize,
+) -> std::result::Result<(), String> {
+    for (index, buffer) in buffers.enumerate() {
+        let end = u64::try_from(buffer.offset())
+            .ok()
+            .zip(u64::try_from(buffer.length()).ok())
+            .and_then(|(offset, length)| offset.checked_add(length));
+        if end.is_none_or(|end| end > body_len as u64) {
+            return Err(format!(
+                "buffer {index} (offset {}, length {}) lies outside its {body_len}-byte body",
+                buffer.offset(),
+                buffer.length()
+            ));
+        }
+    }
+    Ok(())
 }
 
 fn malformed(message: &str) -> Error {
@@ -536,15 +469,16 @@ struct Lease {
 impl Drop for Lease {
     fn drop(&mut self) {
         let Some(tag) = self.tag else { return };
+        let prefix = framing::tagged_prefix(tag);
+        let mut offsets = Vec::with_capacity(8 * self.offsets.len().min(FREE_CHUNK));
         for chunk in self.offsets.chunks(FREE_CHUNK) {
-            let mut message = Vec::with_capacity(9 + 8 * chunk.len());
-            message.push(TAGGED);
-            message.extend_from_slice(&tag.to_le_bytes());
+            offsets.clear();
             for offset in chunk {
-                message.extend_from_slice(&offset.to_le_bytes());
+                offsets.extend_from_slice(&offset.to_le_bytes());
             }
+            let message = [IoSlice::new(&prefix), IoSlice::new(&offsets)];
             // A server gone is no error: it freed on the disconnect.
-            if send(self.socket.as_fd(), &message).is_err() {
+            if client::send(self.socket.as_fd(), &message, &[]).is_err() {
                 break;
             }
         }
@@ -552,185 +486,32 @@ impl Drop for Lease {
     }
 }
 
-/// Maps a memfd the server sent, read-only, once it is known to be sealed.
-fn map_memfd(fd: &OwnedFd) -> Result<Mmap> {
-    // SAFETY: `fcntl(F_GET_SEALS)` reads the seals of a descriptor we own;
-    // it takes no pointer.
-    let seals = unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_GET_SEALS) };
-    let needed = libc::F_SEAL_WRITE | libc::F_SEAL_SHRINK;
-    if seals < 0 || seals & needed != needed {
+/// Receives one datagram into `buffer` (its contents, up to its capacity)
+/// and returns the descriptors attached to it if `want_fds` (otherwise any
+/// attached is an error).
+fn receive(socket: BorrowedFd<'_>, buffer: &mut Vec<u8>, want_fds: bool) -> Result<Vec<OwnedFd>> {
+    let fds = match client::recv_into(socket, buffer, MAX_MESSAGE) {
+        Ok(Some(fds)) => fds,
+        Ok(None) => {
+            return Err(closed(
+                "the server closed the shared-memory connection".into(),
+            ));
+        }
+        Err(e) if e.kind() == io::ErrorKind::InvalidData => {
+            return Err(Error::Malformed(format!(
+                "a shared-memory message was cut short: {e}"
+            )));
+        }
+        Err(e) => {
+            return Err(closed(format!(
+                "cannot read the shared-memory connection: {e}"
+            )));
+        }
+    };
+    if !want_fds && !fds.is_empty() {
         return Err(malformed(
-            "the server sent a memory handle that is not a memfd sealed against writes and shrinking",
+            "memory handles attached to a message after the first",
         ));
     }
-    let file = File::from(
-        fd.try_clone()
-            .map_err(|e| Error::Malformed(format!("cannot duplicate the memfd: {e}")))?,
-    );
-    // SAFETY: the memfd is sealed against writes and shrinking (checked
-    // above): no process can change its contents or cut pages from under
-    // the mapping, which is read-only.
-    unsafe { Mmap::map(&file) }.map_err(|e| Error::Malformed(format!("cannot map the memfd: {e}")))
-}
-
-// -- the socket ------------------------------------------------------------------
-
-fn check(ret: libc::c_int) -> io::Result<libc::c_int> {
-    if ret < 0 {
-        Err(io::Error::last_os_error())
-    } else {
-        Ok(ret)
-    }
-}
-
-/// A `SOCK_SEQPACKET` connection to the Unix socket at `path`.
-fn connect(path: &str) -> io::Result<OwnedFd> {
-    // SAFETY: `sockaddr_un` is plain data, valid all zeros.
-    let mut addr: libc::sockaddr_un = unsafe { zeroed() };
-    addr.sun_family = libc::AF_UNIX as libc::sa_family_t;
-    let bytes = c_path.as_bytes();
-    if bytes.is_empty() || bytes.len() >= addr.sun_path.len() {
-        return Err(io::Error::new(
-            io::ErrorKind::InvalidInput,
-            format!(
-                "a Unix socket path has 1 to {} bytes",
-                addr.sun_path.len() - 1
-            ),
-        ));
-    }
-    for (dst, src) in addr
-        .sun_path
-        .iter_mut()
-        .zip(std::ffi::OsStr::new(path).as_bytes())
-    {
-        *dst = *src as libc::c_char;
-    }
-    let len = (size_of::<libc::sa_family_t>() + bytes.len() + 1) as libc::socklen_t;
-    // SAFETY: `socket` takes no pointers; a descriptor it returns is ours.
-    let socket = unsafe {
-        OwnedFd::from_raw_fd(check(libc::socket(
-            libc::AF_UNIX,
-            libc::SOCK_SEQPACKET | libc::SOCK_CLOEXEC,
-            0,
-        ))?)
-    };
-    loop {
-        // SAFETY: `addr` is a valid `sockaddr_un` of which `len` bytes are
-        // used, alive for the call.
-        let ret = unsafe {
-            libc::connect(
-                socket.as_raw_fd(),
-                (&raw const addr).cast::<libc::sockaddr>(),
-                len,
-            )
-        };
-        match check(ret) {
-            Ok(_) => return Ok(socket),
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-            Err(e) => return Err(e),
-        }
-    }
-}
-
-/// Sends one datagram.
-fn send(socket: BorrowedFd<'_>, message: &[u8]) -> io::Result<()> {
-    loop {
-        // SAFETY: `message` is valid for reads of its length during the call.
-        let ret = unsafe {
-            libc::send(
-                socket.as_raw_fd(),
-                message.as_ptr().cast(),
-                message.len(),
-                libc::MSG_NOSIGNAL,
-            )
-        };
-        match usize::try_from(ret) {
-            Ok(n) if n == message.len() => return Ok(()),
-            Ok(n) => {
-                return Err(io::Error::new(
-                    io::ErrorKind::WriteZero,
-                    format!("sent {n} of a {}-byte datagram", message.len()),
-                ));
-            }
-            Err(_) => {
-                let e = io::Error::last_os_error();
-                if e.kind() != io::ErrorKind::Interrupted {
-                    return Err(e);
-                }
-            }
-        }
-    }
-}
-
-/// Control buffer of `recvmsg`: room for [`MAX_FDS`] descriptors, aligned
-/// for `cmsghdr`.
-type Control = [u64; 2 + MAX_FDS / 2 + 2];
-
-/// Receives one datagram into `buffer`: its length, and the descriptors
-/// attached to it if `want_fds` (otherwise any attached is an error).
-fn receive(
-    socket: BorrowedFd<'_>,
-    buffer: &mut [u8],
-    want_fds: bool,
-) -> Result<(usize, Vec<OwnedFd>)> {
-    let mut control: Control = [0; 2 + MAX_FDS / 2 + 2];
-    let mut iov = libc::iovec {
-        iov_base: buffer.as_mut_ptr().cast(),
-        iov_len: buffer.len(),
-    };
-    // SAFETY: `msghdr` is plain data, valid all zeros (no control buffer).
-    let mut msg: libc::msghdr = unsafe { zeroed() };
-    msg.msg_iov = &raw mut iov;
-    msg.msg_iovlen = 1;
-    if want_fds {
-        msg.msg_control = control.as_mut_ptr().cast();
-        msg.msg_controllen = size_of::<Control>();
-    }
-    let received = loop {
-        // SAFETY: `msg` points at `iov` (over `buffer`) and at `control`,
-        // all alive and exclusively borrowed for the call.
-        let ret =
-            unsafe { libc::recvmsg(socket.as_raw_fd(), &raw mut msg, libc::MSG_CMSG_CLOEXEC) };
-        match usize::try_from(ret) {
-            Ok(n) => break n,
-            Err(_) => {
-                let e = io::Error::last_os_error();
-                if e.kind() != io::ErrorKind::Interrupted {
-                    return Err(closed(format!(
-                        "cannot read the shared-memory connection: {e}"
-                    )));
-                }
-            }
-        }
-    };
-    let mut fds = Vec::new();
-    if want_fds {
-        // SAFETY: the kernel filled `msg`'s control buffer; the CMSG macros
-        // walk it within `msg_controllen`, and each SCM_RIGHTS payload holds
-        // descriptors just installed in this process, now owned here.
-        unsafe {
-            let mut header = libc::CMSG_FIRSTHDR(&raw const msg);
-            while !header.is_null() {
-                if (*header).cmsg_level == libc::SOL_SOCKET
-                    && (*header).cmsg_type == libc::SCM_RIGHTS
-                {
-                    let data = libc::CMSG_DATA(header).cast::<RawFd>();
-                    let payload = (*header).cmsg_len as usize - libc::CMSG_LEN(0) as usize;
-                    for i in 0..payload / size_of::<RawFd>() {
-                        fds.push(OwnedFd::from_raw_fd(std::ptr::read_unaligned(data.add(i))));
-                    }
-                }
-                header = libc::CMSG_NXTHDR(&raw const msg, header);
-            }
-        }
-    }
-    if msg.msg_flags & (libc::MSG_TRUNC | libc::MSG_CTRUNC) != 0 {
-        return Err(malformed("a shared-memory message was cut short"));
-    }
-    if received == 0 && fds.is_empty() {
-        return Err(closed(
-            "the server closed the shared-memory connection".into(),
-        ));
-    }
-    Ok((received, fds))
+    Ok(fds)
 }

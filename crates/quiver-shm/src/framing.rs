@@ -22,22 +22,22 @@
 //! length)...]` as u64 LE), bits 32-55 zero.
 
 /// First byte of an untagged message.
-pub(crate) const UNTAGGED: u8 = 0;
+pub const UNTAGGED: u8 = 0;
 /// First byte of a tagged message.
-pub(crate) const TAGGED: u8 = 1;
+pub const TAGGED: u8 = 1;
 /// First byte of a reply (quiver's: the outcome of a request).
-pub(crate) const REPLY: u8 = 2;
+pub const REPLY: u8 = 2;
 /// First byte of a bundle of length-prefixed messages (quiver's).
-pub(crate) const BUNDLE: u8 = 3;
+pub const BUNDLE: u8 = 3;
 
 /// Largest bundle sent: well under the default socket send buffer (208 KiB),
 /// so a bundle never waits for more room than a socket has to begin with.
-pub(crate) const MAX_BUNDLE: usize = 64 << 10;
+pub const MAX_BUNDLE: usize = 64 << 10;
 
 /// Metadata stream message type: End of Stream.
-pub(crate) const END_OF_STREAM: u8 = 0;
+pub const END_OF_STREAM: u8 = 0;
 /// Metadata stream message type: a flatbuffer IPC header.
-pub(crate) const METADATA: u8 = 1;
+pub const METADATA: u8 = 1;
 
 /// Tag of a client's request for a stream; its body is the ticket.
 pub const WANT_DATA: u64 = 1;
@@ -51,7 +51,7 @@ pub const PUT_DATA: u64 = 3;
 pub const WANT_BUNDLED: u64 = 4;
 
 /// Body type `1`: the buffers as (offset, length) pairs into shared memory.
-pub(crate) const BODY_SHARED: u8 = 1;
+pub const BODY_SHARED: u8 = 1;
 
 /// A message a client sent.
 #[derive(Debug, PartialEq, Eq)]
@@ -97,7 +97,7 @@ pub(crate) fn end_of_stream(seq: u32) -> [u8; 6] {
 }
 
 /// The tag of the body message of sequence number `seq`, of body type `kind`.
-pub(crate) fn data_tag(kind: u8, seq: u32) -> u64 {
+pub fn data_tag(kind: u8, seq: u32) -> u64 {
     (u64::from(kind) << 56) | u64::from(seq)
 }
 
@@ -192,6 +192,179 @@ pub(crate) fn reply(code: tonic::Code, body: &[u8]) -> Vec<u8> {
     out
 }
 
+// -- what a client reads and sends ---------------------------------------------
+
+/// The first bytes of a tagged message with tag `tag`; the body follows (a
+/// client's request: the ticket, or the offsets to free).
+pub fn tagged_prefix(tag: u64) -> [u8; 9] {
+    let mut prefix = [TAGGED; 9];
+    prefix[1..].copy_from_slice(&tag.to_le_bytes());
+    prefix
+}
+
+/// A message the server sent, as [`message`] reads it.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Message<'a> {
+    /// An IPC header of the metadata stream.
+    Metadata {
+        /// Its sequence number.
+        seq: u32,
+        /// The flatbuffer.
+        header: &'a [u8],
+    },
+    /// The metadata stream's End of Stream, after message `seq - 1`.
+    EndOfStream {
+        /// Its sequence number: how many metadata messages precede it.
+        seq: u32,
+    },
+    /// A tagged message: for a get, the body message of a data tag
+    /// ([`split_data_tag`], [`shared_buffers`]).
+    Tagged {
+        /// Its tag.
+        tag: u64,
+        /// Its body.
+        body: &'a [u8],
+    },
+    /// A reply: the outcome of the request.
+    Reply {
+        /// The gRPC status code.
+        code: u8,
+        /// The JSON of a success, or the error's serialized `google.rpc.Status`.
+        body: &'a [u8],
+    },
+}
+
+/// Reads one message the server sent (one datagram, or one message of a
+/// bundle: see [`unbundle`]).
+pub fn message(bytes: &[u8]) -> Result<Message<'_>, String> {
+    match bytes.split_first() {
+        Some((&UNTAGGED, rest)) => {
+            let Some((&[kind, s0, s1, s2, s3], header)) = rest.split_first_chunk::<5>() else {
+                return Err("a metadata message shorter than its prefix".to_string());
+            };
+            let seq = u32::from_le_bytes([s0, s1, s2, s3]);
+            match kind {
+                END_OF_STREAM if header.is_empty() => Ok(Message::EndOfStream { seq }),
+                END_OF_STREAM => Err("an End of Stream message of the wrong length".to_string()),
+                METADATA => Ok(Message::Metadata { seq, header }),
+                other => Err(format!("unknown metadata message type {other}")),
+            }
+        }
+        Some((&TAGGED, rest)) => match rest.split_first_chunk::<8>() {
+            Some((tag, body)) => Ok(Message::Tagged {
+                tag: u64::from_le_bytes(*tag),
+                body,
+            }),
+            None => Err("a tagged message shorter than its tag".to_string()),
+        },
+        Some((&REPLY, rest)) => match rest.split_first() {
+            Some((&code, body)) => Ok(Message::Reply { code, body }),
+            None => Err("a reply without its status code".to_string()),
+        },
+        Some((kind, _)) => Err(format!("unknown message kind {kind}")),
+        None => Err("an empty message".to_string()),
+    }
+}
+
+/// The body type and the sequence number of a body message's tag (see
+/// [`data_tag`]); an error if any of bits 32-55 is set.
+pub fn split_data_tag(tag: u64) -> Result<(u8, u32), String> {
+    if (tag >> 32) & 0xFF_FFFF != 0 {
+        return Err("reserved tag bits set in a body message".to_string());
+    }
+    Ok(((tag >> 56) as u8, tag as u32))
+}
+
+/// The messages of one datagram: those of a [`BUNDLE`], else the datagram
+/// itself. Borrowed from the datagram, nothing copied.
+pub fn unbundle(datagram: &[u8]) -> Unbundle<'_> {
+    match datagram.split_first() {
+        Some((&BUNDLE, rest)) => Unbundle {
+            rest,
+            bundled: true,
+        },
+        _ => Unbundle {
+            rest: datagram,
+            bundled: false,
+        },
+    }
+}
+
+/// The iterator [`unbundle`] returns; an error ends it.
+#[derive(Debug)]
+pub struct Unbundle<'a> {
+    rest: &'a [u8],
+    bundled: bool,
+}
+
+impl<'a> Iterator for Unbundle<'a> {
+    type Item = Result<&'a [u8], String>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        if !self.bundled {
+            return (!self.rest.is_empty()).then(|| Ok(std::mem::take(&mut self.rest)));
+        }
+        if self.rest.is_empty() {
+            return None;
+        }
+        let Some((length, rest)) = self.rest.split_first_chunk::<4>() else {
+            self.rest = &[];
+            return Some(Err("a bundle cut inside a message's length".to_string()));
+        };
+        let length = u32::from_le_bytes(*length) as usize;
+        if length == 0 || length > rest.len() {
+            self.rest = &[];
+            return Some(Err(
+                "a bundled message longer than its bundle, or empty".to_string()
+            ));
+        }
+        let (message, rest) = rest.split_at(length);
+        self.rest = rest;
+        Some(Ok(message))
+    }
+}
+
+/// The body of a body message of type [`BODY_SHARED`], as
+/// [`shared_buffers`] reads it: `[total, count, (offset, length)...]`.
+#[derive(Debug, Clone, Copy)]
+pub struct SharedBody<'a> {
+    /// The total length of the buffers, as the message states it.
+    pub total: u64,
+    /// The (offset, length) pairs, 16 bytes each.
+    pairs: &'a [u8],
+}
+
+impl<'a> SharedBody<'a> {
+    /// The buffers as (offset, length) pairs into the memfds' concatenation,
+    /// in the message's order; not checked against the memfds' size, nor
+    /// their lengths against [`SharedBody::total`].
+    pub fn buffers(&self) -> impl ExactSizeIterator<Item = (u64, u64)> + 'a {
+        self.pairs.chunks_exact(16).map(|pair| {
+            let (offset, length) = pair.split_at(8);
+            (
+                u64::from_le_bytes(offset.try_into().unwrap_or_default()),
+                u64::from_le_bytes(length.try_into().unwrap_or_default()),
+            )
+        })
+    }
+}
+
+/// Reads the body of a body message of type [`BODY_SHARED`] (its tag's
+/// type checked by the caller): whole u64 pairs, as many as its count says.
+pub fn shared_buffers(body: &[u8]) -> Result<SharedBody<'_>, String> {
+    if body.len() < 16 || !body.len().is_multiple_of(16) {
+        return Err("a body message that is not u64 pairs".to_string());
+    }
+    let (head, pairs) = body.split_at(16);
+    let (total, count) = head.split_at(8);
+    let total = u64::from_le_bytes(total.try_into().unwrap_or_default());
+    let count = u64::from_le_bytes(count.try_into().unwrap_or_default());
+    if count != (pairs.len() / 16) as u64 {
+        return Err("a body message whose count does not match its pairs".to_string());
+    }
+    Ok(SharedBody { total, pairs })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -274,5 +447,95 @@ mod tests {
         assert_eq!(freed_offsets(&[1, 0, 0, 0, 0, 0, 0, 0]).unwrap(), vec![1]);
         assert!(freed_offsets(&[]).is_err());
         assert!(freed_offsets(&[1, 2, 3]).is_err());
+    }
+
+    #[test]
+    fn a_client_reads_back_what_the_server_writes() {
+        // A body message, through the tag and the pairs.
+        let mut bytes = Vec::new();
+        shared_body(7, &[(64, 8), (128, 24)], &mut bytes);
+        let Ok(Message::Tagged { tag, body }) = message(&bytes) else {
+            panic!("a tagged message");
+        };
+        assert_eq!(split_data_tag(tag), Ok((BODY_SHARED, 7)));
+        let shared = shared_buffers(body).expect("a shared body");
+        assert_eq!(shared.total, 32);
+        assert_eq!(shared.buffers().collect::<Vec<_>>(), [(64, 8), (128, 24)]);
+        // The metadata stream, a reply and a request's prefix.
+        let mut metadata = metadata_prefix(3).to_vec();
+        metadata.extend_from_slice(b"header");
+        assert_eq!(
+            message(&metadata),
+            Ok(Message::Metadata {
+                seq: 3,
+                header: b"header"
+            })
+        );
+        assert_eq!(
+            message(&end_of_stream(4)),
+            Ok(Message::EndOfStream { seq: 4 })
+        );
+        assert_eq!(
+            message(&reply(tonic::Code::NotFound, b"gone")),
+            Ok(Message::Reply {
+                code: tonic::Code::NotFound as u8,
+                body: b"gone"
+            })
+        );
+        let mut want = tagged_prefix(WANT_BUNDLED).to_vec();
+        want.extend_from_slice(b"ticket");
+        assert_eq!(
+            request(&want),
+            Ok(Request::Tagged {
+                tag: WANT_BUNDLED,
+                body: b"ticket"
+            })
+        );
+        // A bundle splits into its messages; a datagram is its own message.
+        let mut bundler = Bundler::default();
+        bundler.push(&[&metadata_prefix(0), b"schema"]);
+        bundler.push(&[&bytes]);
+        bundler.push(&[&end_of_stream(1)]);
+        let messages: Vec<&[u8]> = unbundle(bundler.bytes()).map(Result::unwrap).collect();
+        assert_eq!(messages.len(), 3);
+        assert_eq!(messages[1], bytes.as_slice());
+        assert_eq!(messages[2], end_of_stream(1));
+        assert_eq!(unbundle(&bytes).collect::<Vec<_>>(), [Ok(bytes.as_slice())]);
+        assert_eq!(unbundle(&[]).count(), 0);
+    }
+
+    #[test]
+    fn a_client_refuses_malformed_messages() {
+        assert!(message(&[]).is_err());
+        assert!(message(&[9]).is_err());
+        assert!(
+            message(&[UNTAGGED, METADATA, 0, 0]).is_err(),
+            "short prefix"
+        );
+        assert!(message(&[UNTAGGED, END_OF_STREAM, 0, 0, 0, 0, 1]).is_err());
+        assert!(message(&[UNTAGGED, 7, 0, 0, 0, 0]).is_err(), "unknown type");
+        assert!(message(&[TAGGED, 1, 2]).is_err());
+        assert!(message(&[REPLY]).is_err());
+        assert!(split_data_tag(1 << 40).is_err(), "reserved bits");
+        assert!(shared_buffers(&[0; 8]).is_err());
+        assert!(shared_buffers(&[0; 40]).is_err(), "not whole pairs");
+        let mut body = [0u8; 32];
+        body[8] = 2;
+        assert!(shared_buffers(&body).is_err(), "count of 2, one pair");
+        // A bundle cut inside a length, or a message past its end, or empty.
+        let mut bundle = vec![BUNDLE];
+        bundle.extend_from_slice(&6u32.to_le_bytes());
+        bundle.extend_from_slice(&end_of_stream(0));
+        let cut: Vec<_> = unbundle(&bundle[..bundle.len() - 1]).collect();
+        assert!(matches!(cut.as_slice(), [Err(_)]));
+        bundle.push(1);
+        let tail: Vec<_> = unbundle(&bundle).collect();
+        assert!(matches!(tail.as_slice(), [Ok(_), Err(_)]));
+        assert!(matches!(
+            unbundle(&[BUNDLE, 0, 0, 0, 0])
+                .collect::<Vec<_>>()
+                .as_slice(),
+            [Err(_)]
+        ));
     }
 }

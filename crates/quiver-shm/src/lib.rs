@@ -14,10 +14,13 @@
 //! client writes a stream into a memfd, seals it and passes it ([`adopt`]).
 //!
 //! Each connection is served on a thread of its own ([`connection`]); the
-//! system calls are in [`sys`], the only module with `unsafe` code.
+//! system calls are in [`sys`], the only module with `unsafe` code. A client
+//! reads and writes the messages with [`framing`] and makes its system calls
+//! with [`client`].
 #![warn(missing_docs)]
 
 mod adopt;
+pub mod client;
 mod connection;
 mod error;
 mod export;
@@ -29,7 +32,7 @@ mod round_trip;
 mod sys;
 
 use std::io;
-use std::os::fd::{AsFd, AsRawFd, OwnedFd};
+use std::os::fd::{AsFd, OwnedFd};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -155,8 +158,7 @@ impl ShmServer {
 impl Drop for ShmServer {
     fn drop(&mut self) {
         // Wakes the accepting thread, which then ends.
-        // SAFETY: shutdown on a socket this server owns.
-        unsafe { libc::shutdown(self.listener.as_raw_fd(), libc::SHUT_RDWR) };
+        let _ = sys::shutdown(self.listener.as_fd());
         let _ = std::fs::remove_file(&self.path);
     }
 }

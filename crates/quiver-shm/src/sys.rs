@@ -1,5 +1,7 @@
-//! The system calls of the shared-memory data plane: sealed memfds, Unix
-//! `SOCK_SEQPACKET` sockets, and file descriptors passed with `SCM_RIGHTS`.
+//! The system calls of the shared-memory data plane: sealed memfds (and a
+//! client's read-only mapping of one), Unix `SOCK_SEQPACKET` sockets, and file
+//! descriptors passed with `SCM_RIGHTS`. A client uses them through
+//! [`crate::client`].
 //!
 //! Every `unsafe` block of the shm module is here, each a plain libc call on
 //! descriptors this module owns.
@@ -250,11 +252,27 @@ pub(crate) struct Received {
 /// closed the connection. A longer datagram, or more than [`MAX_FDS`]
 /// descriptors, is an error (the descriptors are closed).
 pub(crate) fn recv(socket: BorrowedFd<'_>, max: usize) -> io::Result<Option<Received>> {
-    let mut bytes = vec![0u8; max];
+    let mut bytes = Vec::with_capacity(max);
+    Ok(recv_into(socket, &mut bytes, max)?.map(|fds| Received { bytes, fds }))
+}
+
+/// Receives one datagram of at most `max` bytes into `bytes` (its contents
+/// replaced; its capacity grown to `max` if short, and kept, so that a buffer
+/// reused for every datagram is allocated once and never zeroed). The
+/// descriptors attached, in order; `Ok(None)` when the peer closed the
+/// connection. A longer datagram, or more than [`MAX_FDS`] descriptors, is an
+/// error of kind `InvalidData` (the descriptors are closed).
+pub(crate) fn recv_into(
+    socket: BorrowedFd<'_>,
+    bytes: &mut Vec<u8>,
+    max: usize,
+) -> io::Result<Option<Vec<OwnedFd>>> {
+    bytes.clear();
+    bytes.reserve(max);
     let mut control: Control = [0; 10];
     let mut iov = libc::iovec {
-        iov_base: bytes.as_mut_ptr().cast(),
-        iov_len: bytes.len(),
+        iov_base: bytes.spare_capacity_mut().as_mut_ptr().cast(),
+        iov_len: max,
     };
     // SAFETY: msghdr is plain data; all zeroes is a valid value.
     let mut msg: libc::msghdr = unsafe { zeroed() };
@@ -262,7 +280,8 @@ pub(crate) fn recv(socket: BorrowedFd<'_>, max: usize) -> io::Result<Option<Rece
     msg.msg_iovlen = 1;
     msg.msg_control = control.as_mut_ptr().cast();
     msg.msg_controllen = size_of_val(&control);
-    // SAFETY: `msg` points at `iov` (over `bytes`) and `control`, alive for the call.
+    // SAFETY: `msg` points at `iov` (over `max` bytes of the spare capacity of
+    // `bytes`, reserved above) and `control`, alive for the call.
     let n = check_size(unsafe {
         libc::recvmsg(socket.as_raw_fd(), &raw mut msg, libc::MSG_CMSG_CLOEXEC)
     })?;
@@ -299,8 +318,31 @@ pub(crate) fn recv(socket: BorrowedFd<'_>, max: usize) -> io::Result<Option<Rece
     if n == 0 && fds.is_empty() {
         return Ok(None);
     }
-    bytes.truncate(n);
-    Ok(Some(Received { bytes, fds }))
+    // SAFETY: the kernel wrote `n` bytes (at most `max`, the iovec's length,
+    // within the capacity) at the start of the spare capacity.
+    unsafe { bytes.set_len(n) };
+    Ok(Some(fds))
+}
+
+/// Maps `memfd` read-only, once it is known to be sealed [`IMMUTABLE`]: an
+/// error of kind `InvalidData` if it is not a memfd or lacks a seal.
+pub(crate) fn map_sealed(memfd: BorrowedFd<'_>) -> io::Result<memmap2::Mmap> {
+    let seals = seals(memfd).map_err(|e| {
+        io::Error::new(
+            io::ErrorKind::InvalidData,
+            format!("not a sealable memfd ({e})"),
+        )
+    })?;
+    if seals & IMMUTABLE != IMMUTABLE {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidData,
+            "a memfd not sealed against writing, shrinking and growing",
+        ));
+    }
+    // SAFETY: the memfd is sealed against writes, shrinking and growing
+    // (checked above), and seals cannot be removed: no process can change its
+    // contents or cut pages from under the mapping, which is read-only.
+    unsafe { memmap2::Mmap::map(&memfd) }
 }
 
 /// A connected pair of `SOCK_SEQPACKET` Unix sockets, both close-on-exec.
