@@ -47,15 +47,8 @@ from urllib.parse import parse_qs, unquote, urlsplit
 
 import pyarrow as pa
 
+from . import _native
 from .errors import QuiverError, from_call, from_reply
-
-try:
-    from . import _core as _core_module
-except ImportError:  # the Rust core is not built: the pure-Python get below
-    _core_module = None  # type: ignore[assignment]
-
-#: ``quiver._core``, or ``None`` when it is not built.
-_core: ModuleType | None = _core_module
 
 #: The URI scheme of a shared-memory location.
 SCHEME = "shm+unix"
@@ -201,8 +194,9 @@ def get(location: Location, ticket: bytes) -> pa.Table:
 
     With the Rust core, the core does it (same protocol, same errors); else Python.
     """
-    if _core is not None and os.environ.get("QUIVER_CORE", "1") != "0":
-        return _get_core(location, ticket)
+    core = _native.core()
+    if core is not None:
+        return _get_core(core, location, ticket)
     sock = _connect(location)
     try:
         return _get(sock, location, ticket)
@@ -211,12 +205,12 @@ def get(location: Location, ticket: bytes) -> pa.Table:
         raise
 
 
-def _get_core(location: Location, ticket: bytes) -> pa.Table:
+def _get_core(core: ModuleType, location: Location, ticket: bytes) -> pa.Table:
     """Get in the Rust core; raise its errors as the Python get raises them."""
     want = location.want_bundled if location.want_bundled is not None else location.want_data
     try:
-        reader = _core_module.shm_get(location.path, want, location.free_data, ticket)
-    except _core_module.CallError as e:
+        reader = core.shm_get(location.path, want, location.free_data, ticket)
+    except core.CallError as e:
         code, message, details = e.args
         error = from_call(code, message, details)
         # A socket it cannot connect to (no details: not the server's reply) or that

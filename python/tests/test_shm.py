@@ -30,7 +30,7 @@ import pytest
 
 import quiver
 from flight_helpers import typed_table
-from quiver import _shm
+from quiver import _core, _shm
 from quiver.errors import (
     InvalidArgumentError,
     PermissionDeniedError,
@@ -170,8 +170,6 @@ def test_get_is_zero_copy_and_shared(uri: str, server) -> None:
 def get_path(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
     """Run a test with the Rust core's shared-memory get, then the pure-Python one."""
     if request.param == "core":
-        if _shm._core is None:
-            pytest.skip("quiver._core is not built")
         monkeypatch.setenv("QUIVER_CORE", "1")
     else:
         monkeypatch.setenv("QUIVER_CORE", "0")
@@ -202,12 +200,10 @@ def test_many_batches_round_trip_exactly(
 def test_core_get_is_zero_copy_and_frees_on_release(
     flight_client: flight.FlightClient, uri: str, server
 ) -> None:
-    if _shm._core is None:
-        pytest.skip("quiver._core is not built")
     table = numbers(200_000)
     with quiver.connect(uri, transport="grpc") as client:
         client.put("t", table.combine_chunks().to_batches(max_chunksize=20_000))
-    got = _shm._get_core(*shm_endpoint(flight_client, "t"))
+    got = _shm._get_core(_core, *shm_endpoint(flight_client, "t"))
     assert got.equals(table) and got.column(0).num_chunks == 10
     # Every buffer of every batch lies in this process's mapping of the server's memfd.
     spans = []
@@ -428,14 +424,12 @@ SEALED = fcntl.F_SEAL_WRITE | fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW
 
 
 def test_core_get_frees_each_offset_once_when_released(tmp_path: Path) -> None:
-    if _shm._core is None:
-        pytest.skip("quiver._core is not built")
     table = typed_table(batches=5, rows=100)
     region, stream = _received(table)  # headers zeroed in the region: read from the socket
     fd = memfd_with(region.to_pybytes(), SEALED)
     location, received, thread = _fake_server(tmp_path, [_bundle(_datagrams(stream))], fd)
     try:
-        got = _shm._get_core(location, b"ticket")
+        got = _shm._get_core(_core, location, b"ticket")
     finally:
         os.close(fd)
     assert got.equals(table)
@@ -472,8 +466,6 @@ def _cases() -> dict[str, tuple[str, type[QuiverError]]]:
 
 @pytest.mark.parametrize("case", list(_cases()))
 def test_core_get_refuses_malformed_streams(tmp_path: Path, case: str) -> None:
-    if _shm._core is None:
-        pytest.skip("quiver._core is not built")
     match, error = _cases()[case]
     region, stream = _received(typed_table(batches=3, rows=50))
     messages = _datagrams(stream)
@@ -508,7 +500,7 @@ def test_core_get_refuses_malformed_streams(tmp_path: Path, case: str) -> None:
     )
     try:
         with pytest.raises(error, match=match):
-            _shm._get_core(location, b"ticket")
+            _shm._get_core(_core, location, b"ticket")
     finally:
         os.close(fd)
     thread.join(10)
