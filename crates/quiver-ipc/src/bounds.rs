@@ -27,7 +27,17 @@ pub fn check_buffers(header: &[u8], body_len: usize) -> Result<(), String> {
             .and_then(|b| b.buffers()),
         _ => None,
     };
-    for (index, buffer) in buffers.into_iter().flatten().enumerate() {
+    buffers_within(buffers.into_iter().flatten(), body_len)
+}
+
+/// Checks that every buffer of an IPC header already parsed (a record
+/// batch's, or a dictionary batch's data) lies within a body of `body_len`
+/// bytes.
+pub fn buffers_within<'a>(
+    buffers: impl IntoIterator<Item = &'a arrow::ipc::Buffer>,
+    body_len: usize,
+) -> Result<(), String> {
+    for (index, buffer) in buffers.into_iter().enumerate() {
         let end = u64::try_from(buffer.offset())
             .ok()
             .zip(u64::try_from(buffer.length()).ok())

@@ -13,5 +13,5 @@ pub mod encode;
 #[cfg(any(test, feature = "testing"))]
 pub mod testing;
 
-pub use bounds::check_buffers;
+pub use bounds::{buffers_within, check_buffers};
 pub use encode::{FlightMessage, FlightMessageEncoder, NO_HEADER, Rope, split, to_bytes};

@@ -340,7 +340,8 @@ impl Stream {
                     let batch = message
                         .header_as_record_batch()
                         .ok_or_else(|| at("no record batch header".into()))?;
-                    within(batch.buffers().into_iter().flatten(), body.len()).map_err(at)?;
+                    quiver_ipc::buffers_within(batch.buffers().into_iter().flatten(), body.len())
+                        .map_err(at)?;
                     let batch = read_record_batch(
                         &body,
                         batch,
@@ -356,7 +357,7 @@ impl Stream {
                     let dictionary = message
                         .header_as_dictionary_batch()
                         .ok_or_else(|| at("no dictionary batch header".into()))?;
-                    within(
+                    quiver_ipc::buffers_within(
                         dictionary
                             .data()
                             .and_then(|d| d.buffers())
@@ -404,29 +405,6 @@ impl Stream {
         let (local, length) = (local as usize, length as usize);
         Ok(Buffer::from(region.bytes.slice(local..local + length)))
     }
-}
-
-/// Checks that every buffer a header declares lies within its body of
-/// `body_len` bytes: arrow-ipc's decoder would panic on one that does not
-/// (as `quiver_ipc::check_buffers` does, on the header already parsed).
-fn within<'a>(
-    buffers: impl Iterator<Item = &'a arrow::ipc::Buffer>,
-    body_len: usize,
-) -> std::result::Result<(), String> {
-    for (index, buffer) in buffers.enumerate() {
-        let end = u64::try_from(buffer.offset())
-            .ok()
-            .zip(u64::try_from(buffer.length()).ok())
-            .and_then(|(offset, length)| offset.checked_add(length));
-        if end.is_none_or(|end| end > body_len as u64) {
-            return Err(format!(
-                "buffer {index} (offset {}, length {}) lies outside its {body_len}-byte body",
-                buffer.offset(),
-                buffer.length()
-            ));
-        }
-    }
-    Ok(())
 }
 
 fn malformed(message: &str) -> Error {
