@@ -16,17 +16,13 @@ import contextlib
 import time
 
 from . import data, flight_client, workers
+from .results import PYARROW, QUIVER_PYTHON, QUIVER_PYTHON_SHM
 
 #: Longest a worker may take to connect and prepare, or to run one round (a put or get of
 #: the largest table of the grid at the slowest rate seen, 0.3 GB/s, takes under a minute).
 WORKER_TIMEOUT_S = 600.0
 #: The table a get measurement stores and reads back.
 GET_TABLE = "bench-get"
-#: The clients of the throughput measurements (the ``client`` column): pyarrow.flight, and
-#: the quiver Python client with its Rust core over gRPC and over shared memory.
-PYARROW = "pyarrow"
-QUIVER_PYTHON = "quiver-python"
-QUIVER_PYTHON_SHM = "quiver-python-shm"
 #: The quiver client's transport, by client label.
 TRANSPORTS = {QUIVER_PYTHON: "grpc", QUIVER_PYTHON_SHM: "shm"}
 #: The note on the quiver client's rows when it moved the data without its core (not built,

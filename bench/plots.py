@@ -29,11 +29,13 @@ from .results import (
     JSON_SOCKET,
     PARQUET,
     POSTGRESQL,
+    PYARROW,
     PYARROW_FLIGHT,
     QUIVER,
     QUIVER_1_WORKER,
     QUIVER_2_WORKERS,
     QUIVER_GRPC,
+    QUIVER_PYTHON,
     RAY,
     SPARK,
     SPARK_CACHE,
@@ -226,7 +228,7 @@ def throughput_vs_batch(rows: list[Row], records: int, path: Path) -> Path:
 def headline(rows: list[Row], path: Path) -> Path:
     """Draw the headline table's throughput, one stream: a bar per server and client."""
     fig, ax = plt.subplots(figsize=(9.5, 4.8))
-    clients = ("pyarrow", "quiver-python", "rust")
+    clients = (PYARROW, QUIVER_PYTHON, "rust")
     groups = [
         (op, client)
         for op in ("get", "put")

@@ -31,10 +31,13 @@ from .results import (
     JSON_SOCKET,
     PARQUET,
     POSTGRESQL,
+    PYARROW,
     PYARROW_FLIGHT,
     QUIVER,
     QUIVER_1_WORKER,
     QUIVER_2_WORKERS,
+    QUIVER_PYTHON,
+    QUIVER_PYTHON_SHM,
     SPARK,
     SPARK_CACHE,
 )
@@ -59,9 +62,6 @@ CLIENT_PUT_VS_PYARROW = 1.2
 #: ...and its shared-memory get from quiver (``transport="shm"``) at most this many seconds.
 CLIENT_SHM_GET_S = 0.002
 #: The clients of the headline table, in the order the report lists them.
-PYARROW = "pyarrow"
-QUIVER_PYTHON = "quiver-python"
-QUIVER_PYTHON_SHM = "quiver-python-shm"
 HEADLINE_CLIENTS = (PYARROW, QUIVER_PYTHON, "rust")
 CLIENT_LABELS = {
     PYARROW: "pyarrow",

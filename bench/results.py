@@ -30,6 +30,11 @@ SPARK_CACHE = "spark-cache"
 #: over loopback TCP), where the ``quiver`` rows use their default, ``"auto"``: shared
 #: memory, the server being on this host.
 QUIVER_GRPC = "quiver-grpc"
+#: The clients of the throughput measurements (the ``client`` column): pyarrow.flight, and
+#: the quiver Python client with its Rust core over gRPC and over shared memory.
+PYARROW = "pyarrow"
+QUIVER_PYTHON = "quiver-python"
+QUIVER_PYTHON_SHM = "quiver-python-shm"
 #: The functions suite's peers (the ``server`` column): the booster in the client's own
 #: process (one thread, and all of xgboost's threads), the XGBatch-style pyarrow Flight
 #: server, the FastAPI JSON service, and quiver serving the function with 1 and 2 workers.

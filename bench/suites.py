@@ -56,11 +56,14 @@ from .results import (
     JSON_SOCKET,
     PARQUET,
     POSTGRESQL,
+    PYARROW,
     PYARROW_FLIGHT,
     QUIVER,
     QUIVER_1_WORKER,
     QUIVER_2_WORKERS,
     QUIVER_GRPC,
+    QUIVER_PYTHON,
+    QUIVER_PYTHON_SHM,
     SPARK,
     SPARK_CACHE,
     Measurement,
@@ -236,7 +239,7 @@ def measure(
     rows: int,
     batch_rows: int,
     reps: int,
-    clients: tuple[str, ...] = (flight_worker.PYARROW,),
+    clients: tuple[str, ...] = (PYARROW,),
 ) -> None:
     """Time ``reps`` gets or puts (``op``) of one shape on every server, by every client.
 
@@ -244,7 +247,7 @@ def measure(
     which prepares the data when it starts (a get's table stored on its server, a put's
     table made), makes the warm-up rounds, then one round per repetition, the servers and
     clients taking turns; it deletes what it stored when closed. The quiver Python client
-    over shared memory (:data:`bench.flight_worker.QUIVER_PYTHON_SHM`) reads quiver only.
+    over shared memory (:data:`bench.results.QUIVER_PYTHON_SHM`) reads quiver only.
     The CPU seconds of the client's worker and of the server are read around each round.
     """
     shape = _shape_text(streams, rows, batch_rows)
@@ -256,7 +259,7 @@ def measure(
         pids: dict[str, int] = {}
         for client in clients:
             for server in run.servers_alive():
-                if client == flight_worker.QUIVER_PYTHON_SHM and server.name != QUIVER:
+                if client == QUIVER_PYTHON_SHM and server.name != QUIVER:
                     continue
                 with run.attempt(f"{suite} {op}: prepare the {client} worker of {server.name}"):
                     label = f"{suite} {op}, {client} client of {server.name}"
@@ -275,9 +278,9 @@ def measure(
             for client, server in _order(list(rounds), rep):
                 with run.attempt(f"{suite} {op} {client} {server} {shape}"):
                     worker = rounds[client, server]
-                    before = _cpu(worker.pid), _cpu(pids[server])
+                    before = workers.cpu_seconds(worker.pid), workers.cpu_seconds(pids[server])
                     got = worker.call("round")
-                    after = _cpu(worker.pid), _cpu(pids[server])
+                    after = workers.cpu_seconds(worker.pid), workers.cpu_seconds(pids[server])
                     run.add(
                         Measurement(
                             suite,
@@ -296,17 +299,12 @@ def measure(
                     )
 
 
-def _cpu(pid: int) -> float:
-    """Return the CPU seconds process ``pid`` has used (:func:`bench.workers.cpu_seconds`)."""
-    return workers.cpu_seconds(pid)
-
-
 def _note_warm_up(
     run: Run, suite: str, server: str, client: str, op: str, nbytes: int, seconds: float
 ) -> None:
     """Keep a headline warm-up's time in the notes: it is left out of the medians."""
     if suite == "headline":
-        who = server if client == flight_worker.PYARROW else f"{server}, {client} client"
+        who = server if client == PYARROW else f"{server}, {client} client"
         run.note(
             f"headline {op} warm-up (untimed in the medians), {who}: "
             f"{nbytes / seconds / 1e9:.2f} GB/s"
@@ -333,8 +331,8 @@ def run_put(run: Run) -> None:
 #: The clients of the headline, by op: pyarrow.flight and the quiver Python client (its Rust
 #: core over gRPC; for gets, shared memory from quiver too), their rounds interleaved.
 HEADLINE_CLIENTS = {
-    "get": (flight_worker.PYARROW, flight_worker.QUIVER_PYTHON, flight_worker.QUIVER_PYTHON_SHM),
-    "put": (flight_worker.PYARROW, flight_worker.QUIVER_PYTHON),
+    "get": (PYARROW, QUIVER_PYTHON, QUIVER_PYTHON_SHM),
+    "put": (PYARROW, QUIVER_PYTHON),
 }
 
 

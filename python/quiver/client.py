@@ -372,9 +372,8 @@ class Client:
         stored; through pyarrow, which cannot cancel a DoPut, the batches sent
         before the failure are stored.
         """
-        location = self._uri if self._uri.startswith(_CORE_SCHEMES) else None
-        if self._core is not None and location is not None:
-            return self._put_stream_core(self._core, location, name, source, options, count)
+        if self._core is not None:
+            return self._put_stream_core(self._core, name, source, options, count)
         reader = source.reader
         with translated_errors():
             writer, results = self._flight.do_put(
@@ -409,7 +408,6 @@ class Client:
     def _put_stream_core(
         self,
         core: _core.Connection,
-        location: str,
         name: str,
         source: BatchSource,
         options: bytes,
@@ -433,7 +431,7 @@ class Client:
             stream = pa.RecordBatchReader.from_batches(reader.schema, batches())
         try:
             with translated_errors():
-                answer = core.put(location, [name], stream, options, MESSAGE_TARGET_BYTES)
+                answer = core.put(self._uri, [name], stream, options, MESSAGE_TARGET_BYTES)
         except QuiverError:
             if failed:
                 raise failed[0] from None
@@ -1230,11 +1228,7 @@ class Client:
             return read_endpoints(
                 endpoints, schema, self._client_for, self._options, count_rows, max_workers
             )
-        work = [
-            (loc, e.ticket.ticket)
-            for loc, e in zip(locations, endpoints, strict=True)
-            if loc is not None
-        ]
+        work = [(str(loc), e.ticket.ticket) for loc, e in zip(locations, endpoints, strict=True)]
         with translated_errors():
             table = self._core.get(work, max_workers or DEFAULT_MAX_WORKERS).read_all()
         count_rows(table.num_rows)

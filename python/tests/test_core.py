@@ -133,9 +133,11 @@ def test_a_streaming_reader_reuses_the_memory_of_bodies_it_passed_on(uri: str) -
         assert total == table.num_rows
         idle_bytes, idle_regions = client._core.body_pool()
         # Each body went back to the pool once its batch was dropped; the next one took
-        # it: a few regions (the batches read ahead) served all 64.
-        assert 0 < idle_regions <= 4, (idle_bytes, idle_regions)
-        assert idle_bytes <= 4 * 8 * rows * 2, (idle_bytes, idle_regions)
+        # it. The regions alive at once are the batches in flight: the read-ahead queue,
+        # one being received, one in the C stream and one held here, more when the server
+        # splits a batch's message or a release lands late. Without reuse there would be 64.
+        assert 0 < idle_regions <= 16, (idle_bytes, idle_regions)
+        assert idle_bytes <= 16 * 8 * rows * 2, (idle_bytes, idle_regions)
         # A whole-table get takes its first bodies from the pool too.
         whole = client.get("t")
         assert client._core.body_pool()[1] < idle_regions

@@ -49,12 +49,11 @@ pub const DEFAULT_LARGE_FLIGHT_DATA_SIZE: usize = 64 << 20;
 /// (`quiver_wire::body_pool`, docs/performance.md).
 pub const DEFAULT_PUT_BUFFER_POOL: usize = 1 << 30;
 
-/// Default HTTP/2 stream window: 16 MiB. With hyper's 1 MiB a client cannot
-/// send one 2 MiB batch without waiting for a WINDOW_UPDATE; 1 GiB puts from
-/// pyarrow measured +20% (docs/performance.md).
-pub const DEFAULT_STREAM_WINDOW: u32 = 16 << 20;
-/// Default HTTP/2 connection window: 64 MiB.
-pub const DEFAULT_CONNECTION_WINDOW: u32 = 64 << 20;
+/// Default HTTP/2 stream window ([`quiver_wire::http2::STREAM_WINDOW`], which
+/// quiver's clients offer too).
+pub const DEFAULT_STREAM_WINDOW: u32 = quiver_wire::http2::STREAM_WINDOW;
+/// Default HTTP/2 connection window ([`quiver_wire::http2::CONNECTION_WINDOW`]).
+pub const DEFAULT_CONNECTION_WINDOW: u32 = quiver_wire::http2::CONNECTION_WINDOW;
 /// Default largest HTTP/2 frame accepted: 1 MiB. A client's DATA frames are
 /// at most this large; with the protocol's minimum, 16 KiB, a 1 GiB put from
 /// pyarrow cost the server 0.83 s of CPU in 65,536 frames, with 256 KiB to

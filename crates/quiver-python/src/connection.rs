@@ -11,6 +11,7 @@ use std::sync::Mutex;
 use std::time::Duration;
 
 use http::{HeaderMap, HeaderName, HeaderValue};
+use quiver_wire::http2::{CONNECTION_WINDOW, STREAM_WINDOW, http_uri};
 use tonic::body::Body;
 use tonic::transport::{Certificate, Channel, ClientTlsConfig, Endpoint, Identity};
 use tower::ServiceExt;
@@ -18,12 +19,9 @@ use tower::ServiceExt;
 use crate::error::{Error, Result};
 use crate::runtime::is_this_process;
 
-/// HTTP/2 flow-control windows and frame size the client offers: large, so a
-/// stream of multi-megabyte messages is not held back by window updates
-/// (hyper's client defaults are a 2 MiB window and 16 KiB frames). The same
-/// values as quiver's server.
-const STREAM_WINDOW: u32 = 16 << 20;
-const CONNECTION_WINDOW: u32 = 64 << 20;
+/// Largest HTTP/2 frame the client accepts: the most HTTP/2 allows, so a
+/// server that sends a message in large frames (the Arrow C++ server, up to
+/// 4 MiB) is never asked to cut it smaller (hyper's client default is 16 KiB).
 const MAX_FRAME_SIZE: u32 = (1 << 24) - 1;
 
 /// How calls are made: the settings every connection shares.
@@ -113,7 +111,7 @@ impl Connections {
             location: location.to_string(),
             message,
         };
-        let uri = http_uri(location)?;
+        let uri = http_uri(location).map_err(Error::Invalid)?;
         let tls = uri.starts_with("https://");
         let mut endpoint = Endpoint::from_shared(uri)
             .map_err(|e| Error::Invalid(format!("{location}: not a valid location: {e}")))?
@@ -155,7 +153,7 @@ impl Connections {
             .method(http::Method::POST)
             .uri(path)
             .body(body)
-            .map_err(|e| Error::Invalid(e.to_string()))?;
+            .map_err(|e| Error::Internal(e.to_string()))?;
         let headers = request.headers_mut();
         headers.extend(self.settings.headers.clone());
         headers.insert(
@@ -167,7 +165,7 @@ impl Connections {
             headers.insert(
                 HeaderName::from_static("grpc-timeout"),
                 HeaderValue::from_str(&format!("{}m", timeout.as_millis().max(1)))
-                    .map_err(|e| Error::Invalid(e.to_string()))?,
+                    .map_err(|e| Error::Internal(e.to_string()))?,
             );
         }
         let send = channel.oneshot(request);
@@ -237,16 +235,4 @@ fn describe(e: &(dyn std::error::Error + 'static)) -> String {
         source = cause.source();
     }
     text
-}
-
-/// The `http(s)://` URI tonic connects to for a Flight location.
-fn http_uri(location: &str) -> Result<String> {
-    let (scheme, rest) = location.split_once("://").unwrap_or(("grpc+tcp", location));
-    match scheme {
-        "grpc" | "grpc+tcp" | "http" => Ok(format!("http://{rest}")),
-        "grpc+tls" | "https" => Ok(format!("https://{rest}")),
-        other => Err(Error::Invalid(format!(
-            "{location}: the core reads grpc+tcp:// and grpc+tls:// locations, not {other}://"
-        ))),
-    }
 }

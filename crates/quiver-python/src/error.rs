@@ -43,6 +43,10 @@ pub(crate) enum Error {
     /// The batches given to a put could not be read or encoded.
     #[error("{0}")]
     Source(ArrowError),
+    /// A failure inside the core: a task's panic, threads it could not
+    /// start, a request it could not build.
+    #[error("{0}")]
+    Internal(String),
 }
 
 /// Shorthand for results of this crate.
@@ -69,6 +73,7 @@ impl Error {
             Error::Invalid(_) => Code::InvalidArgument,
             Error::Malformed(_) => Code::Internal,
             Error::Source(_) => Code::InvalidArgument,
+            Error::Internal(_) => Code::Internal,
         }
     }
 }

@@ -13,19 +13,16 @@ use arrow_flight::FlightData;
 use arrow_flight::decode::{DecodedPayload, FlightDataDecoder};
 use arrow_flight::error::FlightError;
 use bytes::Bytes;
-use futures::{FutureExt, Stream, StreamExt, stream};
+use futures::{FutureExt, Stream, StreamExt, TryStreamExt, stream};
 use http_body::Body as _;
 use prost::Message;
-use quiver_ipc::check_buffers;
-use quiver_wire::{BodyPool, Received, grpc_message};
+use quiver_wire::http2::DO_GET_PATH;
+use quiver_wire::{BodyPool, Received, grpc_message, ipc_message};
 use tonic::body::Body;
 use tonic::transport::Channel;
 
 use crate::connection::{Connections, end_status, status_in_headers, transport_failure};
 use crate::error::{Error, Result};
-
-/// The HTTP/2 path of Flight's DoGet.
-const DO_GET_PATH: &str = "/arrow.flight.protocol.FlightService/DoGet";
 
 /// A DoGet's record batches, once its schema has arrived.
 pub(crate) struct BatchStream {
@@ -89,7 +86,8 @@ pub(crate) async fn do_get(
     let deadline = connections.settings().timeout.map(|t| started + t);
     let max_message_size = connections.settings().max_message_size;
     let messages = Messages {
-        ended: status_in_headers(&response),
+        status_in_headers: status_in_headers(&response),
+        trailers: None,
         body: response.into_body(),
         received: Received::new(max_message_size, "max_message_size"),
         bodies,
@@ -138,8 +136,10 @@ fn from_flight(e: FlightError) -> Error {
 
 /// The FlightData messages of a response body, parsed as its frames arrive.
 struct Messages {
-    /// Whether the call's OK status has arrived (in the headers or trailers).
-    ended: bool,
+    /// Whether the response's headers carried the call's status.
+    status_in_headers: bool,
+    /// The response's trailers, once they have arrived.
+    trailers: Option<http::HeaderMap>,
     body: Body,
     received: Received,
     bodies: BodyPool,
@@ -163,17 +163,10 @@ impl Messages {
                 )
             })
         })
-        .filter_map(|item| {
-            // Metadata-only messages carry no IPC message for the decoder.
-            futures::future::ready(match item {
-                Ok(data) if data.data_header.is_empty() => None,
-                Ok(data) => Some(
-                    check_buffers(&data.data_header, data.data_body.len())
-                        .map(|()| data)
-                        .map_err(|e| FlightError::ExternalError(Box::new(Error::Malformed(e)))),
-                ),
-                Err(e) => Some(Err(e)),
-            })
+        .try_filter_map(|data| {
+            futures::future::ready(
+                ipc_message(data).map_err(|e| FlightError::ExternalError(Box::new(Error::from(e)))),
+            )
         })
     }
 
@@ -203,16 +196,11 @@ impl Messages {
             match frame {
                 Some(Ok(frame)) => match frame.into_data() {
                     Ok(data) => self.received.push(data),
-                    Err(frame) => {
-                        if let Err(e) = end_status(frame.trailers_ref(), false) {
-                            return Some(Err(e));
-                        }
-                        self.ended = true;
-                    }
+                    Err(frame) => self.trailers = frame.into_trailers().ok(),
                 },
                 Some(Err(status)) => return Some(Err(transport_failure(status))),
                 None if self.received.is_empty() => {
-                    if let Err(e) = end_status(None, self.ended) {
+                    if let Err(e) = end_status(self.trailers.as_ref(), self.status_in_headers) {
                         return Some(Err(e));
                     }
                     if let Some((connections, location, channel)) = self.channel.take() {

@@ -147,7 +147,7 @@ impl Connection {
                 let mut fetch = fetch;
                 (&mut fetch.0)
                     .await
-                    .map_err(|e| Error::Malformed(format!("an endpoint's task: {e}")))?
+                    .map_err(|e| Error::Internal(format!("an endpoint's task failed: {e}")))?
             }
         });
         // `buffered` starts the next fetch as one ends and yields them in
@@ -163,11 +163,7 @@ impl Connection {
             .first()
             .map(|(schema, _)| Arc::clone(schema))
             .ok_or_else(|| Error::Invalid("no endpoints to read".into()))?;
-        let batches: Vec<_> = parts
-            .into_iter()
-            .flat_map(|(_, batches)| batches)
-            .map(Ok)
-            .collect();
+        let batches = parts.into_iter().flat_map(|(_, batches)| batches).map(Ok);
         let reader: Box<dyn RecordBatchReader + Send> =
             Box::new(RecordBatchIterator::new(batches, schema));
         arrow_c::to_pyarrow(py, reader)

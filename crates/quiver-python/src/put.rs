@@ -15,20 +15,17 @@ use arrow::record_batch::RecordBatch;
 use arrow_flight::{FlightDescriptor, PutResult};
 use bytes::{Buf, Bytes};
 use futures::StreamExt;
-use http_body::Frame;
 use http_body_util::BodyExt;
 use prost::Message;
 use quiver_ipc::{FlightMessage, FlightMessageEncoder};
-use quiver_wire::{grpc_frame, grpc_frame_with, message_length};
+use quiver_wire::http2::DO_PUT_PATH;
+use quiver_wire::{GrpcBody, grpc_frame, grpc_frame_with, message_length};
 use tokio::runtime::Runtime;
 use tokio::sync::mpsc;
 use tonic::body::Body;
 
 use crate::connection::{Connections, end_status, status_in_headers, transport_failure};
 use crate::error::{Error, Result};
-
-/// The HTTP/2 path of Flight's DoPut.
-const DO_PUT_PATH: &str = "/arrow.flight.protocol.FlightService/DoPut";
 
 /// Framed messages waiting for the connection: a little read-ahead, so the
 /// socket is kept busy while the next batch is read, without holding a table.
@@ -57,7 +54,10 @@ pub(crate) fn do_put(
     batches: impl Iterator<Item = Result<RecordBatch, ArrowError>>,
 ) -> Result<Bytes> {
     let (tx, rx) = mpsc::channel::<Result<Vec<Bytes>, tonic::Status>>(QUEUED_MESSAGES);
-    let body = tokio_stream_body(rx);
+    let messages = futures::stream::unfold(rx, |mut rx| async move {
+        rx.recv().await.map(|message| (message, rx))
+    });
+    let body = Body::new(GrpcBody::request(messages.boxed()));
     let location = request.location.clone();
     let call = runtime.spawn(async move {
         let channel = connections.take(&location).await?;
@@ -75,7 +75,7 @@ pub(crate) fn do_put(
     drop(tx);
     let result = runtime
         .block_on(call)
-        .map_err(|e| Error::Malformed(format!("the put's task failed: {e}")))?;
+        .map_err(|e| Error::Internal(format!("the put's task failed: {e}")))?;
     // The source's own error comes first: the server only saw a broken stream.
     sent?;
     result
@@ -127,21 +127,6 @@ fn send_batches(
         }
     }
     Ok(())
-}
-
-/// The request body: the queued chunks, one DATA frame's worth each.
-fn tokio_stream_body(rx: mpsc::Receiver<Result<Vec<Bytes>, tonic::Status>>) -> Body {
-    let chunks = futures::stream::unfold(rx, |mut rx| async move {
-        rx.recv().await.map(|item| (item, rx))
-    })
-    .flat_map(|item| {
-        let frames: Vec<Result<Frame<Bytes>, tonic::Status>> = match item {
-            Ok(chunks) => chunks.into_iter().map(|c| Ok(Frame::data(c))).collect(),
-            Err(status) => vec![Err(status)],
-        };
-        futures::stream::iter(frames)
-    });
-    Body::new(http_body_util::StreamBody::new(chunks))
 }
 
 /// The last PutResult's `app_metadata`, once the call has ended well.

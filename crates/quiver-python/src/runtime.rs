@@ -34,7 +34,7 @@ pub(crate) fn runtime() -> Result<Arc<Runtime>> {
         .thread_name("quiver-core")
         .enable_all()
         .build()
-        .map_err(|e| Error::Invalid(format!("cannot start the client's threads: {e}")))?;
+        .map_err(|e| Error::Internal(format!("cannot start the client's threads: {e}")))?;
     let runtime = Arc::new(runtime);
     if let Some(old) = slot.replace((pid, Arc::clone(&runtime))) {
         // Made by the parent of a fork: its threads are not in this process.

@@ -23,6 +23,7 @@
 
 use std::collections::HashMap;
 use std::io::{self, IoSlice};
+use std::ops::Range;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::panic::AssertUnwindSafe;
 use std::path::Path;
@@ -202,8 +203,11 @@ struct Body {
 struct Stream {
     /// Bytes of the memfds together.
     size: u64,
-    /// The IPC headers, by sequence number.
-    metadata: HashMap<u32, Vec<u8>>,
+    /// The IPC headers received, one after the other (one buffer for the
+    /// stream, not one per batch).
+    headers: Vec<u8>,
+    /// Where each IPC header lies in `headers`, by sequence number.
+    metadata: HashMap<u32, Range<usize>>,
     /// The body messages, by sequence number (`None`: no buffers).
     bodies: HashMap<u32, Option<Body>>,
     /// Every buffer offset received, for `free_data`.
@@ -216,6 +220,7 @@ impl Stream {
     fn new(size: u64) -> Self {
         Self {
             size,
+            headers: Vec::new(),
             metadata: HashMap::new(),
             bodies: HashMap::new(),
             offsets: Vec::new(),
@@ -228,7 +233,13 @@ impl Stream {
         match framing::message(message).map_err(Error::Malformed)? {
             Message::EndOfStream { seq } => self.end = Some(seq),
             Message::Metadata { seq, header } => {
-                if self.metadata.insert(seq, header.to_vec()).is_some() {
+                let start = self.headers.len();
+                self.headers.extend_from_slice(header);
+                if self
+                    .metadata
+                    .insert(seq, start..self.headers.len())
+                    .is_some()
+                {
                     return Err(Error::Malformed(format!(
                         "metadata message {seq} sent twice"
                     )));
@@ -319,6 +330,7 @@ impl Stream {
         let header = |seq: u32| {
             self.metadata
                 .get(&seq)
+                .map(|range| &self.headers[range.clone()])
                 .ok_or_else(|| Error::Malformed(format!("no metadata message {seq}")))
         };
         let message = root_as_message(header(0)?)

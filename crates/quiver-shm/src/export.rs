@@ -160,16 +160,10 @@ impl Export {
     }
 }
 
-/// Maps `memfd` read-only.
+/// Maps `memfd` read-only ([`sys::map_sealed`]: it must be sealed against
+/// writing, shrinking and growing).
 pub(crate) fn map(memfd: &OwnedFd) -> Result<Mmap> {
-    let file = File::from(
-        memfd
-            .try_clone()
-            .map_err(|e| io_error("duplicate the memfd", e))?,
-    );
-    // SAFETY: the memfd is sealed against writes, shrinking and growing, so the
-    // mapping's contents cannot change or disappear under it.
-    unsafe { Mmap::map(&file) }.map_err(|e| io_error("map the memfd", e))
+    sys::map_sealed(memfd.as_fd()).map_err(|e| io_error("map the memfd", e))
 }
 
 fn io_error(what: &str, e: io::Error) -> ShmError {

@@ -65,21 +65,14 @@ pub(crate) enum Request<'a> {
     },
 }
 
-/// Reads a client's message.
+/// Reads a client's message: a tagged message, as [`message`] reads it.
 pub(crate) fn request(bytes: &[u8]) -> Result<Request<'_>, String> {
-    match bytes.split_first() {
-        Some((&TAGGED, rest)) if rest.len() >= 8 => {
-            let (tag, body) = rest.split_at(8);
-            Ok(Request::Tagged {
-                tag: u64::from_le_bytes(tag.try_into().expect("8 bytes")),
-                body,
-            })
-        }
-        Some((&TAGGED, _)) => Err("a tagged message shorter than its 8-byte tag".to_string()),
-        Some((kind, _)) => Err(format!(
-            "a client sends tagged messages (first byte {TAGGED}), not kind {kind}"
+    match message(bytes)? {
+        Message::Tagged { tag, body } => Ok(Request::Tagged { tag, body }),
+        _ => Err(format!(
+            "a client sends tagged messages (first byte {TAGGED}), not kind {}",
+            bytes[0]
         )),
-        None => Err("an empty message".to_string()),
     }
 }
 
@@ -106,8 +99,7 @@ pub fn data_tag(kind: u8, seq: u32) -> u64 {
 pub(crate) fn shared_body(seq: u32, buffers: &[(u64, u64)], out: &mut Vec<u8>) {
     out.clear();
     out.reserve(9 + 16 * (buffers.len() + 1));
-    out.push(TAGGED);
-    out.extend_from_slice(&data_tag(BODY_SHARED, seq).to_le_bytes());
+    out.extend_from_slice(&tagged_prefix(data_tag(BODY_SHARED, seq)));
     let total: u64 = buffers.iter().map(|(_, len)| len).sum();
     out.extend_from_slice(&total.to_le_bytes());
     out.extend_from_slice(&(buffers.len() as u64).to_le_bytes());

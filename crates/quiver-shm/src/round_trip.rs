@@ -10,7 +10,7 @@ use arrow::ipc::reader::StreamReader;
 use arrow::ipc::writer::StreamWriter;
 use quiver_store::{TableStore, WriteMode};
 
-use crate::framing::{PUT_DATA, WANT_DATA};
+use crate::framing::{self, PUT_DATA, WANT_DATA};
 use crate::{ShmError, ShmServer, sys};
 
 fn batch(rows: i64) -> RecordBatch {
@@ -54,10 +54,7 @@ fn start() -> (tempfile::TempDir, Arc<TableStore>, ShmServer) {
 
 /// A tagged request: tag, then body.
 fn tagged(tag: u64, body: &[u8]) -> Vec<u8> {
-    let mut out = vec![1u8];
-    out.extend_from_slice(&tag.to_le_bytes());
-    out.extend_from_slice(body);
-    out
+    [&framing::tagged_prefix(tag)[..], body].concat()
 }
 
 /// An Arrow IPC stream of `batches` in a sealed memfd, as a client writes it.

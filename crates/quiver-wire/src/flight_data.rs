@@ -11,11 +11,24 @@
 
 use arrow_flight::{FlightData, FlightDescriptor};
 use prost::Message;
-use quiver_ipc::Rope;
+use quiver_ipc::{Rope, check_buffers};
 
 use crate::body_pool::BodyPool;
 use crate::grpc::message_length;
 use crate::{WireError, malformed};
+
+/// `data` as an IPC message for arrow-flight's decoder: `None` for a message
+/// that carries none (a descriptor or `app_metadata` alone, as pyarrow's
+/// `write_metadata` sends), an error if a buffer its header declares lies
+/// outside its body (arrow-ipc's decoder would panic on it). Every incoming
+/// stream, the server's DoPut and the client's DoGet, passes through it.
+pub fn ipc_message(data: FlightData) -> Result<Option<FlightData>, WireError> {
+    if data.data_header.is_empty() {
+        return Ok(None);
+    }
+    check_buffers(&data.data_header, data.data_body.len()).map_err(WireError::Malformed)?;
+    Ok(Some(data))
+}
 
 /// The bytes of a gRPC stream of FlightData received so far (the payloads of
 /// its HTTP/2 DATA frames, kept as they arrived), cut into messages as they

@@ -9,14 +9,20 @@
 //!   as is.
 //! - [`body_pool`]: where those bodies are copied to, reused warm once the
 //!   arrays that held them are dropped.
+//! - [`body`]: the HTTP/2 body of a stream of framed messages (a server's
+//!   response with its status trailers, or a client's request).
+//! - [`http2`]: the RPC paths, the flow-control windows, and a location's URI.
 #![warn(missing_docs)]
 
+pub mod body;
 pub mod body_pool;
 mod error;
 pub mod flight_data;
 pub mod grpc;
+pub mod http2;
 
+pub use body::GrpcBody;
 pub use body_pool::BodyPool;
 pub use error::{WireError, malformed};
-pub use flight_data::{Received, parse_flight_data};
+pub use flight_data::{Received, ipc_message, parse_flight_data};
 pub use grpc::{grpc_frame, grpc_frame_with, grpc_message, message_length};

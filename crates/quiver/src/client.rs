@@ -90,7 +90,7 @@ impl Connector {
         &self,
         location: &str,
     ) -> Result<FlightClient, Box<dyn std::error::Error>> {
-        let uri = http_uri(location)?;
+        let uri = quiver_wire::http2::http_uri(location)?;
         let tls = uri.starts_with("https://");
         // The HTTP/2 settings the server advertises, for what this client
         // receives: hyper's client defaults are 16 KiB frames and a 2 MiB window.
@@ -172,21 +172,6 @@ async fn handshake(
 /// Largest message the CLI accepts from a server or sends: the server's default.
 const MAX_MESSAGE_SIZE: usize = DEFAULT_MAX_MESSAGE_SIZE;
 
-/// The `http://` URI tonic connects to for a Flight location.
-pub(crate) fn http_uri(location: &str) -> Result<String, String> {
-    let (scheme, rest) = match location.split_once("://") {
-        Some((scheme, rest)) => (scheme, rest),
-        None => ("grpc+tcp", location),
-    };
-    match scheme {
-        "grpc" | "grpc+tcp" | "http" => Ok(format!("http://{rest}")),
-        "grpc+tls" | "https" => Ok(format!("https://{rest}")),
-        other => Err(format!(
-            "{location}: unsupported scheme {other:?} (use grpc+tcp://HOST:PORT)"
-        )),
-    }
-}
-
 /// Whether an endpoint location means "the server you asked": none given, or
 /// Flight's reuse-connection location.
 pub(crate) fn is_same_server(location: &str, server: &str) -> bool {
@@ -206,17 +191,6 @@ pub(crate) fn describe(e: FlightError) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn locations_to_uris() {
-        assert_eq!(
-            http_uri("grpc+tcp://127.0.0.1:8815").unwrap(),
-            "http://127.0.0.1:8815"
-        );
-        assert_eq!(http_uri("localhost:1").unwrap(), "http://localhost:1");
-        assert_eq!(http_uri("grpc+tls://h:1").unwrap(), "https://h:1");
-        assert!(http_uri("ftp://h:1").is_err());
-    }
 
     #[test]
     fn a_connector_shows_no_secret() {

@@ -4,7 +4,7 @@
 //! tonic's) and whatever it carries (a table, a Flight SQL ingest, a prepared
 //! statement's parameters), is decoded here, once: IPC messages whose buffers
 //! lie outside their body are refused before arrow-ipc sees them
-//! ([`quiver_ipc::check_buffers`]), a panic of arrow-ipc's decoder on other
+//! ([`quiver_wire::ipc_message`]), a panic of arrow-ipc's decoder on other
 //! malformed data is the client's bad data (INVALID_ARGUMENT), the put's
 //! options are taken from the first `app_metadata` of any message, and the
 //! body bytes received are counted, which is what the stored batches hold in
@@ -22,7 +22,6 @@ use arrow_flight::error::FlightError;
 use bytes::Bytes;
 use futures::stream::{self, Stream};
 use futures::{FutureExt, StreamExt, TryStreamExt};
-use quiver_ipc::check_buffers;
 use quiver_store::TableWriter;
 use tonic::Status;
 
@@ -65,13 +64,10 @@ impl PutDecoder {
                     let _ = metadata_seen.set(data.app_metadata.clone());
                 }
                 bytes_seen.fetch_add(data.data_body.len() as u64, Ordering::Relaxed);
-                if let Err(e) = check_buffers(&data.data_header, data.data_body.len()) {
-                    return futures::future::ready(Err(FlightError::DecodeError(e)));
-                }
-                // Metadata-only messages (pyarrow's `write_metadata`) are no IPC
-                // messages: the decoder must not see them.
-                let keep = (!data.data_header.is_empty()).then_some(data);
-                futures::future::ready(Ok(keep))
+                futures::future::ready(
+                    quiver_wire::ipc_message(data)
+                        .map_err(|e| FlightError::DecodeError(e.to_string())),
+                )
             });
         Self {
             decoder: FlightDataDecoder::new(messages),

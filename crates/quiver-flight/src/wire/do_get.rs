@@ -16,16 +16,12 @@ use quiver_store::batch_bytes;
 use tonic::Status;
 use tonic::body::Body;
 
-use super::grpc_body::GrpcBody;
 use super::message_size;
 use crate::rpc_log::{RpcLog, logged};
 use crate::sql::Batches;
 use crate::{Error, QuiverService, panics};
 use quiver_ipc::FlightMessageEncoder;
-use quiver_wire::{grpc_frame, message_length};
-
-/// The HTTP/2 path of Flight's DoGet.
-pub const DO_GET_PATH: &str = "/arrow.flight.protocol.FlightService/DoGet";
+use quiver_wire::{GrpcBody, grpc_frame, message_length};
 
 /// Largest DoGet request (a ticket) read: 1 MiB.
 const MAX_TICKET_REQUEST: usize = 1 << 20;
@@ -68,7 +64,7 @@ pub(super) async fn respond(
             });
         log.outcome(framed)
     });
-    Ok(super::grpc_response(GrpcBody::new(
+    Ok(super::grpc_response(GrpcBody::response(
         panics::stream(rpc, frames).boxed(),
     )))
 }

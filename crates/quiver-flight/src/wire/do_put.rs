@@ -14,19 +14,15 @@ use arrow_flight::{FlightData, PutResult};
 use futures::{Stream, StreamExt, stream};
 use http_body::Body as _;
 use prost::Message;
-use quiver_wire::{BodyPool, Received};
+use quiver_wire::{BodyPool, GrpcBody, Received};
 use tonic::Status;
 use tonic::body::Body;
 
-use super::grpc_body::GrpcBody;
 use crate::auth::Caller;
 use crate::rpc_log::RpcLog;
 use crate::{Error, QuiverService};
 use quiver_store::MemoryCharge;
 use quiver_wire::grpc_message;
-
-/// The HTTP/2 path of Flight's DoPut.
-pub const DO_PUT_PATH: &str = "/arrow.flight.protocol.FlightService/DoPut";
 
 pub(super) async fn respond(
     service: QuiverService,
@@ -36,7 +32,7 @@ pub(super) async fn respond(
     let caller = Caller::of(request.extensions());
     let put_result = put_body(&service, request.into_body(), caller, log).await?;
     let frame = grpc_message(&put_result.encode_to_vec());
-    Ok(super::grpc_response(GrpcBody::new(
+    Ok(super::grpc_response(GrpcBody::response(
         stream::iter([Ok(vec![frame])]).boxed(),
     )))
 }

@@ -5,7 +5,7 @@
 //! into one `Vec`, and prost copies the message into tonic's send buffer. Here
 //! arrow-ipc's [`arrow::ipc::writer::StreamEncoder`] describes each message as
 //! references to the arrays' own buffers ([`frames`]), the gRPC and protobuf
-//! framing around them is a few bytes written by hand ([`grpc_body`]), and the
+//! framing around them is a few bytes written by hand (`quiver_wire::grpc`, `quiver_wire::body`), and the
 //! resulting chain of `Bytes` goes to hyper as the response body, which hands
 //! large chunks to the socket as they are.
 //!
@@ -29,7 +29,6 @@
 pub(crate) mod decode;
 mod do_get;
 mod do_put;
-pub(crate) mod grpc_body;
 mod message_size;
 
 use std::task::{Context, Poll};
@@ -38,14 +37,13 @@ use futures::future::BoxFuture;
 use tonic::body::Body;
 use tower::{Layer, Service};
 
-pub use do_get::DO_GET_PATH;
-pub use do_put::DO_PUT_PATH;
 #[cfg(any(test, feature = "fuzzing"))]
 pub(crate) use do_put::put_frames;
+pub use quiver_wire::http2::{DO_GET_PATH, DO_PUT_PATH};
 
 use crate::QuiverService;
 use crate::rpc_log::handle;
-use grpc_body::GrpcBody;
+use quiver_wire::GrpcBody;
 use tonic::Status;
 
 /// Routes DoGet and DoPut to the direct paths of `service`; everything else to

@@ -1,5 +1,8 @@
-//! The HTTP/2 response body that carries a stream of gRPC messages (framed by
-//! [`quiver_wire::grpc`]) and ends with the status in its trailers.
+//! The HTTP/2 body that carries a stream of gRPC messages (framed by
+//! [`crate::grpc`]), each message a chain of chunks handed to hyper as they
+//! are: a server's response, which ends with the status in its trailers, or a
+//! client's request, which an error breaks off (the server then stores
+//! nothing of it).
 
 use std::collections::VecDeque;
 use std::pin::Pin;
@@ -12,12 +15,16 @@ use http::HeaderMap;
 use http_body::{Body, Frame};
 use tonic::Status;
 
-/// A gRPC response body: the chunks of a stream of gRPC frames, then the
-/// trailers with the status (`grpc-status: 0`, or the error that ended it).
-pub(crate) struct GrpcBody {
+/// A gRPC body: the chunks of a stream of gRPC messages. A response's ends
+/// with the trailers that carry the status (`grpc-status: 0`, or the error that
+/// ended the stream); a request's ends with the stream, and an error fails the
+/// body, which resets the HTTP/2 stream.
+pub struct GrpcBody {
     frames: BoxStream<'static, Result<Vec<Bytes>, Status>>,
     pending: VecDeque<Bytes>,
     done: bool,
+    /// A response (trailers at the end), not a request.
+    response: bool,
 }
 
 impl std::fmt::Debug for GrpcBody {
@@ -30,11 +37,22 @@ impl std::fmt::Debug for GrpcBody {
 }
 
 impl GrpcBody {
-    pub(crate) fn new(frames: BoxStream<'static, Result<Vec<Bytes>, Status>>) -> Self {
+    /// A server's response body of the messages `frames` yields.
+    pub fn response(frames: BoxStream<'static, Result<Vec<Bytes>, Status>>) -> Self {
+        Self::new(frames, true)
+    }
+
+    /// A client's request body of the messages `frames` yields.
+    pub fn request(frames: BoxStream<'static, Result<Vec<Bytes>, Status>>) -> Self {
+        Self::new(frames, false)
+    }
+
+    fn new(frames: BoxStream<'static, Result<Vec<Bytes>, Status>>, response: bool) -> Self {
         Self {
             frames,
             pending: VecDeque::new(),
             done: false,
+            response,
         }
     }
 }
@@ -69,11 +87,18 @@ impl Body for GrpcBody {
                 Some(Ok(chunks)) => self.pending.extend(chunks),
                 Some(Err(status)) => {
                     self.done = true;
-                    return Poll::Ready(Some(Ok(Frame::trailers(trailers(&status)))));
+                    return Poll::Ready(Some(if self.response {
+                        Ok(Frame::trailers(trailers(&status)))
+                    } else {
+                        Err(status)
+                    }));
                 }
                 None => {
                     self.done = true;
-                    return Poll::Ready(Some(Ok(Frame::trailers(trailers(&Status::ok(""))))));
+                    return Poll::Ready(
+                        self.response
+                            .then(|| Ok(Frame::trailers(trailers(&Status::ok(""))))),
+                    );
                 }
             }
         }
