@@ -39,11 +39,17 @@ class Connection:
     def locations(self) -> list[str]:
         """Return the locations this client holds an idle connection to, sorted."""
     def get(
-        self, endpoints: Sequence[tuple[str, bytes]], max_streams: int = 16
+        self, endpoints: Sequence[tuple[Sequence[str], bytes]], max_streams: int = 16
     ) -> pa.RecordBatchReader:
-        """DoGet every ``(location, ticket)`` in parallel; their batches in order."""
-    def get_stream(self, location: str, ticket: bytes) -> tuple[pa.RecordBatchReader, StreamStatus]:
-        """DoGet of one endpoint as a stream."""
+        """DoGet every ``(locations, ticket)`` in parallel; their batches in order.
+
+        Each endpoint is read from the first of its locations that can be reached
+        before its schema arrives; when none can, the last one's error names them all.
+        """
+    def get_stream(
+        self, locations: Sequence[str], ticket: bytes
+    ) -> tuple[pa.RecordBatchReader, StreamStatus]:
+        """DoGet of one endpoint as a stream, from the first of its locations that answers."""
     def put(
         self,
         location: str,

@@ -1,4 +1,8 @@
-"""Reading every endpoint of a FlightInfo, in parallel, into one table in endpoint order."""
+"""Reading every endpoint of a FlightInfo, in parallel, into one table in endpoint order.
+
+Each endpoint is read from the first of its locations that can be reached
+(:func:`first_reachable`).
+"""
 
 from __future__ import annotations
 
@@ -6,18 +10,68 @@ import os
 import threading
 from collections.abc import Callable, Sequence
 from concurrent.futures import FIRST_EXCEPTION, Future, ThreadPoolExecutor, wait
+from typing import TypeVar
 
 import pyarrow as pa
 import pyarrow.flight as flight
 
 from ._progress import RowCounter
-from .errors import translated_errors
+from .errors import QuiverError, ServerUnavailableError, translated_errors
 
 #: Threads used when the caller does not say: enough to keep a few cores busy decoding.
 DEFAULT_MAX_WORKERS = min(8, os.cpu_count() or 1) * 2
 
-#: Returns the client to read an endpoint from.
-ClientForEndpoint = Callable[[flight.FlightEndpoint], flight.FlightClient]
+#: Starts the DoGet of an endpoint and returns its stream once the schema has arrived.
+OpenEndpoint = Callable[[flight.FlightEndpoint], flight.FlightStreamReader]
+
+_T = TypeVar("_T")
+
+
+def unreachable(error: BaseException) -> bool:
+    """Whether ``error`` says that a location cannot be reached, so another may serve.
+
+    That is ``UNAVAILABLE`` (no connection, or one that broke before the server
+    answered) or a socket's own error (a refused connection); the server's answers
+    (``NOT_FOUND``, ``ABORTED``, ``PERMISSION_DENIED``, ``DEADLINE_EXCEEDED``, ...)
+    are not.
+    """
+    if isinstance(error, QuiverError):
+        return error.code == "UNAVAILABLE"
+    return isinstance(error, OSError)
+
+
+def first_reachable(uris: Sequence[str], attempt: Callable[[str], _T]) -> _T:
+    """Return ``attempt(uri)`` for the first of ``uris`` that can be reached.
+
+    A location whose error is :func:`unreachable` passes the call to the next
+    one; any other error is raised at once. The Rust core reads endpoints by
+    the same rule (crates/quiver-python/src/get.rs).
+
+    Raises
+    ------
+    ServerUnavailableError
+        Every location was unreachable: the last one's error, its message naming
+        the locations tried (as the core words it).
+    """
+    last: BaseException | None = None
+    for uri in uris:
+        try:
+            return attempt(uri)
+        except Exception as error:
+            if not unreachable(error):
+                raise
+            last = error
+    if last is None:
+        raise ValueError("an endpoint to read with no location")
+    suffix = f" (locations tried: {', '.join(uris)})"
+    raised: QuiverError
+    if isinstance(last, QuiverError):
+        raised = type(last)(last.message + suffix, last.code, last.kind)
+        cause = last.__cause__ or last
+    else:
+        raised, cause = ServerUnavailableError(f"{last}{suffix}", "UNAVAILABLE"), last
+    # Chained as the last location's own error was: to the Flight call's failure.
+    raise raised from cause
 
 
 class _Stopped(Exception):
@@ -27,8 +81,7 @@ class _Stopped(Exception):
 def read_endpoints(
     endpoints: Sequence[flight.FlightEndpoint],
     schema: pa.Schema,
-    client_for: ClientForEndpoint,
-    options: flight.FlightCallOptions,
+    open_endpoint: OpenEndpoint,
     count_rows: RowCounter,
     max_workers: int | None = None,
 ) -> pa.Table:
@@ -40,10 +93,9 @@ def read_endpoints(
         The endpoints of one FlightInfo, in order.
     schema : pyarrow.Schema
         The FlightInfo's schema, used when the table has no endpoints.
-    client_for : callable
-        Returns the client connected to an endpoint's location.
-    options : pyarrow.flight.FlightCallOptions
-        Options for every DoGet.
+    open_endpoint : callable
+        Starts an endpoint's DoGet, from the first of its locations that answers,
+        and returns its stream once the schema has arrived.
     count_rows : callable
         Called with the rows of each batch received, from any thread.
     max_workers : int, optional
@@ -58,12 +110,12 @@ def read_endpoints(
         return schema.empty_table()
     stop = threading.Event()
     if len(endpoints) == 1:
-        parts = [_read_endpoint(endpoints[0], client_for, options, count_rows, stop)]
+        parts = [_read_endpoint(endpoints[0], open_endpoint, count_rows, stop)]
     else:
         workers = max(1, min(len(endpoints), max_workers or DEFAULT_MAX_WORKERS))
         with ThreadPoolExecutor(workers, thread_name_prefix="quiver-get") as pool:
             futures = [
-                pool.submit(_read_endpoint, endpoint, client_for, options, count_rows, stop)
+                pool.submit(_read_endpoint, endpoint, open_endpoint, count_rows, stop)
                 for endpoint in endpoints
             ]
             wait(futures, return_when=FIRST_EXCEPTION)
@@ -86,14 +138,13 @@ def _result(
 
 def _read_endpoint(
     endpoint: flight.FlightEndpoint,
-    client_for: ClientForEndpoint,
-    options: flight.FlightCallOptions,
+    open_endpoint: OpenEndpoint,
     count_rows: RowCounter,
     stop: threading.Event,
 ) -> tuple[pa.Schema, list[pa.RecordBatch]]:
     batches: list[pa.RecordBatch] = []
+    reader = open_endpoint(endpoint)
     with translated_errors():
-        reader = client_for(endpoint).do_get(endpoint.ticket, options)
         while True:
             if stop.is_set():
                 reader.cancel()

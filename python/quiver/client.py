@@ -18,7 +18,7 @@ import pyarrow.flight as flight
 
 from . import _native, _protocol, _shm, _sql, _status
 from ._convert import MESSAGE_TARGET_BYTES, BatchSource, batch_source, message_slices
-from ._endpoints import DEFAULT_MAX_WORKERS, read_endpoints
+from ._endpoints import DEFAULT_MAX_WORKERS, first_reachable, read_endpoints
 from ._exchange import DEFAULT_BATCH_ROWS, ExchangeReader, cast_source, check_batch_rows
 from ._progress import RowCounter, ignore_rows, row_progress
 from ._protocol import ACTION_LIST_FUNCTIONS, DEFAULT_URI, JsonObject, PutMode, Transport
@@ -1220,15 +1220,14 @@ class Client:
     ) -> pa.Table:
         """Read every endpoint in parallel into one table, in endpoint order.
 
-        Through the Rust core when it can reach every endpoint's location; else
-        through pyarrow, a thread per endpoint.
+        Each from the first of its locations that answers (:meth:`_endpoint_uris`):
+        through the Rust core when it can reach every location; else through
+        pyarrow, a thread per endpoint.
         """
-        locations = [self._core_location(e) for e in endpoints]
-        if self._core is None or not endpoints or None in locations:
-            return read_endpoints(
-                endpoints, schema, self._client_for, self._options, count_rows, max_workers
-            )
-        work = [(str(loc), e.ticket.ticket) for loc, e in zip(locations, endpoints, strict=True)]
+        uris = [self._endpoint_uris(e) for e in endpoints]
+        if self._core is None or not endpoints or not all(map(_core_reads, uris)):
+            return read_endpoints(endpoints, schema, self._do_get, count_rows, max_workers)
+        work = [(u, e.ticket.ticket) for u, e in zip(uris, endpoints, strict=True)]
         with translated_errors():
             table = self._core.get(work, max_workers or DEFAULT_MAX_WORKERS).read_all()
         count_rows(table.num_rows)
@@ -1237,31 +1236,52 @@ class Client:
     def _stream_endpoint(
         self, endpoint: flight.FlightEndpoint
     ) -> tuple[pa.Schema, Iterator[pa.RecordBatch]]:
-        """DoGet one endpoint: its schema (the call has started) and its batches."""
-        location = self._core_location(endpoint)
-        if self._core is None or location is None:
-            with translated_errors():
-                stream = self._client_for(endpoint).do_get(endpoint.ticket, self._options)
+        """DoGet one endpoint, from the first of its locations that answers.
+
+        Returns its schema (the call has started) and its batches.
+        """
+        uris = self._endpoint_uris(endpoint)
+        if self._core is None or not _core_reads(uris):
+            stream = self._do_get(endpoint)
             return stream.schema, _batches(stream)
         with translated_errors():
-            reader, status = self._core.get_stream(location, endpoint.ticket.ticket)
+            reader, status = self._core.get_stream(uris, endpoint.ticket.ticket)
         return reader.schema, _core_batches(reader, status)
 
-    def _core_location(self, endpoint: flight.FlightEndpoint) -> str | None:
-        """Return the location the core reads ``endpoint`` from; ``None`` if it cannot."""
-        if not endpoint.locations:
-            return self._uri
-        uri = _location_uri(endpoint.locations[0])
-        if uri in (self._uri, _protocol.REUSE_CONNECTION_URI):
-            return self._uri
-        return uri if uri.startswith(_CORE_SCHEMES) else None
+    def _endpoint_uris(self, endpoint: flight.FlightEndpoint) -> builtins.list[str]:
+        """Return the locations to read ``endpoint`` from, in the order to try them.
 
-    def _client_for(self, endpoint: flight.FlightEndpoint) -> flight.FlightClient:
-        """Return the client for an endpoint's first location (this one's if it has none)."""
-        if not endpoint.locations:
-            return self._flight
-        uri = _location_uri(endpoint.locations[0])
-        if uri in (self._uri, _protocol.REUSE_CONNECTION_URI):
+        An endpoint that lists none is read from this client's server, as is
+        Flight's reuse-connection location.
+        """
+        uris: builtins.list[str] = []
+        for location in endpoint.locations:
+            uri = _location_uri(location)
+            if uri == _protocol.REUSE_CONNECTION_URI:
+                uri = self._uri
+            if uri not in uris:
+                uris.append(uri)
+        return uris or [self._uri]
+
+    def _do_get(self, endpoint: flight.FlightEndpoint) -> flight.FlightStreamReader:
+        """DoGet ``endpoint`` through pyarrow, from the first of its locations that answers.
+
+        Returns the stream once its schema has arrived: a location that cannot
+        be reached fails before that, and the next one is tried
+        (:func:`~quiver._endpoints.first_reachable`).
+        """
+
+        def attempt(uri: str) -> flight.FlightStreamReader:
+            with translated_errors():
+                stream = self._client_at(uri).do_get(endpoint.ticket, self._options)
+                _ = stream.schema  # waits for the first message
+            return stream
+
+        return first_reachable(self._endpoint_uris(endpoint), attempt)
+
+    def _client_at(self, uri: str) -> flight.FlightClient:
+        """Return the pyarrow client of location ``uri`` (this one's for this server)."""
+        if uri == self._uri:
             return self._flight
         with self._peers_lock:
             peer = self._peers.get(uri)
@@ -1287,6 +1307,11 @@ def _batches(stream: flight.FlightStreamReader) -> Iterator[pa.RecordBatch]:
                 return
             if chunk.data is not None:
                 yield chunk.data
+
+
+def _core_reads(uris: Sequence[str]) -> bool:
+    """Whether the Rust core can connect to every one of these locations."""
+    return all(uri.startswith(_CORE_SCHEMES) for uri in uris)
 
 
 def _core_batches(

@@ -170,7 +170,7 @@ def test_the_gil_is_released_while_a_get_moves_bytes(uri: str) -> None:
     with quiver.connect(uri, transport="grpc") as client:
         assert client._core is not None
         client.put("t", table)
-        endpoints = [(uri, b"t")]
+        endpoints = [([uri], b"t")]
         counted = 0
         stop = threading.Event()
 

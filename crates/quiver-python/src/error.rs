@@ -7,6 +7,7 @@
 //! `QuiverError` subclass a pyarrow call's failure becomes.
 
 use arrow::error::ArrowError;
+use prost::Message;
 use pyo3::exceptions::{PyException, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::PyBytes;
@@ -33,6 +34,14 @@ pub(crate) enum Error {
         location: String,
         /// What the transport said.
         message: String,
+    },
+    /// No location of an endpoint could be reached: the last one's error.
+    #[error("{last}{}", tried_suffix(.tried))]
+    Unreachable {
+        /// The locations tried, in order.
+        tried: Vec<String>,
+        /// The last location's error.
+        last: Box<Error>,
     },
     /// A bad argument from the Python side.
     #[error("{0}")]
@@ -70,12 +79,64 @@ impl Error {
         match self {
             Error::Status(s) => s.code(),
             Error::Connect { .. } => Code::Unavailable,
+            Error::Unreachable { last, .. } => last.code(),
             Error::Invalid(_) => Code::InvalidArgument,
             Error::Malformed(_) => Code::Internal,
             Error::Source(_) => Code::InvalidArgument,
             Error::Internal(_) => Code::Internal,
         }
     }
+
+    /// Whether the error says the location could not be reached (no
+    /// connection, or UNAVAILABLE), so another location of the same endpoint
+    /// may serve the call (the pyarrow path's rule too:
+    /// `quiver._endpoints.unreachable`).
+    pub(crate) fn is_unreachable(&self) -> bool {
+        match self {
+            Error::Connect { .. } => true,
+            Error::Status(s) => s.code() == Code::Unavailable,
+            _ => false,
+        }
+    }
+
+    /// The server's `grpc-status-details-bin` trailer (a serialized
+    /// `google.rpc.Status`), empty if it sent none. For an unreachable
+    /// endpoint it is the last location's, its message naming the locations
+    /// tried too (the Python side takes the message from it).
+    fn details(&self) -> Vec<u8> {
+        match self {
+            Error::Status(s) => s.details().to_vec(),
+            Error::Unreachable { tried, last } => {
+                let details = last.details();
+                match RpcStatus::decode(details.as_slice()) {
+                    Ok(status) if !details.is_empty() => RpcStatus {
+                        message: format!("{}{}", status.message, tried_suffix(tried)),
+                        ..status
+                    }
+                    .encode_to_vec(),
+                    _ => details,
+                }
+            }
+            _ => Vec::new(),
+        }
+    }
+}
+
+/// What an unreachable endpoint's error adds to the last location's message
+/// (the Python client's pyarrow path words it the same).
+fn tried_suffix(tried: &[String]) -> String {
+    format!(" (locations tried: {})", tried.join(", "))
+}
+
+/// A `google.rpc.Status`, its details kept as the bytes of each `Any`.
+#[derive(Clone, PartialEq, prost::Message)]
+struct RpcStatus {
+    #[prost(int32, tag = "1")]
+    code: i32,
+    #[prost(string, tag = "2")]
+    message: String,
+    #[prost(bytes = "vec", repeated, tag = "3")]
+    details: Vec<Vec<u8>>,
 }
 
 impl From<Error> for PyErr {
@@ -83,14 +144,10 @@ impl From<Error> for PyErr {
         match e {
             Error::Invalid(message) => PyValueError::new_err(message),
             e => Python::attach(|py| {
-                let details: &[u8] = match &e {
-                    Error::Status(s) => s.details(),
-                    _ => &[],
-                };
                 CallError::new_err((
                     e.code() as i32,
                     e.to_string(),
-                    PyBytes::new(py, details).unbind(),
+                    PyBytes::new(py, &e.details()).unbind(),
                 ))
             }),
         }

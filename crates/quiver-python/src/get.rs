@@ -70,9 +70,52 @@ impl BatchStream {
     }
 }
 
+/// Starts a DoGet of `ticket` at the first of an endpoint's `locations` that
+/// answers, and waits for its schema.
+///
+/// A location that cannot be reached before the schema arrives (no
+/// connection, or UNAVAILABLE: [`Error::is_unreachable`]) passes the call to
+/// the next one; any other error (NOT_FOUND, ABORTED, a refused
+/// login) is the call's at once. When every location was unreachable, the
+/// last one's error is returned, naming the locations tried.
+pub(crate) async fn do_get_first(
+    connections: Arc<Connections>,
+    locations: Vec<String>,
+    ticket: Bytes,
+    bodies: BodyPool,
+) -> Result<BatchStream> {
+    let mut tried = Vec::with_capacity(locations.len());
+    let mut last = None;
+    for location in locations {
+        let attempt = do_get(
+            Arc::clone(&connections),
+            location.clone(),
+            ticket.clone(),
+            bodies.clone(),
+        )
+        .await;
+        match attempt {
+            Err(e) if e.is_unreachable() => {
+                tried.push(location);
+                last = Some(e);
+            }
+            done => return done,
+        }
+    }
+    match last {
+        Some(last) => Err(Error::Unreachable {
+            tried,
+            last: Box::new(last),
+        }),
+        None => Err(Error::Invalid(
+            "an endpoint to read with no location".into(),
+        )),
+    }
+}
+
 /// Starts a DoGet of `ticket` at `location` and waits for its schema, so a
 /// call that fails at once (an unknown table, a refused login) fails here.
-pub(crate) async fn do_get(
+async fn do_get(
     connections: Arc<Connections>,
     location: String,
     ticket: Bytes,

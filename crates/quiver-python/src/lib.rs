@@ -4,8 +4,9 @@
 //! RPCs (GetFlightInfo, actions, SQL, DoExchange); the data moves here:
 //!
 //! - [`get`]: DoGet of one or many endpoints, on Rust threads with the GIL
-//!   released, each body copied once into aligned memory that is reused once
-//!   the batches holding it are dropped;
+//!   released, each from the first of its locations that can be reached,
+//!   each body copied once into aligned memory that is reused once the
+//!   batches holding it are dropped;
 //! - [`put`]: DoPut whose request body references the arrays' buffers;
 //! - [`shm`]: the shared-memory get, batches built from the metadata received.
 //!
@@ -123,22 +124,24 @@ impl Connection {
         self.connections.locations()
     }
 
-    /// DoGet every `(location, ticket)`, at most `max_streams` at once, each
-    /// on a connection of its own; a `pyarrow.RecordBatchReader` over their
-    /// batches, in endpoint order. The first endpoint (in order) that fails
-    /// raises `CallError`; the others are cancelled.
+    /// DoGet every `(locations, ticket)`, at most `max_streams` at once, each
+    /// on a connection of its own, from the first of its locations that
+    /// answers (the next one tried when one cannot be reached before the
+    /// schema arrives); a `pyarrow.RecordBatchReader` over their batches, in
+    /// endpoint order. The first endpoint (in order) that fails raises
+    /// `CallError`; the others are cancelled.
     #[pyo3(signature = (endpoints, max_streams = 16))]
     fn get<'py>(
         &self,
         py: Python<'py>,
-        endpoints: Vec<(String, Vec<u8>)>,
+        endpoints: Vec<(Vec<String>, Vec<u8>)>,
         max_streams: usize,
     ) -> PyResult<Bound<'py, PyAny>> {
         let runtime = runtime()?;
-        let fetches = endpoints.into_iter().map(|(location, ticket)| {
+        let fetches = endpoints.into_iter().map(|(locations, ticket)| {
             let (connections, bodies) = (Arc::clone(&self.connections), self.bodies.clone());
             let fetch = AbortOnDrop(runtime.spawn(async move {
-                get::do_get(connections, location, Bytes::from(ticket), bodies)
+                get::do_get_first(connections, locations, Bytes::from(ticket), bodies)
                     .await?
                     .collect()
                     .await
@@ -169,21 +172,22 @@ impl Connection {
         arrow_c::to_pyarrow(py, reader)
     }
 
-    /// DoGet of one endpoint as a stream: `(pyarrow.RecordBatchReader,
-    /// StreamStatus)`. A batch is decoded ahead of the one being read; the
-    /// status raises the call's error after the reader has failed.
+    /// DoGet of one endpoint as a stream, from the first of its `locations`
+    /// that answers: `(pyarrow.RecordBatchReader, StreamStatus)`. A batch is
+    /// decoded ahead of the one being read; the status raises the call's
+    /// error after the reader has failed.
     fn get_stream<'py>(
         &self,
         py: Python<'py>,
-        location: String,
+        locations: Vec<String>,
         ticket: Vec<u8>,
     ) -> PyResult<(Bound<'py, PyAny>, StreamStatus)> {
         let runtime = runtime()?;
         let (connections, bodies) = (Arc::clone(&self.connections), self.bodies.clone());
         let mut stream = py.detach(|| {
-            runtime.block_on(get::do_get(
+            runtime.block_on(get::do_get_first(
                 connections,
-                location,
+                locations,
                 Bytes::from(ticket),
                 bodies,
             ))

@@ -13,7 +13,7 @@ use indicatif::{ProgressBar, ProgressStyle};
 use serde_json::{Value, json};
 
 use crate::cli::{Command, GetArgs, LsArgs, NameArg, PutArgs};
-use crate::client::{Connector, describe, is_same_server};
+use crate::client::{Connector, describe};
 use crate::files::{FileSink, Format, open};
 use crate::size::ByteSize;
 
@@ -115,32 +115,19 @@ async fn put(connector: &Connector, args: PutArgs) -> CmdResult {
     Ok(())
 }
 
-/// Reads every endpoint of `info` in parallel and returns the batches in
+/// Reads every endpoint of `info` in parallel, each from the first of its
+/// locations that answers ([`Connector::do_get`]), and returns the batches in
 /// endpoint order.
 async fn fetch_all(
     connector: &Connector,
     info: &FlightInfo,
     bar: &ProgressBar,
 ) -> Result<Vec<RecordBatch>, FlightError> {
-    let server = connector.server();
     let fetches = info.endpoint.iter().map(|endpoint| {
         let bar = bar.clone();
-        let location = endpoint
-            .location
-            .iter()
-            .map(|l| l.uri.clone())
-            .find(|uri| !is_same_server(uri, server))
-            .unwrap_or_else(|| server.to_string());
-        let ticket = endpoint.ticket.clone();
         async move {
-            let ticket =
-                ticket.ok_or_else(|| FlightError::protocol("endpoint without a ticket"))?;
-            let mut client = connector
-                .connect(&location)
-                .await
-                .map_err(|e| FlightError::ExternalError(e.to_string().into()))?;
-            client
-                .do_get(ticket)
+            connector
+                .do_get(endpoint)
                 .await?
                 .inspect_ok(|b| bar.inc(b.num_rows() as u64))
                 .try_collect::<Vec<_>>()
