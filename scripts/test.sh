@@ -1,7 +1,11 @@
 #!/usr/bin/env bash
 # Runs every test of quiver, setting up what they need:
-#   1. Rust: cargo fmt --check, clippy -D warnings, unit and integration tests;
-#   2. the release `quiver` binary the Python tests start;
+#   0. protoc and etcd from Debian's packages, if missing: the cluster's etcd client
+#      needs protoc to build, its tests start etcd (scripts/install-cluster-tools.sh);
+#   1. Rust: cargo fmt --check, clippy -D warnings, unit and integration tests, with
+#      the `quiver` binary's `cluster` feature on (one feature set for every step, so
+#      clippy, the tests and the binary share their build);
+#   2. the release `quiver` binary the Python tests start (with the cluster);
 #   3. a Python venv with the pinned dependencies (python/requirements-dev.txt
 #      and bench/requirements.txt), reused while those pins do not change; the
 #      engines of the connectors (PySpark, Dask, Ray) among them, so their
@@ -39,17 +43,22 @@ step() { printf '\n==> %s\n' "$*"; }
 command -v cargo >/dev/null || { echo "cargo not found: install Rust (https://rustup.rs) first" >&2; exit 1; }
 command -v "$python" >/dev/null || { echo "$python not found: install Python 3.10 or newer" >&2; exit 1; }
 
+step "protoc and etcd (the cluster's build and tests)"
+bash scripts/install-cluster-tools.sh
+
 step "cargo fmt --check"
 cargo fmt --all -- --check
 
+features=(--features quiver/cluster)
+
 step "cargo clippy -D warnings"
-cargo clippy --release --workspace --all-targets --locked -- -D warnings
+cargo clippy --release --workspace --all-targets --locked "${features[@]}" -- -D warnings
 
 step "cargo test (unit and integration)"
-cargo test --release --workspace --locked
+cargo test --release --workspace --locked "${features[@]}"
 
 step "build the quiver binary"
-cargo build --release --locked --bin quiver
+cargo build --release --locked --bin quiver "${features[@]}"
 export QUIVER_BIN="$CARGO_TARGET_DIR/release/quiver"
 
 step "Python venv ($venv)"

@@ -710,7 +710,9 @@ def _read_shm(plan: ReadPlan, split: Split, pinned: dict[str, Any], uri: str) ->
             raise
         return None
     version = _protocol.json_int(_protocol.json_object(info.app_metadata), "version")
-    if version != pinned.get("v"):
+    # A ticket without a version (a cluster's partition, which never changes) reads
+    # the current one.
+    if pinned.get("v") is not None and version != pinned["v"]:
         raise VersionConflictError(
             f"table {pinned['t']!r} changed since the read was planned "
             f"(version {pinned.get('v')}, now {version}): plan again",

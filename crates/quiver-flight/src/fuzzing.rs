@@ -72,6 +72,7 @@ impl PutHarness {
                 sql: EngineOptions::default(),
                 shm: None,
                 functions: None,
+                cluster: None,
             },
         );
         Self { runtime, service }

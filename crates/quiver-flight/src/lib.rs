@@ -17,6 +17,7 @@
 mod actions;
 pub mod auth;
 mod body_watch;
+pub mod cluster;
 mod descriptor;
 mod error;
 mod exchange;

@@ -148,6 +148,9 @@ pub struct ServerConfig {
     /// Where Prometheus scrapes `/metrics` ([`crate::metrics`]), bound by
     /// the caller (so that it can announce the address); `None`: no metrics.
     pub metrics: Option<Arc<std::net::TcpListener>>,
+    /// This node's part in a cluster (`--cluster`, crates/quiver-cluster);
+    /// `None`: a single node.
+    pub cluster: Option<crate::cluster::Cluster>,
 }
 
 /// Why the server could not start or stopped with an error.
@@ -223,6 +226,7 @@ impl Default for ServerConfig {
             shm_socket: None,
             metrics: None,
             functions: None,
+            cluster: None,
         }
     }
 }
@@ -322,6 +326,7 @@ pub async fn serve(
             put_buffer_pool: config.put_buffer_pool,
             sql: config.sql.clone(),
             functions: functions.clone(),
+            cluster: config.cluster.clone(),
         },
     );
     let metrics = match &config.metrics {

@@ -19,7 +19,7 @@ use bytes::Bytes;
 use futures::stream::{self, BoxStream};
 use futures::{Stream, StreamExt, TryStreamExt};
 use quiver_sql::{EngineOptions, SqlEngine};
-use quiver_store::{TableStore, TableVersion, batch_bytes};
+use quiver_store::{TableStore, TableVersion, WriteMode, batch_bytes};
 use serde_json::json;
 use tonic::{Request, Response, Status, Streaming};
 
@@ -27,8 +27,9 @@ use quiver_shm::{self as shm, ShmServer};
 
 use crate::auth::{Caller, Role};
 use crate::body_watch::BodyOutcome;
+use crate::cluster::{Cluster, ClusterPut, Published};
 use crate::error::inbound_status;
-use crate::request::{ActionKind, ActionRequest, Described, ShmPut, Ticketed};
+use crate::request::{ActionKind, ActionRequest, Described, ShmPut, StoreAction, Ticketed};
 use crate::rpc_log::{MAX_LOGGED_TEXT, RpcLog, handle, logged, truncated};
 use crate::sql::{Batches, FlightSql};
 use crate::ticket::TableTicket;
@@ -58,6 +59,8 @@ pub struct ServiceOptions {
     pub shm: Option<Arc<ShmServer>>,
     /// The function workers, with `--functions`.
     pub functions: Option<Arc<quiver_functions::FunctionPool>>,
+    /// This node's part in a cluster; `None`: a single node.
+    pub cluster: Option<Cluster>,
 }
 
 /// The Flight service: the standard RPCs over a [`TableStore`].
@@ -108,6 +111,15 @@ impl QuiverService {
     /// The store behind the service.
     pub fn store(&self) -> &Arc<TableStore> {
         &self.store
+    }
+
+    /// The cluster hooks when `name` is a cluster table's name (not a
+    /// partition's, which the local store serves).
+    fn cluster_for(&self, name: &str) -> Option<&Cluster> {
+        self.options
+            .cluster
+            .as_ref()
+            .filter(|cluster| !cluster.is_partition(name))
     }
 
     /// How many endpoints `table` is split over: its own setting or the
@@ -181,6 +193,16 @@ impl QuiverService {
             Described::Table(name) => name,
         };
         log.table(&name);
+        if let Some(cluster) = self.cluster_for(&name)
+            && let Some(info) = cluster.flight_info(&name, descriptor.clone()).await
+        {
+            let info = info.map_err(|status| Error::Status(Box::new(status)))?;
+            log.add(
+                u64::try_from(info.total_records).unwrap_or(0),
+                u64::try_from(info.total_bytes).unwrap_or(0),
+            );
+            return Ok(info);
+        }
         let table = self.store.get(&name)?;
         log.add(table.num_rows(), table.num_bytes());
         let mut info = self.flight_info(&table, descriptor)?;
@@ -286,6 +308,25 @@ impl QuiverService {
                 self.sql.action(request).await
             }
             ActionRequest::Store(request) => {
+                if let Some(result) = self.cluster_action(&request).await {
+                    let (table, published) = result?;
+                    log.table(&table);
+                    log.add(published.rows, published.bytes);
+                    let body = match request {
+                        StoreAction::Delete(_) => json!({
+                            "deleted": table,
+                            "rows": published.rows,
+                            "bytes": published.bytes,
+                        }),
+                        StoreAction::Rename(args) => json!({
+                            "renamed": args.from,
+                            "to": args.to,
+                            "version": published.version,
+                        }),
+                        _ => published_json(&table, published),
+                    };
+                    return Ok(vec![Bytes::from(body.to_string())]);
+                }
                 let outcome = quiver_sql::store_write(|| {
                     actions::run(&self.store, &self.body_pool, self.started, request)
                 })?;
@@ -446,6 +487,12 @@ impl QuiverService {
         };
         log.table(&name);
         caller.require(Role::Write, "DoPut of a table")?;
+        if let Some(cluster) = self.cluster_for(&name) {
+            let cluster = Arc::clone(cluster);
+            return self
+                .cluster_put(&cluster, name, first, input, outcome, log)
+                .await;
+        }
         let writer = PutDecoder::new(first, input)
             .into_writer(outcome, |schema, options| {
                 Ok(self
@@ -456,19 +503,99 @@ impl QuiverService {
         let (rows, bytes) = (writer.num_rows(), writer.num_bytes());
         let version = quiver_sql::store_write(|| writer.commit())?;
         log.add(rows, bytes);
-        let metadata = json!({
-            "table": name,
-            "version": version.version(),
-            "rows": version.num_rows(),
-            "bytes": version.num_bytes(),
-        });
+        let published = Published {
+            version: version.version(),
+            rows: version.num_rows(),
+            bytes: version.num_bytes(),
+        };
         Ok(PutResult {
-            app_metadata: metadata.to_string().into(),
+            app_metadata: published_json(&name, published).to_string().into(),
         })
     }
 }
 
 /// The index of the column `name` in `schema`, the schema of `table`.
+impl QuiverService {
+    /// A put of a cluster table: the stream is read and checked here as for a
+    /// local put, then spread over the cluster's nodes by `cluster`, which
+    /// publishes it in the catalog. Nothing is stored on this node unless it
+    /// is one of the partitions' replicas.
+    async fn cluster_put(
+        &self,
+        cluster: &Cluster,
+        name: String,
+        first: FlightData,
+        input: impl Stream<Item = Result<FlightData, Status>> + Send + Unpin + 'static,
+        outcome: Option<BodyOutcome>,
+        log: &mut RpcLog,
+    ) -> Result<PutResult> {
+        let mut asked = None;
+        let writer = PutDecoder::new(first, input)
+            .into_writer(outcome, |schema, options| {
+                asked = Some((options.mode, options.partitions));
+                // Never committed here: a writer only to read and charge the
+                // batches (a replace writer checks nothing of the local store).
+                Ok(self
+                    .store
+                    .writer(&name, WriteMode::Replace, schema, options.partitions)?)
+            })
+            .await?;
+        let (mode, partitions) = asked.unwrap_or_default();
+        let (schema, batches, charge) = writer.into_batches();
+        let put = ClusterPut {
+            table: name.clone(),
+            mode,
+            partitions,
+            schema,
+            batches,
+            charge,
+        };
+        let published = cluster
+            .put(put)
+            .await
+            .map_err(|status| Error::Status(Box::new(status)))?;
+        log.add(published.rows, published.bytes);
+        Ok(PutResult {
+            app_metadata: published_json(&name, published).to_string().into(),
+        })
+    }
+
+    /// A store action on a cluster table, `None` when the action is not one
+    /// the catalog handles or names no catalog table.
+    async fn cluster_action(&self, action: &StoreAction) -> Option<Result<(String, Published)>> {
+        let cluster = self.options.cluster.as_ref()?;
+        let (table, result) = match action {
+            StoreAction::Delete(name) if !cluster.is_partition(name) => {
+                (name.clone(), cluster.delete(name).await?)
+            }
+            StoreAction::Rename(args) if !cluster.is_partition(&args.from) => (
+                args.to.clone(),
+                cluster.rename(&args.from, &args.to, args.overwrite).await?,
+            ),
+            StoreAction::Publish(args) if !cluster.is_partition(&args.into) => (
+                args.into.clone(),
+                cluster.publish(&args.into, &args.from, args.mode).await?,
+            ),
+            _ => return None,
+        };
+        Some(
+            result
+                .map(|published| (table, published))
+                .map_err(|status| Error::Status(Box::new(status))),
+        )
+    }
+}
+
+/// A put's or publish's result: the JSON of DoPut's PutResult.
+fn published_json(table: &str, published: Published) -> serde_json::Value {
+    json!({
+        "table": table,
+        "version": published.version,
+        "rows": published.rows,
+        "bytes": published.bytes,
+    })
+}
+
 fn column_index(schema: &SchemaRef, table: &str, name: &str) -> Result<usize> {
     schema.index_of(name).map_err(|_| {
         let names: Vec<&str> = schema.fields().iter().map(|f| f.name().as_str()).collect();
@@ -532,20 +659,30 @@ impl FlightService for QuiverService {
         request: Request<Criteria>,
     ) -> Result<Response<Self::ListFlightsStream>, Status> {
         handle("ListFlights", |mut log| async move {
-            let result = (|| {
+            let result = async {
                 let prefix = std::str::from_utf8(&request.get_ref().expression).map_err(|_| {
                     Error::invalid("ListFlights criteria must be a UTF-8 name prefix")
                 })?;
-                let tables = self.store.list(prefix);
-                tables
-                    .iter()
-                    .map(|t| {
-                        log.add(t.num_rows(), t.num_bytes());
-                        let descriptor = FlightDescriptor::new_path(vec![t.name().to_string()]);
-                        self.flight_info(t, descriptor)
-                    })
-                    .collect::<Result<Vec<_>>>()
-            })();
+                let mut infos = match &self.options.cluster {
+                    Some(cluster) => cluster
+                        .list(prefix)
+                        .await
+                        .map_err(|status| Error::Status(Box::new(status)))?,
+                    None => Vec::new(),
+                };
+                let cluster = self.options.cluster.as_ref();
+                for t in self.store.list(prefix) {
+                    // A cluster node's partitions are the catalog tables' pieces.
+                    if cluster.is_some_and(|c| c.is_partition(t.name())) {
+                        continue;
+                    }
+                    log.add(t.num_rows(), t.num_bytes());
+                    let descriptor = FlightDescriptor::new_path(vec![t.name().to_string()]);
+                    infos.push(self.flight_info(&t, descriptor)?);
+                }
+                Ok::<_, Error>(infos)
+            }
+            .await;
             let infos = log.outcome(result.map_err(Status::from))?;
             Ok(Response::new(
                 stream::iter(infos.into_iter().map(Ok)).boxed(),

@@ -8,6 +8,7 @@
 //! client command or benchmark (`put --append`, `bench client --streams`, ...)
 //! have none.
 
+mod cluster_args;
 mod config_file;
 mod serve_args;
 
@@ -17,6 +18,7 @@ use clap::{Args, Parser, Subcommand};
 
 use crate::client::{Connector, Credentials, DEFAULT_SERVER};
 
+pub(crate) use cluster_args::{ClusterArgs, ClusterCommand, parse_etcd_url};
 pub(crate) use config_file::{Invocation, parse};
 pub(crate) use serve_args::{LogFormat, ServeArgs};
 
@@ -71,6 +73,9 @@ pub(crate) enum Command {
     /// Manage the users file: users with passwords, and API tokens.
     #[command(subcommand)]
     User(UserCommand),
+    /// Look at a cluster of quiver nodes (`serve --cluster`).
+    #[command(subcommand)]
+    Cluster(ClusterCommand),
     /// Measure throughput: a Rust Flight client, loopback TCP, memcpy (one JSON
     /// line per measurement; the harness in bench/ drives it).
     Bench(crate::bench::BenchArgs),

@@ -24,7 +24,11 @@ const GET_RETRIES: usize = 3;
 
 pub(crate) async fn run(connector: &Connector, command: Command) -> CmdResult {
     match command {
-        Command::Serve(_) | Command::Bench(_) | Command::User(_) | Command::Top(_) => {
+        Command::Serve(_)
+        | Command::Bench(_)
+        | Command::User(_)
+        | Command::Top(_)
+        | Command::Cluster(_) => {
             unreachable!("handled in main")
         }
         Command::Put(args) => put(connector, args).await,

@@ -4,6 +4,7 @@
 mod bench;
 mod cli;
 mod client;
+mod cluster;
 mod commands;
 mod files;
 mod functions;
@@ -73,6 +74,7 @@ fn main() -> std::process::ExitCode {
             cli::Command::Bench(args) => bench::run(args, &connector).await,
             cli::Command::User(command) => users::run(command),
             cli::Command::Top(args) => top::run(args).await,
+            cli::Command::Cluster(command) => cluster::run(command).await,
             command => commands::run(&connector, command).await,
         }
     });

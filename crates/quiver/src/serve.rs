@@ -29,6 +29,7 @@ pub(crate) async fn run(args: ServeArgs) -> Result<(), Box<dyn std::error::Error
     };
     let metrics_addr = metrics.as_ref().map(|l| l.local_addr()).transpose()?;
     config.metrics = metrics.map(Arc::new);
+    let node = crate::cluster::join(&args.cluster, &store, &mut config, addr).await?;
     tracing::info!(
         %addr,
         max_memory = %ByteSize(max_memory),
@@ -43,7 +44,9 @@ pub(crate) async fn run(args: ServeArgs) -> Result<(), Box<dyn std::error::Error
     if config.advertise.is_none() {
         tracing::debug!(location = %default_location(addr), "advertised location");
     }
-    serve(listener, store, config, shutdown).await?;
+    let served = serve(listener, store, config, shutdown).await;
+    crate::cluster::leave(node).await;
+    served?;
     tracing::info!("quiver stopped");
     Ok(())
 }

@@ -153,6 +153,10 @@ pub(crate) struct ServeArgs {
     /// Python functions served over DoExchange and in SQL.
     #[command(flatten)]
     pub(crate) functions: FunctionArgs,
+
+    /// Several nodes: membership and catalog in etcd.
+    #[command(flatten)]
+    pub(crate) cluster: super::cluster_args::ClusterArgs,
 }
 
 impl ServeArgs {
@@ -180,6 +184,8 @@ impl ServeArgs {
             http2: self.http2.to_config()?,
             limits: self.limits.to_config()?,
             functions: self.functions.to_config()?,
+            // Joined by `serve::run` once the address is known.
+            cluster: None,
         })
     }
 }

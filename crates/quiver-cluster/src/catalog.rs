@@ -1,0 +1,182 @@
+//! The catalog's records as they lie in etcd, and the names the cluster gives
+//! things.
+//!
+//! Under a prefix (default `/quiver/`):
+//! - `nodes/<id>`: a live node, [`NodeEntry`] as JSON, attached to the node's
+//!   lease, so it disappears when the node stops renewing it;
+//! - `tables/<name>`: a table's current version, [`TableEntry`] as JSON. A
+//!   version is published by one transaction that compares the key's
+//!   modification revision with the one the commit read.
+
+use std::sync::Arc;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use arrow::datatypes::{Schema, SchemaRef};
+use arrow::ipc::writer::IpcWriteOptions;
+use arrow_flight::{IpcMessage, SchemaAsIpc};
+use base64::Engine as _;
+use base64::engine::general_purpose::STANDARD as BASE64;
+use serde::{Deserialize, Serialize};
+
+use crate::error::{ClusterError, Result};
+
+/// The storage names of partitions start with this; a node's local store
+/// serves them as plain tables, and the catalog's tables are made of them.
+pub const PARTITION_PREFIX: &str = ".quiver-part/";
+
+/// A node as registered in etcd.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NodeEntry {
+    /// The node's id (`--node-id`).
+    pub id: String,
+    /// The Flight location clients and other nodes reach it at.
+    pub location: String,
+}
+
+/// A table's current version.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TableEntry {
+    /// Counts from 1; each commit adds one.
+    pub version: u64,
+    /// The Arrow schema as an IPC message, base64.
+    pub schema: String,
+    /// Rows of the whole table.
+    pub rows: u64,
+    /// Bytes of the whole table.
+    pub bytes: u64,
+    /// The partitions, in row order.
+    pub partitions: Vec<PartitionEntry>,
+}
+
+/// One partition of a table: a table of that name on each replica.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PartitionEntry {
+    /// Its storage name on the replicas (starts with [`PARTITION_PREFIX`]).
+    pub name: String,
+    /// Its rows.
+    pub rows: u64,
+    /// Its bytes.
+    pub bytes: u64,
+    /// The ids of the nodes that hold it, the one to read first first.
+    pub replicas: Vec<String>,
+}
+
+impl TableEntry {
+    /// The table's schema.
+    pub fn schema(&self) -> Result<SchemaRef> {
+        decode_schema(&self.schema)
+    }
+}
+
+/// The etcd keys of one cluster.
+#[derive(Debug, Clone)]
+pub(crate) struct Keys {
+    prefix: String,
+}
+
+impl Keys {
+    /// Keys under `prefix`, which ends with `/`.
+    pub(crate) fn new(prefix: &str) -> Self {
+        let mut prefix = prefix.to_string();
+        if !prefix.ends_with('/') {
+            prefix.push('/');
+        }
+        Self { prefix }
+    }
+
+    /// The prefix of every node key.
+    pub(crate) fn nodes(&self) -> String {
+        format!("{}nodes/", self.prefix)
+    }
+
+    /// Node `id`'s key.
+    pub(crate) fn node(&self, id: &str) -> String {
+        format!("{}nodes/{id}", self.prefix)
+    }
+
+    /// The prefix of every table key.
+    pub(crate) fn tables(&self) -> String {
+        format!("{}tables/", self.prefix)
+    }
+
+    /// Table `name`'s key.
+    pub(crate) fn table(&self, name: &str) -> String {
+        format!("{}tables/{name}", self.prefix)
+    }
+}
+
+/// A new partition's storage name: the table's, when it was made (for the
+/// collection of partitions no version holds) and a unique part.
+pub(crate) fn partition_name(table: &str, index: usize) -> String {
+    let millis = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis());
+    let unique = uuid::Uuid::new_v4().simple();
+    format!("{PARTITION_PREFIX}{table}#{millis}.{unique}.{index}")
+}
+
+/// When partition `name` was made, in milliseconds since the epoch; `None`
+/// for a name this crate did not make.
+pub(crate) fn partition_made_at(name: &str) -> Option<u128> {
+    let rest = name.strip_prefix(PARTITION_PREFIX)?;
+    let (_, tail) = rest.rsplit_once('#')?;
+    tail.split('.').next()?.parse().ok()
+}
+
+/// `schema` as stored in a [`TableEntry`].
+pub(crate) fn encode_schema(schema: &Schema) -> Result<String> {
+    let message = IpcMessage::try_from(SchemaAsIpc::new(schema, &IpcWriteOptions::default()))?;
+    Ok(BASE64.encode(&message.0))
+}
+
+/// The schema a [`TableEntry`] stores.
+pub(crate) fn decode_schema(text: &str) -> Result<SchemaRef> {
+    let bytes = BASE64.decode(text).map_err(|e| ClusterError::Malformed {
+        key: "schema".into(),
+        detail: e.to_string(),
+    })?;
+    let schema = Schema::try_from(IpcMessage(bytes.into()))?;
+    Ok(Arc::new(schema))
+}
+
+#[cfg(test)]
+mod tests {
+    use arrow::datatypes::{DataType, Field, TimeUnit};
+
+    use super::*;
+
+    #[test]
+    fn schemas_round_trip() {
+        let schema = Schema::new(vec![
+            Field::new("a", DataType::Int64, false),
+            Field::new(
+                "t",
+                DataType::Timestamp(TimeUnit::Microsecond, Some("Europe/Paris".into())),
+                true,
+            ),
+            Field::new_list("l", Field::new_list_field(DataType::Utf8, true), true),
+        ]);
+        let text = encode_schema(&schema).expect("encode");
+        assert_eq!(*decode_schema(&text).expect("decode"), schema);
+        assert!(decode_schema("not base64!").is_err());
+    }
+
+    #[test]
+    fn partition_names_carry_their_birth() {
+        let name = partition_name("a#b/c", 3);
+        assert!(name.starts_with(PARTITION_PREFIX));
+        assert!(name.ends_with(".3"));
+        let made = partition_made_at(&name).expect("a time");
+        assert!(made > 1_700_000_000_000);
+        assert_eq!(partition_made_at("trips"), None);
+        assert_eq!(partition_made_at(".quiver-part/x#y"), None);
+    }
+
+    #[test]
+    fn keys_nest_under_the_prefix() {
+        let keys = Keys::new("/q");
+        assert_eq!(keys.node("n1"), "/q/nodes/n1");
+        assert_eq!(keys.table("t/x"), "/q/tables/t/x");
+        assert!(keys.table("t").starts_with(&keys.tables()));
+    }
+}

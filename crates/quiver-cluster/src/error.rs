@@ -1,0 +1,92 @@
+//! The crate's one error type, and the one place it becomes a gRPC status.
+
+use tonic::{Code, Status};
+
+/// What can go wrong in the cluster layer.
+#[derive(Debug, thiserror::Error)]
+pub enum ClusterError {
+    /// etcd could not be reached, or did not answer in time.
+    #[error("the cluster catalog (etcd) is unreachable: {0}")]
+    Catalog(String),
+    /// Another commit changed the table first, every time it was retried.
+    #[error("table '{table}' was changed by concurrent commits {attempts} times; try again")]
+    Conflict {
+        /// The table committed.
+        table: String,
+        /// Attempts made.
+        attempts: usize,
+    },
+    /// Fewer live nodes than the copies a partition needs.
+    #[error("{live} live node(s), and each partition needs {replicas}: not enough to store a put")]
+    TooFewNodes {
+        /// Nodes alive now.
+        live: usize,
+        /// Copies wanted (`--replicas`).
+        replicas: usize,
+    },
+    /// A partition could not be stored on one of its replicas.
+    #[error("storing partition {partition} on node {node} ({location}) failed: {status}")]
+    Replica {
+        /// The partition's storage name.
+        partition: String,
+        /// The node that failed.
+        node: String,
+        /// Its location.
+        location: String,
+        /// What it said.
+        status: Box<Status>,
+    },
+    /// The catalog has no such table.
+    #[error("table '{0}' not found")]
+    NotFound(String),
+    /// A create of a table that exists.
+    #[error("table '{0}' already exists")]
+    AlreadyExists(String),
+    /// A request the cluster refuses (an append of another schema, ...).
+    #[error("{0}")]
+    Invalid(String),
+    /// A catalog entry that does not parse: written by something else.
+    #[error("the catalog entry {key} is malformed: {detail}")]
+    Malformed {
+        /// The etcd key.
+        key: String,
+        /// What is wrong with it.
+        detail: String,
+    },
+    /// The local store refused a partition.
+    #[error(transparent)]
+    Store(#[from] quiver_store::StoreError),
+    /// Arrow failed on a partition's data.
+    #[error(transparent)]
+    Arrow(#[from] arrow::error::ArrowError),
+}
+
+/// Shorthand for results of this crate.
+pub type Result<T, E = ClusterError> = std::result::Result<T, E>;
+
+impl From<etcd_client::Error> for ClusterError {
+    fn from(e: etcd_client::Error) -> Self {
+        Self::Catalog(e.to_string())
+    }
+}
+
+impl From<ClusterError> for Status {
+    fn from(e: ClusterError) -> Self {
+        let message = e.to_string();
+        let code = match e {
+            // As the Flight service maps the store's errors (and their details).
+            ClusterError::Store(store) => return quiver_flight::Error::Store(store).into(),
+            ClusterError::Catalog(_) | ClusterError::TooFewNodes { .. } => Code::Unavailable,
+            ClusterError::Conflict { .. } => Code::Aborted,
+            ClusterError::Replica { status, .. } => match status.code() {
+                Code::ResourceExhausted => Code::ResourceExhausted,
+                _ => Code::Unavailable,
+            },
+            ClusterError::NotFound(_) => Code::NotFound,
+            ClusterError::AlreadyExists(_) => Code::AlreadyExists,
+            ClusterError::Invalid(_) => Code::InvalidArgument,
+            ClusterError::Malformed { .. } | ClusterError::Arrow(_) => Code::Internal,
+        };
+        Status::new(code, message)
+    }
+}

@@ -1,0 +1,194 @@
+//! etcd as the cluster's catalog: reads, the compare-and-swap commit, and the
+//! node's registration under a lease. Every call has a deadline, so a node
+//! whose etcd is gone answers with a clear UNAVAILABLE instead of hanging.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use etcd_client::{Client, Compare, CompareOp, ConnectOptions, GetOptions, PutOptions, Txn, TxnOp};
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+
+use crate::catalog::{Keys, NodeEntry, TableEntry};
+use crate::error::{ClusterError, Result};
+
+/// How long one etcd call may take.
+pub(crate) const CALL_TIMEOUT: Duration = Duration::from_secs(3);
+
+/// A catalog record and the etcd modification revision it was read at (0: absent).
+#[derive(Debug, Clone)]
+pub(crate) struct Versioned<T> {
+    /// The record, `None` when the key is absent.
+    pub(crate) value: Option<T>,
+    /// The key's modification revision, 0 when absent.
+    pub(crate) revision: i64,
+}
+
+/// What the catalog holds, as one read saw it.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Snapshot {
+    /// Live nodes by id.
+    pub(crate) nodes: BTreeMap<String, NodeEntry>,
+    /// Tables by name, with their keys' revisions.
+    pub(crate) tables: BTreeMap<String, (TableEntry, i64)>,
+}
+
+/// A connection to etcd and the cluster's keys in it.
+#[derive(Clone)]
+pub(crate) struct Etcd {
+    client: Client,
+    keys: Keys,
+}
+
+impl std::fmt::Debug for Etcd {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Etcd")
+            .field("keys", &self.keys)
+            .finish_non_exhaustive()
+    }
+}
+
+/// `call` with the deadline every etcd call has.
+async fn timed<T>(call: impl Future<Output = Result<T, etcd_client::Error>>) -> Result<T> {
+    match tokio::time::timeout(CALL_TIMEOUT, call).await {
+        Ok(result) => result.map_err(ClusterError::from),
+        Err(_) => Err(ClusterError::Catalog(format!(
+            "no answer within {} s",
+            CALL_TIMEOUT.as_secs()
+        ))),
+    }
+}
+
+fn parse<T: DeserializeOwned>(key: &[u8], value: &[u8]) -> Result<T> {
+    serde_json::from_slice(value).map_err(|e| ClusterError::Malformed {
+        key: String::from_utf8_lossy(key).into_owned(),
+        detail: e.to_string(),
+    })
+}
+
+fn json<T: Serialize>(value: &T) -> Vec<u8> {
+    // Serializing these plain structs cannot fail.
+    serde_json::to_vec(value).unwrap_or_default()
+}
+
+impl Etcd {
+    /// Connects to etcd at `endpoints` (`host:port`), keys under `prefix`.
+    /// The connection is made lazily by the client: a node starts while etcd
+    /// is down and registers when it comes up.
+    pub(crate) async fn connect(endpoints: &[String], prefix: &str) -> Result<Self> {
+        let options = ConnectOptions::new()
+            .with_connect_timeout(CALL_TIMEOUT)
+            .with_timeout(CALL_TIMEOUT)
+            .with_keep_alive(Duration::from_secs(2), CALL_TIMEOUT);
+        let client = timed(Client::connect(endpoints, Some(options))).await?;
+        Ok(Self {
+            client,
+            keys: Keys::new(prefix),
+        })
+    }
+
+    /// Everything under the cluster's prefix: nodes and tables.
+    pub(crate) async fn snapshot(&self) -> Result<Snapshot> {
+        let mut client = self.client.clone();
+        let nodes_prefix = self.keys.nodes();
+        let tables_prefix = self.keys.tables();
+        let nodes =
+            timed(client.get(nodes_prefix.as_str(), Some(GetOptions::new().with_prefix()))).await?;
+        let tables = timed(client.get(
+            tables_prefix.as_str(),
+            Some(GetOptions::new().with_prefix()),
+        ))
+        .await?;
+        let mut snapshot = Snapshot::default();
+        for kv in nodes.kvs() {
+            let node: NodeEntry = parse(kv.key(), kv.value())?;
+            snapshot.nodes.insert(node.id.clone(), node);
+        }
+        for kv in tables.kvs() {
+            let name = String::from_utf8_lossy(&kv.key()[tables_prefix.len()..]).into_owned();
+            let entry: TableEntry = parse(kv.key(), kv.value())?;
+            snapshot.tables.insert(name, (entry, kv.mod_revision()));
+        }
+        Ok(snapshot)
+    }
+
+    /// Table `name`'s entry, read from etcd's leader (linearizable).
+    pub(crate) async fn table(&self, name: &str) -> Result<Versioned<TableEntry>> {
+        let key = self.keys.table(name);
+        let mut client = self.client.clone();
+        let answer = timed(client.get(key.as_str(), None)).await?;
+        match answer.kvs().first() {
+            None => Ok(Versioned {
+                value: None,
+                revision: 0,
+            }),
+            Some(kv) => Ok(Versioned {
+                value: Some(parse(kv.key(), kv.value())?),
+                revision: kv.mod_revision(),
+            }),
+        }
+    }
+
+    /// Applies `writes` (table name, new entry or `None` to delete) if every
+    /// table of `reads` still has the revision it was read at (0: absent).
+    /// `Ok(false)`: another commit came first; nothing was written.
+    pub(crate) async fn commit(
+        &self,
+        reads: &[(&str, i64)],
+        writes: &[(&str, Option<&TableEntry>)],
+    ) -> Result<bool> {
+        let compares: Vec<Compare> = reads
+            .iter()
+            .map(|(name, revision)| {
+                Compare::mod_revision(self.keys.table(name), CompareOp::Equal, *revision)
+            })
+            .collect();
+        let ops: Vec<TxnOp> = writes
+            .iter()
+            .map(|(name, entry)| match entry {
+                Some(entry) => TxnOp::put(self.keys.table(name), json(entry), None),
+                None => TxnOp::delete(self.keys.table(name), None),
+            })
+            .collect();
+        let mut client = self.client.clone();
+        let answer = timed(client.txn(Txn::new().when(compares).and_then(ops))).await?;
+        Ok(answer.succeeded())
+    }
+
+    /// Registers `node` under a new lease of `ttl` seconds; returns the lease.
+    pub(crate) async fn register(&self, node: &NodeEntry, ttl: i64) -> Result<i64> {
+        let mut client = self.client.clone();
+        let lease = timed(client.lease_grant(ttl, None)).await?.id();
+        let options = PutOptions::new().with_lease(lease);
+        timed(client.put(self.keys.node(&node.id), json(node), Some(options))).await?;
+        Ok(lease)
+    }
+
+    /// Keeps `lease` alive until it cannot: returns when etcd stops answering
+    /// or the lease has expired (then the node must register again).
+    pub(crate) async fn keep_alive(&self, lease: i64, every: Duration) -> ClusterError {
+        let mut client = self.client.clone();
+        let (mut keeper, mut answers) = match timed(client.lease_keep_alive(lease)).await {
+            Ok(pair) => pair,
+            Err(e) => return e,
+        };
+        loop {
+            if let Err(e) = timed(keeper.keep_alive()).await {
+                return e;
+            }
+            match timed(answers.message()).await {
+                Ok(Some(answer)) if answer.ttl() > 0 => {}
+                Ok(_) => return ClusterError::Catalog(format!("lease {lease:x} expired")),
+                Err(e) => return e,
+            }
+            tokio::time::sleep(every).await;
+        }
+    }
+
+    /// Ends `lease` now (a clean shutdown): the node leaves at once.
+    pub(crate) async fn revoke(&self, lease: i64) -> Result<()> {
+        let mut client = self.client.clone();
+        timed(client.lease_revoke(lease)).await?;
+        Ok(())
+    }
+}

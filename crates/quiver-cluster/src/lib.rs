@@ -1,0 +1,26 @@
+//! quiver on several machines.
+//!
+//! Membership and the table catalog live in etcd (crate [`etcd_client`]):
+//! each node registers under a lease, and each table's current version is
+//! one key, published by a compare-and-swap transaction. A put through any
+//! node is split into partitions placed over the live nodes by rendezvous
+//! hashing, each stored on `--replicas` nodes as a table of the local store
+//! (by DoPut between nodes), and published only when every copy is stored.
+//! GetFlightInfo on any node gives one endpoint per partition whose
+//! locations are its replicas. Each node repairs the partitions whose first
+//! live holder it is when a node is lost, and drops partitions no version
+//! holds. docs/cluster.md tells the design and what it promises.
+
+mod catalog;
+mod error;
+mod etcd;
+mod node;
+mod peers;
+mod placement;
+mod repair;
+mod status;
+
+pub use catalog::{NodeEntry, PARTITION_PREFIX, PartitionEntry, TableEntry};
+pub use error::{ClusterError, Result};
+pub use node::{ClusterNode, ClusterOptions};
+pub use status::{ClusterStatus, PartitionStatus, TableStatus, status};

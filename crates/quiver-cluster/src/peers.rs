@@ -1,0 +1,99 @@
+//! The Flight calls a node makes to other nodes: storing a partition on a
+//! replica (DoPut of the partition's storage name, which the replica's store
+//! commits like any put, durably with `--data-dir`).
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+use arrow::array::RecordBatch;
+use arrow::datatypes::SchemaRef;
+use arrow_flight::FlightDescriptor;
+use arrow_flight::encode::{DictionaryHandling, FlightDataEncoderBuilder};
+use arrow_flight::error::FlightError;
+use arrow_flight::flight_service_client::FlightServiceClient;
+use futures::TryStreamExt;
+use tonic::Status;
+use tonic::transport::{Channel, Endpoint};
+
+use crate::error::{ClusterError, Result};
+
+/// How long a node may take to accept a connection.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(3);
+
+/// Channels to the other nodes, one per location, made on first use.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Peers {
+    channels: Arc<Mutex<HashMap<String, Channel>>>,
+}
+
+impl Peers {
+    fn channel(&self, location: &str) -> Result<Channel> {
+        let mut channels = self.channels.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(channel) = channels.get(location) {
+            return Ok(channel.clone());
+        }
+        let uri = quiver_wire::http2::http_uri(location).map_err(ClusterError::Invalid)?;
+        let channel = Endpoint::from_shared(uri)
+            .map_err(|e| ClusterError::Invalid(format!("{location}: {e}")))?
+            .connect_timeout(CONNECT_TIMEOUT)
+            .http2_adaptive_window(false)
+            .initial_stream_window_size(quiver_wire::http2::STREAM_WINDOW)
+            .initial_connection_window_size(quiver_wire::http2::CONNECTION_WINDOW)
+            .connect_lazy();
+        channels.insert(location.to_string(), channel.clone());
+        Ok(channel)
+    }
+
+    /// Forgets the channel to `location` (its node left or failed a call), so
+    /// the next call connects afresh.
+    pub(crate) fn forget(&self, location: &str) {
+        self.channels
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .remove(location);
+    }
+
+    /// Stores `batches` as table `name` on the node at `location`, replacing
+    /// any table of that name there.
+    pub(crate) async fn put(
+        &self,
+        location: &str,
+        name: &str,
+        schema: SchemaRef,
+        batches: Vec<RecordBatch>,
+    ) -> Result<(), Status> {
+        let channel = self
+            .channel(location)
+            .map_err(|e| Status::invalid_argument(e.to_string()))?;
+        let mut client = FlightServiceClient::new(channel)
+            .max_decoding_message_size(usize::MAX)
+            .max_encoding_message_size(usize::MAX);
+        // Encoded before the call: a stream that failed halfway would end
+        // the request cleanly, and the replica would store part of the rows.
+        let data: Vec<_> = FlightDataEncoderBuilder::new()
+            .with_schema(schema)
+            // Dictionaries stay dictionaries (the default would decode them).
+            .with_dictionary_handling(DictionaryHandling::Resend)
+            .with_flight_descriptor(Some(FlightDescriptor::new_path(vec![name.to_string()])))
+            .build(futures::stream::iter(
+                batches.into_iter().map(Ok::<_, FlightError>),
+            ))
+            .try_collect()
+            .await
+            .map_err(|e| Status::internal(format!("encoding partition {name}: {e}")))?;
+        let result = async {
+            let mut answers = client
+                .do_put(futures::stream::iter(data))
+                .await?
+                .into_inner();
+            while answers.message().await?.is_some() {}
+            Ok::<_, Status>(())
+        }
+        .await;
+        if result.is_err() {
+            self.forget(location);
+        }
+        result
+    }
+}

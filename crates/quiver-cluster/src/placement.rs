@@ -1,0 +1,143 @@
+//! Where partitions go: rendezvous (highest random weight) hashing over the
+//! live nodes, and the split of a put's rows into partitions.
+//!
+//! Each (partition, node) pair gets a score from a hash of both names; a
+//! partition's replicas are the nodes with the highest scores. A node that
+//! joins or leaves moves only the partitions it wins or held, and every node
+//! computes the same answer from the same membership, with no coordination.
+
+use std::hash::{DefaultHasher, Hash, Hasher};
+
+use arrow::array::RecordBatch;
+
+/// The `count` nodes of `nodes` that should hold partition `key`, best first.
+pub(crate) fn replicas_for<'a>(
+    key: &str,
+    nodes: impl IntoIterator<Item = &'a str>,
+    count: usize,
+) -> Vec<String> {
+    let mut scored: Vec<(u64, &str)> = nodes
+        .into_iter()
+        .map(|node| (score(key, node), node))
+        .collect();
+    // Highest score first; the id breaks ties so the order is total.
+    scored.sort_unstable_by(|a, b| b.cmp(a));
+    scored
+        .into_iter()
+        .take(count)
+        .map(|(_, node)| node.to_string())
+        .collect()
+}
+
+/// The weight of `node` for `key`: a hash of both (SipHash with fixed keys),
+/// the same in every process of a build. Placements are recorded in the
+/// catalog, so nodes of different builds may place new partitions
+/// differently but never disagree about where one is.
+fn score(key: &str, node: &str) -> u64 {
+    let mut hasher = DefaultHasher::new();
+    key.hash(&mut hasher);
+    node.hash(&mut hasher);
+    hasher.finish()
+}
+
+/// `batches` (holding `rows` rows) cut into `count` runs of consecutive rows
+/// as even as can be, by zero-copy slices; a run may be empty only when
+/// there are fewer rows than runs.
+pub(crate) fn split_rows(
+    batches: &[RecordBatch],
+    rows: usize,
+    count: usize,
+) -> Vec<Vec<RecordBatch>> {
+    let count = count.max(1);
+    let mut parts: Vec<Vec<RecordBatch>> = (0..count).map(|_| Vec::new()).collect();
+    // Partition i holds rows [i * rows / count, (i + 1) * rows / count).
+    let bound = |i: usize| i * rows / count;
+    let (mut part, mut at) = (0, 0);
+    for batch in batches {
+        let mut offset = 0;
+        while offset < batch.num_rows() {
+            while part + 1 < count && at >= bound(part + 1) {
+                part += 1;
+            }
+            let end = if part + 1 < count {
+                bound(part + 1)
+            } else {
+                usize::MAX
+            };
+            let take = (batch.num_rows() - offset).min(end - at);
+            parts[part].push(batch.slice(offset, take));
+            offset += take;
+            at += take;
+        }
+    }
+    parts
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use arrow::array::{Array, Int64Array};
+    use arrow::datatypes::{DataType, Field, Schema};
+
+    use super::*;
+
+    fn batch(from: i64, len: i64) -> RecordBatch {
+        let schema = Arc::new(Schema::new(vec![Field::new("a", DataType::Int64, false)]));
+        RecordBatch::try_new(
+            schema,
+            vec![Arc::new(Int64Array::from_iter_values(from..from + len))],
+        )
+        .expect("batch")
+    }
+
+    #[test]
+    fn replicas_are_stable_distinct_and_move_little() {
+        let nodes = ["n1", "n2", "n3", "n4"];
+        let three = &nodes[..3];
+        let mut moved = 0;
+        for p in 0..200 {
+            let key = format!("t/{p}");
+            let r = replicas_for(&key, three.iter().copied(), 2);
+            assert_eq!(r.len(), 2);
+            assert_ne!(r[0], r[1]);
+            assert_eq!(r, replicas_for(&key, three.iter().rev().copied(), 2));
+            let first4 = replicas_for(&key, nodes.iter().copied(), 1);
+            if first4[0] != r[0] {
+                // Only to the new node.
+                assert_eq!(first4[0], "n4");
+                moved += 1;
+            }
+        }
+        // About a quarter of the partitions move to the fourth node.
+        assert!((20..=90).contains(&moved), "{moved}");
+        assert_eq!(replicas_for("k", three.iter().copied(), 5).len(), 3);
+    }
+
+    #[test]
+    fn splits_rows_evenly_across_batches() {
+        let batches = [batch(0, 5), batch(5, 0), batch(5, 6)];
+        let parts = split_rows(&batches, 11, 3);
+        let lens: Vec<usize> = parts
+            .iter()
+            .map(|p| p.iter().map(RecordBatch::num_rows).sum())
+            .collect();
+        assert_eq!(lens, [3, 4, 4]);
+        let values: Vec<i64> = parts
+            .iter()
+            .flatten()
+            .flat_map(|b| {
+                let a = b
+                    .column(0)
+                    .as_any()
+                    .downcast_ref::<Int64Array>()
+                    .expect("int64");
+                (0..a.len()).map(|i| a.value(i)).collect::<Vec<_>>()
+            })
+            .collect();
+        assert_eq!(values, (0..11).collect::<Vec<_>>());
+        let few = split_rows(&[batch(0, 2)], 2, 4);
+        assert_eq!(few.iter().map(Vec::len).sum::<usize>(), 2);
+        assert!(split_rows(&[], 0, 2).iter().all(Vec::is_empty));
+    }
+}

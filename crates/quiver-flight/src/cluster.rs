@@ -1,0 +1,88 @@
+//! What a cluster node adds to the Flight service. The service calls these
+//! hooks when `--cluster` is on; crates/quiver-cluster implements them over
+//! etcd. With no cluster the service holds `None` and none of this runs.
+
+use std::sync::Arc;
+
+use arrow::array::RecordBatch;
+use arrow::datatypes::SchemaRef;
+use arrow_flight::{FlightDescriptor, FlightInfo};
+use quiver_store::{MemoryCharge, WriteMode};
+use tonic::Status;
+
+/// A put received by a cluster node, to spread over the cluster.
+#[derive(Debug)]
+pub struct ClusterPut {
+    /// The table written.
+    pub table: String,
+    /// Replace, append or create.
+    pub mode: WriteMode,
+    /// Partitions asked for by the put (`None`: one per live node).
+    pub partitions: Option<usize>,
+    /// The batches' schema.
+    pub schema: SchemaRef,
+    /// The batches, in order.
+    pub batches: Vec<RecordBatch>,
+    /// Their memory, charged to this node's pool until they are shipped.
+    pub charge: MemoryCharge,
+}
+
+/// What a cluster commit published.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Published {
+    /// The table's new version in the catalog.
+    pub version: u64,
+    /// Rows of the whole new version.
+    pub rows: u64,
+    /// Bytes of the whole new version.
+    pub bytes: u64,
+}
+
+/// The cluster side of a node, as the Flight service sees it.
+#[tonic::async_trait]
+pub trait ClusterHooks: Send + Sync + std::fmt::Debug {
+    /// Whether `name` names a partition stored on this node (the tables the
+    /// cluster writes between nodes), which the local store serves as is.
+    fn is_partition(&self, name: &str) -> bool;
+
+    /// The FlightInfo of table `name` from the catalog: one endpoint per
+    /// partition, its replicas' locations. `None` when the catalog has no
+    /// such table.
+    async fn flight_info(
+        &self,
+        name: &str,
+        descriptor: FlightDescriptor,
+    ) -> Option<Result<FlightInfo, Status>>;
+
+    /// The FlightInfo of every catalog table whose name starts with `prefix`.
+    async fn list(&self, prefix: &str) -> Result<Vec<FlightInfo>, Status>;
+
+    /// Spreads `put` over the live nodes and publishes it as the table's next
+    /// version, once every partition is stored on its replicas.
+    async fn put(&self, put: ClusterPut) -> Result<Published, Status>;
+
+    /// Drops a catalog table; `None` when the catalog has no such table.
+    async fn delete(&self, name: &str) -> Option<Result<Published, Status>>;
+
+    /// Renames catalog table `from` to `to` in one catalog transaction;
+    /// `None` when the catalog has no table `from`.
+    async fn rename(
+        &self,
+        from: &str,
+        to: &str,
+        overwrite: bool,
+    ) -> Option<Result<Published, Status>>;
+
+    /// Publishes catalog tables `from` as table `into` in one catalog
+    /// transaction (the `publish` action); `None` when none of `from` is a
+    /// catalog table.
+    async fn publish(
+        &self,
+        into: &str,
+        from: &[String],
+        mode: WriteMode,
+    ) -> Option<Result<Published, Status>>;
+}
+
+/// The hooks a service holds.
+pub type Cluster = Arc<dyn ClusterHooks>;

@@ -1,0 +1,376 @@
+"""quiver on several nodes: real etcd, three real server processes on 127.0.0.1-3.
+
+Puts through one node are read through another; a node killed mid-way leaves reads
+whole (failover to a replica) and puts whole or absent; a lost node's partitions are
+copied again; concurrent commits serialize; with etcd gone nodes keep serving and
+refuse commits clearly; and a checker in the style of Jepsen runs appends from several
+clients while a node is killed and restarted, then checks that every acknowledged
+append is readable and none is torn.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.flight as flight
+import pytest
+
+import quiver
+from cluster_helpers import LEASE_TTL_S, Cluster, Etcd, wait_until
+from engine_helpers import mixed_table
+from quiver import splits
+
+NODES = ("n1", "n2", "n3")
+
+
+@pytest.fixture
+def etcd(tmp_path: Path) -> Iterator[Etcd]:
+    server = Etcd(tmp_path / "etcd")
+    server.start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture
+def cluster(etcd: Etcd, tmp_path: Path) -> Iterator[Cluster]:
+    nodes = Cluster(etcd, tmp_path)
+    for node_id in NODES:
+        nodes.start(node_id)
+    wait_until("three live nodes", lambda: len(nodes.status()["nodes"]) == 3)  # type: ignore[arg-type]
+    try:
+        yield nodes
+    finally:
+        failures = nodes.stop_all()
+        if failures:
+            pytest.fail("\n".join(failures), pytrace=False)
+
+
+def ids(rows: int, start: int = 0) -> pa.Table:
+    return pa.table({"id": pa.array(range(start, start + rows), pa.int64())})
+
+
+def info_of(uri: str, name: str) -> flight.FlightInfo:
+    client = flight.FlightClient(uri)
+    try:
+        return client.get_flight_info(flight.FlightDescriptor.for_path(name))
+    finally:
+        client.close()
+
+
+def test_a_put_through_one_node_is_read_through_the_others(cluster: Cluster) -> None:
+    table = mixed_table()
+    with quiver.connect(cluster.uri("n1")) as c:
+        result = c.put("trips", table)
+    assert result.version == 1
+    for node_id in ("n2", "n3"):
+        with quiver.connect(cluster.uri(node_id)) as c:
+            assert c.get("trips").equals(table)
+            assert [t.name for t in c.list_tables()] == ["trips"]
+    info = info_of(cluster.uri("n2"), "trips")
+    # One endpoint per live node, each on two distinct nodes, spread over all three.
+    assert len(info.endpoints) == 3
+    holders = set()
+    for endpoint in info.endpoints:
+        uris = [loc.uri.decode() for loc in endpoint.locations]
+        assert len(uris) == len(set(uris)) == 2
+        holders.update(uris)
+    assert holders <= {cluster.uri(n) for n in NODES}
+    assert info.total_records == table.num_rows
+    # A plain pyarrow client reads it the same way, each endpoint from its first
+    # location: any Flight client works.
+    parts = []
+    for endpoint in info.endpoints:
+        client = flight.FlightClient(endpoint.locations[0].uri.decode())
+        try:
+            parts.append(client.do_get(endpoint.ticket).read_all())
+        finally:
+            client.close()
+    assert pa.concat_tables(parts).equals(table)
+    status = cluster.status()
+    assert status["under_replicated"] == 0
+    assert [t["name"] for t in status["tables"]] == ["trips"]  # type: ignore[index]
+
+
+def test_appends_replaces_deletes_and_renames_go_through_the_catalog(cluster: Cluster) -> None:
+    with quiver.connect(cluster.uri("n1")) as a, quiver.connect(cluster.uri("n3")) as c:
+        a.put("t", ids(100))
+        assert c.put("t", ids(50, 100), mode="append").version == 2
+        assert c.get("t").column("id").to_pylist() == list(range(150))
+        with pytest.raises(quiver.QuiverError, match="schema"):
+            a.put("t", pa.table({"x": pa.array([1.0])}), mode="append")
+        with pytest.raises(quiver.NotFoundError):
+            a.put("missing", ids(1), mode="append")
+        assert a.put("t", ids(10), partitions=2).version == 3
+        assert len(info_of(cluster.uri("n2"), "t").endpoints) == 2
+        assert c.get("t").equals(ids(10))
+        a.rename("t", "u")
+        with pytest.raises(quiver.NotFoundError):
+            c.get("t")
+        assert c.get("u").equals(ids(10))
+        c.delete("u")
+        with pytest.raises(quiver.NotFoundError):
+            a.get("u")
+        assert a.list_tables() == []
+
+
+def test_a_node_killed_before_a_read_leaves_the_read_whole(cluster: Cluster) -> None:
+    table = ids(300_000)
+    with quiver.connect(cluster.uri("n1")) as c:
+        c.put("big", table)
+    # Planned with n2 alive; n2 dies before the endpoints are read: every partition
+    # it held is read from its other replica.
+    info = info_of(cluster.uri("n1"), "big")
+    cluster.kill("n2")
+    with quiver.connect(cluster.uri("n1")) as c:
+        got = c.get("big")
+    assert got.sort_by("id").equals(table)
+    # The engines' splits (one per endpoint) fail over the same way.
+    plan = splits.plan_read(cluster.uri("n3"), "big")
+    assert len(plan.splits) == len(info.endpoints)
+    parts = [
+        pa.Table.from_batches(list(splits.read_split(plan, s)), plan.schema) for s in plan.splits
+    ]
+    assert pa.concat_tables(parts).sort_by("id").equals(table)
+
+
+def test_a_node_killed_during_a_put_leaves_the_put_whole_or_absent(cluster: Cluster) -> None:
+    with quiver.connect(cluster.uri("n1")) as c:
+        c.put("t", ids(10))
+    outcome: dict[str, object] = {}
+
+    def put() -> None:
+        try:
+            with quiver.connect(cluster.uri("n1")) as c:
+                outcome["result"] = c.put("t", ids(4_000_000, 10), mode="append")
+        except quiver.QuiverError as e:
+            outcome["error"] = e
+
+    thread = threading.Thread(target=put)
+    thread.start()
+    time.sleep(0.3)
+    cluster.kill("n3")
+    thread.join(timeout=60)
+    assert not thread.is_alive()
+    with quiver.connect(cluster.uri("n2")) as c:
+        got = c.get("t").column("id")
+    if "result" in outcome:
+        assert len(got) == 4_000_010
+        assert pc.max(got).as_py() == 4_000_009
+    else:
+        # Failed cleanly: the table is exactly as it was.
+        assert isinstance(outcome["error"], quiver.QuiverError), outcome
+        assert got.to_pylist() == list(range(10))
+
+
+def test_a_lost_nodes_partitions_are_copied_again(cluster: Cluster) -> None:
+    table = ids(90_000)
+    with quiver.connect(cluster.uri("n1")) as c:
+        c.put("t", table, partitions=6)
+    before = cluster.status()
+    assert before["under_replicated"] == 0
+    cluster.kill("n3")
+
+    def repaired() -> bool:
+        status = cluster.status()
+        parts = [p for t in status["tables"] for p in t["partitions"]]  # type: ignore[attr-defined]
+        return (
+            len(status["nodes"]) == 2  # type: ignore[arg-type]
+            and status["under_replicated"] == 0
+            and all(sorted(p["replicas"]) == ["n1", "n2"] for p in parts)
+        )
+
+    wait_until("n3's partitions copied to n1 and n2", repaired, timeout=10 * LEASE_TTL_S + 20)
+    # Both survivors hold everything: either alone serves the whole table.
+    cluster.kill("n2")
+    with quiver.connect(cluster.uri("n1")) as c:
+        assert c.get("t").sort_by("id").equals(table)
+    # A node that joins takes new partitions.
+    cluster.start("n3")
+    wait_until("n3 back", lambda: len(cluster.status()["nodes"]) == 2)  # type: ignore[arg-type]
+    with quiver.connect(cluster.uri("n3")) as c:
+        c.put("fresh", ids(1000), partitions=4)
+        assert c.get("fresh").equals(ids(1000))
+
+
+def test_of_two_concurrent_commits_exactly_one_wins(cluster: Cluster) -> None:
+    with quiver.connect(cluster.uri("n1")) as a, quiver.connect(cluster.uri("n2")) as b:
+        a.put("s1", ids(5))
+        b.put("s2", ids(7, 100))
+        results: dict[str, object] = {}
+        barrier = threading.Barrier(2)
+
+        def rename(name: str, client: quiver.Client) -> None:
+            barrier.wait(timeout=10)
+            try:
+                results[name] = client.rename(name, "target")
+            except quiver.QuiverError as e:
+                results[name] = e
+
+        threads = [
+            threading.Thread(target=rename, args=("s1", a)),
+            threading.Thread(target=rename, args=("s2", b)),
+        ]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(timeout=30)
+        errors = [r for r in results.values() if isinstance(r, quiver.QuiverError)]
+        assert len(results) == 2 and len(errors) == 1, results
+        assert isinstance(errors[0], quiver.AlreadyExistsError)
+        winner = next(n for n, r in results.items() if not isinstance(r, quiver.QuiverError))
+        expected = ids(5) if winner == "s1" else ids(7, 100)
+        assert a.get("target").equals(expected)
+        names = sorted(t.name for t in a.list_tables())
+        assert names == sorted(["target", "s2" if winner == "s1" else "s1"])
+
+        # Concurrent appends all land: each commit is retried on the version it lost to.
+        def append(start: int, client: quiver.Client) -> None:
+            for i in range(5):
+                client.put("target", pa.table({"id": [start + i]}), mode="append")
+
+        threads = [
+            threading.Thread(target=append, args=(1000, a)),
+            threading.Thread(target=append, args=(2000, b)),
+        ]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(timeout=60)
+        got = set(a.get("target").column("id").to_pylist())
+        assert {*range(1000, 1005), *range(2000, 2005)} <= got
+        assert a.info("target").num_rows == expected.num_rows + 10
+
+
+def test_with_etcd_gone_nodes_serve_what_they_have_and_refuse_commits(
+    cluster: Cluster, etcd: Etcd
+) -> None:
+    table = ids(20_000)
+    with quiver.connect(cluster.uri("n1")) as c:
+        c.put("t", table)
+    # Each node reads the catalog every second: what it serves without etcd is what
+    # it last read.
+    time.sleep(2)
+    etcd.stop()
+    with quiver.connect(cluster.uri("n2")) as c:
+        assert c.get("t").sort_by("id").equals(table)
+        started = time.monotonic()
+        with pytest.raises(quiver.ServerUnavailableError, match="etcd"):
+            c.put("t", ids(5), mode="append")
+        assert time.monotonic() - started < 30
+    etcd.start()
+
+    def commits() -> bool:
+        try:
+            with quiver.connect(cluster.uri("n3")) as c:
+                c.put("t", ids(5, 20_000), mode="append")
+            return True
+        except quiver.ServerUnavailableError:
+            return False
+
+    wait_until("commits after etcd is back", commits, timeout=30)
+    with quiver.connect(cluster.uri("n1")) as c:
+        assert c.get("t").num_rows == 20_005
+
+
+def test_a_single_node_without_cluster_is_unchanged(start_quiver) -> None:  # type: ignore[no-untyped-def]
+    server = start_quiver()
+    with quiver.connect(server.uri) as c:
+        c.put("t", ids(10))
+        info = info_of(server.uri, "t")
+        assert "cluster" not in json.loads(info.app_metadata or b"{}")
+    assert "cluster" not in server.log().lower()
+
+
+def test_checker_acknowledged_appends_survive_kills_and_none_is_torn(
+    etcd: Etcd, tmp_path: Path
+) -> None:
+    """Concurrent appends from three clients while nodes are killed and restarted."""
+    nodes = Cluster(etcd, tmp_path)
+    for node_id in NODES:
+        nodes.start(node_id, data_dir=True)
+    try:
+        with quiver.connect(nodes.uri("n1")) as c:
+            c.put(
+                "log",
+                pa.table({"writer": pa.array([], pa.int64()), "seq": pa.array([], pa.int64())}),
+            )
+        acknowledged: set[tuple[int, int]] = set()
+        attempted: set[tuple[int, int]] = set()
+        lock = threading.Lock()
+        stop = threading.Event()
+        rows_per_append = 50
+
+        def writer(w: int) -> None:
+            uris = [nodes.uri(n) for n in NODES]
+            for seq in range(200):  # bounded in count
+                if stop.is_set():
+                    return
+                batch = pa.table(
+                    {
+                        "writer": pa.array([w] * rows_per_append, pa.int64()),
+                        "seq": pa.array([seq] * rows_per_append, pa.int64()),
+                    }
+                )
+                with lock:
+                    attempted.add((w, seq))
+                try:
+                    with quiver.connect(uris[(w + seq) % 3], timeout=10) as c:
+                        c.put("log", batch, mode="append")
+                except quiver.QuiverError:
+                    continue
+                with lock:
+                    acknowledged.add((w, seq))
+
+        threads = [threading.Thread(target=writer, args=(w,)) for w in range(3)]
+        for t in threads:
+            t.start()
+        deadline = time.monotonic() + 40  # bounded in time
+        for victim in ("n2", "n3", "n2"):
+            if time.monotonic() > deadline:
+                break
+            time.sleep(1.0)
+            nodes.kill(victim)
+            time.sleep(LEASE_TTL_S + 2)
+            nodes.start(victim, data_dir=True)
+        time.sleep(1.0)
+        stop.set()
+        for t in threads:
+            t.join(timeout=120)
+        assert not any(t.is_alive() for t in threads)
+        assert len(acknowledged) > 10
+
+        def read() -> pa.Table | None:
+            try:
+                with quiver.connect(nodes.uri("n1")) as c:
+                    return c.get("log")
+            except quiver.QuiverError:
+                return None
+
+        table = wait_until("a whole read of the log", read, timeout=30)
+        counts = table.group_by(["writer", "seq"]).aggregate([("seq", "count")])
+        seen = {
+            (w, s): n
+            for w, s, n in zip(
+                counts.column("writer").to_pylist(),
+                counts.column("seq").to_pylist(),
+                counts.column("seq_count").to_pylist(),
+                strict=True,
+            )
+        }
+        # Every acknowledged append is there; no append is there in part; nothing
+        # appears that was never attempted.
+        assert acknowledged <= set(seen), sorted(acknowledged - set(seen))[:10]
+        assert all(n == rows_per_append for n in seen.values()), seen
+        assert set(seen) <= attempted
+    finally:
+        failures = nodes.stop_all()
+        if failures:
+            pytest.fail("\n".join(failures), pytrace=False)

@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# Installs what the cluster needs to build and to be tested, from Debian's packages:
+#   protobuf-compiler  protoc, which the etcd client crate (etcd-client, through
+#                      tonic-prost-build) runs at build time to compile etcd's API;
+#   libprotobuf-dev    the well-known .proto files etcd's API imports
+#                      (google/protobuf/descriptor.proto, ...);
+#   etcd-server        etcd, which python/tests/test_cluster.py starts on loopback with
+#                      a temporary data directory (the packaged service is not used).
+# Idempotent: it runs apt-get only when one of them is missing. Runs as root with no
+# input (CI), or through passwordless sudo.
+set -euo pipefail
+
+say() { printf 'install-cluster-tools: %s\n' "$*"; }
+die() { printf 'install-cluster-tools: %s\n' "$1" >&2; exit 1; }
+
+packages=()
+command -v protoc >/dev/null || packages+=(protobuf-compiler)
+[ -f /usr/include/google/protobuf/descriptor.proto ] || packages+=(libprotobuf-dev)
+command -v etcd >/dev/null || packages+=(etcd-server)
+if [ ${#packages[@]} -eq 0 ]; then
+    say "protoc, its well-known protos and etcd already installed"
+    exit 0
+fi
+
+sudo=()
+if [ "$(id -u)" -ne 0 ]; then
+    command -v sudo >/dev/null && sudo -n true 2>/dev/null \
+        || die "${packages[*]} missing, and not root (nor passwordless sudo) to install them"
+    sudo=(sudo -n)
+fi
+command -v apt-get >/dev/null || die "${packages[*]} missing, and no apt-get to install them"
+
+say "installing ${packages[*]} from Debian's packages"
+"${sudo[@]}" env DEBIAN_FRONTEND=noninteractive apt-get update -qq
+"${sudo[@]}" env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
+    "${packages[@]}" >/dev/null
+# The package may start its own etcd service where an init system runs; the tests
+# start theirs on other ports, so it is left alone.
+command -v protoc >/dev/null || die "installed protobuf-compiler but found no protoc"
+command -v etcd >/dev/null || die "installed etcd-server but found no etcd"
