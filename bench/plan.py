@@ -24,6 +24,7 @@ SUITES = (
     "shm",
     "functions",
     "engines",
+    "cluster",
 )
 
 
@@ -122,6 +123,13 @@ class Plan:
     engines_spark_memory : str
         Spark's driver memory (``local[2]`` runs its executors in the driver's JVM, which
         caches the table for the writes).
+    cluster_bytes : int
+        Arrow bytes of the table the ``cluster`` suite reads over 1, 2 and 3 nodes and
+        copies again after a node is lost.
+    cluster_reps : int
+        Repetitions of each of the ``cluster`` suite's reads and re-replications.
+    cluster_rate : str
+        Each cluster node's link in the ``cluster`` suite, as ``tc`` takes it.
     engines_timeout_s : float
         Longest an engine may take to start or to answer one read or write.
     engines_warm_ups : int
@@ -162,6 +170,9 @@ class Plan:
     functions_stream_bytes: int = 512 * MI
     functions_stream_max_memory: int = 128 * MI
     engines_rows: int = 500_000
+    cluster_bytes: int = 128 * MI
+    cluster_reps: int = 2
+    cluster_rate: str = "1gbit"
     engines_endpoints: int = 4
     engines_spark_memory: str = "2g"
     engines_timeout_s: float = 600.0
@@ -231,6 +242,8 @@ def plan_for(mode: str, ram_bytes: int) -> Plan:
             functions_stream_bytes=32 * MI,
             functions_stream_max_memory=16 * MI,
             engines_rows=20_000,
+            cluster_bytes=8 * MI,
+            cluster_reps=1,
             engines_timeout_s=180.0,
             engines_warm_ups=0,
         )
@@ -299,6 +312,8 @@ def plan_for(mode: str, ram_bytes: int) -> Plan:
             functions_stream_bytes=10 * GIB,
             functions_stream_max_memory=1 * GIB,
             engines_rows=10_000_000,
+            cluster_bytes=1 * GIB,
+            cluster_reps=3,
             engines_spark_memory="8g",
             engines_timeout_s=1800.0,
         )

@@ -36,6 +36,7 @@ from .results import (
     QUIVER,
     QUIVER_1_WORKER,
     QUIVER_2_WORKERS,
+    QUIVER_CLUSTER,
     QUIVER_PYTHON,
     QUIVER_PYTHON_SHM,
     SPARK,
@@ -665,25 +666,30 @@ def engines_goals(rows: list[Row]) -> list[Goal]:
                     _engine_ratio(rows, SPARK, "read", (server, endpoints), reference),
                 )
     else:
-        goal(f"Spark read + aggregate: quiver ({many}) / Spark's JDBC reader", ENGINES_VS_JDBC,
-             (None, "—"))  # fmt: skip
+        goal(
+            f"Spark read + aggregate: quiver ({many}) / Spark's JDBC reader",
+            ENGINES_VS_JDBC,
+            (None, "—"),
+        )
     writes = engine_peers(rows, SPARK, "write")
     ours = next((p for p in writes if p[0] == QUIVER), None)
     theirs = next((p for p in writes if p[0] == POSTGRESQL), None)
     goal(
         "Spark write (overwrite): quiver / Spark's JDBC writer to PostgreSQL",
         ENGINES_VS_JDBC,
-        (None, "—") if ours is None or theirs is None
+        (None, "—")
+        if ours is None or theirs is None
         else _engine_ratio(rows, SPARK, "write", theirs, ours),
-    )  # fmt: skip
+    )
     parquet = next((p for p in engine_peers(rows, SPARK, "read") if p[0] == PARQUET), None)
     goal(
         f"Spark read + aggregate: quiver ({many}) / local Parquet"
         + (f" ({parquet[1]} files)" if parquet else ""),
         ENGINES_VS_PARQUET,
-        (None, "—") if parquet is None or reference is None
+        (None, "—")
+        if parquet is None or reference is None
         else _engine_ratio(rows, SPARK, "read", parquet, reference),
-    )  # fmt: skip
+    )
     for engine, name in ENGINE_NAMES:
         quivers = [p for p in engine_peers(rows, engine, "read") if p[0] == QUIVER]
         if not quivers:
@@ -693,17 +699,22 @@ def engines_goals(rows: list[Row]) -> list[Goal]:
         goal(
             f"{name} read + aggregate: quiver, {top[1]} endpoints / 1 endpoint",
             ENGINES_N_VS_ONE,
-            (None, "—") if one is None or one == top
+            (None, "—")
+            if one is None or one == top
             else _engine_ratio(rows, engine, "read", one, top),
-        )  # fmt: skip
+        )
     return out
 
 
 def _engine_cpu(rows: list[Row], engine: str, op: str, peer: tuple[str, int], who: str) -> str:
     found = select(
-        rows, suite="engines", client=engine, op=f"{op}_cpu_{who}", server=peer[0],
+        rows,
+        suite="engines",
+        client=engine,
+        op=f"{op}_cpu_{who}",
+        server=peer[0],
         endpoints=peer[1],
-    )  # fmt: skip
+    )
     cpu = spread(found, "seconds")
     return "—" if cpu is None else f"{cpu.median:.2f}"
 
@@ -723,9 +734,13 @@ def _engines_table(rows: list[Row]) -> list[str]:
                 if found is None:
                     continue
                 group = select(
-                    rows, suite="engines", client=engine, op=op, server=peer[0],
+                    rows,
+                    suite="engines",
+                    client=engine,
+                    op=op,
+                    server=peer[0],
                     endpoints=peer[1],
-                )  # fmt: skip
+                )
                 count = int(group[0]["rows_per_stream"])
                 partitions = sorted({int(r["streams"] or 0) for r in group})
                 shown = ", ".join(str(p) for p in partitions if p) or "—"
@@ -1367,6 +1382,116 @@ def shm_goals(rows: list[Row]) -> list[Goal]:
     return found
 
 
+def _bytes_per_second(row: Row) -> float:
+    return float(row["bytes"]) / float(row["seconds"])
+
+
+def _link_bytes_per_second(rate: str) -> float | None:
+    """``tc``'s rate (``1gbit``, ``500mbit``) in bytes per second."""
+    units = {"gbit": 1e9, "mbit": 1e6, "kbit": 1e3, "bit": 1.0}
+    for unit, scale in units.items():
+        if rate.endswith(unit):
+            try:
+                return float(rate[: -len(unit)]) * scale / 8
+            except ValueError:
+                return None
+    return None
+
+
+def cluster_goals(rows: list[Row], rate: str) -> list[Goal]:
+    """Issue 27's goals: reads over 3 nodes >= 2.7x one node; commit overhead < 5 ms;
+    re-replication at >= 80% of a node's link.
+    """  # noqa: D205
+    cluster = select(rows, suite="cluster")
+    found = []
+    one, three = (spread(select(cluster, op="read", streams=n), _bytes_per_second) for n in (1, 3))
+    if one is not None and three is not None:
+        ratio = three.median / one.median
+        found.append(
+            Goal(
+                "read of a table spread over 3 nodes / over 1 node",
+                "≥ 2.7×",
+                ratio,
+                ratio >= 2.7,
+                _times(ratio),
+            )
+        )
+    alone = spread(select(cluster, op="put_latency", server=QUIVER), "seconds")
+    spread_put = spread(select(cluster, op="put_latency", server=QUIVER_CLUSTER), "seconds")
+    if alone is not None and spread_put is not None:
+        overhead = spread_put.median - alone.median
+        found.append(
+            Goal(
+                "what a cluster commit adds to a 1-row put (median, 3 nodes, 2 copies)",
+                "< 5 ms",
+                overhead,
+                overhead < 0.005,
+                _ms(overhead),
+            )
+        )
+    link = _link_bytes_per_second(rate)
+    copied = spread(select(cluster, op="rereplicate"), _bytes_per_second)
+    if link and copied is not None:
+        share = copied.median / link
+        found.append(
+            Goal(
+                f"re-replication of a lost node's partitions / one node's link ({rate})",
+                "≥ 80%",
+                share,
+                share >= 0.8,
+                f"{share:.0%}",
+            )
+        )
+    return found
+
+
+def _cluster_section(rows: list[Row], run: dict[str, object]) -> list[str]:
+    cluster = select(rows, suite="cluster")
+    if not cluster:
+        return []
+    plan = run.get("plan") or {}
+    rate = str(plan.get("cluster_rate", "1gbit")) if isinstance(plan, dict) else "1gbit"
+    link = _link_bytes_per_second(rate)
+    lines = [
+        "## Several nodes (the paper's Figure 1e)",
+        "",
+        "quiver nodes with `--cluster` over one etcd, in a network namespace of their own; "
+        f"`tc` gives each node a link of {rate} each way (docs/cluster.md). Reads: the quiver "
+        "Python client gets the whole table, every endpoint at once, from a table spread over "
+        "1, 2 and 3 nodes (one copy, two partitions per node). Re-replication: one node of "
+        "three is killed; timed from the moment the others see it gone until every partition "
+        "has two copies again. Median (min-max).",
+        "",
+        "| goal | target | measured | result |",
+        "| --- | --- | --- | --- |",
+        *_goal_rows(cluster_goals(rows, rate)),
+        "",
+        "| measurement | median | min-max | of the links |",
+        "| --- | --- | --- | --- |",
+    ]
+    for n in (1, 2, 3):
+        got = spread(select(cluster, op="read", streams=n), _bytes_per_second)
+        if got is not None:
+            share = f"{got.median / (n * link):.0%} of {n}" if link else ""
+            lines.append(
+                f"| read, {n} node(s) | {got.median / 1e6:,.0f} MB/s | "
+                f"{got.low / 1e6:,.0f}-{got.high / 1e6:,.0f} | {share} |"
+            )
+    puts = ((QUIVER, "1-row put, single node"), (QUIVER_CLUSTER, "1-row put, cluster"))
+    for server, label in puts:
+        got = spread(select(cluster, op="put_latency", server=server), "seconds")
+        if got is not None:
+            lines.append(f"| {label} | {_ms(got.median)} | | |")
+    got = spread(select(cluster, op="rereplicate"), _bytes_per_second)
+    if got is not None:
+        share = f"{got.median / link:.0%} of 1" if link else ""
+        lines.append(
+            f"| re-replication | {got.median / 1e6:,.0f} MB/s | "
+            f"{got.low / 1e6:,.0f}-{got.high / 1e6:,.0f} | {share} |"
+        )
+    return [*lines, ""]
+
+
 def _shm_section(rows: list[Row]) -> list[str]:
     shm = select(rows, suite="shm", server=QUIVER)
     if not shm:
@@ -1548,6 +1673,7 @@ def render(
         "",
         *_soak_section(rows),
         *_shm_section(rows),
+        *_cluster_section(rows, run),
     ]
     sql = _sql_section(rows, run, plots.get("sql_to_pandas"), report_dir)
     if sql:

@@ -35,6 +35,8 @@ QUIVER_GRPC = "quiver-grpc"
 PYARROW = "pyarrow"
 QUIVER_PYTHON = "quiver-python"
 QUIVER_PYTHON_SHM = "quiver-python-shm"
+#: The cluster suite's nodes with ``--cluster`` (``quiver``: the single node it compares to).
+QUIVER_CLUSTER = "quiver-cluster"
 #: The functions suite's peers (the ``server`` column): the booster in the client's own
 #: process (one thread, and all of xgboost's threads), the XGBatch-style pyarrow Flight
 #: server, the FastAPI JSON service, and quiver serving the function with 1 and 2 workers.

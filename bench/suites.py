@@ -10,6 +10,7 @@ import contextlib
 import gc
 import importlib.metadata
 import io
+import json
 import math
 import os
 import subprocess
@@ -61,6 +62,7 @@ from .results import (
     QUIVER,
     QUIVER_1_WORKER,
     QUIVER_2_WORKERS,
+    QUIVER_CLUSTER,
     QUIVER_GRPC,
     QUIVER_PYTHON,
     QUIVER_PYTHON_SHM,
@@ -1742,6 +1744,71 @@ def _written_rows(setup: EnginesSetup, peer: EnginePeer) -> int:
     return int(count)
 
 
+# --- several nodes -----------------------------------------------------------------------------
+
+
+def _cluster_unavailable(binary: Path) -> str | None:
+    """Why the cluster suite cannot run here, or ``None``."""
+    import shutil
+
+    if os.geteuid() != 0:
+        return "it needs root, for a network namespace and tc"
+    missing = [tool for tool in ("ip", "tc", "etcd") if shutil.which(tool) is None]
+    if missing:
+        return f"{', '.join(missing)} not found (scripts/install-cluster-tools.sh installs etcd)"
+    probe = subprocess.run(
+        [str(binary), "cluster", "status", "--help"], capture_output=True, text=True, check=False
+    )
+    if probe.returncode != 0:
+        return "the quiver binary was built without its cluster feature (--features cluster)"
+    return None
+
+
+def run_cluster(run: Run) -> None:
+    """Measure reads over 1, 2 and 3 nodes behind limited links, put latency, re-replication.
+
+    Runs :mod:`bench.cluster_worker` in a network namespace of its own (``ip netns``),
+    whose loopback device ``tc`` shapes into one link per node.
+    """
+    plan = run.plan
+    why = _cluster_unavailable(run.binary)
+    if why is not None:
+        run.note(f"cluster suite skipped: {why}")
+        return
+    namespace = f"quiver-bench-{os.getpid()}"
+    subprocess.run(["ip", "netns", "add", namespace], check=True)
+    try:
+        log(f"cluster: {plan.cluster_bytes >> 20} MiB over 1-3 nodes, links of {plan.cluster_rate}")
+        done = subprocess.run(
+            ["ip", "netns", "exec", namespace, sys.executable, "-m", "bench.cluster_worker",
+             "--binary", str(run.binary), "--bytes", str(plan.cluster_bytes),
+             "--reps", str(plan.cluster_reps), "--rate", plan.cluster_rate],
+            capture_output=True, text=True, timeout=3600, check=False,
+            cwd=Path(__file__).resolve().parent.parent,
+        )  # fmt: skip
+    finally:
+        subprocess.run(["ip", "netns", "del", namespace], check=False)
+    for line in done.stdout.splitlines():
+        if not line.startswith("{"):
+            continue
+        m = json.loads(line)
+        op = m["op"]
+        if op == "read":
+            run.add(Measurement("cluster", QUIVER_CLUSTER, QUIVER_PYTHON, "read",
+                                streams=m["nodes"], bytes=m["bytes"], seconds=m["seconds"],
+                                rep=m["rep"], endpoints=m["endpoints"]))  # fmt: skip
+        elif op == "put_latency":
+            server = QUIVER_CLUSTER if m["server"] == "cluster" else QUIVER
+            run.add(Measurement("cluster", server, QUIVER_PYTHON, "put_latency",
+                                seconds=m["seconds"], ops=m["ops"]))  # fmt: skip
+        elif op == "rereplicate":
+            run.add(Measurement("cluster", QUIVER_CLUSTER, "", "rereplicate",
+                                bytes=m["bytes"], seconds=m["seconds"], rep=m["rep"],
+                                endpoints=m["partitions"]))  # fmt: skip
+    if done.returncode != 0:
+        raise RuntimeError(f"cluster worker failed ({done.returncode}): {done.stderr[-2000:]}")
+
+
 SUITE_FUNCTIONS = {
     "ceilings": run_ceilings,
     "get": run_get,
@@ -1755,6 +1822,7 @@ SUITE_FUNCTIONS = {
     "shm": run_shm,
     "functions": run_functions,
     "engines": run_engines,
+    "cluster": run_cluster,
 }
 
 __all__ = ["ARROW_CPP", "QUIVER", "SUITE_FUNCTIONS", "Run", "log"]

@@ -5,7 +5,9 @@
 #   libprotobuf-dev    the well-known .proto files etcd's API imports
 #                      (google/protobuf/descriptor.proto, ...);
 #   etcd-server        etcd, which python/tests/test_cluster.py starts on loopback with
-#                      a temporary data directory (the packaged service is not used).
+#                      a temporary data directory (the packaged service is not used);
+#   iptables           the firewall rule that cuts a node off inside the network
+#                      namespace of test_cluster.py's partition test.
 # Idempotent: it runs apt-get only when one of them is missing. Runs as root with no
 # input (CI), or through passwordless sudo.
 set -euo pipefail
@@ -17,8 +19,9 @@ packages=()
 command -v protoc >/dev/null || packages+=(protobuf-compiler)
 [ -f /usr/include/google/protobuf/descriptor.proto ] || packages+=(libprotobuf-dev)
 command -v etcd >/dev/null || packages+=(etcd-server)
+command -v iptables >/dev/null || packages+=(iptables)
 if [ ${#packages[@]} -eq 0 ]; then
-    say "protoc, its well-known protos and etcd already installed"
+    say "protoc, its well-known protos, etcd and iptables already installed"
     exit 0
 fi
 

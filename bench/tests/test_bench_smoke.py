@@ -68,8 +68,9 @@ PLOTS = (
 )
 INSTALL_POSTGRES = REPO / "scripts" / "install-postgres.sh"
 SETUP_JAVA = REPO / "scripts" / "setup-java.sh"
-#: The suites of the main smoke run: all but the engines suite, which has a run of its own.
-MAIN_SUITES = ",".join(s for s in SUITES if s != "engines")
+#: The suites of the main smoke run: all but the engines and cluster suites, which have runs
+#: of their own.
+MAIN_SUITES = ",".join(s for s in SUITES if s not in ("engines", "cluster"))
 
 
 def _postgres_missing() -> str | None:
@@ -869,3 +870,35 @@ def test_engines_goals_say_met_or_not_met_from_the_ratios():
     verdicts = [g.verdict for g in missed.values()]
     assert verdicts == ["PASS", "FAIL", "FAIL", "FAIL", "PASS", "PASS"], missed
     assert report.engines_goals([]) == []
+
+
+# --- the cluster suite ----------------------------------------------------------------------
+
+
+def test_the_cluster_smoke_run_measures_reads_commits_and_re_replication(tmp_path):
+    """The cluster suite in a network namespace: every row and goal of the report measured."""
+    if quiver_bin().is_file() is False:
+        pytest.fail(f"quiver binary not found at {quiver_bin()}", pytrace=False)
+    command = [
+        sys.executable, "-m", "bench", "--smoke", "--only", "cluster",
+        "--out", str(tmp_path / "out"),
+        "--report", str(tmp_path / "BENCHMARKS.md"),
+        "--plots-dir", str(tmp_path / "plots"),
+    ]  # fmt: skip
+    result = subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stderr[-4000:]
+    notes = json.loads((tmp_path / "out" / "run.json").read_text())["notes"]
+    skipped = [n for n in notes if n.startswith("cluster suite skipped")]
+    if skipped and os.environ.get("CI") != "true":
+        pytest.skip(skipped[0])
+    assert not skipped and not [n for n in notes if n.startswith("FAILED")], notes
+    with (tmp_path / "out" / "results.csv").open(newline="") as f:
+        rows = [r for r in csv.DictReader(f) if r["suite"] == "cluster"]
+    assert sorted({r["streams"] for r in rows if r["op"] == "read"}) == ["1", "2", "3"]
+    assert {r["server"] for r in rows if r["op"] == "put_latency"} == {"quiver", "quiver-cluster"}
+    assert [r for r in rows if r["op"] == "rereplicate" and float(r["bytes"]) > 0]
+    text = (tmp_path / "BENCHMARKS.md").read_text()
+    section = text[text.index("## Several nodes") :]
+    for goal in ("spread over 3 nodes / over 1 node", "cluster commit adds", "re-replication"):
+        line = next(line for line in section.splitlines() if goal in line)
+        assert "n/a" not in line, line

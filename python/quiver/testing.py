@@ -331,3 +331,87 @@ def _first_line(process: subprocess.Popen[bytes], timeout: float) -> str:
             elif process.poll() is not None:
                 break
     return line.decode(errors="replace").strip()
+
+
+#: Seconds etcd may take to accept connections.
+ETCD_START_TIMEOUT_S = 20.0
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """Return a TCP port free on ``host`` now (the kernel's choice)."""
+    import socket
+
+    with socket.socket() as s:
+        s.bind((host, 0))
+        return int(s.getsockname()[1])
+
+
+class EtcdProcess:
+    """One etcd member on a loopback address, for a quiver cluster's tests and benchmarks.
+
+    etcd is ``$ETCD_BIN``, else ``etcd`` on the ``PATH`` (Debian's ``etcd-server``).
+    :meth:`stop` and :meth:`start` keep its ports and data directory, as a restart of
+    the real service would.
+    """
+
+    def __init__(self, data_dir: Path, host: str = "127.0.0.1") -> None:
+        self.data_dir = data_dir
+        self.host = host
+        self.client_port = free_port(host)
+        self.peer_port = free_port(host)
+        self.log_path = data_dir.parent / f"{data_dir.name}.log"
+        self.process: subprocess.Popen[bytes] | None = None
+
+    @property
+    def url(self) -> str:
+        """The ``--cluster`` URL of quiver nodes using this etcd."""
+        return f"etcd://{self.host}:{self.client_port}"
+
+    def start(self, timeout: float = ETCD_START_TIMEOUT_S) -> None:
+        """Start etcd and wait until it accepts connections."""
+        import socket
+
+        binary = os.environ.get("ETCD_BIN") or shutil.which("etcd")
+        if not binary:
+            raise ServerStartError("etcd not found: install Debian's etcd-server or set ETCD_BIN")
+        client = f"http://{self.host}:{self.client_port}"
+        peer = f"http://{self.host}:{self.peer_port}"
+        self.data_dir.parent.mkdir(parents=True, exist_ok=True)
+        with open(self.log_path, "ab") as log:
+            self.process = subprocess.Popen(
+                [
+                    binary,
+                    "--name=quiver",
+                    f"--data-dir={self.data_dir}",
+                    f"--listen-client-urls={client}",
+                    f"--advertise-client-urls={client}",
+                    f"--listen-peer-urls={peer}",
+                    f"--initial-advertise-peer-urls={peer}",
+                    f"--initial-cluster=quiver={peer}",
+                    "--log-level=warn",
+                ],
+                stdout=log,
+                stderr=subprocess.STDOUT,
+            )
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                raise ServerStartError(f"etcd exited:\n{self.log_path.read_text()[-4000:]}")
+            try:
+                with socket.create_connection((self.host, self.client_port), timeout=0.2):
+                    return
+            except OSError:
+                time.sleep(0.1)
+        self.stop()
+        raise ServerStartError(f"etcd did not start in {timeout} s: {self.log_path}")
+
+    def stop(self) -> None:
+        """Stop etcd (SIGTERM, then SIGKILL after 10 s)."""
+        if self.process is not None and self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+            try:
+                self.process.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait(timeout=10)
+        self.process = None

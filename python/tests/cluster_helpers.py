@@ -8,12 +8,12 @@ and 127.0.0.3, each its own ``quiver serve --cluster`` process.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import shutil
-import signal
-import socket
 import subprocess
+import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -21,84 +21,23 @@ from typing import TypeVar
 
 import pytest
 
+from quiver import testing
 from server_process import Server, quiver_bin, start_server
 
 T = TypeVar("T")
 
-ETCD_START_TIMEOUT_S = 20.0
 #: A node's lease in the tests: a lost node is noticed within about this many seconds.
 LEASE_TTL_S = 2
 
 
-def etcd_binary() -> str:
-    found = os.environ.get("ETCD_BIN") or shutil.which("etcd")
-    if not found:
-        pytest.fail(
-            "etcd not found: install Debian's etcd-server (scripts/test.sh does) or set ETCD_BIN",
-            pytrace=False,
-        )
-    return found
+class Etcd(testing.EtcdProcess):
+    """etcd on 127.0.0.1 for the tests: a start failure fails the test."""
 
-
-def free_port(host: str = "127.0.0.1") -> int:
-    with socket.socket() as s:
-        s.bind((host, 0))
-        return int(s.getsockname()[1])
-
-
-class Etcd:
-    """One etcd member on loopback; ``stop`` and ``start`` keep its port and data."""
-
-    def __init__(self, data_dir: Path) -> None:
-        self.data_dir = data_dir
-        self.client_port = free_port()
-        self.peer_port = free_port()
-        self.process: subprocess.Popen[bytes] | None = None
-        self.log_path = data_dir.parent / "etcd.log"
-
-    @property
-    def url(self) -> str:
-        return f"etcd://127.0.0.1:{self.client_port}"
-
-    def start(self) -> None:
-        client = f"http://127.0.0.1:{self.client_port}"
-        peer = f"http://127.0.0.1:{self.peer_port}"
-        with open(self.log_path, "ab") as log:
-            self.process = subprocess.Popen(
-                [
-                    etcd_binary(),
-                    "--name=quiver-test",
-                    f"--data-dir={self.data_dir}",
-                    f"--listen-client-urls={client}",
-                    f"--advertise-client-urls={client}",
-                    f"--listen-peer-urls={peer}",
-                    f"--initial-advertise-peer-urls={peer}",
-                    f"--initial-cluster=quiver-test={peer}",
-                    "--log-level=warn",
-                ],
-                stdout=log,
-                stderr=subprocess.STDOUT,
-            )
-        deadline = time.monotonic() + ETCD_START_TIMEOUT_S
-        while time.monotonic() < deadline:
-            if self.process.poll() is not None:
-                pytest.fail(f"etcd exited:\n{self.log_path.read_text()}", pytrace=False)
-            try:
-                with socket.create_connection(("127.0.0.1", self.client_port), timeout=0.2):
-                    return
-            except OSError:
-                time.sleep(0.1)
-        pytest.fail(f"etcd did not start:\n{self.log_path.read_text()}", pytrace=False)
-
-    def stop(self) -> None:
-        if self.process is not None and self.process.poll() is None:
-            self.process.send_signal(signal.SIGTERM)
-            try:
-                self.process.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait(timeout=10)
-        self.process = None
+    def start(self, timeout: float = testing.ETCD_START_TIMEOUT_S) -> None:
+        try:
+            super().start(timeout)
+        except testing.ServerStartError as error:
+            pytest.fail(str(error), pytrace=False)
 
 
 class Cluster:
@@ -110,13 +49,20 @@ class Cluster:
         self.replicas = replicas
         self.nodes: dict[str, Server] = {}
         self.ports: dict[str, int] = {}
+        self._shared_bin: Path | None = None
 
-    def start(self, node_id: str, *flags: str, data_dir: bool = False) -> Server:
-        """Start node ``node_id`` (n1 on 127.0.0.1, n2 on .2, ...), on its port of before."""
+    def start(
+        self, node_id: str, *flags: str, data_dir: bool = False, uid: int | None = None
+    ) -> Server:
+        """Start node ``node_id`` (n1 on 127.0.0.1, n2 on .2, ...), on its port of before.
+
+        ``uid``: run it as that user (and group), so that firewall rules can single out
+        its packets (iptables' owner match).
+        """
         host = f"127.0.0.{int(node_id[1:])}"
-        port = self.ports.setdefault(node_id, free_port(host))
+        port = self.ports.setdefault(node_id, testing.free_port(host))
         extra = ["--data-dir", str(self.tmp_path / f"{node_id}-data")] if data_dir else []
-        server = start_server(
+        flags = (
             "--cluster",
             self.etcd.url,
             "--node-id",
@@ -129,11 +75,43 @@ class Cluster:
             "off",
             *extra,
             *flags,
-            log_dir=self.tmp_path / node_id,
-            listen=f"{host}:{port}",
         )
+        log_dir = self.tmp_path / node_id
+        if uid is None:
+            server = start_server(*flags, log_dir=log_dir, listen=f"{host}:{port}")
+        else:
+            log_dir.mkdir(parents=True, exist_ok=True)
+
+            def drop_privileges() -> None:
+                os.setgroups([])
+                os.setgid(uid)
+                os.setuid(uid)
+
+            started = testing.start_quiver(
+                *flags,
+                log_dir=log_dir,
+                binary=self._binary_for_anyone(),
+                preexec_fn=drop_privileges,
+                listen=f"{host}:{port}",
+            )
+            fields = {f.name: getattr(started, f.name) for f in dataclasses.fields(started)}
+            server = Server(**fields)
         self.nodes[node_id] = server
         return server
+
+    def _binary_for_anyone(self) -> Path:
+        """The quiver binary at a path every user may execute (the build may be under /root)."""
+        if self._shared_bin is None:
+            directory = Path(tempfile.mkdtemp(prefix="quiver-bin-"))
+            directory.chmod(0o755)
+            shared = directory / "quiver"
+            try:
+                os.link(quiver_bin(), shared)
+            except OSError:
+                shutil.copy2(quiver_bin(), shared)
+            shared.chmod(0o755)
+            self._shared_bin = shared
+        return self._shared_bin
 
     def uri(self, node_id: str) -> str:
         return self.nodes[node_id].uri
@@ -173,6 +151,8 @@ class Cluster:
                 code = server.stop()
                 if code != 0:
                     failures.append(f"{node_id} exited with {code}:\n{server.log()}")
+        if self._shared_bin is not None:
+            shutil.rmtree(self._shared_bin.parent, ignore_errors=True)
         return failures
 
 

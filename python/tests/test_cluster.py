@@ -11,6 +11,10 @@ append is readable and none is torn.
 from __future__ import annotations
 
 import json
+import os
+import shutil
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -82,7 +86,10 @@ def test_a_put_through_one_node_is_read_through_the_others(cluster: Cluster) -> 
         uris = [loc.uri.decode() for loc in endpoint.locations]
         assert len(uris) == len(set(uris)) == 2
         holders.update(uris)
-    assert holders <= {cluster.uri(n) for n in NODES}
+    # Placed round a ring of the nodes: each holds two copies and one first copy.
+    assert holders == {cluster.uri(n) for n in NODES}
+    firsts = sorted(e.locations[0].uri.decode() for e in info.endpoints)
+    assert firsts == sorted(cluster.uri(n) for n in NODES)
     assert info.total_records == table.num_rows
     # A plain pyarrow client reads it the same way, each endpoint from its first
     # location: any Flight client works.
@@ -255,7 +262,7 @@ def test_with_etcd_gone_nodes_serve_what_they_have_and_refuse_commits(
     table = ids(20_000)
     with quiver.connect(cluster.uri("n1")) as c:
         c.put("t", table)
-    # Each node reads the catalog every second: what it serves without etcd is what
+    # Each node reads the catalog four times a second: what it serves without etcd is what
     # it last read.
     time.sleep(2)
     etcd.stop()
@@ -278,6 +285,41 @@ def test_with_etcd_gone_nodes_serve_what_they_have_and_refuse_commits(
     wait_until("commits after etcd is back", commits, timeout=30)
     with quiver.connect(cluster.uri("n1")) as c:
         assert c.get("t").num_rows == 20_005
+
+
+def test_a_node_cut_off_by_the_network_is_replaced_then_rejoins(tmp_path: Path) -> None:
+    """In a network namespace of the test's own, iptables drops everything n3 sends."""
+    missing = [tool for tool in ("ip", "iptables") if shutil.which(tool) is None]
+    if os.geteuid() != 0 or missing:
+        reason = f"needs root and {', '.join(missing) or 'ip, iptables'} for a network namespace"
+        if os.environ.get("CI") == "true":
+            pytest.fail(reason, pytrace=False)
+        pytest.skip(reason)
+    namespace = f"quiver-partition-{os.getpid()}"
+    subprocess.run(["ip", "netns", "add", namespace], check=True)
+    try:
+        loopback_up = ["ip", "netns", "exec", namespace, "ip", "link", "set", "lo", "up"]
+        subprocess.run(loopback_up, check=True)
+        script = Path(__file__).with_name("cluster_partition.py")
+        result = subprocess.run(
+            ["ip", "netns", "exec", namespace, sys.executable, str(script), str(tmp_path)],
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+    finally:
+        subprocess.run(["ip", "netns", "del", namespace], check=False)
+    assert result.returncode == 0, result.stdout + result.stderr[-6000:]
+    steps = [json.loads(line) for line in result.stdout.splitlines() if line.startswith("{")]
+    assert [s["step"] for s in steps] == [
+        "spread",
+        "cut",
+        "replaced",
+        "served while cut off",
+        "healed",
+        "rejoined",
+    ]
+    assert "n3" not in steps[2]["replicas"]
 
 
 def test_a_single_node_without_cluster_is_unchanged(start_quiver) -> None:  # type: ignore[no-untyped-def]

@@ -1,6 +1,7 @@
 //! A node of the cluster: what the Flight service asks of it (the
 //! [`ClusterHooks`]), over the catalog in etcd and the node's own store.
 
+use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, PoisonError, RwLock};
 use std::time::Duration;
 
@@ -21,7 +22,7 @@ use crate::catalog::{
 use crate::error::{ClusterError, Result};
 use crate::etcd::{Etcd, Snapshot, Versioned};
 use crate::peers::Peers;
-use crate::placement::{replicas_for, split_rows};
+use crate::placement::{place, split_rows};
 
 /// How many times a commit is tried again when another commit came first.
 const COMMIT_ATTEMPTS: usize = 16;
@@ -160,7 +161,7 @@ impl ClusterNode {
         &self,
         name: &str,
         entry: &TableEntry,
-        nodes: &Snapshot,
+        nodes: &BTreeMap<String, NodeEntry>,
         descriptor: FlightDescriptor,
     ) -> Result<FlightInfo> {
         let schema = entry.schema()?;
@@ -169,7 +170,7 @@ impl ClusterNode {
             let locations: Vec<&str> = part
                 .replicas
                 .iter()
-                .filter_map(|id| nodes.nodes.get(id).map(|n| n.location.as_str()))
+                .filter_map(|id| nodes.get(id).map(|n| n.location.as_str()))
                 .collect();
             if locations.is_empty() {
                 return Err(ClusterError::Catalog(format!(
@@ -247,15 +248,16 @@ impl ClusterNode {
         let rows: usize = put.batches.iter().map(RecordBatch::num_rows).sum();
         let count = put.partitions.unwrap_or(live).min(rows).max(1);
         let parts = split_rows(&put.batches, rows, count);
+        let names: Vec<String> = (0..count).map(|i| partition_name(&put.table, i)).collect();
+        let placed = place(
+            &names[0],
+            nodes.nodes.keys().map(String::as_str),
+            count,
+            self.options.replicas,
+        );
         let mut entries = Vec::with_capacity(count);
         let mut stores = Vec::new();
-        for (index, batches) in parts.into_iter().enumerate() {
-            let name = partition_name(&put.table, index);
-            let replicas = replicas_for(
-                &name,
-                nodes.nodes.keys().map(String::as_str),
-                self.options.replicas,
-            );
+        for ((name, batches), replicas) in names.into_iter().zip(parts).zip(placed) {
             entries.push(PartitionEntry {
                 name: name.clone(),
                 rows: batches.iter().map(|b| b.num_rows() as u64).sum(),
@@ -263,7 +265,9 @@ impl ClusterNode {
                 replicas: replicas.clone(),
             });
             for id in replicas {
-                let node = nodes.nodes[&id].clone();
+                let Some(node) = nodes.nodes.get(&id).cloned() else {
+                    continue;
+                };
                 let (name, schema, batches) =
                     (name.clone(), Arc::clone(&put.schema), batches.clone());
                 stores.push(async move { self.store_on(&node, &name, schema, batches).await });
@@ -306,14 +310,16 @@ impl ClusterNode {
 }
 
 impl ClusterOptions {
-    fn me(&self) -> NodeEntry {
+    /// This node's record in etcd.
+    pub(crate) fn me(&self) -> NodeEntry {
         NodeEntry {
             id: self.node_id.clone(),
             location: self.location.clone(),
         }
     }
 
-    fn ttl_seconds(&self) -> i64 {
+    /// The lease's length in etcd's unit.
+    pub(crate) fn ttl_seconds(&self) -> i64 {
         i64::try_from(self.lease_ttl.as_secs())
             .unwrap_or(i64::MAX)
             .max(1)
@@ -377,7 +383,22 @@ impl ClusterHooks for ClusterNode {
         descriptor: FlightDescriptor,
     ) -> Option<Result<FlightInfo, Status>> {
         let entry = self.entry(name).await?;
-        let nodes = self.snapshot().await;
+        // The nodes as last read (a tick ago); read again only when a replica
+        // is one this node has not seen yet (it joined since).
+        let mut nodes = self
+            .cache
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .nodes
+            .clone();
+        let unseen = entry
+            .partitions
+            .iter()
+            .flat_map(|p| &p.replicas)
+            .any(|id| !nodes.contains_key(id));
+        if unseen {
+            nodes = self.snapshot().await.nodes;
+        }
         Some(
             self.info(name, &entry, &nodes, descriptor)
                 .map_err(Status::from),
@@ -392,7 +413,7 @@ impl ClusterHooks for ClusterNode {
             .filter(|(name, _)| name.starts_with(prefix))
             .map(|(name, (entry, _))| {
                 let descriptor = FlightDescriptor::new_path(vec![name.clone()]);
-                self.info(name, entry, &snapshot, descriptor)
+                self.info(name, entry, &snapshot.nodes, descriptor)
                     .map_err(Status::from)
             })
             .collect()

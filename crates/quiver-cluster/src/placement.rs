@@ -1,10 +1,14 @@
 //! Where partitions go: rendezvous (highest random weight) hashing over the
 //! live nodes, and the split of a put's rows into partitions.
 //!
-//! Each (partition, node) pair gets a score from a hash of both names; a
-//! partition's replicas are the nodes with the highest scores. A node that
-//! joins or leaves moves only the partitions it wins or held, and every node
-//! computes the same answer from the same membership, with no coordination.
+//! Each (key, node) pair gets a score from a hash of both names. A put's
+//! partitions go round a ring of the live nodes ordered by their scores for
+//! the put ([`place`]): every node gets as many partitions and as many first
+//! copies as any other (give or take one), so reads of the table spread
+//! evenly, and different puts start the ring at different nodes. A lost
+//! replica is replaced by the best-scoring node for the partition among those
+//! that do not hold it ([`replicas_for`]), which moves nothing else. Every
+//! node computes the same answer from the same membership.
 
 use std::hash::{DefaultHasher, Hash, Hasher};
 
@@ -26,6 +30,26 @@ pub(crate) fn replicas_for<'a>(
         .into_iter()
         .take(count)
         .map(|(_, node)| node.to_string())
+        .collect()
+}
+
+/// The replicas of each of a put's `count` partitions: on the ring of `nodes`
+/// ordered by their weight for `key`, partition `i` on the `replicas` nodes
+/// from position `i` on. Empty lists when there are no nodes.
+pub(crate) fn place<'a>(
+    key: &str,
+    nodes: impl IntoIterator<Item = &'a str>,
+    count: usize,
+    replicas: usize,
+) -> Vec<Vec<String>> {
+    let ring = replicas_for(key, nodes, usize::MAX);
+    let copies = replicas.min(ring.len());
+    (0..count)
+        .map(|i| {
+            (0..copies)
+                .map(|j| ring[(i + j) % ring.len()].clone())
+                .collect()
+        })
         .collect()
 }
 
@@ -112,6 +136,38 @@ mod tests {
         // About a quarter of the partitions move to the fourth node.
         assert!((20..=90).contains(&moved), "{moved}");
         assert_eq!(replicas_for("k", three.iter().copied(), 5).len(), 3);
+    }
+
+    #[test]
+    fn a_put_is_placed_evenly_round_the_ring() {
+        let nodes = ["n1", "n2", "n3"];
+        let placed = place("t#1", nodes.iter().copied(), 6, 2);
+        assert_eq!(placed.len(), 6);
+        for node in nodes {
+            let copies = placed
+                .iter()
+                .filter(|r| r.iter().any(|n| n == node))
+                .count();
+            let first = placed.iter().filter(|r| r[0] == node).count();
+            assert_eq!((copies, first), (4, 2), "{node}: {placed:?}");
+        }
+        assert!(placed.iter().all(|r| r[0] != r[1]));
+        assert_eq!(place("t#1", nodes.iter().copied(), 6, 2), placed);
+        assert!(
+            place("t#1", nodes.iter().copied(), 2, 5)
+                .iter()
+                .all(|r| r.len() == 3)
+        );
+        assert!(
+            place("t#1", std::iter::empty(), 2, 2)
+                .iter()
+                .all(Vec::is_empty)
+        );
+        // Different puts start the ring at different nodes.
+        let firsts: std::collections::HashSet<String> = (0..20)
+            .map(|p| place(&format!("t#{p}"), nodes.iter().copied(), 1, 1)[0][0].clone())
+            .collect();
+        assert_eq!(firsts.len(), 3);
     }
 
     #[test]

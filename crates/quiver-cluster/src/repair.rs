@@ -9,7 +9,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use quiver_store::TableVersion;
 
-use crate::catalog::{NodeEntry, PARTITION_PREFIX, PartitionEntry, TableEntry, partition_made_at};
+use crate::catalog::{PARTITION_PREFIX, PartitionEntry, TableEntry, partition_made_at};
 use crate::error::Result;
 use crate::etcd::Snapshot;
 use crate::node::ClusterNode;
@@ -48,14 +48,11 @@ impl ClusterNode {
             tracing::warn!(node = %self.options.node_id, "cluster lease: {lost}; registering again");
             loop {
                 tokio::time::sleep(REGISTER_BACKOFF).await;
-                let me = NodeEntry {
-                    id: self.options.node_id.clone(),
-                    location: self.options.location.clone(),
-                };
-                let ttl = i64::try_from(self.options.lease_ttl.as_secs())
-                    .unwrap_or(i64::MAX)
-                    .max(1);
-                match self.etcd.register(&me, ttl).await {
+                match self
+                    .etcd
+                    .register(&self.options.me(), self.options.ttl_seconds())
+                    .await
+                {
                     Ok(new) => {
                         let mut slot = self.lease.lock().unwrap_or_else(PoisonError::into_inner);
                         if slot.is_none() {

@@ -46,6 +46,8 @@ pub struct PartitionStatus {
     pub name: String,
     /// Its rows.
     pub rows: u64,
+    /// Its bytes.
+    pub bytes: u64,
     /// The nodes listed as holding it.
     pub replicas: Vec<String>,
     /// Those of them alive.
@@ -81,6 +83,7 @@ pub async fn status(endpoints: &[String], prefix: &str, replicas: usize) -> Resu
                     PartitionStatus {
                         name: p.name.clone(),
                         rows: p.rows,
+                        bytes: p.bytes,
                         replicas: p.replicas.clone(),
                         live,
                     }

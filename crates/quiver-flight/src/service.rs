@@ -514,7 +514,6 @@ impl QuiverService {
     }
 }
 
-/// The index of the column `name` in `schema`, the schema of `table`.
 impl QuiverService {
     /// A put of a cluster table: the stream is read and checked here as for a
     /// local put, then spread over the cluster's nodes by `cluster`, which
@@ -596,6 +595,7 @@ fn published_json(table: &str, published: Published) -> serde_json::Value {
     })
 }
 
+/// The index of the column `name` in `schema`, the schema of `table`.
 fn column_index(schema: &SchemaRef, table: &str, name: &str) -> Result<usize> {
     schema.index_of(name).map_err(|_| {
         let names: Vec<&str> = schema.fields().iter().map(|f| f.name().as_str()).collect();

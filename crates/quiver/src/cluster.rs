@@ -12,6 +12,12 @@ use crate::cli::{ClusterArgs, ClusterCommand, parse_etcd_url};
 
 type CliResult<T> = Result<T, Box<dyn std::error::Error>>;
 
+/// How often a node reads the catalog and repairs what a lost node held: a
+/// lost node's partitions start to be copied again within this of its lease's
+/// end, for two small etcd reads per node per tick.
+#[cfg(feature = "cluster")]
+const REPAIR_EVERY: std::time::Duration = std::time::Duration::from_millis(250);
+
 /// Why a cluster flag cannot be used with the rest.
 fn refuse(config: &ServerConfig, addr: SocketAddr) -> CliResult<()> {
     if config.tls.is_some() {
@@ -73,7 +79,7 @@ pub(crate) async fn join(
             location,
             replicas: args.replicas as usize,
             lease_ttl: args.lease_ttl(),
-            repair_every: std::time::Duration::from_secs(1),
+            repair_every: REPAIR_EVERY,
             orphan_grace: args.orphan_grace(),
         };
         let node = quiver_cluster::ClusterNode::join(options, Arc::clone(store))

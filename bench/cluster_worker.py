@@ -1,0 +1,289 @@
+"""The cluster suite's measurements, run inside a network namespace of their own.
+
+``python -m bench.cluster_worker ARGS`` is started by :func:`bench.suites.run_cluster`
+through ``ip netns exec``, as root. In the namespace everything listens on loopback:
+etcd on 127.0.0.1, nodes n1-n3 on 127.0.0.1-3, a single node without ``--cluster`` on
+127.0.0.4. ``tc`` gives each cluster node a link of its own on the loopback device, the
+shape of a real cluster's network cards: an HTB class of ``--rate`` for what the node
+sends (packets from its port) and one for what it receives (packets to its port), full
+duplex. Everything else (the client's requests, etcd) is not limited.
+
+It prints one JSON object per measurement on stdout:
+
+- ``read``: ``nodes`` nodes (one copy of each partition), the client's get of the whole
+  table (``bytes`` in ``seconds``), through the quiver client's Rust core, every endpoint
+  at once;
+- ``put_latency``: the median time of a 1-row put into the cluster of three (two copies)
+  and into the single node, over ``ops`` puts each: their difference is what a cluster
+  commit adds (the replicas' DoPuts and the etcd reads and transaction);
+- ``rereplicate``: the bytes of a lost node's partitions copied again, from the moment the
+  others see it gone to the moment every partition has two copies again.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import subprocess
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager, suppress
+from pathlib import Path
+
+import pyarrow as pa
+import quiver
+from quiver import testing
+
+from . import data
+
+#: A node is taken for lost this many seconds after its last lease renewal.
+LEASE_TTL_S = 2
+#: Longest wait for the cluster to reach a state (nodes seen, copies made).
+SETTLE_TIMEOUT_S = 120.0
+
+
+def emit(**fields: object) -> None:
+    """Print one measurement as a JSON line."""
+    print(json.dumps(fields), flush=True)
+
+
+def wait_for(what: str, probe: Callable[[], bool], timeout: float = SETTLE_TIMEOUT_S) -> float:
+    """Poll ``probe`` every 20 ms until true; return when it became true (monotonic)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if probe():
+            return time.monotonic()
+        time.sleep(0.02)
+    raise TimeoutError(f"timed out after {timeout} s waiting for {what}")
+
+
+def shape_links(ports: dict[int, int], rate: str) -> None:
+    """One HTB class of ``rate`` per node and direction on ``lo``; the rest unlimited."""
+
+    def tc(*args: str) -> None:
+        subprocess.run(["tc", *args], check=True)
+
+    tc("qdisc", "add", "dev", "lo", "root", "handle", "1:", "htb", "default", "1")
+    tc("class", "add", "dev", "lo", "parent", "1:", "classid", "1:1", "htb", "rate", "100gbit")
+    for node, port in ports.items():
+        for direction, minor in (("sport", 10 + node), ("dport", 20 + node)):
+            tc(
+                "class",
+                "add",
+                "dev",
+                "lo",
+                "parent",
+                "1:",
+                "classid",
+                f"1:{minor}",
+                "htb",
+                "rate",
+                rate,
+                "burst",
+                "1mb",
+                "cburst",
+                "1mb",
+            )
+            tc(
+                "filter",
+                "add",
+                "dev",
+                "lo",
+                "parent",
+                "1:",
+                "protocol",
+                "ip",
+                "prio",
+                "1",
+                "u32",
+                "match",
+                "ip",
+                direction,
+                str(port),
+                "0xffff",
+                "flowid",
+                f"1:{minor}",
+            )
+
+
+class Nodes:
+    """quiver nodes over one etcd, on the ports the links were shaped for."""
+
+    def __init__(self, binary: Path, etcd: testing.EtcdProcess, ports: dict[int, int], tmp: Path):
+        self.binary, self.etcd, self.ports, self.tmp = binary, etcd, ports, tmp
+        self.running: dict[int, testing.ServerProcess] = {}
+
+    def start(self, node: int, replicas: int) -> testing.ServerProcess:
+        """Start node ``n<node>`` on 127.0.0.<node>, keeping ``replicas`` copies."""
+        server = testing.start_quiver(
+            "--cluster",
+            self.etcd.url,
+            "--node-id",
+            f"n{node}",
+            "--replicas",
+            str(replicas),
+            "--lease-ttl",
+            str(LEASE_TTL_S),
+            "--shm-socket",
+            "off",
+            "--log",
+            "warn",
+            log_dir=self.tmp / f"n{node}",
+            binary=self.binary,
+            listen=f"127.0.0.{node}:{self.ports[node]}",
+        )
+        self.running[node] = server
+        return server
+
+    def status(self) -> dict[str, object]:
+        """``quiver cluster status --json``."""
+        out = subprocess.run(
+            [str(self.binary), "cluster", "status", "--cluster", self.etcd.url, "--json"],
+            capture_output=True,
+            text=True,
+            check=True,
+            timeout=30,
+        )
+        status: dict[str, object] = json.loads(out.stdout)
+        return status
+
+    def live(self) -> int:
+        """Return how many nodes etcd lists."""
+        return len(self.status()["nodes"])  # type: ignore[arg-type]
+
+    def stop(self) -> None:
+        """Stop every node started."""
+        for server in self.running.values():
+            server.stop()
+        self.running.clear()
+
+
+@contextmanager
+def cluster(
+    binary: Path, ports: dict[int, int], tmp: Path, count: int, replicas: int
+) -> Iterator[Nodes]:
+    """``count`` nodes over a fresh etcd; everything stopped after."""
+    etcd = testing.EtcdProcess(Path(tempfile.mkdtemp(dir=tmp)) / "etcd")
+    etcd.start()
+    nodes = Nodes(binary, etcd, ports, tmp)
+    try:
+        for node in range(1, count + 1):
+            nodes.start(node, replicas)
+        wait_for(f"{count} live nodes", lambda: nodes.live() == count)
+        yield nodes
+    finally:
+        nodes.stop()
+        etcd.stop()
+
+
+def measure_reads(
+    binary: Path, ports: dict[int, int], tmp: Path, table: pa.Table, reps: int
+) -> None:
+    """Get ``table`` spread over 1, 2 and 3 nodes (one copy, two partitions per node)."""
+    for count in (1, 2, 3):
+        with cluster(binary, ports, tmp, count, replicas=1) as nodes:
+            uri = nodes.running[1].uri
+            partitions = 2 * count
+            with quiver.connect(uri, transport="grpc") as c:
+                c.put("bench", table, partitions=partitions)
+                c.get("bench", max_workers=partitions)  # warm up
+                for rep in range(reps):
+                    started = time.perf_counter()
+                    got = c.get("bench", max_workers=partitions)
+                    seconds = time.perf_counter() - started
+                    assert got.num_rows == table.num_rows
+                    emit(
+                        op="read",
+                        nodes=count,
+                        bytes=table.nbytes,
+                        seconds=seconds,
+                        rep=rep,
+                        endpoints=partitions,
+                    )
+
+
+def measure_put_latency(binary: Path, ports: dict[int, int], tmp: Path, ops: int) -> None:
+    """Time 1-row puts into a single node and into a cluster of three (two copies)."""
+    row = pa.table({"id": pa.array([1], pa.int64())})
+
+    def median_put(uri: str) -> float:
+        times = []
+        with quiver.connect(uri, transport="grpc") as c:
+            for _ in range(5):  # warm up
+                c.put("small", row)
+            for _ in range(ops):
+                started = time.perf_counter()
+                c.put("small", row)
+                times.append(time.perf_counter() - started)
+        return statistics.median(times)
+
+    single = testing.start_quiver(
+        "--shm-socket",
+        "off",
+        "--log",
+        "warn",
+        log_dir=tmp / "single",
+        binary=binary,
+        listen="127.0.0.4:0",
+    )
+    try:
+        alone = median_put(single.uri)
+    finally:
+        single.stop()
+    with cluster(binary, ports, tmp, 3, replicas=2) as nodes:
+        spread = median_put(nodes.running[1].uri)
+    emit(op="put_latency", server="single", seconds=alone, ops=ops)
+    emit(op="put_latency", server="cluster", seconds=spread, ops=ops)
+
+
+def measure_rereplication(
+    binary: Path, ports: dict[int, int], tmp: Path, table: pa.Table, reps: int
+) -> None:
+    """Kill one node of three; time copying its partitions again."""
+    for rep in range(reps):
+        with cluster(binary, ports, tmp, 3, replicas=2) as nodes:
+            with quiver.connect(nodes.running[1].uri, transport="grpc") as c:
+                c.put("bench", table, partitions=6)
+            lost = [
+                p
+                for t in nodes.status()["tables"]
+                for p in t["partitions"]  # type: ignore[attr-defined]
+                if "n3" in p["replicas"]
+            ]
+            nbytes = sum(int(p["bytes"]) for p in lost)
+            nodes.running.pop(3).process.kill()
+            gone = wait_for("n3 gone", lambda: nodes.live() == 2)
+
+            def whole() -> bool:
+                return nodes.status()["under_replicated"] == 0
+
+            done = wait_for("two copies again", whole)
+            emit(op="rereplicate", bytes=nbytes, seconds=done - gone, rep=rep, partitions=len(lost))
+
+
+def main() -> None:
+    """Shape the links, then measure; one JSON line per measurement."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--binary", type=Path, required=True)
+    parser.add_argument("--bytes", type=int, required=True, help="the read table's Arrow bytes")
+    parser.add_argument("--reps", type=int, default=3)
+    parser.add_argument("--rate", default="1gbit", help="each node's link, as tc says it")
+    parser.add_argument("--put-ops", type=int, default=50)
+    args = parser.parse_args()
+    subprocess.run(["ip", "link", "set", "lo", "up"], check=True)
+    ports = {node: testing.free_port(f"127.0.0.{node}") for node in (1, 2, 3)}
+    shape_links(ports, args.rate)
+    table = data.records(max(1, args.bytes // data.RECORD_BYTES), 64 * 1024)
+    with tempfile.TemporaryDirectory(prefix="quiver-cluster-bench-") as tmp:
+        root = Path(tmp)
+        measure_reads(args.binary, ports, root, table, args.reps)
+        measure_put_latency(args.binary, ports, root, args.put_ops)
+        measure_rereplication(args.binary, ports, root, table, args.reps)
+    with suppress(subprocess.CalledProcessError):
+        subprocess.run(["tc", "qdisc", "del", "dev", "lo", "root"], check=True)
+
+
+if __name__ == "__main__":
+    main()
