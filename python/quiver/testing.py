@@ -30,9 +30,11 @@ from pathlib import Path
 __all__ = [
     "LISTENING",
     "METRICS",
+    "EtcdProcess",
     "ServerProcess",
     "ServerStartError",
     "find_quiver_binary",
+    "free_port",
     "start",
     "start_quiver",
 ]

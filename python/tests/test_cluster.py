@@ -322,6 +322,37 @@ def test_a_node_cut_off_by_the_network_is_replaced_then_rejoins(tmp_path: Path) 
     assert "n3" not in steps[2]["replicas"]
 
 
+def test_partitions_no_version_holds_are_dropped(etcd: Etcd, tmp_path: Path) -> None:
+    nodes = Cluster(etcd, tmp_path)
+    for node_id in NODES:
+        nodes.start(node_id, "--orphan-grace", "1")
+    try:
+        with quiver.connect(nodes.uri("n1")) as c:
+            c.put("t", ids(3000))
+            old = info_of(nodes.uri("n1"), "t").endpoints
+            c.put("t", ids(10, 5000))
+
+        def read_old(endpoint: flight.FlightEndpoint) -> bool:
+            client = flight.FlightClient(endpoint.locations[0].uri.decode())
+            try:
+                client.do_get(endpoint.ticket).read_all()
+                return True
+            except pa.ArrowKeyError:  # NOT_FOUND: dropped
+                return False
+            finally:
+                client.close()
+
+        # Replaced, the old version's partitions stay readable for a moment (a reader
+        # that planned before the put), then every copy is dropped.
+        wait_until("old partitions dropped", lambda: not any(read_old(e) for e in old), 30)
+        with quiver.connect(nodes.uri("n2")) as c:
+            assert c.get("t").equals(ids(10, 5000))
+    finally:
+        failures = nodes.stop_all()
+        if failures:
+            pytest.fail("\n".join(failures), pytrace=False)
+
+
 def test_a_single_node_without_cluster_is_unchanged(start_quiver) -> None:  # type: ignore[no-untyped-def]
     server = start_quiver()
     with quiver.connect(server.uri) as c:

@@ -105,22 +105,14 @@ impl Keys {
     }
 }
 
-/// A new partition's storage name: the table's, when it was made (for the
-/// collection of partitions no version holds) and a unique part.
+/// A new partition's storage name: the table's, when it was made (for
+/// people reading the logs) and a unique part.
 pub(crate) fn partition_name(table: &str, index: usize) -> String {
     let millis = SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map_or(0, |d| d.as_millis());
     let unique = uuid::Uuid::new_v4().simple();
     format!("{PARTITION_PREFIX}{table}#{millis}.{unique}.{index}")
-}
-
-/// When partition `name` was made, in milliseconds since the epoch; `None`
-/// for a name this crate did not make.
-pub(crate) fn partition_made_at(name: &str) -> Option<u128> {
-    let rest = name.strip_prefix(PARTITION_PREFIX)?;
-    let (_, tail) = rest.rsplit_once('#')?;
-    tail.split('.').next()?.parse().ok()
 }
 
 /// `schema` as stored in a [`TableEntry`].
@@ -162,14 +154,10 @@ mod tests {
     }
 
     #[test]
-    fn partition_names_carry_their_birth() {
-        let name = partition_name("a#b/c", 3);
-        assert!(name.starts_with(PARTITION_PREFIX));
-        assert!(name.ends_with(".3"));
-        let made = partition_made_at(&name).expect("a time");
-        assert!(made > 1_700_000_000_000);
-        assert_eq!(partition_made_at("trips"), None);
-        assert_eq!(partition_made_at(".quiver-part/x#y"), None);
+    fn partition_names_are_unique_under_the_prefix() {
+        let (a, b) = (partition_name("a#b/c", 3), partition_name("a#b/c", 3));
+        assert!(a.starts_with(PARTITION_PREFIX) && a.ends_with(".3"));
+        assert_ne!(a, b);
     }
 
     #[test]

@@ -1,9 +1,9 @@
 //! A node of the cluster: what the Flight service asks of it (the
 //! [`ClusterHooks`]), over the catalog in etcd and the node's own store.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex, PoisonError, RwLock};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use arrow::array::RecordBatch;
 use arrow::datatypes::SchemaRef;
@@ -62,6 +62,8 @@ pub struct ClusterNode {
     pub(crate) cache: RwLock<Snapshot>,
     /// The node's current lease.
     pub(crate) lease: Mutex<Option<i64>>,
+    /// Local partitions no version held when last looked, and since when.
+    pub(crate) orphans: Mutex<HashMap<String, Instant>>,
 }
 
 impl ClusterNode {
@@ -91,6 +93,7 @@ impl ClusterNode {
             peers: Peers::default(),
             cache: RwLock::new(snapshot),
             lease: Mutex::new(Some(lease)),
+            orphans: Mutex::new(HashMap::new()),
         }))
     }
 

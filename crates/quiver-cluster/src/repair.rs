@@ -5,11 +5,11 @@
 
 use std::collections::HashSet;
 use std::sync::{Arc, PoisonError};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 use quiver_store::TableVersion;
 
-use crate::catalog::{PARTITION_PREFIX, PartitionEntry, TableEntry, partition_made_at};
+use crate::catalog::{PARTITION_PREFIX, PartitionEntry, TableEntry};
 use crate::error::Result;
 use crate::etcd::Snapshot;
 use crate::node::ClusterNode;
@@ -163,7 +163,10 @@ impl ClusterNode {
     }
 
     /// Drops local partitions that no table's current version has on this
-    /// node, once they are older than the grace period.
+    /// node once they have been seen so for the grace period. The clock
+    /// starts when this node first sees one unreferenced, not when the
+    /// partition was made: a copy just received for a put or a repair whose
+    /// commit this snapshot predates is kept.
     fn collect(&self, snapshot: &Snapshot) {
         let me = self.options.node_id.as_str();
         let held: HashSet<&str> = snapshot
@@ -173,14 +176,22 @@ impl ClusterNode {
             .filter(|p| p.replicas.iter().any(|r| r == me))
             .map(|p| p.name.as_str())
             .collect();
-        let now = SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .map_or(0, |d| d.as_millis());
-        let grace = self.options.orphan_grace.as_millis();
-        for table in self.store.list(PARTITION_PREFIX) {
+        let now = Instant::now();
+        let mut orphans = self.orphans.lock().unwrap_or_else(PoisonError::into_inner);
+        let local: Vec<_> = self.store.list(PARTITION_PREFIX);
+        orphans.retain(|name, _| {
+            !held.contains(name.as_str()) && local.iter().any(|t| t.name() == name)
+        });
+        for table in local {
             let name = table.name();
-            let old = partition_made_at(name).is_some_and(|made| now.saturating_sub(made) > grace);
-            if old && !held.contains(name) && self.store.remove(name).is_ok() {
+            if held.contains(name) {
+                continue;
+            }
+            let since = *orphans.entry(name.to_string()).or_insert(now);
+            if now.duration_since(since) > self.options.orphan_grace
+                && self.store.remove(name).is_ok()
+            {
+                orphans.remove(name);
                 tracing::info!(partition = %name, "dropped a partition no version holds");
             }
         }
