@@ -32,11 +32,7 @@ pub(crate) fn run(
         StoreAction::Delete(name) => {
             let removed = store.remove(&name)?;
             Ok(ActionOutcome {
-                body: json_bytes(json!({
-                    "deleted": name,
-                    "rows": removed.num_rows(),
-                    "bytes": removed.num_bytes(),
-                })),
+                body: deleted_body(&name, removed.num_rows(), removed.num_bytes()),
                 table: Some(name),
                 rows: removed.num_rows(),
                 bytes: removed.num_bytes(),
@@ -45,11 +41,7 @@ pub(crate) fn run(
         StoreAction::Rename(args) => {
             let renamed = store.rename(&args.from, &args.to, args.overwrite)?;
             Ok(ActionOutcome {
-                body: json_bytes(json!({
-                    "renamed": args.from,
-                    "to": args.to,
-                    "version": renamed.version(),
-                })),
+                body: renamed_body(&args.from, &args.to, renamed.version()),
                 table: Some(args.from),
                 rows: renamed.num_rows(),
                 bytes: renamed.num_bytes(),
@@ -59,13 +51,7 @@ pub(crate) fn run(
             let version = store.publish(&args.into, &args.from, args.mode, args.partitions)?;
             let (rows, bytes) = (version.num_rows(), version.num_bytes());
             Ok(ActionOutcome {
-                // The shape of DoPut's PutResult.
-                body: json_bytes(json!({
-                    "table": args.into,
-                    "version": version.version(),
-                    "rows": rows,
-                    "bytes": bytes,
-                })),
+                body: published_body(&args.into, version.version(), rows, bytes),
                 table: Some(args.into),
                 rows,
                 bytes,
@@ -93,6 +79,21 @@ pub(crate) fn run(
             ..Default::default()
         }),
     }
+}
+
+/// The `delete` action's result, from a single node or a cluster.
+pub(crate) fn deleted_body(table: &str, rows: u64, bytes: u64) -> Bytes {
+    json_bytes(json!({"deleted": table, "rows": rows, "bytes": bytes}))
+}
+
+/// The `rename` action's result.
+pub(crate) fn renamed_body(from: &str, to: &str, version: u64) -> Bytes {
+    json_bytes(json!({"renamed": from, "to": to, "version": version}))
+}
+
+/// DoPut's PutResult metadata, and the `publish` action's result (the same shape).
+pub(crate) fn published_body(table: &str, version: u64, rows: u64, bytes: u64) -> Bytes {
+    json_bytes(json!({"table": table, "version": version, "rows": rows, "bytes": bytes}))
 }
 
 fn json_bytes(value: serde_json::Value) -> Bytes {

@@ -313,19 +313,15 @@ impl QuiverService {
                     log.table(&table);
                     log.add(published.rows, published.bytes);
                     let body = match request {
-                        StoreAction::Delete(_) => json!({
-                            "deleted": table,
-                            "rows": published.rows,
-                            "bytes": published.bytes,
-                        }),
-                        StoreAction::Rename(args) => json!({
-                            "renamed": args.from,
-                            "to": args.to,
-                            "version": published.version,
-                        }),
+                        StoreAction::Delete(_) => {
+                            actions::deleted_body(&table, published.rows, published.bytes)
+                        }
+                        StoreAction::Rename(args) => {
+                            actions::renamed_body(&args.from, &args.to, published.version)
+                        }
                         _ => published_json(&table, published),
                     };
-                    return Ok(vec![Bytes::from(body.to_string())]);
+                    return Ok(vec![body]);
                 }
                 let outcome = quiver_sql::store_write(|| {
                     actions::run(&self.store, &self.body_pool, self.started, request)
@@ -509,7 +505,7 @@ impl QuiverService {
             bytes: version.num_bytes(),
         };
         Ok(PutResult {
-            app_metadata: published_json(&name, published).to_string().into(),
+            app_metadata: published_json(&name, published),
         })
     }
 }
@@ -555,7 +551,7 @@ impl QuiverService {
             .map_err(|status| Error::Status(Box::new(status)))?;
         log.add(published.rows, published.bytes);
         Ok(PutResult {
-            app_metadata: published_json(&name, published).to_string().into(),
+            app_metadata: published_json(&name, published),
         })
     }
 
@@ -585,14 +581,9 @@ impl QuiverService {
     }
 }
 
-/// A put's or publish's result: the JSON of DoPut's PutResult.
-fn published_json(table: &str, published: Published) -> serde_json::Value {
-    json!({
-        "table": table,
-        "version": published.version,
-        "rows": published.rows,
-        "bytes": published.bytes,
-    })
+/// A put's or publish's result: DoPut's PutResult metadata.
+fn published_json(table: &str, published: Published) -> Bytes {
+    actions::published_body(table, published.version, published.rows, published.bytes)
 }
 
 /// The index of the column `name` in `schema`, the schema of `table`.
