@@ -5,7 +5,9 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use etcd_client::{Client, Compare, CompareOp, ConnectOptions, GetOptions, PutOptions, Txn, TxnOp};
+use etcd_client::{
+    Client, Compare, CompareOp, ConnectOptions, GetOptions, PutOptions, Txn, TxnOp, WatchOptions,
+};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
@@ -182,6 +184,33 @@ impl Etcd {
                 Err(e) => return e,
             }
             tokio::time::sleep(every).await;
+        }
+    }
+
+    /// Calls `changed` whenever a key of the cluster changes (a node joins
+    /// or leaves, a table is committed), until the watch breaks: returns
+    /// when etcd cannot be reached or cancels it.
+    pub(crate) async fn watch(&self, changed: impl Fn()) -> ClusterError {
+        let mut client = self.client.clone();
+        let options = WatchOptions::new().with_prefix();
+        let mut events = match timed(client.watch(self.keys.all(), Some(options))).await {
+            Ok(events) => events,
+            Err(e) => return e,
+        };
+        loop {
+            // No time limit: a quiet cluster sends nothing for as long as it is quiet.
+            match events.message().await {
+                Ok(Some(answer)) if answer.canceled() => {
+                    return ClusterError::Catalog(format!(
+                        "etcd cancelled the catalog watch: {}",
+                        answer.cancel_reason()
+                    ));
+                }
+                Ok(Some(answer)) if !answer.events().is_empty() => changed(),
+                Ok(Some(_)) => {}
+                Ok(None) => return ClusterError::Catalog("etcd ended the catalog watch".into()),
+                Err(e) => return ClusterError::from(e),
+            }
         }
     }
 

@@ -1,7 +1,8 @@
 //! The node's background work: keeping its registration alive, and on every
-//! tick reading the catalog, copying again the partitions that lost a
-//! replica (where this node is the first live holder), and dropping the
-//! partitions no version holds any more.
+//! tick (and at once whenever the watched catalog changes) reading the
+//! catalog, copying again the partitions that lost a replica (where this
+//! node is the first live holder), and dropping the partitions no version
+//! holds any more.
 
 use std::collections::HashSet;
 use std::sync::{Arc, PoisonError};
@@ -24,17 +25,35 @@ impl ClusterNode {
     pub fn spawn_background(self: &Arc<Self>) {
         let node = Arc::clone(self);
         tokio::spawn(async move { node.stay_registered().await });
+        let changed = Arc::new(tokio::sync::Notify::new());
+        let node = Arc::clone(self);
+        let wake = Arc::clone(&changed);
+        tokio::spawn(async move { node.watch_catalog(&wake).await });
         let node = Arc::clone(self);
         tokio::spawn(async move {
             let mut tick = tokio::time::interval(node.options.repair_every);
             tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
             loop {
-                tick.tick().await;
+                // The tick is the fallback when the watch is broken (etcd away).
+                tokio::select! {
+                    _ = tick.tick() => {}
+                    () = changed.notified() => {}
+                }
                 if let Err(e) = node.tend().await {
                     tracing::warn!("cluster upkeep: {e}");
                 }
             }
         });
+    }
+
+    /// Watches the catalog and wakes the upkeep whenever it changes: a lost
+    /// node is repaired, and a commit seen, as soon as etcd tells.
+    async fn watch_catalog(&self, wake: &tokio::sync::Notify) {
+        loop {
+            let broke = self.etcd.watch(|| wake.notify_one()).await;
+            tracing::debug!("catalog watch: {broke}; watching again");
+            tokio::time::sleep(REGISTER_BACKOFF).await;
+        }
     }
 
     /// Renews the lease; when it is lost (etcd was away longer than the
