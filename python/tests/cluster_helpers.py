@@ -26,6 +26,9 @@ from server_process import Server, quiver_bin, start_server
 
 T = TypeVar("T")
 
+#: The nodes of the ``cluster`` fixture (conftest.py), on 127.0.0.1, .2 and .3.
+NODES = ("n1", "n2", "n3")
+
 #: A node's lease in the tests: a lost node is noticed within about this many seconds.
 LEASE_TTL_S = 2
 

@@ -14,6 +14,7 @@ import pyarrow.flight as flight
 import pytest
 
 import quiver
+from cluster_helpers import NODES, Cluster, Etcd, wait_until
 from engine_helpers import Planner, mixed_table
 from server_process import Server, ServerFactory, start_server
 
@@ -96,3 +97,29 @@ def replicas(tmp_path: Path) -> Iterator[tuple[list[Server], str]]:
         for server in servers:
             if server.alive:
                 server.stop()
+
+
+@pytest.fixture
+def etcd(tmp_path: Path) -> Iterator[Etcd]:
+    """A real etcd on 127.0.0.1 with a temporary data directory."""
+    server = Etcd(tmp_path / "etcd")
+    server.start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture
+def cluster(etcd: Etcd, tmp_path: Path) -> Iterator[Cluster]:
+    """Nodes n1, n2 and n3 on 127.0.0.1, .2 and .3 over ``etcd``, two replicas."""
+    nodes = Cluster(etcd, tmp_path)
+    for node_id in NODES:
+        nodes.start(node_id)
+    wait_until("three live nodes", lambda: len(nodes.status()["nodes"]) == 3)  # type: ignore[arg-type]
+    try:
+        yield nodes
+    finally:
+        failures = nodes.stop_all()
+        if failures:
+            pytest.fail("\n".join(failures), pytrace=False)

@@ -17,7 +17,6 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pyarrow as pa
@@ -26,35 +25,9 @@ import pyarrow.flight as flight
 import pytest
 
 import quiver
-from cluster_helpers import LEASE_TTL_S, Cluster, Etcd, wait_until
+from cluster_helpers import LEASE_TTL_S, NODES, Cluster, Etcd, wait_until
 from engine_helpers import mixed_table
 from quiver import splits
-
-NODES = ("n1", "n2", "n3")
-
-
-@pytest.fixture
-def etcd(tmp_path: Path) -> Iterator[Etcd]:
-    server = Etcd(tmp_path / "etcd")
-    server.start()
-    try:
-        yield server
-    finally:
-        server.stop()
-
-
-@pytest.fixture
-def cluster(etcd: Etcd, tmp_path: Path) -> Iterator[Cluster]:
-    nodes = Cluster(etcd, tmp_path)
-    for node_id in NODES:
-        nodes.start(node_id)
-    wait_until("three live nodes", lambda: len(nodes.status()["nodes"]) == 3)  # type: ignore[arg-type]
-    try:
-        yield nodes
-    finally:
-        failures = nodes.stop_all()
-        if failures:
-            pytest.fail("\n".join(failures), pytrace=False)
 
 
 def ids(rows: int, start: int = 0) -> pa.Table:

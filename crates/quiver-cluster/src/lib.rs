@@ -18,6 +18,7 @@ mod node;
 mod peers;
 mod placement;
 mod repair;
+mod sql;
 mod status;
 
 pub use catalog::{NodeEntry, PARTITION_PREFIX, PartitionEntry, TableEntry};

@@ -23,6 +23,7 @@ use crate::error::{ClusterError, Result};
 use crate::etcd::{Etcd, Snapshot, Versioned};
 use crate::peers::Peers;
 use crate::placement::{place, split_rows};
+use crate::sql::ClusterSql;
 
 /// How many times a commit is tried again when another commit came first.
 const COMMIT_ATTEMPTS: usize = 16;
@@ -64,6 +65,8 @@ pub struct ClusterNode {
     pub(crate) lease: Mutex<Option<i64>>,
     /// Local partitions no version held when last looked, and since when.
     pub(crate) orphans: Mutex<HashMap<String, Instant>>,
+    /// Distributed SQL over the cluster's tables.
+    sql: ClusterSql,
 }
 
 impl ClusterNode {
@@ -86,11 +89,19 @@ impl ClusterNode {
             tables = snapshot.tables.len(),
             "joined the cluster"
         );
-        Ok(Arc::new(Self {
+        let peers = Peers::default();
+        Ok(Arc::new_cyclic(|me| Self {
+            sql: ClusterSql::new(
+                me.clone(),
+                options.node_id.clone(),
+                options.location.clone(),
+                Arc::clone(&store),
+                peers.clone(),
+            ),
             options,
             store,
             etcd,
-            peers: Peers::default(),
+            peers,
             cache: RwLock::new(snapshot),
             lease: Mutex::new(Some(lease)),
             orphans: Mutex::new(HashMap::new()),
@@ -138,7 +149,7 @@ impl ClusterNode {
     }
 
     /// Table `name`'s entry now, or as last read when etcd is unreachable.
-    async fn entry(&self, name: &str) -> Option<TableEntry> {
+    pub(crate) async fn entry(&self, name: &str) -> Option<TableEntry> {
         match self.etcd.table(name).await {
             Ok(read) => {
                 let mut cache = self.cache.write().unwrap_or_else(PoisonError::into_inner);
@@ -378,6 +389,14 @@ fn published(entry: &TableEntry) -> Published {
 impl ClusterHooks for ClusterNode {
     fn is_partition(&self, name: &str) -> bool {
         name.starts_with(PARTITION_PREFIX)
+    }
+
+    fn sql_catalog(&self) -> Arc<dyn quiver_sql::ClusterCatalog> {
+        Arc::new(self.sql.clone())
+    }
+
+    fn add_services(&self, routes: &mut tonic::service::RoutesBuilder) {
+        self.sql.add_services(routes);
     }
 
     async fn flight_info(

@@ -28,7 +28,8 @@ pub(crate) struct Peers {
 }
 
 impl Peers {
-    fn channel(&self, location: &str) -> Result<Channel> {
+    /// The channel to the node at `location`, made on first use.
+    pub(crate) fn channel(&self, location: &str) -> Result<Channel> {
         let mut channels = self.channels.lock().unwrap_or_else(PoisonError::into_inner);
         if let Some(channel) = channels.get(location) {
             return Ok(channel.clone());

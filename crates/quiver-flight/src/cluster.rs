@@ -82,6 +82,14 @@ pub trait ClusterHooks: Send + Sync + std::fmt::Debug {
         from: &[String],
         mode: WriteMode,
     ) -> Option<Result<Published, Status>>;
+
+    /// The cluster's tables as the SQL engine sees them, and the session
+    /// that plans queries over them across the nodes.
+    fn sql_catalog(&self) -> Arc<dyn quiver_sql::ClusterCatalog>;
+
+    /// Adds what a node serves besides Flight on the same port (the workers
+    /// of distributed SQL) to `routes`.
+    fn add_services(&self, routes: &mut tonic::service::RoutesBuilder);
 }
 
 /// The hooks a service holds.

@@ -233,6 +233,7 @@ impl Error {
                 SqlError::Store(s) => store_class(s),
                 SqlError::Denied(_) => (Code::PermissionDenied, "PERMISSION_DENIED"),
                 SqlError::Internal(_) => (Code::Internal, "INTERNAL"),
+                SqlError::Unavailable(_) => (Code::Unavailable, "UNAVAILABLE"),
                 // A function called from SQL: classified as when called alone.
                 SqlError::Function(f) => {
                     match f.downcast_ref::<quiver_functions::FunctionError>() {

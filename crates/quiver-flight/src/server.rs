@@ -344,6 +344,12 @@ pub async fn serve(
     let flight = FlightServiceServer::new(service.clone())
         .max_decoding_message_size(config.max_message_size)
         .max_encoding_message_size(config.max_message_size);
+    let mut routes = tonic::service::RoutesBuilder::default();
+    routes.add_service(flight).add_service(health);
+    if let Some(cluster) = &config.cluster {
+        cluster.add_services(&mut routes);
+    }
+    let routes = routes.routes();
     let closes = Closes::default();
     let counted = closes.clone();
     let incoming = TcpIncoming::from(listener)
@@ -378,8 +384,7 @@ pub async fn serve(
         // Before the direct paths: every RPC is authenticated.
         .layer(AuthLayer::new(config.auth.clone()))
         .layer(tower::util::option_layer(direct))
-        .add_service(flight)
-        .add_service(health)
+        .add_routes(routes)
         .serve_with_incoming_shutdown(incoming, signal);
     let mut server = std::pin::pin!(server);
     // Scraped through the shutdown's grace period too; stopped when the server is.

@@ -78,7 +78,14 @@ type BoxedStream<T> = Pin<Box<dyn Stream<Item = Result<T, Status>> + Send + 'sta
 impl QuiverService {
     /// A service over `store`.
     pub fn new(store: Arc<TableStore>, options: ServiceOptions) -> Self {
-        let engine = Arc::new(SqlEngine::new(Arc::clone(&store), options.sql.clone()));
+        let engine = Arc::new(match &options.cluster {
+            Some(cluster) => SqlEngine::with_cluster(
+                Arc::clone(&store),
+                options.sql.clone(),
+                cluster.sql_catalog(),
+            ),
+            None => SqlEngine::new(Arc::clone(&store), options.sql.clone()),
+        });
         let body_pool = BodyPool::new(options.put_buffer_pool);
         Self {
             sql: Arc::new(FlightSql::new(

@@ -16,7 +16,10 @@
 //!   put stores nothing.
 //!
 //! Both answer DEADLINE_EXCEEDED (gRPC's code for a time limit, as for
-//! `--query-timeout`) with a message naming the flag.
+//! `--query-timeout`) with a message naming the flag. They bound Flight's
+//! RPCs; other services on the port (health, a cluster node's distributed-SQL
+//! workers, whose streams last as long as the query that the asking node
+//! bounds with `--query-timeout`) are not limited here.
 
 use std::pin::Pin;
 use std::task::{Context, Poll};
@@ -34,6 +37,9 @@ use crate::Error;
 pub const REQUEST_TIMEOUT_FLAG: &str = "--request-timeout";
 /// The flag that sets the request-stream idle limit.
 pub const STREAM_IDLE_TIMEOUT_FLAG: &str = "--stream-idle-timeout";
+
+/// The RPCs the limits apply to: Flight's (Flight SQL's included).
+const FLIGHT_SERVICE: &str = "/arrow.flight.protocol.FlightService/";
 
 /// RPC paths whose answer comes after the client's whole stream: never timed
 /// as a whole.
@@ -93,6 +99,9 @@ where
     }
 
     fn call(&mut self, request: http::Request<tonic::body::Body>) -> Self::Future {
+        if !request.uri().path().starts_with(FLIGHT_SERVICE) {
+            return Box::pin(self.inner.call(request));
+        }
         let whole = self
             .limits
             .request
@@ -215,6 +224,11 @@ mod tests {
             .call(request("DoPut", tonic::body::Body::empty()))
             .await
             .unwrap();
+        assert!(Status::from_header_map(answer.headers()).is_none());
+        // Another service on the port (a cluster's SQL worker) is not limited here.
+        let mut worker = http::Request::new(tonic::body::Body::empty());
+        *worker.uri_mut() = "/worker.WorkerService/ExecuteTask".parse().unwrap();
+        let answer = service.call(worker).await.unwrap();
         assert!(Status::from_header_map(answer.headers()).is_none());
     }
 

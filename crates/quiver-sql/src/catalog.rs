@@ -11,6 +11,7 @@ use datafusion::error::{DataFusionError, Result};
 use datafusion::logical_expr::TableType;
 use quiver_store::{StoreError, TableStore};
 
+use crate::cluster::ClusterCatalog;
 use crate::table::StoredTable;
 
 /// The catalog every table lives in.
@@ -43,20 +44,32 @@ impl TableKind {
     pub const ALL: [TableKind; 3] = [Self::Stored, Self::External, Self::View];
 }
 
-/// `quiver.public`: the store's tables, then the registered ones. A name is
-/// one or the other, never both.
+/// `quiver.public`: the store's tables (on a cluster node, the cluster's),
+/// then the registered ones. A name is one or the other, never both.
 #[derive(Debug)]
 pub(crate) struct StoreSchema {
     store: Arc<TableStore>,
+    cluster: Option<Arc<dyn ClusterCatalog>>,
     registered: RwLock<BTreeMap<String, Arc<dyn TableProvider>>>,
 }
 
 impl StoreSchema {
-    pub(crate) fn new(store: Arc<TableStore>) -> Self {
+    pub(crate) fn new(store: Arc<TableStore>, cluster: Option<Arc<dyn ClusterCatalog>>) -> Self {
         Self {
             store,
+            cluster,
             registered: RwLock::default(),
         }
+    }
+
+    /// Whether the tables are a cluster's ([`ClusterCatalog`]).
+    pub(crate) fn on_cluster(&self) -> bool {
+        self.cluster.is_some()
+    }
+
+    /// Whether the local store's table `name` is a cluster partition's copy.
+    fn is_partition(&self, name: &str) -> bool {
+        self.cluster.as_ref().is_some_and(|c| c.is_partition(name))
     }
 
     /// The registered (not stored) table `name`, if any.
@@ -74,6 +87,7 @@ impl StoreSchema {
             .store
             .list("")
             .iter()
+            .filter(|t| !self.is_partition(t.name()))
             .map(|t| {
                 (
                     t.name().to_string(),
@@ -82,6 +96,14 @@ impl StoreSchema {
                 )
             })
             .collect();
+        if let Some(cluster) = &self.cluster {
+            tables.extend(
+                cluster
+                    .tables()
+                    .into_iter()
+                    .map(|(name, schema)| (name, TableKind::Stored, schema)),
+            );
+        }
         let registered = self
             .registered
             .read()
@@ -105,6 +127,14 @@ impl SchemaProvider for StoreSchema {
     }
 
     async fn table(&self, name: &str) -> Result<Option<Arc<dyn TableProvider>>> {
+        if let Some(cluster) = &self.cluster {
+            if cluster.is_partition(name) {
+                return Ok(None);
+            }
+            if let Some(table) = cluster.table(name).await? {
+                return Ok(Some(table));
+            }
+        }
         match self.store.get(name) {
             Ok(version) => Ok(Some(Arc::new(StoredTable::new(version)))),
             Err(StoreError::NotFound { .. }) => Ok(self.registered(name)),
@@ -139,6 +169,11 @@ impl SchemaProvider for StoreSchema {
     }
 
     fn table_exist(&self, name: &str) -> bool {
-        self.store.get(name).is_ok() || self.registered(name).is_some()
+        (self.store.get(name).is_ok() && !self.is_partition(name))
+            || self.registered(name).is_some()
+            || self
+                .cluster
+                .as_ref()
+                .is_some_and(|c| c.tables().iter().any(|(n, _)| n == name))
     }
 }

@@ -24,6 +24,7 @@ use quiver_store::{StoreError, TableStore, WriteMode};
 use datafusion::catalog::SchemaProvider;
 
 use crate::catalog::{CATALOG, SCHEMA, StoreSchema, TableKind};
+use crate::cluster::ClusterCatalog;
 use crate::params::number_placeholders;
 use crate::query::Query;
 use crate::{Result, SqlError};
@@ -150,6 +151,25 @@ impl std::fmt::Debug for SqlEngine {
 impl SqlEngine {
     /// An engine over `store`.
     pub fn new(store: Arc<TableStore>, options: EngineOptions) -> Self {
+        Self::build(store, options, None)
+    }
+
+    /// An engine on a cluster node: the cluster's tables (from `cluster`),
+    /// planned in the session it sets up, beside tables over files. The
+    /// local store's partition copies are not tables of their own.
+    pub fn with_cluster(
+        store: Arc<TableStore>,
+        options: EngineOptions,
+        cluster: Arc<dyn ClusterCatalog>,
+    ) -> Self {
+        Self::build(store, options, Some(cluster))
+    }
+
+    fn build(
+        store: Arc<TableStore>,
+        options: EngineOptions,
+        cluster: Option<Arc<dyn ClusterCatalog>>,
+    ) -> Self {
         let partitions = match options.target_partitions {
             0 => std::thread::available_parallelism().map_or(1, |n| n.get()),
             n => n,
@@ -162,12 +182,16 @@ impl SqlEngine {
         // Table and column names are as stored: `SELECT VendorID FROM Taxi`
         // reads the column and table of exactly those names.
         config.options_mut().sql_parser.enable_ident_normalization = false;
-        let state = SessionStateBuilder::new()
+        let builder = SessionStateBuilder::new()
             .with_config(config)
-            .with_default_features()
-            .build();
+            .with_default_features();
+        let state = match &cluster {
+            Some(cluster) => cluster.session(builder),
+            None => builder,
+        }
+        .build();
         let context = SessionContext::new_with_state(state);
-        let schema = Arc::new(StoreSchema::new(Arc::clone(&store)));
+        let schema = Arc::new(StoreSchema::new(Arc::clone(&store), cluster));
         let catalog = MemoryCatalogProvider::new();
         // A fresh catalog has no schema to replace: this cannot fail.
         let _ = catalog.register_schema(SCHEMA, Arc::clone(&schema) as _);
@@ -193,6 +217,11 @@ impl SqlEngine {
     pub fn register_udf(&self, udf: ScalarUDF) {
         tracing::info!(function = udf.name(), "registered SQL function");
         self.context.register_udf(udf);
+    }
+
+    /// Whether the engine is on a cluster node ([`SqlEngine::with_cluster`]).
+    pub fn on_cluster(&self) -> bool {
+        self.schema.on_cluster()
     }
 
     /// The engine's limits.
@@ -346,6 +375,9 @@ impl SqlEngine {
             }
             LogicalPlan::Ddl(DdlStatement::DropTable(drop)) => {
                 let name = self.local_name(&drop.name)?;
+                if self.schema.registered(&name).is_none() {
+                    self.stored_writes_allowed("DROP TABLE")?;
+                }
                 // DDL changes no rows: 0, as JDBC's executeUpdate expects.
                 match crate::store_write(|| self.store.remove(&name)) {
                     Ok(_) => return Ok(Outcome::Changed(0)),
@@ -446,6 +478,7 @@ impl SqlEngine {
     /// `CREATE [OR REPLACE] TABLE name [AS query]`: a stored table.
     async fn create_table(&self, create: CreateMemoryTable) -> Result<u64> {
         let name = self.local_name(&create.name)?;
+        self.stored_writes_allowed("CREATE TABLE")?;
         if self.schema.registered(&name).is_some() {
             return Err(SqlError::invalid(format!(
                 "'{name}' is an external table or view: DROP it first"
@@ -468,6 +501,9 @@ impl SqlEngine {
     /// replaced) atomically when the whole input has been read.
     async fn insert(&self, dml: DmlStatement) -> Result<u64> {
         let name = self.local_name(&dml.table_name)?;
+        if self.schema.registered(&name).is_none() {
+            self.stored_writes_allowed("INSERT")?;
+        }
         let current = match self.store.get(&name) {
             Ok(current) => current,
             Err(_) if self.schema.registered(&name).is_some() => {
@@ -537,6 +573,20 @@ impl SqlEngine {
             }
         }
         Ok(rows)
+    }
+
+    /// Refuses `statement` on a cluster node: SQL there reads the cluster's
+    /// tables, and writing them goes through DoPut, which spreads and
+    /// replicates the rows (docs/cluster.md).
+    fn stored_writes_allowed(&self, statement: &str) -> Result<()> {
+        if !self.on_cluster() {
+            return Ok(());
+        }
+        Err(SqlError::Unsupported(format!(
+            "{statement} of a stored table is not supported on a cluster node: write \
+             cluster tables with DoPut (Client.put, `quiver put`), which spreads and \
+             replicates them"
+        )))
     }
 
     /// The name in `quiver.public` a reference points to.

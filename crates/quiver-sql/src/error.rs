@@ -46,6 +46,11 @@ pub enum SqlError {
     /// The statement does more than the caller may.
     #[error("permission denied: the statement is {}, more than this caller may run", .0.describe())]
     Denied(crate::Effect),
+    /// Data the statement reads is out of reach now: a cluster node that
+    /// does not answer, or no live node holding a partition it scans. Worth
+    /// trying again.
+    #[error("{0}")]
+    Unavailable(String),
     /// A bug or an unexpected failure.
     #[error("internal error: {0}")]
     Internal(String),
@@ -77,12 +82,30 @@ impl From<DataFusionError> for SqlError {
                     None => Self::Invalid(message),
                 },
             },
+            // A cluster node or partition out of reach (quiver-cluster
+            // reports it so, and the kind survives the trip between nodes).
+            DataFusionError::IoError(e) if is_unreachable(e.kind()) => Self::Unavailable(message),
             DataFusionError::IoError(_) | DataFusionError::ObjectStore(_) => Self::File(message),
             // Plan, SQL, schema, execution and Arrow errors (a failed cast, a
             // division by zero) are the statement's.
             _ => Self::Invalid(message),
         }
     }
+}
+
+/// Whether an I/O error says a peer is out of reach.
+fn is_unreachable(kind: std::io::ErrorKind) -> bool {
+    use std::io::ErrorKind as K;
+    matches!(
+        kind,
+        K::NotConnected
+            | K::ConnectionRefused
+            | K::ConnectionReset
+            | K::ConnectionAborted
+            | K::HostUnreachable
+            | K::NetworkUnreachable
+            | K::NetworkDown
+    )
 }
 
 #[cfg(test)]
@@ -99,5 +122,13 @@ mod tests {
         assert!(matches!(SqlError::from(e), SqlError::Timeout(_)));
         let e = DataFusionError::NotImplemented("DELETE".into());
         assert!(matches!(SqlError::from(e), SqlError::Unsupported(_)));
+        let down = std::io::Error::new(std::io::ErrorKind::NotConnected, "node n3 is down");
+        let e = DataFusionError::IoError(down).context("scanning");
+        assert!(matches!(SqlError::from(e), SqlError::Unavailable(m) if m.contains("n3")));
+        let missing = std::io::Error::new(std::io::ErrorKind::NotFound, "no such file");
+        assert!(matches!(
+            SqlError::from(DataFusionError::IoError(missing)),
+            SqlError::File(_)
+        ));
     }
 }

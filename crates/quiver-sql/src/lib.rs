@@ -13,6 +13,7 @@
 
 mod blocking;
 mod catalog;
+mod cluster;
 mod engine;
 mod error;
 mod filter;
@@ -27,6 +28,7 @@ pub use datafusion::common::ParamValues;
 
 pub use blocking::store_write;
 pub use catalog::{CATALOG, SCHEMA, TableKind};
+pub use cluster::ClusterCatalog;
 pub use engine::{
     DEFAULT_QUERY_MEMORY_LIMIT, DEFAULT_QUERY_TIMEOUT, Effect, EngineOptions, Outcome, Prepared,
     SqlEngine, TableInfo,

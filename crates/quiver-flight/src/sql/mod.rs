@@ -435,6 +435,13 @@ impl FlightSql {
         log: &mut RpcLog,
     ) -> Result<u64> {
         no_transactions(ingest.transaction_id.as_ref())?;
+        if self.engine.on_cluster() {
+            return Err(Error::Unimplemented(
+                "bulk ingest is not supported on a cluster node: put the table with DoPut \
+                 (Client.put, `quiver put`), which spreads and replicates it"
+                    .into(),
+            ));
+        }
         if ingest.temporary {
             return Err(Error::Unimplemented(
                 "temporary tables are not supported".into(),

@@ -1,0 +1,151 @@
+//! Distributed SQL: Flight SQL on any node plans over the cluster's tables
+//! with `datafusion-distributed`. Scans run as tasks on the nodes holding
+//! the partitions they read ([`tasks`]); the stages above them stream
+//! between nodes through the worker service mounted on each node's Flight
+//! port. docs/cluster.md tells the design.
+
+mod codec;
+mod scan;
+mod table;
+mod tasks;
+
+use std::sync::{Arc, Weak};
+
+use arrow::datatypes::SchemaRef;
+use async_trait::async_trait;
+use datafusion::datasource::TableProvider;
+use datafusion::error::{DataFusionError, Result};
+use datafusion::execution::SessionStateBuilder;
+use datafusion_distributed::{DistributedExt, SessionStateBuilderExt, Worker, WorkerQueryContext};
+use quiver_sql::ClusterCatalog;
+
+use crate::catalog::PARTITION_PREFIX;
+use crate::node::ClusterNode;
+use crate::peers::Peers;
+
+pub(crate) use scan::ScanContext;
+
+use codec::ClusterCodec;
+use table::ClusterTable;
+use tasks::{CatalogWorkers, NodeChannels, desired_tasks, route_tasks, scale_up, worker_url};
+
+/// The SQL side of a cluster node: its catalog for the engine, and the
+/// worker that runs other nodes' tasks.
+#[derive(Clone)]
+pub(crate) struct ClusterSql {
+    node: Weak<ClusterNode>,
+    scan: Arc<ScanContext>,
+    worker: Worker,
+    location: String,
+}
+
+impl std::fmt::Debug for ClusterSql {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ClusterSql")
+            .field("node", &self.scan.node_id)
+            .field("location", &self.location)
+            .finish_non_exhaustive()
+    }
+}
+
+impl ClusterSql {
+    pub(crate) fn new(
+        node: Weak<ClusterNode>,
+        node_id: String,
+        location: String,
+        store: Arc<quiver_store::TableStore>,
+        peers: Peers,
+    ) -> Self {
+        let scan = Arc::new(ScanContext {
+            node_id,
+            store,
+            peers,
+        });
+        let for_worker = Arc::clone(&scan);
+        let worker = Worker::from_session_builder(move |ctx: WorkerQueryContext| {
+            let scan = Arc::clone(&for_worker);
+            async move {
+                let mut builder = ctx.builder;
+                let config = builder.config().get_or_insert_default();
+                config.set_distributed_user_codec(ClusterCodec);
+                config.set_distributed_channel_resolver(NodeChannels::default());
+                config.set_extension(scan);
+                Ok(builder.build())
+            }
+        });
+        Self {
+            node,
+            scan,
+            worker,
+            location,
+        }
+    }
+
+    fn node(&self) -> Result<Arc<ClusterNode>> {
+        self.node
+            .upgrade()
+            .ok_or_else(|| DataFusionError::Execution("the cluster node is shutting down".into()))
+    }
+
+    /// The worker service, to mount on the node's Flight port.
+    pub(crate) fn add_services(&self, routes: &mut tonic::service::RoutesBuilder) {
+        routes.add_service(self.worker.clone().into_worker_server());
+    }
+}
+
+#[async_trait]
+impl ClusterCatalog for ClusterSql {
+    fn is_partition(&self, name: &str) -> bool {
+        name.starts_with(PARTITION_PREFIX)
+    }
+
+    fn tables(&self) -> Vec<(String, SchemaRef)> {
+        let Ok(node) = self.node() else {
+            return Vec::new();
+        };
+        node.cached()
+            .tables
+            .iter()
+            .filter_map(|(name, (entry, _))| Some((name.clone(), entry.schema().ok()?)))
+            .collect()
+    }
+
+    async fn table(&self, name: &str) -> Result<Option<Arc<dyn TableProvider>>> {
+        let node = self.node()?;
+        let Some(entry) = node.entry(name).await else {
+            return Ok(None);
+        };
+        let table = ClusterTable::new(name, &entry, &node.cached().nodes)
+            .map_err(|e| DataFusionError::External(Box::new(e)))?;
+        Ok(Some(Arc::new(table)))
+    }
+
+    fn session(&self, builder: SessionStateBuilder) -> SessionStateBuilder {
+        let mut builder = builder
+            .with_distributed_planner()
+            .with_distributed_worker_resolver(CatalogWorkers {
+                node: self.node.clone(),
+            })
+            .with_distributed_user_codec(ClusterCodec)
+            .with_distributed_channel_resolver(NodeChannels::default())
+            .with_distributed_desired_task_count_handler(desired_tasks)
+            .with_distributed_scale_up_leaf_node_handler(scale_up)
+            .with_distributed_route_tasks_handler(route_tasks);
+        // A join that collects its small side (DataFusion's CollectLeft) runs
+        // in every task of the large side, the small side broadcast to each;
+        // without this such a join, and all above it, would run on one node.
+        if let Err(e) = builder.set_distributed_broadcast_joins(true) {
+            tracing::warn!("distributed SQL: broadcast joins stay off: {e}");
+        }
+        // Tasks this node runs itself stay in the process.
+        if let Ok(url) = worker_url(&self.location) {
+            builder = builder
+                .with_distributed_local_worker_context(self.worker.to_local_worker_context(url));
+        }
+        builder
+            .config()
+            .get_or_insert_default()
+            .set_extension(Arc::clone(&self.scan));
+        builder
+    }
+}

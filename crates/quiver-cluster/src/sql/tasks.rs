@@ -1,0 +1,336 @@
+//! Where the tasks of a distributed query run: the live nodes are the
+//! workers, and each task of a stage that scans a cluster table goes to a
+//! node holding copies of the partitions it reads.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::{Arc, Weak};
+
+use async_trait::async_trait;
+use datafusion::common::tree_node::{TreeNode, TreeNodeRecursion};
+use datafusion::error::{DataFusionError, Result};
+use datafusion::physical_plan::ExecutionPlan;
+use datafusion_distributed::grpc::DefaultChannelResolver;
+use datafusion_distributed::{
+    ChannelResolver, DesiredTaskCountEvent, DesiredTaskCountEventResponse, DistributedLeafExec,
+    RouteTasksEvent, RouteTasksEventResponse, ScaleUpLeafNodeEvent, ScaleUpLeafNodeEventResponse,
+    WorkerChannel, WorkerResolver,
+};
+use url::Url;
+
+use crate::node::ClusterNode;
+use crate::sql::scan::{ClusterScanExec, Replica, ScanPart};
+use crate::sql::table::split;
+
+/// The URL a node's worker service is reached at (the same port as Flight).
+pub(crate) fn worker_url(location: &str) -> Result<Url> {
+    let uri = quiver_wire::http2::http_uri(location).map_err(DataFusionError::Plan)?;
+    Url::parse(&uri).map_err(|e| DataFusionError::Plan(format!("{location}: {e}")))
+}
+
+/// The workers: every live node, as this node last read the catalog.
+#[derive(Debug, Clone)]
+pub(crate) struct CatalogWorkers {
+    pub(crate) node: Weak<ClusterNode>,
+}
+
+impl WorkerResolver for CatalogWorkers {
+    fn get_urls(&self) -> Result<Vec<Url>> {
+        let Some(node) = self.node.upgrade() else {
+            return Err(DataFusionError::Execution(
+                "the cluster node is shutting down".into(),
+            ));
+        };
+        node.cached()
+            .nodes
+            .values()
+            .map(|n| worker_url(&n.location))
+            .collect()
+    }
+}
+
+/// Connections to the other nodes' workers: the library's, but a node that
+/// cannot be reached is reported as such (an I/O error of kind
+/// `NotConnected`, which survives the trip between nodes and reaches the
+/// client as UNAVAILABLE: worth trying again once the node is gone from the
+/// catalog), not as a failure of the statement.
+#[derive(Clone, Default)]
+pub(crate) struct NodeChannels(DefaultChannelResolver);
+
+#[async_trait]
+impl ChannelResolver for NodeChannels {
+    async fn get_worker_client_for_url(&self, url: &Url) -> Result<Box<dyn WorkerChannel>> {
+        self.0.get_worker_client_for_url(url).await.map_err(|e| {
+            unreachable_error(format!("the cluster node at {url} is unreachable: {e}"))
+        })
+    }
+}
+
+/// The error of data or a node out of reach now.
+pub(crate) fn unreachable_error(message: String) -> DataFusionError {
+    DataFusionError::IoError(std::io::Error::new(
+        std::io::ErrorKind::NotConnected,
+        message,
+    ))
+}
+
+/// A stage scanning a cluster table wants one task per node holding its
+/// partitions (the planner caps it at the live workers).
+pub(crate) fn desired_tasks(
+    ev: DesiredTaskCountEvent,
+) -> Option<Result<DesiredTaskCountEventResponse>> {
+    let scan = ev.plan.downcast_ref::<ClusterScanExec>()?;
+    let holders: BTreeSet<&str> = scan
+        .parts()
+        .flat_map(|p| p.replicas.iter().map(|r| r.node.as_str()))
+        .collect();
+    let tasks = holders.len().min(scan.parts().count()).max(1);
+    Some(Ok(DesiredTaskCountEventResponse::desired(tasks)))
+}
+
+/// Cuts a cluster scan into one variant per task, each reading the
+/// partitions its node holds.
+pub(crate) fn scale_up(ev: ScaleUpLeafNodeEvent) -> Option<Result<ScaleUpLeafNodeEventResponse>> {
+    let scan = ev.plan.downcast_ref::<ClusterScanExec>()?;
+    let target = ev.session_config.target_partitions();
+    let variants = assign(scan.parts(), ev.task_count);
+    // Every variant has as many output partitions as the widest needs.
+    let width = variants
+        .iter()
+        .map(|(_, parts)| parts.len().min(target))
+        .max()
+        .unwrap_or(1)
+        .max(1);
+    let leaf = variants
+        .into_iter()
+        .map(|(node, parts)| {
+            let mut groups = split(&parts, width);
+            groups.resize_with(width, Vec::new);
+            scan.with_groups(groups, node)
+                .map(|v| Arc::new(v) as Arc<dyn ExecutionPlan>)
+        })
+        .collect::<Result<Vec<_>>>()
+        .and_then(|variants| DistributedLeafExec::try_new(Arc::clone(ev.plan), variants));
+    Some(leaf.map(|leaf| ScaleUpLeafNodeEventResponse::new(Arc::new(leaf))))
+}
+
+/// Sends each task of a stage scanning a cluster table to the node its
+/// variant was cut for.
+pub(crate) fn route_tasks(ev: RouteTasksEvent) -> Option<Result<RouteTasksEventResponse>> {
+    let mut urls = None;
+    let walked = ev.plan.apply(|node| {
+        if let Some(leaf) = node.downcast_ref::<DistributedLeafExec>()
+            && leaf.original().downcast_ref::<ClusterScanExec>().is_some()
+        {
+            urls = leaf
+                .variants()
+                .iter()
+                .map(|v| {
+                    let scan = v.downcast_ref::<ClusterScanExec>()?;
+                    scan.spec.node.as_ref().map(|n| worker_url(&n.location))
+                })
+                .collect::<Option<Result<Vec<Url>>>>();
+            return Ok(TreeNodeRecursion::Stop);
+        }
+        Ok(TreeNodeRecursion::Continue)
+    });
+    if let Err(e) = walked {
+        return Some(Err(e));
+    }
+    let urls = urls?;
+    Some(urls.and_then(|urls| {
+        if urls.len() == ev.task_count {
+            Ok(RouteTasksEventResponse::new(urls))
+        } else {
+            Err(DataFusionError::Internal(format!(
+                "a cluster scan was cut for {} tasks, the stage has {}",
+                urls.len(),
+                ev.task_count
+            )))
+        }
+    }))
+}
+
+/// `parts` over `tasks` tasks: each task is given a node (the nodes that
+/// hold the most bytes first), and each partition goes to the least loaded
+/// task whose node holds a copy of it, or the least loaded of all when none
+/// does.
+pub(crate) fn assign<'a>(
+    parts: impl Iterator<Item = &'a ScanPart>,
+    tasks: usize,
+) -> Vec<(Option<Replica>, Vec<ScanPart>)> {
+    let parts: Vec<&ScanPart> = parts.collect();
+    let tasks = tasks.max(1);
+    let mut held: BTreeMap<&str, (u64, &Replica)> = BTreeMap::new();
+    for part in &parts {
+        for replica in &part.replicas {
+            held.entry(replica.node.as_str()).or_insert((0, replica)).0 += part.bytes.max(1);
+        }
+    }
+    let mut ranked: Vec<(u64, &Replica)> = held.into_values().collect();
+    ranked.sort_by(|a, b| b.0.cmp(&a.0).then_with(|| a.1.node.cmp(&b.1.node)));
+    let nodes: Vec<Option<Replica>> = (0..tasks)
+        .map(|t| (!ranked.is_empty()).then(|| ranked[t % ranked.len()].1.clone()))
+        .collect();
+    let mut load = vec![0u64; tasks];
+    let mut assigned: Vec<Vec<(usize, ScanPart)>> = vec![Vec::new(); tasks];
+    let mut order: Vec<(usize, &ScanPart)> = parts.into_iter().enumerate().collect();
+    order.sort_by(|a, b| b.1.bytes.cmp(&a.1.bytes).then(a.0.cmp(&b.0)));
+    for (index, part) in order {
+        let holds = |t: &usize| {
+            nodes[*t]
+                .as_ref()
+                .is_some_and(|n| part.replicas.iter().any(|r| r.node == n.node))
+        };
+        let candidates: Vec<usize> = (0..tasks).filter(holds).collect();
+        let pool = if candidates.is_empty() {
+            (0..tasks).collect()
+        } else {
+            candidates
+        };
+        let task = pool.into_iter().min_by_key(|&t| (load[t], t)).unwrap_or(0);
+        load[task] += part.bytes.max(1);
+        assigned[task].push((index, part.clone()));
+    }
+    rebalance(&nodes, &mut assigned, &mut load);
+    nodes
+        .into_iter()
+        .zip(assigned)
+        .map(|(node, mut parts)| {
+            // In the table's order within a task.
+            parts.sort_by_key(|(index, _)| *index);
+            (node, parts.into_iter().map(|(_, p)| p).collect())
+        })
+        .collect()
+}
+
+/// Moves partitions off the most loaded task to a less loaded one whose
+/// node also holds them, while that lowers the most loaded task's load (the
+/// greedy pass in table order can leave one node with more than its share).
+fn rebalance(nodes: &[Option<Replica>], assigned: &mut [Vec<(usize, ScanPart)>], load: &mut [u64]) {
+    let holds = |t: usize, part: &ScanPart| {
+        nodes[t]
+            .as_ref()
+            .is_some_and(|n| part.replicas.iter().any(|r| r.node == n.node))
+    };
+    // Each move lowers the sum of squared loads: bounded by the partitions.
+    let moves = assigned.iter().map(Vec::len).sum::<usize>().pow(2);
+    for _ in 0..moves {
+        let Some(from) = (0..load.len()).max_by_key(|&t| (load[t], usize::MAX - t)) else {
+            return;
+        };
+        let mut best: Option<(usize, usize)> = None;
+        for (i, (_, part)) in assigned[from].iter().enumerate() {
+            let bytes = part.bytes.max(1);
+            for to in (0..load.len()).filter(|&t| t != from && holds(t, part)) {
+                let better =
+                    load[to] + bytes < load[from] && best.is_none_or(|(_, b)| load[to] < load[b]);
+                if better {
+                    best = Some((i, to));
+                }
+            }
+        }
+        let Some((i, to)) = best else { return };
+        let moved = assigned[from].remove(i);
+        load[from] -= moved.1.bytes.max(1);
+        load[to] += moved.1.bytes.max(1);
+        assigned[to].push(moved);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn part(name: &str, bytes: u64, replicas: &[&str]) -> ScanPart {
+        ScanPart {
+            name: name.into(),
+            rows: bytes,
+            bytes,
+            replicas: replicas
+                .iter()
+                .map(|n| Replica {
+                    node: (*n).into(),
+                    location: format!("grpc+tcp://{n}:1"),
+                })
+                .collect(),
+        }
+    }
+
+    fn names(parts: &[ScanPart]) -> Vec<&str> {
+        parts.iter().map(|p| p.name.as_str()).collect()
+    }
+
+    #[test]
+    fn each_partition_goes_to_a_node_holding_it_and_the_load_is_even() {
+        let parts = [
+            part("a", 10, &["n1", "n2"]),
+            part("b", 10, &["n2", "n3"]),
+            part("c", 10, &["n3", "n1"]),
+            part("d", 10, &["n1", "n2"]),
+            part("e", 10, &["n2", "n3"]),
+            part("f", 10, &["n3", "n1"]),
+        ];
+        let tasks = assign(parts.iter(), 3);
+        assert_eq!(tasks.len(), 3);
+        for (node, parts) in &tasks {
+            let node = node.as_ref().expect("a node per task");
+            assert_eq!(parts.len(), 2, "{node:?}: {:?}", names(parts));
+            assert!(
+                parts
+                    .iter()
+                    .all(|p| p.replicas.iter().any(|r| r.node == node.node))
+            );
+        }
+        let mut all: Vec<&str> = tasks.iter().flat_map(|(_, p)| names(p)).collect();
+        all.sort_unstable();
+        assert_eq!(all, ["a", "b", "c", "d", "e", "f"]);
+    }
+
+    #[test]
+    fn every_ring_placement_of_six_partitions_is_read_two_per_node() {
+        let pairs = [["n1", "n2"], ["n2", "n3"], ["n3", "n1"]];
+        // Every order of the ring's pairs over six partitions (each pair twice).
+        for order in 0..729usize {
+            let picks: Vec<usize> = (0..6).map(|i| order / 3usize.pow(i) % 3).collect();
+            if (0..3).any(|p| picks.iter().filter(|&&x| x == p).count() != 2) {
+                continue;
+            }
+            let parts: Vec<ScanPart> = picks
+                .iter()
+                .enumerate()
+                .map(|(i, &p)| part(&format!("p{i}"), 10, &pairs[p]))
+                .collect();
+            let tasks = assign(parts.iter(), 3);
+            let counts: Vec<usize> = tasks.iter().map(|(_, p)| p.len()).collect();
+            assert_eq!(counts, [2, 2, 2], "{picks:?}");
+        }
+    }
+
+    #[test]
+    fn fewer_tasks_than_holders_still_read_every_partition_once() {
+        let parts = [
+            part("a", 5, &["n1"]),
+            part("b", 5, &["n2"]),
+            part("c", 5, &["n3"]),
+        ];
+        let tasks = assign(parts.iter(), 2);
+        let mut all: Vec<&str> = tasks.iter().flat_map(|(_, p)| names(p)).collect();
+        all.sort_unstable();
+        assert_eq!(all, ["a", "b", "c"]);
+    }
+
+    #[test]
+    fn partitions_without_live_replicas_are_still_scanned_to_fail_clearly() {
+        let parts = [part("a", 5, &[]), part("b", 5, &[])];
+        let tasks = assign(parts.iter(), 1);
+        assert_eq!(tasks.len(), 1);
+        assert!(tasks[0].0.is_none());
+        assert_eq!(names(&tasks[0].1), ["a", "b"]);
+    }
+
+    #[test]
+    fn worker_urls_are_the_flight_port_over_http() {
+        let url = worker_url("grpc+tcp://127.0.0.2:7777").expect("a url");
+        assert_eq!(url.as_str(), "http://127.0.0.2:7777/");
+    }
+}

@@ -1,0 +1,180 @@
+"""Distributed SQL on the cluster: real etcd, three real nodes on 127.0.0.1-3.
+
+Flight SQL on any node plans over the cluster's tables with datafusion-distributed:
+scans run as tasks on the nodes holding the partitions, the stages above them stream
+between nodes. Every query here gives the same result as on one node holding the same
+tables (a single ``quiver serve`` in the same test), through each node in turn and
+after a node is lost.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+
+import quiver
+from cluster_helpers import NODES, Cluster, wait_until
+from server_process import Server, start_server
+
+ROWS = 240_000
+CITIES = [f"c{i}" for i in range(20)]
+
+#: Aggregations, a join with a filter (the small side broadcast), distinct counts, a
+#: top-k, a window, a self join whose filtered side is broadcast and one whose sides are
+#: both shuffled by key. Each is fully ordered; fares are quarters, so their sums are
+#: exact whatever order they are added in.
+QUERIES = {
+    "group_by": "SELECT vendor, count(*) AS n, sum(fare) AS total, avg(fare) AS mean, "
+    "min(id) AS lo, max(id) AS hi FROM trips GROUP BY vendor ORDER BY vendor",
+    "join": "SELECT v.name, t.city, count(*) AS n, sum(t.fare) AS total "
+    "FROM trips t JOIN vendors v ON t.vendor = v.vendor WHERE t.fare > 10 "
+    "GROUP BY v.name, t.city ORDER BY v.name, t.city",
+    "distinct": "SELECT count(*) AS n, count(DISTINCT city) AS cities, sum(id) AS ids FROM trips",
+    "top_k": "SELECT id, fare FROM trips WHERE city = 'c7' ORDER BY fare DESC, id LIMIT 25",
+    "window": "SELECT vendor, id, row_number() OVER (PARTITION BY vendor ORDER BY id) AS rn "
+    "FROM trips WHERE id % 997 = 0 ORDER BY vendor, id",
+    "self_join": "SELECT a.city, count(*) AS n, sum(b.fare) AS total FROM trips a "
+    "JOIN trips b ON a.id = b.id + 1 WHERE a.vendor = 3 GROUP BY a.city ORDER BY a.city",
+    "shuffle_join": "SELECT a.vendor, count(*) AS n, sum(b.fare) AS total FROM trips a "
+    "JOIN trips b ON a.id = b.id + 1 GROUP BY a.vendor ORDER BY a.vendor",
+}
+
+
+def trips() -> pa.Table:
+    ids = pa.array(range(ROWS), pa.int64())
+    return pa.table(
+        {
+            "id": ids,
+            "vendor": pa.array([i % 7 for i in range(ROWS)], pa.int32()),
+            "fare": pa.array([(i * 31 % 400) * 0.25 for i in range(ROWS)], pa.float64()),
+            "city": pa.array([CITIES[i * 13 % len(CITIES)] for i in range(ROWS)]),
+        }
+    )
+
+
+def vendors() -> pa.Table:
+    return pa.table(
+        {
+            "vendor": pa.array(range(7), pa.int32()),
+            "name": pa.array([f"vendor-{i}" for i in range(7)]),
+        }
+    )
+
+
+@pytest.fixture
+def single(tmp_path: Path) -> Iterator[Server]:
+    """One quiver node, no cluster, holding the same tables: the reference."""
+    server = start_server("--shm-socket", "off", log_dir=tmp_path / "single")
+    with quiver.connect(server.uri) as c:
+        c.put("trips", trips())
+        c.put("vendors", vendors())
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+def spread(cluster: Cluster) -> None:
+    """Put the tables through n1: trips in six partitions over the three nodes."""
+    with quiver.connect(cluster.uri("n1")) as c:
+        c.put("trips", trips(), partitions=6)
+        c.put("vendors", vendors())
+
+
+def sql(uri: str, query: str) -> pa.Table:
+    with quiver.connect(uri) as c:
+        return c.sql(query)
+
+
+def explain(uri: str, query: str) -> str:
+    """The distributed plan ``query`` ran with (EXPLAIN ANALYZE: plain EXPLAIN shows the
+    plan before the distributed planner cuts it into stages)."""
+    plan = sql(uri, f"EXPLAIN ANALYZE {query}")
+    return "\n".join(str(row) for row in plan.column("plan").to_pylist())
+
+
+def test_distributed_queries_give_the_single_node_results(cluster: Cluster, single: Server) -> None:
+    spread(cluster)
+    expected = {name: sql(single.uri, query) for name, query in QUERIES.items()}
+    assert expected["distinct"].column("n").to_pylist() == [ROWS]
+    for node_id in NODES:
+        for name, query in QUERIES.items():
+            got = sql(cluster.uri(node_id), query)
+            assert got.equals(expected[name]), f"{name} through {node_id}:\n{got}\n{expected[name]}"
+
+
+def test_the_plan_runs_scans_on_the_nodes_holding_the_partitions(cluster: Cluster) -> None:
+    spread(cluster)
+    plan = explain(cluster.uri("n2"), QUERIES["join"])
+    assert "DistributedExec" in plan, plan
+    # The small side is broadcast to the tasks scanning the large one.
+    assert "NetworkBroadcastExec" in plan, plan
+    # One scan task per node, each reading the two partitions of trips it holds.
+    scans = [line for line in plan.splitlines() if "ClusterScanExec: table=trips" in line]
+    assert len(scans) == 3, plan
+    assert {line.split("node=")[1].strip() for line in scans} == set(NODES), plan
+    assert all(f"partitions=2, rows={ROWS // 3}" in line for line in scans), plan
+    # Both sides of a join of two large inputs are shuffled by key between the nodes.
+    plan = explain(cluster.uri("n1"), QUERIES["shuffle_join"])
+    assert plan.count("NetworkShuffleExec") >= 2, plan
+
+
+def test_a_lost_node_gives_whole_results_or_unavailable_then_is_left_out(
+    cluster: Cluster, single: Server
+) -> None:
+    spread(cluster)
+    expected = sql(single.uri, QUERIES["join"])
+    cluster.kill("n3")
+    # Until n3's lease ends it is still a worker: a query routed to it fails with
+    # UNAVAILABLE (worth a retry), never with a wrong or partial result. Now and then
+    # datafusion-distributed 4.0 reports such a failure as its own internal error
+    # instead ("... stream for partition N was already consumed"): still a failure,
+    # never a result, and known (docs/cluster.md).
+    outcomes = []
+    deadline = time.monotonic() + 30
+    for _ in range(200):
+        if time.monotonic() > deadline or len(cluster.status()["nodes"]) == 2:  # type: ignore[arg-type]
+            break
+        try:
+            got = sql(cluster.uri("n1"), QUERIES["join"])
+        except quiver.QuiverError as error:
+            outcomes.append(f"{error.code}: {error}")
+        else:
+            assert got.equals(expected)
+            outcomes.append("whole")
+    known = [
+        o
+        for o in outcomes
+        if o == "whole"
+        or o.startswith("UNAVAILABLE: ")
+        or (o.startswith("INTERNAL: ") and "already consumed" in o)
+    ]
+    assert known == outcomes, outcomes
+    assert any(o.startswith("UNAVAILABLE: ") for o in outcomes), outcomes
+    wait_until("n3's lease to end", lambda: len(cluster.status()["nodes"]) == 2)  # type: ignore[arg-type]
+    # Every partition has a copy on n1 or n2 (two replicas); the scans read those.
+    for node_id in ("n1", "n2"):
+        assert sql(cluster.uri(node_id), QUERIES["join"]).equals(expected)
+
+
+def test_sql_lists_the_cluster_tables_and_refuses_writes(cluster: Cluster) -> None:
+    spread(cluster)
+    with quiver.connect(cluster.uri("n3")) as c:
+        names = c.sql(
+            "SELECT table_name FROM information_schema.tables "
+            "WHERE table_schema = 'public' ORDER BY table_name"
+        )
+        assert names.column("table_name").to_pylist() == ["trips", "vendors"]
+        assert c.sql("SELECT count(*) AS n FROM vendors").column("n").to_pylist() == [7]
+        with pytest.raises(quiver.UnimplementedError, match="DoPut"):
+            c.sql("CREATE TABLE copy AS SELECT * FROM vendors")
+        with pytest.raises(quiver.UnimplementedError, match="DoPut"):
+            c.sql("INSERT INTO vendors VALUES (7, 'vendor-7')")
+        with pytest.raises(quiver.InvalidArgumentError, match="missing"):
+            c.sql("SELECT * FROM missing")
+        # Nothing changed.
+        assert c.get("vendors").equals(vendors())
