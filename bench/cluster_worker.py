@@ -17,7 +17,12 @@ It prints one JSON object per measurement on stdout:
   and into the single node, over ``ops`` puts each: their difference is what a cluster
   commit adds (the replicas' DoPuts and the etcd reads and transaction);
 - ``rereplicate``: the bytes of a lost node's partitions copied again, from the moment the
-  others see it gone to the moment every partition has two copies again.
+  others see it gone to the moment every partition has two copies again;
+- ``sql``: a grouped aggregation (:data:`SQL_AGGREGATION`) over the table, through Flight
+  SQL, on the single node holding it whole and on the cluster of three holding it spread
+  (one copy, two partitions per node), where datafusion-distributed runs the scans and
+  partial aggregates on the nodes holding the partitions. All the processes share this
+  machine's cores.
 """
 
 from __future__ import annotations
@@ -37,6 +42,12 @@ import quiver
 from quiver import testing
 
 from . import data
+
+#: The distributed SQL measurement's query: every row read, a few hundred groups out.
+SQL_AGGREGATION = (
+    "SELECT a % 256 AS k, count(*) AS n, sum(b) AS b, min(c) AS c, max(d) AS d "
+    "FROM bench GROUP BY a % 256 ORDER BY k"
+)
 
 #: A node is taken for lost this many seconds after its last lease renewal.
 LEASE_TTL_S = 2
@@ -263,6 +274,42 @@ def measure_rereplication(
             emit(op="rereplicate", bytes=nbytes, seconds=done - gone, rep=rep, partitions=len(lost))
 
 
+def measure_sql(binary: Path, ports: dict[int, int], tmp: Path, table: pa.Table, reps: int) -> None:
+    """Time :data:`SQL_AGGREGATION` on one node and on three (datafusion-distributed)."""
+
+    def timed(uri: str, server: str) -> pa.Table:
+        with quiver.connect(uri, transport="grpc") as c:
+            result = c.sql(SQL_AGGREGATION)  # warm up
+            for rep in range(reps):
+                started = time.perf_counter()
+                result = c.sql(SQL_AGGREGATION)
+                seconds = time.perf_counter() - started
+                emit(op="sql", server=server, bytes=table.nbytes, seconds=seconds, rep=rep)
+        return result
+
+    single = testing.start_quiver(
+        "--shm-socket",
+        "off",
+        "--log",
+        "warn",
+        log_dir=tmp / "single-sql",
+        binary=binary,
+        listen="127.0.0.4:0",
+    )
+    try:
+        with quiver.connect(single.uri, transport="grpc") as c:
+            c.put("bench", table)
+        alone = timed(single.uri, "single")
+    finally:
+        single.stop()
+    with cluster(binary, ports, tmp, 3, replicas=1) as nodes:
+        with quiver.connect(nodes.running[1].uri, transport="grpc") as c:
+            c.put("bench", table, partitions=6)
+        spread = timed(nodes.running[1].uri, "cluster")
+    if not spread.equals(alone):
+        raise AssertionError(f"distributed result differs:\n{spread}\n{alone}")
+
+
 def main() -> None:
     """Shape the links, then measure; one JSON line per measurement."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -281,6 +328,7 @@ def main() -> None:
         measure_reads(args.binary, ports, root, table, args.reps)
         measure_put_latency(args.binary, ports, root, args.put_ops)
         measure_rereplication(args.binary, ports, root, table, args.reps)
+        measure_sql(args.binary, ports, root, table, args.reps)
     with suppress(subprocess.CalledProcessError):
         subprocess.run(["tc", "qdisc", "del", "dev", "lo", "root"], check=True)
 

@@ -1489,7 +1489,28 @@ def _cluster_section(rows: list[Row], run: dict[str, object]) -> list[str]:
             f"| re-replication | {got.median / 1e6:,.0f} MB/s | "
             f"{got.low / 1e6:,.0f}-{got.high / 1e6:,.0f} | {share} |"
         )
-    return [*lines, ""]
+    return [*lines, "", *_cluster_sql_lines(cluster)]
+
+
+def _cluster_sql_lines(cluster: list[Row]) -> list[str]:
+    alone = spread(select(cluster, op="sql", server=QUIVER), "seconds")
+    spread_sql = spread(select(cluster, op="sql", server=QUIVER_CLUSTER), "seconds")
+    if alone is None or spread_sql is None:
+        return []
+    return [
+        "Distributed SQL: a grouped aggregation over the whole table (256 groups) through "
+        "Flight SQL, on one node holding it whole and on three holding it spread, where "
+        "datafusion-distributed runs the scans and partial aggregates on the nodes holding "
+        "the partitions. The nodes share this machine's cores, so the ratio is the cost of "
+        "distributing, not a speed-up from more machines. Median (min-max).",
+        "",
+        "| query | one node | three nodes | three / one |",
+        "| --- | --- | --- | --- |",
+        f"| aggregation | {_ms(alone.median)} ({_ms(alone.low)}-{_ms(alone.high)}) | "
+        f"{_ms(spread_sql.median)} ({_ms(spread_sql.low)}-{_ms(spread_sql.high)}) | "
+        f"{_times(spread_sql.median / alone.median)} |",
+        "",
+    ]
 
 
 def _shm_section(rows: list[Row]) -> list[str]:

@@ -1765,7 +1765,7 @@ def _cluster_unavailable(binary: Path) -> str | None:
 
 
 def run_cluster(run: Run) -> None:
-    """Measure reads over 1, 2 and 3 nodes behind limited links, put latency, re-replication.
+    """Measure reads over 1-3 nodes behind limited links, put latency, re-replication, SQL.
 
     Runs :mod:`bench.cluster_worker` in a network namespace of its own (``ip netns``),
     whose loopback device ``tc`` shapes into one link per node.
@@ -1805,6 +1805,10 @@ def run_cluster(run: Run) -> None:
             run.add(Measurement("cluster", QUIVER_CLUSTER, "", "rereplicate",
                                 bytes=m["bytes"], seconds=m["seconds"], rep=m["rep"],
                                 endpoints=m["partitions"]))  # fmt: skip
+        elif op == "sql":
+            server = QUIVER_CLUSTER if m["server"] == "cluster" else QUIVER
+            run.add(Measurement("cluster", server, QUIVER_PYTHON, "sql", bytes=m["bytes"],
+                                seconds=m["seconds"], rep=m["rep"]))  # fmt: skip
     if done.returncode != 0:
         raise RuntimeError(f"cluster worker failed ({done.returncode}): {done.stderr[-2000:]}")
 
