@@ -10,6 +10,7 @@ import threading
 import uuid
 import warnings
 from collections.abc import Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, overload
 
@@ -473,14 +474,20 @@ class Client:
         for attempt in range(GET_RETRIES + 1):
             info = self._flight_info(name, shm=self._transport != "grpc")
             endpoints = info.endpoints
-            if self._transport != "grpc":
+            table: pa.Table | None = None
+            if self._transport != "grpc" and _is_cluster(info):
+                # A cluster table: the partitions this node holds over shared
+                # memory, the others over gRPC from their replicas.
+                table = self._get_cluster_shm(info, max_workers)
+                if table is None:
+                    info = self._flight_info(name)
+                    endpoints = info.endpoints
+            elif self._transport != "grpc":
                 table, endpoints = self._get_shm(endpoints)
-                if table is not None:
-                    with row_progress(
-                        progress, total=table.num_rows, description=f"get {name}"
-                    ) as c:
-                        c(table.num_rows)
-                    return table
+            if table is not None:
+                with row_progress(progress, total=table.num_rows, description=f"get {name}") as c:
+                    c(table.num_rows)
+                return table
             with row_progress(progress, total=info.total_records, description=f"get {name}") as c:
                 try:
                     return self._read_endpoints(endpoints, info.schema, c, max_workers)
@@ -1205,6 +1212,49 @@ class Client:
                 raise
             return None, grpc_endpoints
 
+    def _get_cluster_shm(self, info: flight.FlightInfo, max_workers: int | None) -> pa.Table | None:
+        """Read a cluster table whose local partitions the node offers over shared memory.
+
+        Each endpoint over shared memory is read from it, the others over gRPC, all at
+        once and in endpoint order. ``None`` when no endpoint is over shared memory or
+        (in ``"auto"``) it cannot be used here: the caller asks for gRPC endpoints.
+        """
+        endpoints = info.endpoints
+        locations = [
+            next(
+                (
+                    _shm.Location.parse(uri)
+                    for uri in map(_location_uri, endpoint.locations)
+                    if uri.startswith("shm+")
+                ),
+                None,
+            )
+            for endpoint in endpoints
+        ]
+        if not any(locations):
+            if self._transport == "shm":
+                raise _shm.ShmUnavailableError(
+                    "the cluster node holds no partition of the table here, or its "
+                    "shared-memory data plane is off"
+                )
+            return None
+
+        def read(index: int) -> pa.Table:
+            endpoint, location = endpoints[index], locations[index]
+            if location is None:
+                return self._read_endpoints([endpoint], info.schema, ignore_rows, 1)
+            return _shm.get(location, endpoint.ticket.ticket)
+
+        workers = max(1, min(len(endpoints), max_workers or DEFAULT_MAX_WORKERS))
+        try:
+            with ThreadPoolExecutor(max_workers=workers) as pool:
+                parts = list(pool.map(read, range(len(endpoints))))
+        except QuiverError as e:
+            if self._transport == "shm" or e.code not in _SHM_GET_FALLBACK_CODES:
+                raise
+            return None
+        return pa.concat_tables(parts)
+
     def _action(self, kind: str, body: bytes = b"") -> JsonObject:
         with translated_errors():
             results = self._flight.do_action(flight.Action(kind, body), self._options)
@@ -1290,6 +1340,15 @@ class Client:
                     peer = flight.FlightClient(uri, **self._flight_kwargs)
                 self._peers[uri] = peer
             return peer
+
+
+def _is_cluster(info: flight.FlightInfo) -> bool:
+    """Whether ``info`` describes a cluster table (its app metadata says so)."""
+    try:
+        metadata = json.loads(info.app_metadata or b"{}")
+    except ValueError:
+        return False
+    return isinstance(metadata, dict) and metadata.get("cluster") is True
 
 
 def _location_uri(location: flight.Location) -> str:

@@ -55,16 +55,23 @@ class Cluster:
         self._shared_bin: Path | None = None
 
     def start(
-        self, node_id: str, *flags: str, data_dir: bool = False, uid: int | None = None
+        self,
+        node_id: str,
+        *flags: str,
+        data_dir: bool = False,
+        uid: int | None = None,
+        shm: bool = False,
     ) -> Server:
         """Start node ``node_id`` (n1 on 127.0.0.1, n2 on .2, ...), on its port of before.
 
         ``uid``: run it as that user (and group), so that firewall rules can single out
-        its packets (iptables' owner match).
+        its packets (iptables' owner match). ``shm``: with its shared-memory socket on,
+        in the test's directory (else off).
         """
         host = f"127.0.0.{int(node_id[1:])}"
         port = self.ports.setdefault(node_id, testing.free_port(host))
         extra = ["--data-dir", str(self.tmp_path / f"{node_id}-data")] if data_dir else []
+        socket = str(self.tmp_path / f"{node_id}.sock") if shm else "off"
         flags = (
             "--cluster",
             self.etcd.url,
@@ -75,7 +82,7 @@ class Cluster:
             "--lease-ttl",
             str(LEASE_TTL_S),
             "--shm-socket",
-            "off",
+            socket,
             *extra,
             *flags,
         )

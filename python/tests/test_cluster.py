@@ -28,6 +28,7 @@ import quiver
 from cluster_helpers import LEASE_TTL_S, NODES, Cluster, Etcd, wait_until
 from engine_helpers import mixed_table
 from quiver import splits
+from quiver._shm import TRANSPORT_HEADER
 
 
 def ids(rows: int, start: int = 0) -> pa.Table:
@@ -324,6 +325,51 @@ def test_partitions_no_version_holds_are_dropped(etcd: Etcd, tmp_path: Path) -> 
         failures = nodes.stop_all()
         if failures:
             pytest.fail("\n".join(failures), pytrace=False)
+
+
+def test_a_client_on_a_nodes_host_reads_its_partitions_over_shared_memory(
+    etcd: Etcd, tmp_path: Path
+) -> None:
+    nodes = Cluster(etcd, tmp_path)
+    for node_id in NODES:
+        nodes.start(node_id, shm=True)
+    try:
+        wait_until("three live nodes", lambda: len(nodes.status()["nodes"]) == 3)  # type: ignore[arg-type]
+        table = ids(300_000)
+        # A put in "auto" goes over gRPC (a shared-memory put would not be spread).
+        with quiver.connect(nodes.uri("n1")) as c:
+            assert c.put("t", table, partitions=6).version == 1
+        with (
+            quiver.connect(nodes.uri("n1"), transport="shm") as c,
+            pytest.raises(quiver.QuiverError, match="not supported on a cluster node"),
+        ):
+            c.put("u", ids(10))
+        info = quiver_shm_info(nodes.uri("n2"), "t")
+        local = [e for e in info.endpoints if e.locations[0].uri.startswith(b"shm+")]
+        # n2 holds four of the six partitions (two copies round a ring of three).
+        assert len(local) == 4
+        assert len(info.endpoints) == 6
+        for node_id in NODES:
+            # "shm" requires shared memory: the node's own partitions come through it,
+            # the others over gRPC, in table order.
+            with quiver.connect(nodes.uri(node_id), transport="shm") as c:
+                assert c.get("t").equals(table)
+            with quiver.connect(nodes.uri(node_id)) as c:
+                assert c.get("t").equals(table)
+    finally:
+        failures = nodes.stop_all()
+        if failures:
+            pytest.fail("\n".join(failures), pytrace=False)
+
+
+def quiver_shm_info(uri: str, name: str) -> flight.FlightInfo:
+    """GetFlightInfo as a quiver client on this host asks it: shared memory wanted."""
+    client = flight.FlightClient(uri)
+    try:
+        options = flight.FlightCallOptions(headers=[TRANSPORT_HEADER])
+        return client.get_flight_info(flight.FlightDescriptor.for_path(name), options)
+    finally:
+        client.close()
 
 
 def test_a_single_node_without_cluster_is_unchanged(start_quiver) -> None:  # type: ignore[no-untyped-def]

@@ -203,11 +203,15 @@ impl QuiverService {
         if let Some(cluster) = self.cluster_for(&name)
             && let Some(info) = cluster.flight_info(&name, descriptor.clone()).await
         {
-            let info = info.map_err(|status| Error::Status(Box::new(status)))?;
+            let mut info = info.map_err(|status| Error::Status(Box::new(status)))?;
             log.add(
                 u64::try_from(info.total_records).unwrap_or(0),
                 u64::try_from(info.total_bytes).unwrap_or(0),
             );
+            if let (true, Some(shm)) = (want_shm, &self.options.shm) {
+                caller?;
+                self.local_partitions_over_shm(&mut info, shm)?;
+            }
             return Ok(info);
         }
         let table = self.store.get(&name)?;
@@ -275,8 +279,34 @@ impl QuiverService {
         Bytes::from(entry.to_string())
     }
 
+    /// A cluster table's FlightInfo for a client on this host: each endpoint
+    /// of a partition this node holds is replaced by one over shared memory
+    /// (in the same place); the others stay gRPC endpoints on their replicas.
+    fn local_partitions_over_shm(&self, info: &mut FlightInfo, shm: &ShmServer) -> Result<()> {
+        for endpoint in &mut info.endpoint {
+            let Some(ticket) = &endpoint.ticket else {
+                continue;
+            };
+            let Ok(ticket) = TableTicket::decode(&ticket.ticket) else {
+                continue;
+            };
+            if let Ok(version) = self.store.get(&ticket.table) {
+                *endpoint = shm.get_endpoint(version)?;
+            }
+        }
+        Ok(())
+    }
+
     /// The shared-memory put ticket of the `shm-put` action.
     fn shm_put(&self, request: ShmPut, caller: &Caller) -> Result<Bytes> {
+        if self.options.cluster.is_some() {
+            // Unimplemented: a client in "auto" mode puts over gRPC instead.
+            return Err(Error::Unimplemented(
+                "shared-memory puts are not supported on a cluster node: a put over gRPC \
+                 is spread and replicated"
+                    .to_string(),
+            ));
+        }
         let shm = self.options.shm.as_ref().ok_or_else(|| {
             Error::Unimplemented(
                 "the shared-memory data plane is off on this server (--shm-socket off)".to_string(),

@@ -86,10 +86,6 @@ pub(crate) async fn join(
             .await
             .map_err(|e| format!("--cluster {url}: {e}"))?;
         node.spawn_background();
-        if config.shm_socket.take().is_some() {
-            // A shared-memory put would store the table on this node alone.
-            tracing::info!("the shared-memory data plane is off on a cluster node");
-        }
         config.cluster = Some(Arc::clone(&node) as quiver_flight::cluster::Cluster);
         Ok(Some(node))
     }
