@@ -9,7 +9,9 @@
 //! GetFlightInfo on any node gives one endpoint per partition whose
 //! locations are its replicas. Each node repairs the partitions whose first
 //! live holder it is when a node is lost, and drops partitions no version
-//! holds. docs/cluster.md tells the design and what it promises.
+//! holds. Flight SQL on any node plans across the cluster with
+//! `datafusion-distributed` (module `sql`): scans run on the nodes holding the
+//! partitions. docs/cluster.md tells the design and what it promises.
 
 mod catalog;
 mod error;
