@@ -176,12 +176,7 @@ pub(crate) fn assign<'a>(
     let mut order: Vec<(usize, &ScanPart)> = parts.into_iter().enumerate().collect();
     order.sort_by(|a, b| b.1.bytes.cmp(&a.1.bytes).then(a.0.cmp(&b.0)));
     for (index, part) in order {
-        let holds = |t: &usize| {
-            nodes[*t]
-                .as_ref()
-                .is_some_and(|n| part.replicas.iter().any(|r| r.node == n.node))
-        };
-        let candidates: Vec<usize> = (0..tasks).filter(holds).collect();
+        let candidates: Vec<usize> = (0..tasks).filter(|&t| holds(&nodes[t], part)).collect();
         let pool = if candidates.is_empty() {
             (0..tasks).collect()
         } else {
@@ -203,15 +198,16 @@ pub(crate) fn assign<'a>(
         .collect()
 }
 
+/// Whether `node` (a task's) holds a copy of `part`.
+fn holds(node: &Option<Replica>, part: &ScanPart) -> bool {
+    node.as_ref()
+        .is_some_and(|n| part.replicas.iter().any(|r| r.node == n.node))
+}
+
 /// Moves partitions off the most loaded task to a less loaded one whose
 /// node also holds them, while that lowers the most loaded task's load (the
 /// greedy pass in table order can leave one node with more than its share).
 fn rebalance(nodes: &[Option<Replica>], assigned: &mut [Vec<(usize, ScanPart)>], load: &mut [u64]) {
-    let holds = |t: usize, part: &ScanPart| {
-        nodes[t]
-            .as_ref()
-            .is_some_and(|n| part.replicas.iter().any(|r| r.node == n.node))
-    };
     // Each move lowers the sum of squared loads: bounded by the partitions.
     let moves = assigned.iter().map(Vec::len).sum::<usize>().pow(2);
     for _ in 0..moves {
@@ -221,7 +217,7 @@ fn rebalance(nodes: &[Option<Replica>], assigned: &mut [Vec<(usize, ScanPart)>],
         let mut best: Option<(usize, usize)> = None;
         for (i, (_, part)) in assigned[from].iter().enumerate() {
             let bytes = part.bytes.max(1);
-            for to in (0..load.len()).filter(|&t| t != from && holds(t, part)) {
+            for to in (0..load.len()).filter(|&t| t != from && holds(&nodes[t], part)) {
                 let better =
                     load[to] + bytes < load[from] && best.is_none_or(|(_, b)| load[to] < load[b]);
                 if better {
