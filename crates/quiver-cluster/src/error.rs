@@ -64,8 +64,8 @@ pub enum ClusterError {
 /// Shorthand for results of this crate.
 pub type Result<T, E = ClusterError> = std::result::Result<T, E>;
 
-impl From<etcd_client::Error> for ClusterError {
-    fn from(e: etcd_client::Error) -> Self {
+impl From<quiver_etcd::EtcdError> for ClusterError {
+    fn from(e: quiver_etcd::EtcdError) -> Self {
         Self::Catalog(e.to_string())
     }
 }

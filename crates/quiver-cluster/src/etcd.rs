@@ -5,9 +5,7 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use etcd_client::{
-    Client, Compare, CompareOp, ConnectOptions, GetOptions, PutOptions, Txn, TxnOp, WatchOptions,
-};
+use quiver_etcd::{Client, Compare, CompareResult, ConnectOptions, Credentials, RequestOp, Tls};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
@@ -35,30 +33,26 @@ pub(crate) struct Snapshot {
     pub(crate) tables: BTreeMap<String, (TableEntry, i64)>,
 }
 
+/// Where the cluster's catalog is and how a node reaches it.
+#[derive(Debug, Clone)]
+pub struct EtcdConfig {
+    /// etcd's client endpoints: `http://host:port`, or `https://host:port`
+    /// with `tls`.
+    pub endpoints: Vec<String>,
+    /// The prefix of the cluster's keys.
+    pub prefix: String,
+    /// TLS to etcd: the CA of its certificate, and this node's certificate
+    /// for an etcd that checks its clients'.
+    pub tls: Option<Tls>,
+    /// A user of etcd's authentication, when it is on.
+    pub user: Option<Credentials>,
+}
+
 /// A connection to etcd and the cluster's keys in it.
-#[derive(Clone)]
+#[derive(Debug, Clone)]
 pub(crate) struct Etcd {
     client: Client,
     keys: Keys,
-}
-
-impl std::fmt::Debug for Etcd {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Etcd")
-            .field("keys", &self.keys)
-            .finish_non_exhaustive()
-    }
-}
-
-/// `call` with the deadline every etcd call has.
-async fn timed<T>(call: impl Future<Output = Result<T, etcd_client::Error>>) -> Result<T> {
-    match tokio::time::timeout(CALL_TIMEOUT, call).await {
-        Ok(result) => result.map_err(ClusterError::from),
-        Err(_) => Err(ClusterError::Catalog(format!(
-            "no answer within {} s",
-            CALL_TIMEOUT.as_secs()
-        ))),
-    }
 }
 
 fn parse<T: DeserializeOwned>(key: &[u8], value: &[u8]) -> Result<T> {
@@ -74,59 +68,54 @@ fn json<T: Serialize>(value: &T) -> Vec<u8> {
 }
 
 impl Etcd {
-    /// Connects to etcd at `endpoints` (`host:port`), keys under `prefix`.
-    /// The connection is made lazily by the client: a node starts while etcd
-    /// is down and registers when it comes up.
-    pub(crate) async fn connect(endpoints: &[String], prefix: &str) -> Result<Self> {
-        let options = ConnectOptions::new()
-            .with_connect_timeout(CALL_TIMEOUT)
-            .with_timeout(CALL_TIMEOUT)
-            .with_keep_alive(Duration::from_secs(2), CALL_TIMEOUT);
-        let client = timed(Client::connect(endpoints, Some(options))).await?;
+    /// Connects to the etcd of `config`. The connection is made lazily by
+    /// the client: a node starts while etcd is down and registers when it
+    /// comes up.
+    pub(crate) fn connect(config: &EtcdConfig) -> Result<Self> {
+        let options = ConnectOptions {
+            connect_timeout: CALL_TIMEOUT,
+            request_timeout: CALL_TIMEOUT,
+            keep_alive_interval: Duration::from_secs(2),
+            keep_alive_timeout: CALL_TIMEOUT,
+            tls: config.tls.clone(),
+            user: config.user.clone(),
+        };
+        let client = Client::connect(&config.endpoints, options)?;
         Ok(Self {
             client,
-            keys: Keys::new(prefix),
+            keys: Keys::new(&config.prefix),
         })
     }
 
     /// Everything under the cluster's prefix: nodes and tables.
     pub(crate) async fn snapshot(&self) -> Result<Snapshot> {
-        let mut client = self.client.clone();
         let nodes_prefix = self.keys.nodes();
         let tables_prefix = self.keys.tables();
-        let nodes =
-            timed(client.get(nodes_prefix.as_str(), Some(GetOptions::new().with_prefix()))).await?;
-        let tables = timed(client.get(
-            tables_prefix.as_str(),
-            Some(GetOptions::new().with_prefix()),
-        ))
-        .await?;
+        let nodes = self.client.get_prefix(nodes_prefix.as_str()).await?;
+        let tables = self.client.get_prefix(tables_prefix.as_str()).await?;
         let mut snapshot = Snapshot::default();
-        for kv in nodes.kvs() {
-            let node: NodeEntry = parse(kv.key(), kv.value())?;
+        for kv in &nodes.kvs {
+            let node: NodeEntry = parse(&kv.key, &kv.value)?;
             snapshot.nodes.insert(node.id.clone(), node);
         }
-        for kv in tables.kvs() {
-            let name = String::from_utf8_lossy(&kv.key()[tables_prefix.len()..]).into_owned();
-            let entry: TableEntry = parse(kv.key(), kv.value())?;
-            snapshot.tables.insert(name, (entry, kv.mod_revision()));
+        for kv in &tables.kvs {
+            let name = String::from_utf8_lossy(&kv.key[tables_prefix.len()..]).into_owned();
+            let entry: TableEntry = parse(&kv.key, &kv.value)?;
+            snapshot.tables.insert(name, (entry, kv.mod_revision));
         }
         Ok(snapshot)
     }
 
     /// Table `name`'s entry, read from etcd's leader (linearizable).
     pub(crate) async fn table(&self, name: &str) -> Result<Versioned<TableEntry>> {
-        let key = self.keys.table(name);
-        let mut client = self.client.clone();
-        let answer = timed(client.get(key.as_str(), None)).await?;
-        match answer.kvs().first() {
+        match self.client.get(self.keys.table(name)).await? {
             None => Ok(Versioned {
                 value: None,
                 revision: 0,
             }),
             Some(kv) => Ok(Versioned {
-                value: Some(parse(kv.key(), kv.value())?),
-                revision: kv.mod_revision(),
+                value: Some(parse(&kv.key, &kv.value)?),
+                revision: kv.mod_revision,
             }),
         }
     }
@@ -142,46 +131,41 @@ impl Etcd {
         let compares: Vec<Compare> = reads
             .iter()
             .map(|(name, revision)| {
-                Compare::mod_revision(self.keys.table(name), CompareOp::Equal, *revision)
+                Compare::mod_revision(self.keys.table(name), CompareResult::Equal, *revision)
             })
             .collect();
-        let ops: Vec<TxnOp> = writes
+        let ops: Vec<RequestOp> = writes
             .iter()
             .map(|(name, entry)| match entry {
-                Some(entry) => TxnOp::put(self.keys.table(name), json(entry), None),
-                None => TxnOp::delete(self.keys.table(name), None),
+                Some(entry) => RequestOp::put(self.keys.table(name), json(entry), 0),
+                None => RequestOp::delete(self.keys.table(name)),
             })
             .collect();
-        let mut client = self.client.clone();
-        let answer = timed(client.txn(Txn::new().when(compares).and_then(ops))).await?;
-        Ok(answer.succeeded())
+        let answer = self.client.txn(compares, ops, Vec::new()).await?;
+        Ok(answer.succeeded)
     }
 
     /// Registers `node` under a new lease of `ttl` seconds; returns the lease.
     pub(crate) async fn register(&self, node: &NodeEntry, ttl: i64) -> Result<i64> {
-        let mut client = self.client.clone();
-        let lease = timed(client.lease_grant(ttl, None)).await?.id();
-        let options = PutOptions::new().with_lease(lease);
-        timed(client.put(self.keys.node(&node.id), json(node), Some(options))).await?;
+        let lease = self.client.lease_grant(ttl).await?;
+        self.client
+            .put(self.keys.node(&node.id), json(node), lease)
+            .await?;
         Ok(lease)
     }
 
     /// Keeps `lease` alive until it cannot: returns when etcd stops answering
     /// or the lease has expired (then the node must register again).
     pub(crate) async fn keep_alive(&self, lease: i64, every: Duration) -> ClusterError {
-        let mut client = self.client.clone();
-        let (mut keeper, mut answers) = match timed(client.lease_keep_alive(lease)).await {
-            Ok(pair) => pair,
-            Err(e) => return e,
+        let mut keeper = match self.client.lease_keep_alive(lease).await {
+            Ok(keeper) => keeper,
+            Err(e) => return e.into(),
         };
         loop {
-            if let Err(e) = timed(keeper.keep_alive()).await {
-                return e;
-            }
-            match timed(answers.message()).await {
-                Ok(Some(answer)) if answer.ttl() > 0 => {}
+            match keeper.keep_alive().await {
+                Ok(ttl) if ttl > 0 => {}
                 Ok(_) => return ClusterError::Catalog(format!("lease {lease:x} expired")),
-                Err(e) => return e,
+                Err(e) => return e.into(),
             }
             tokio::time::sleep(every).await;
         }
@@ -191,22 +175,20 @@ impl Etcd {
     /// or leaves, a table is committed), until the watch breaks: returns
     /// when etcd cannot be reached or cancels it.
     pub(crate) async fn watch(&self, changed: impl Fn()) -> ClusterError {
-        let mut client = self.client.clone();
-        let options = WatchOptions::new().with_prefix();
-        let mut events = match timed(client.watch(self.keys.all(), Some(options))).await {
+        let mut events = match self.client.watch_prefix(self.keys.all()).await {
             Ok(events) => events,
-            Err(e) => return e,
+            Err(e) => return e.into(),
         };
         loop {
             // No time limit: a quiet cluster sends nothing for as long as it is quiet.
             match events.message().await {
-                Ok(Some(answer)) if answer.canceled() => {
+                Ok(Some(answer)) if answer.canceled => {
                     return ClusterError::Catalog(format!(
                         "etcd cancelled the catalog watch: {}",
-                        answer.cancel_reason()
+                        answer.cancel_reason
                     ));
                 }
-                Ok(Some(answer)) if !answer.events().is_empty() => changed(),
+                Ok(Some(answer)) if !answer.events.is_empty() => changed(),
                 Ok(Some(_)) => {}
                 Ok(None) => return ClusterError::Catalog("etcd ended the catalog watch".into()),
                 Err(e) => return ClusterError::from(e),
@@ -216,8 +198,6 @@ impl Etcd {
 
     /// Ends `lease` now (a clean shutdown): the node leaves at once.
     pub(crate) async fn revoke(&self, lease: i64) -> Result<()> {
-        let mut client = self.client.clone();
-        timed(client.lease_revoke(lease)).await?;
-        Ok(())
+        Ok(self.client.lease_revoke(lease).await?)
     }
 }

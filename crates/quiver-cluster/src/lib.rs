@@ -1,6 +1,6 @@
 //! quiver on several machines.
 //!
-//! Membership and the table catalog live in etcd (crate [`etcd_client`]):
+//! Membership and the table catalog live in etcd (crate [`quiver_etcd`]):
 //! each node registers under a lease, and each table's current version is
 //! one key, published by a compare-and-swap transaction. A put through any
 //! node is split into partitions placed over the live nodes by rendezvous
@@ -25,5 +25,7 @@ mod status;
 
 pub use catalog::{NodeEntry, PARTITION_PREFIX, PartitionEntry, TableEntry};
 pub use error::{ClusterError, Result};
+pub use etcd::EtcdConfig;
 pub use node::{ClusterNode, ClusterOptions};
+pub use quiver_etcd::{Credentials as EtcdCredentials, Tls as EtcdTls};
 pub use status::{ClusterStatus, PartitionStatus, TableStatus, status};

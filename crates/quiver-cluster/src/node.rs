@@ -20,7 +20,7 @@ use crate::catalog::{
     partition_name,
 };
 use crate::error::{ClusterError, Result};
-use crate::etcd::{Etcd, Snapshot, Versioned};
+use crate::etcd::{Etcd, EtcdConfig, Snapshot, Versioned};
 use crate::peers::Peers;
 use crate::placement::{place, split_rows};
 use crate::sql::ClusterSql;
@@ -31,10 +31,8 @@ const COMMIT_ATTEMPTS: usize = 16;
 /// How a node joins and behaves in the cluster.
 #[derive(Debug, Clone)]
 pub struct ClusterOptions {
-    /// etcd's client endpoints, `host:port`.
-    pub etcd: Vec<String>,
-    /// The prefix of the cluster's keys in etcd.
-    pub prefix: String,
+    /// The catalog: etcd's endpoints, the keys' prefix, TLS and user.
+    pub etcd: EtcdConfig,
     /// This node's id, unique in the cluster and the same across restarts.
     pub node_id: String,
     /// The location clients and other nodes reach this node at.
@@ -79,7 +77,7 @@ impl ClusterNode {
                 "--replicas must be at least 1".into(),
             ));
         }
-        let etcd = Etcd::connect(&options.etcd, &options.prefix).await?;
+        let etcd = Etcd::connect(&options.etcd)?;
         let lease = etcd.register(&options.me(), options.ttl_seconds()).await?;
         let snapshot = etcd.snapshot().await?;
         tracing::info!(

@@ -7,7 +7,7 @@ use serde::Serialize;
 
 use crate::catalog::NodeEntry;
 use crate::error::Result;
-use crate::etcd::Etcd;
+use crate::etcd::{Etcd, EtcdConfig};
 
 /// The cluster as the catalog has it.
 #[derive(Debug, Clone, Serialize)]
@@ -54,10 +54,10 @@ pub struct PartitionStatus {
     pub live: usize,
 }
 
-/// Reads the status of the cluster under `prefix` in etcd at `endpoints`,
-/// counting a partition under-replicated below `replicas` live copies.
-pub async fn status(endpoints: &[String], prefix: &str, replicas: usize) -> Result<ClusterStatus> {
-    let etcd = Etcd::connect(endpoints, prefix).await?;
+/// Reads the status of the cluster whose catalog `etcd` names, counting a
+/// partition under-replicated below `replicas` live copies.
+pub async fn status(etcd: &EtcdConfig, replicas: usize) -> Result<ClusterStatus> {
+    let etcd = Etcd::connect(etcd)?;
     let snapshot = etcd.snapshot().await?;
     let wanted = replicas.min(snapshot.nodes.len()).max(1);
     let (mut under, mut unavailable) = (0, 0);

@@ -1,5 +1,5 @@
 //! The cluster from the command line: joining one (`serve --cluster`) and
-//! `quiver cluster status`. Compiled in with the `cluster` feature.
+//! `quiver cluster status`.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -8,14 +8,13 @@ use quiver_flight::ServerConfig;
 use quiver_flight::server::default_location;
 use quiver_store::TableStore;
 
-use crate::cli::{ClusterArgs, ClusterCommand, parse_etcd_url};
+use crate::cli::{ClusterArgs, ClusterCommand};
 
 type CliResult<T> = Result<T, Box<dyn std::error::Error>>;
 
 /// How often a node reads the catalog and repairs what a lost node held: a
 /// lost node's partitions start to be copied again within this of its lease's
 /// end, for two small etcd reads per node per tick.
-#[cfg(feature = "cluster")]
 const REPAIR_EVERY: std::time::Duration = std::time::Duration::from_millis(250);
 
 /// Why a cluster flag cannot be used with the rest.
@@ -45,10 +44,7 @@ fn refuse(config: &ServerConfig, addr: SocketAddr) -> CliResult<()> {
 }
 
 /// This node in the cluster, joined, its background work started.
-#[cfg(feature = "cluster")]
 pub(crate) type Node = Arc<quiver_cluster::ClusterNode>;
-#[cfg(not(feature = "cluster"))]
-pub(crate) type Node = std::convert::Infallible;
 
 /// Joins the cluster `args` names, if any, and hooks it into `config`.
 pub(crate) async fn join(
@@ -60,7 +56,7 @@ pub(crate) async fn join(
     let Some(url) = &args.cluster else {
         return Ok(None);
     };
-    let (endpoints, prefix) = parse_etcd_url(url)?;
+    let etcd = args.etcd.config(url)?;
     refuse(config, addr)?;
     let node_id = args
         .node_id
@@ -70,69 +66,44 @@ pub(crate) async fn join(
         .advertise
         .clone()
         .unwrap_or_else(|| default_location(addr));
-    #[cfg(feature = "cluster")]
-    {
-        let options = quiver_cluster::ClusterOptions {
-            etcd: endpoints,
-            prefix,
-            node_id,
-            location,
-            replicas: args.replicas as usize,
-            lease_ttl: args.lease_ttl(),
-            repair_every: REPAIR_EVERY,
-            orphan_grace: args.orphan_grace(),
-        };
-        let node = quiver_cluster::ClusterNode::join(options, Arc::clone(store))
-            .await
-            .map_err(|e| format!("--cluster {url}: {e}"))?;
-        node.spawn_background();
-        config.cluster = Some(Arc::clone(&node) as quiver_flight::cluster::Cluster);
-        Ok(Some(node))
-    }
-    #[cfg(not(feature = "cluster"))]
-    {
-        let _ = (endpoints, prefix, node_id, location, store);
-        Err(format!(
-            "--cluster {url}: this quiver was built without cluster support; build it with \
-             `cargo build --release --features cluster` (needs protoc: apt-get install \
-             protobuf-compiler)"
-        )
-        .into())
-    }
+    let options = quiver_cluster::ClusterOptions {
+        etcd,
+        node_id,
+        location,
+        replicas: args.replicas as usize,
+        lease_ttl: args.lease_ttl(),
+        repair_every: REPAIR_EVERY,
+        orphan_grace: args.orphan_grace(),
+    };
+    let node = quiver_cluster::ClusterNode::join(options, Arc::clone(store))
+        .await
+        .map_err(|e| format!("--cluster {url}: {e}"))?;
+    node.spawn_background();
+    config.cluster = Some(Arc::clone(&node) as quiver_flight::cluster::Cluster);
+    Ok(Some(node))
 }
 
 /// Leaves the cluster on shutdown: the others repair at once.
 pub(crate) async fn leave(node: Option<Node>) {
-    #[cfg(feature = "cluster")]
     if let Some(node) = node {
         node.leave().await;
     }
-    #[cfg(not(feature = "cluster"))]
-    let _ = node;
 }
 
 /// `quiver cluster ...`.
 pub(crate) async fn run(command: ClusterCommand) -> CliResult<()> {
     match command {
         ClusterCommand::Status(args) => {
-            let (endpoints, prefix) = parse_etcd_url(&args.cluster)?;
-            #[cfg(feature = "cluster")]
-            {
-                let status = quiver_cluster::status(&endpoints, &prefix, args.replicas as usize)
-                    .await
-                    .map_err(|e| format!("{}: {e}", args.cluster))?;
-                if args.json {
-                    println!("{}", serde_json::to_string_pretty(&status)?);
-                } else {
-                    print!("{status}");
-                }
-                Ok(())
+            let etcd = args.etcd.config(&args.cluster)?;
+            let status = quiver_cluster::status(&etcd, args.replicas as usize)
+                .await
+                .map_err(|e| format!("{}: {e}", args.cluster))?;
+            if args.json {
+                println!("{}", serde_json::to_string_pretty(&status)?);
+            } else {
+                print!("{status}");
             }
-            #[cfg(not(feature = "cluster"))]
-            {
-                let _ = (endpoints, prefix, args.json);
-                Err("this quiver was built without cluster support (cargo build --features cluster)".into())
-            }
+            Ok(())
         }
     }
 }

@@ -1,11 +1,11 @@
 //! `quiver serve`'s cluster flags and `quiver cluster`'s commands
-//! (crates/quiver-cluster; docs/cluster.md). The cluster is compiled in with
-//! the `cluster` feature (its etcd client needs `protoc` to build); without
-//! it, `--cluster` is refused with a message that says so.
+//! (crates/quiver-cluster; docs/cluster.md).
 
+use std::path::PathBuf;
 use std::time::Duration;
 
 use clap::{Args, Subcommand};
+use quiver_cluster::{EtcdConfig, EtcdCredentials, EtcdTls};
 
 /// The prefix of the cluster's keys in etcd when the URL names none.
 pub(crate) const DEFAULT_PREFIX: &str = "/quiver/";
@@ -15,9 +15,14 @@ pub(crate) const DEFAULT_PREFIX: &str = "/quiver/";
 #[derive(Debug, Args)]
 pub(crate) struct ClusterArgs {
     /// Join the cluster whose catalog is in etcd:
-    /// etcd://HOST:PORT[,HOST:PORT...][/PREFIX] (default prefix /quiver/).
+    /// etcd://HOST:PORT[,HOST:PORT...][/PREFIX] (default prefix /quiver/),
+    /// or etcds://... for etcd over TLS (with --etcd-ca).
     #[arg(long, env = "QUIVER_CLUSTER")]
     pub(crate) cluster: Option<String>,
+
+    /// How to reach etcd: TLS and user.
+    #[command(flatten)]
+    pub(crate) etcd: EtcdArgs,
 
     /// This node's id in the cluster: unique, and the same across restarts
     /// (with --data-dir, a restarted node serves the partitions it kept).
@@ -43,11 +48,129 @@ pub(crate) struct ClusterArgs {
     pub(crate) orphan_grace: u64,
 }
 
-/// etcd's endpoints and the key prefix in an `etcd://` URL.
+/// How a node or `quiver cluster` reaches etcd besides its URL.
+#[derive(Debug, Args)]
+pub(crate) struct EtcdArgs {
+    /// The CA certificate (PEM) of etcd's server certificate: TLS to etcd,
+    /// with --cluster etcds://...
+    #[arg(
+        long,
+        env = "QUIVER_ETCD_CA",
+        value_name = "FILE",
+        requires = "cluster"
+    )]
+    pub(crate) etcd_ca: Option<PathBuf>,
+
+    /// This node's client certificate (PEM), for an etcd that checks its
+    /// clients' certificates (--client-cert-auth).
+    #[arg(
+        long,
+        env = "QUIVER_ETCD_CERT",
+        value_name = "FILE",
+        requires = "etcd_key"
+    )]
+    pub(crate) etcd_cert: Option<PathBuf>,
+
+    /// The private key (PEM) of --etcd-cert.
+    #[arg(
+        long,
+        env = "QUIVER_ETCD_KEY",
+        value_name = "FILE",
+        requires = "etcd_cert"
+    )]
+    pub(crate) etcd_key: Option<PathBuf>,
+
+    /// A user of etcd's own authentication (with --etcd-password-file).
+    #[arg(long, env = "QUIVER_ETCD_USER", requires_all = ["etcd_password_file", "cluster"])]
+    pub(crate) etcd_user: Option<String>,
+
+    /// A file whose first line is --etcd-user's password (a file, so the
+    /// password shows in no process list).
+    #[arg(
+        long,
+        env = "QUIVER_ETCD_PASSWORD_FILE",
+        value_name = "FILE",
+        requires = "etcd_user"
+    )]
+    pub(crate) etcd_password_file: Option<PathBuf>,
+}
+
+impl EtcdArgs {
+    /// The catalog's settings: `url`'s endpoints and prefix, with these
+    /// flags' TLS and user, their files read.
+    pub(crate) fn config(&self, url: &str) -> Result<EtcdConfig, String> {
+        let (endpoints, prefix) = parse_etcd_url(url)?;
+        let tls_url = url.starts_with("etcds://");
+        let read = |flag: &str, path: &PathBuf| {
+            std::fs::read(path).map_err(|e| format!("{flag} {}: {e}", path.display()))
+        };
+        let tls = match (&self.etcd_ca, tls_url) {
+            (Some(ca), true) => Some(EtcdTls {
+                ca: read("--etcd-ca", ca)?,
+                identity: match (&self.etcd_cert, &self.etcd_key) {
+                    (Some(cert), Some(key)) => {
+                        Some((read("--etcd-cert", cert)?, read("--etcd-key", key)?))
+                    }
+                    _ => None,
+                },
+            }),
+            (None, true) => {
+                return Err(format!(
+                    "--cluster {url}: etcd over TLS needs --etcd-ca, the CA of etcd's certificate"
+                ));
+            }
+            (Some(_), false) => {
+                return Err(format!(
+                    "--etcd-ca is for etcd over TLS: write the URL as etcds://, not {url}"
+                ));
+            }
+            (None, false) if self.etcd_cert.is_some() => {
+                return Err(
+                    "--etcd-cert is for etcd over TLS: give --cluster etcds://... and --etcd-ca"
+                        .into(),
+                );
+            }
+            (None, false) => None,
+        };
+        let user = match (&self.etcd_user, &self.etcd_password_file) {
+            (Some(name), Some(file)) => {
+                let text = String::from_utf8(read("--etcd-password-file", file)?)
+                    .map_err(|_| format!("--etcd-password-file {}: not UTF-8", file.display()))?;
+                let password = text.lines().next().unwrap_or_default().to_string();
+                if password.is_empty() {
+                    return Err(format!(
+                        "--etcd-password-file {}: the first line is empty",
+                        file.display()
+                    ));
+                }
+                Some(EtcdCredentials {
+                    name: name.clone(),
+                    password,
+                })
+            }
+            _ => None,
+        };
+        Ok(EtcdConfig {
+            endpoints,
+            prefix,
+            tls,
+            user,
+        })
+    }
+}
+
+/// etcd's endpoints and the key prefix in an `etcd://` (or, over TLS,
+/// `etcds://`) URL.
 pub(crate) fn parse_etcd_url(url: &str) -> Result<(Vec<String>, String), String> {
-    let rest = url.strip_prefix("etcd://").ok_or_else(|| {
-        format!("--cluster {url}: expected etcd://HOST:PORT[,HOST:PORT...][/PREFIX]")
-    })?;
+    let (scheme, rest) = if let Some(rest) = url.strip_prefix("etcd://") {
+        ("http", rest)
+    } else if let Some(rest) = url.strip_prefix("etcds://") {
+        ("https", rest)
+    } else {
+        return Err(format!(
+            "--cluster {url}: expected etcd://HOST:PORT[,HOST:PORT...][/PREFIX] (etcds:// for TLS)"
+        ));
+    };
     let (hosts, prefix) = match rest.split_once('/') {
         Some((hosts, "")) => (hosts, DEFAULT_PREFIX.to_string()),
         Some((hosts, prefix)) => (hosts, format!("/{}/", prefix.trim_matches('/'))),
@@ -56,7 +179,7 @@ pub(crate) fn parse_etcd_url(url: &str) -> Result<(Vec<String>, String), String>
     let endpoints: Vec<String> = hosts
         .split(',')
         .filter(|h| !h.is_empty())
-        .map(|h| format!("http://{h}"))
+        .map(|h| format!("{scheme}://{h}"))
         .collect();
     if endpoints.is_empty() {
         return Err(format!("--cluster {url}: no etcd endpoint given"));
@@ -64,7 +187,6 @@ pub(crate) fn parse_etcd_url(url: &str) -> Result<(Vec<String>, String), String>
     Ok((endpoints, prefix))
 }
 
-#[cfg_attr(not(feature = "cluster"), allow(dead_code))]
 impl ClusterArgs {
     /// How long a node's lease lasts.
     pub(crate) fn lease_ttl(&self) -> Duration {
@@ -87,9 +209,14 @@ pub(crate) enum ClusterCommand {
 /// `quiver cluster status`'s flags.
 #[derive(Debug, Args)]
 pub(crate) struct StatusArgs {
-    /// The cluster: etcd://HOST:PORT[,HOST:PORT...][/PREFIX].
+    /// The cluster: etcd://HOST:PORT[,HOST:PORT...][/PREFIX], or etcds://...
+    /// for etcd over TLS (with --etcd-ca).
     #[arg(long, env = "QUIVER_CLUSTER")]
     pub(crate) cluster: String,
+
+    /// How to reach etcd: TLS and user.
+    #[command(flatten)]
+    pub(crate) etcd: EtcdArgs,
 
     /// Copies each partition should have (the nodes' --replicas).
     #[arg(long, env = "QUIVER_REPLICAS", default_value_t = 2)]
@@ -119,6 +246,10 @@ mod tests {
                 vec!["http://a:1".to_string(), "http://b:2".to_string()],
                 "/prod/q/".to_string()
             )
+        );
+        assert_eq!(
+            parse_etcd_url("etcds://a:1").unwrap().0,
+            vec!["https://a:1".to_string()]
         );
         assert!(parse_etcd_url("http://a:1").is_err());
         assert!(parse_etcd_url("etcd:///x").is_err());
