@@ -1,11 +1,10 @@
 #!/usr/bin/env bash
-# Installs what the cluster needs to build and to be tested, from Debian's packages:
-#   protobuf-compiler  protoc, which the etcd client crate (etcd-client, through
-#                      tonic-prost-build) runs at build time to compile etcd's API;
-#   libprotobuf-dev    the well-known .proto files etcd's API imports
-#                      (google/protobuf/descriptor.proto, ...);
-#   etcd-server        etcd, which python/tests/test_cluster.py starts on loopback with
-#                      a temporary data directory (the packaged service is not used);
+# Installs what the cluster's tests need, from Debian's packages (building quiver needs
+# none of them: crates/quiver-etcd compiles etcd's API without protoc):
+#   etcd-server        etcd, which python/tests/test_cluster.py and crates/quiver-etcd's
+#                      tests start on loopback with a temporary data directory (the
+#                      packaged service is not used);
+#   etcd-client        etcdctl, which turns etcd's authentication on in those tests;
 #   iptables           the firewall rule that cuts a node off inside the network
 #                      namespace of test_cluster.py's partition test.
 # Idempotent: it runs apt-get only when one of them is missing. Runs as root with no
@@ -16,12 +15,11 @@ say() { printf 'install-cluster-tools: %s\n' "$*"; }
 die() { printf 'install-cluster-tools: %s\n' "$1" >&2; exit 1; }
 
 packages=()
-command -v protoc >/dev/null || packages+=(protobuf-compiler)
-[ -f /usr/include/google/protobuf/descriptor.proto ] || packages+=(libprotobuf-dev)
 command -v etcd >/dev/null || packages+=(etcd-server)
+command -v etcdctl >/dev/null || packages+=(etcd-client)
 command -v iptables >/dev/null || packages+=(iptables)
 if [ ${#packages[@]} -eq 0 ]; then
-    say "protoc, its well-known protos, etcd and iptables already installed"
+    say "etcd, etcdctl and iptables already installed"
     exit 0
 fi
 
@@ -39,5 +37,4 @@ say "installing ${packages[*]} from Debian's packages"
     "${packages[@]}" >/dev/null
 # The package may start its own etcd service where an init system runs; the tests
 # start theirs on other ports, so it is left alone.
-command -v protoc >/dev/null || die "installed protobuf-compiler but found no protoc"
 command -v etcd >/dev/null || die "installed etcd-server but found no etcd"

@@ -1,15 +1,22 @@
 #!/usr/bin/env bash
 # Runs every test of quiver, setting up what they need:
-#   0. protoc and etcd from Debian's packages, if missing: the cluster's etcd client
-#      needs protoc to build, its tests start etcd (scripts/install-cluster-tools.sh);
-#   1. Rust: cargo fmt --check, clippy -D warnings, unit and integration tests, with
-#      the `quiver` binary's `cluster` feature on (one feature set for every step, so
-#      clippy, the tests and the binary share their build);
-#   2. the release `quiver` binary the Python tests start (with the cluster);
+#   0. etcd, etcdctl and iptables from Debian's packages, if missing, for the cluster's
+#      tests (scripts/install-cluster-tools.sh);
+#   1. Rust, with no protoc to run (PROTOC unset, the first `protoc` on the PATH one
+#      that fails): cargo fmt --check; the release `quiver` binary the Python tests
+#      start, built after its code-generating crate (quiver-etcd) is cleaned, so each
+#      run proves the build needs cargo alone; then every unit, integration and doc
+#      test. Clippy's lints (-D warnings) run inside those builds, clippy-driver being
+#      the workspace's rustc wrapper: the workspace is compiled once for lints, tests
+#      and binary, and no dependency is compiled a second time for clippy alone;
+#   2. (the binary is built in step 1)
 #   3. a Python venv with the pinned dependencies (python/requirements-dev.txt
 #      and bench/requirements.txt), reused while those pins do not change; the
 #      engines of the connectors (PySpark, Dask, Ray) among them, so their
 #      tests run once here against real engines (Spark needs the JDK of step 4);
+#      then the client's wheel (maturin, abi3: one wheel for every CPython >= 3.10),
+#      built once and installed into the venv, so the tests import what a user
+#      installs, not the source tree;
 #   4. Java (JDK 17 and Maven from Debian's packages if missing) and Apache Arrow's
 #      Flight SQL JDBC driver, for python/tests/test_jdbc.py (scripts/setup-java.sh;
 #      cached outside the repository, in ~/.cache/quiver/java);
@@ -38,28 +45,70 @@ export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$repo/target}"
 venv="${QUIVER_VENV:-$repo/.venv}"
 python="${PYTHON:-python3}"
 
-step() { printf '\n==> %s\n' "$*"; }
+# Each step's wall-clock time, printed at the end (docs/performance.md keeps a cold run's).
+started=$SECONDS
+current="" current_start=$SECONDS
+timings=()
+end_step() {
+    [ -n "$current" ] && timings+=("$(printf '%6d s  %s' $((SECONDS - current_start)) "$current")")
+    current=""
+}
+step() {
+    end_step
+    current="$*" current_start=$SECONDS
+    printf '\n==> %s\n' "$*"
+}
+report_times() {
+    local status=$?
+    [ -n "${no_protoc:-}" ] && rm -rf "$no_protoc"
+    end_step
+    printf '\n==> time per step\n'
+    printf '%s\n' "${timings[@]}"
+    printf '%6d s  in all (exit %d)\n' $((SECONDS - started)) "$status"
+}
+trap report_times EXIT
 
 command -v cargo >/dev/null || { echo "cargo not found: install Rust (https://rustup.rs) first" >&2; exit 1; }
 command -v "$python" >/dev/null || { echo "$python not found: install Python 3.10 or newer" >&2; exit 1; }
 
-step "protoc and etcd (the cluster's build and tests)"
+step "etcd, etcdctl and iptables (the cluster's tests)"
 bash scripts/install-cluster-tools.sh
 
 step "cargo fmt --check"
 cargo fmt --all -- --check
 
-features=(--features quiver/cluster)
+# No protoc from here on: PROTOC unset, and the first `protoc` on the PATH one that only
+# fails, so a build step that runs protoc (a system one included) fails the run. The
+# build must need cargo alone (issue 34); this makes every run prove it.
+unset PROTOC PROTOC_INCLUDE
+no_protoc="$(mktemp -d)"
+cat > "$no_protoc/protoc" <<'EOF_PROTOC'
+#!/bin/sh
+echo "protoc was run, and building quiver must not need it (scripts/test.sh)" >&2
+exit 1
+EOF_PROTOC
+chmod +x "$no_protoc/protoc"
+export PATH="$no_protoc:$PATH"
 
-step "cargo clippy -D warnings"
-cargo clippy --release --workspace --all-targets --locked "${features[@]}" -- -D warnings
+# Clippy inside the builds: clippy-driver compiles the workspace's crates (lints and
+# code at once), dependencies are built once by rustc, as `cargo clippy` would check
+# them a second time. CLIPPY_ARGS is how cargo-clippy hands its flags to the driver.
+clippy_driver="$(rustc --print sysroot)/bin/clippy-driver"
+[ -x "$clippy_driver" ] || { echo "clippy not found: rustup component add clippy" >&2; exit 1; }
+export RUSTC_WORKSPACE_WRAPPER="$clippy_driver"
+export CLIPPY_ARGS="-D__CLIPPY_HACKERY__warnings__CLIPPY_HACKERY__"
 
-step "cargo test (unit and integration)"
-cargo test --release --workspace --locked "${features[@]}"
+step "the quiver binary, with no protoc, its generated code made again (clippy -D warnings)"
+# The same command as deploy/Containerfile's build stage, with the release profile.
+profile=release
+cargo clean --profile "$profile" --package quiver-etcd
+cargo build --locked --profile "$profile" --bin quiver
+export QUIVER_BIN="$CARGO_TARGET_DIR/$profile/quiver"
+"$QUIVER_BIN" serve --help | grep -q -- '--cluster' \
+    || { echo "quiver serve --help lists no --cluster" >&2; exit 1; }
 
-step "build the quiver binary"
-cargo build --release --locked --bin quiver "${features[@]}"
-export QUIVER_BIN="$CARGO_TARGET_DIR/release/quiver"
+step "cargo test: unit, integration and doc tests (clippy -D warnings)"
+cargo test --release --workspace --locked
 
 step "Python venv ($venv)"
 stamp="$venv/.quiver-deps"
@@ -71,10 +120,22 @@ if [ ! -x "$venv/bin/python" ] || [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; 
     "$venv/bin/python" -m pip install --quiet -r python/requirements-dev.txt -r bench/requirements.txt
     echo "$want" > "$stamp"
 fi
-# The package itself is installed afresh every run: it is the code under test. Its
-# Rust core (quiver._core, crates/quiver-python) is built by maturin, in the venv, into
-# the same target directory as the rest (cargo rebuilds only what changed).
-PATH="$venv/bin:$PATH" "$venv/bin/python" -m pip install --quiet --no-deps --no-build-isolation -e python
+
+step "the client's wheel (maturin build, abi3), installed into the venv"
+# Built afresh every run, into the same target directory as the rest (cargo rebuilds
+# only what changed), and installed as a user installs it: the tests import the
+# wheel's quiver from site-packages, not python/quiver.
+wheels="$CARGO_TARGET_DIR/wheels"
+rm -rf "$wheels"
+# maturin reads python/pyproject.toml (the crate, the module's name, the features) from
+# the directory it runs in.
+(cd python && "$venv/bin/maturin" build --quiet --release --locked --out "$wheels")
+wheel="$(ls "$wheels"/quiver_client-*-abi3-*.whl)"
+"$venv/bin/python" -m pip install --quiet --no-deps --force-reinstall "$wheel"
+export QUIVER_WHEEL="$wheel"
+(cd / && "$venv/bin/python" -c 'import quiver, quiver._core, sys
+assert "site-packages" in quiver.__file__, quiver.__file__
+print("quiver", quiver.__version__, "from", quiver.__file__)')
 
 step "ruff"
 "$venv/bin/ruff" check python bench

@@ -285,3 +285,20 @@ def test_containerfile_copies_what_exists() -> None:
     assert profile[1] == "release" or f"[profile.{profile[1]}]" in cargo
     assert f"COPY {CONFIG.relative_to(REPO)} /etc/quiver/quiver.toml" in text
     assert 'ENTRYPOINT ["quiver", "serve", "--config", "/etc/quiver/quiver.toml"]' in text
+
+
+def test_containerfile_builds_as_the_test_command_does_with_no_protoc() -> None:
+    # No container engine runs here (docs/deploy.md): the image's build command is the one
+    # scripts/test.sh runs on every run with no protoc reachable, from a clean state of the
+    # crate whose build script generates code, and nothing installs protoc.
+    text = CONTAINERFILE.read_text()
+    script = (REPO / "scripts" / "test.sh").read_text()
+    image = re.search(r"cargo build [^\n\\]*--bin quiver", text)
+    assert image, "the Containerfile's build stage runs cargo build --bin quiver"
+    assert image[0] == 'cargo build --locked --profile "$PROFILE" --bin quiver', image[0]
+    assert 'cargo build --locked --profile "$profile" --bin quiver' in script
+    assert 'cargo clean --profile "$profile" --package quiver-etcd' in script
+    assert "unset PROTOC" in script
+    for recipe in (text, script, *(p.read_text() for p in (REPO / "scripts").glob("*.sh"))):
+        assert "protobuf-compiler" not in recipe
+        assert not re.search(r"apt-get install[^\n]*protoc", recipe)
