@@ -353,12 +353,23 @@ class EtcdProcess:
 
     etcd is ``$ETCD_BIN``, else ``etcd`` on the ``PATH`` (Debian's ``etcd-server``).
     :meth:`stop` and :meth:`start` keep its ports and data directory, as a restart of
-    the real service would.
+    the real service would. ``tls``: its client URL is https (give the certificate
+    flags in ``extra_args``, e.g. ``--cert-file``, ``--key-file``, ``--trusted-ca-file``,
+    ``--client-cert-auth``), and :attr:`url` is ``etcds://``.
     """
 
-    def __init__(self, data_dir: Path, host: str = "127.0.0.1") -> None:
+    def __init__(
+        self,
+        data_dir: Path,
+        host: str = "127.0.0.1",
+        *,
+        tls: bool = False,
+        extra_args: Sequence[str] = (),
+    ) -> None:
         self.data_dir = data_dir
         self.host = host
+        self.tls = tls
+        self.extra_args = tuple(extra_args)
         self.client_port = free_port(host)
         self.peer_port = free_port(host)
         self.log_path = data_dir.parent / f"{data_dir.name}.log"
@@ -367,7 +378,14 @@ class EtcdProcess:
     @property
     def url(self) -> str:
         """The ``--cluster`` URL of quiver nodes using this etcd."""
-        return f"etcd://{self.host}:{self.client_port}"
+        scheme = "etcds" if self.tls else "etcd"
+        return f"{scheme}://{self.host}:{self.client_port}"
+
+    @property
+    def client_url(self) -> str:
+        """The client URL of etcd (``etcdctl --endpoints``)."""
+        scheme = "https" if self.tls else "http"
+        return f"{scheme}://{self.host}:{self.client_port}"
 
     def start(self, timeout: float = ETCD_START_TIMEOUT_S) -> None:
         """Start etcd and wait until it accepts connections."""
@@ -376,7 +394,7 @@ class EtcdProcess:
         binary = os.environ.get("ETCD_BIN") or shutil.which("etcd")
         if not binary:
             raise ServerStartError("etcd not found: install Debian's etcd-server or set ETCD_BIN")
-        client = f"http://{self.host}:{self.client_port}"
+        client = self.client_url
         peer = f"http://{self.host}:{self.peer_port}"
         self.data_dir.parent.mkdir(parents=True, exist_ok=True)
         with open(self.log_path, "ab") as log:
@@ -391,6 +409,7 @@ class EtcdProcess:
                     f"--initial-advertise-peer-urls={peer}",
                     f"--initial-cluster=quiver={peer}",
                     "--log-level=warn",
+                    *self.extra_args,
                 ],
                 stdout=log,
                 stderr=subprocess.STDOUT,

@@ -46,10 +46,19 @@ class Etcd(testing.EtcdProcess):
 class Cluster:
     """quiver nodes n1, n2, n3 on 127.0.0.1, .2, .3 over one etcd."""
 
-    def __init__(self, etcd: Etcd, tmp_path: Path, replicas: int = 2) -> None:
+    def __init__(
+        self,
+        etcd: Etcd,
+        tmp_path: Path,
+        replicas: int = 2,
+        etcd_flags: tuple[str, ...] = (),
+    ) -> None:
+        """``etcd_flags``: how every node and ``quiver cluster status`` reach etcd
+        (``--etcd-ca``, ``--etcd-user``, ...)."""
         self.etcd = etcd
         self.tmp_path = tmp_path
         self.replicas = replicas
+        self.etcd_flags = etcd_flags
         self.nodes: dict[str, Server] = {}
         self.ports: dict[str, int] = {}
         self._shared_bin: Path | None = None
@@ -75,6 +84,7 @@ class Cluster:
         flags = (
             "--cluster",
             self.etcd.url,
+            *self.etcd_flags,
             "--node-id",
             node_id,
             "--replicas",
@@ -140,6 +150,7 @@ class Cluster:
                 "status",
                 "--cluster",
                 self.etcd.url,
+                *self.etcd_flags,
                 "--replicas",
                 str(self.replicas),
                 "--json",

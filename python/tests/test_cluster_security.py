@@ -1,0 +1,187 @@
+"""A cluster whose catalog is a secured etcd: TLS with client certificates, and etcd's users.
+
+Real etcd (TLS with ``--client-cert-auth``, authentication on, a user whose role reaches
+only the cluster's prefix) and real quiver nodes on 127.0.0.1 and .2. The certificates are
+made by the openssl tool (security_helpers.make_certs); etcd's users by ``etcdctl``
+(Debian's ``etcd-client``, installed by the test command).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+
+import quiver
+from cluster_helpers import Cluster, Etcd
+from security_helpers import Certs, make_certs
+from server_process import quiver_bin
+
+ETCD_USER, ETCD_PASSWORD = "quiver", "etcd-secret-pw"
+
+
+def etcdctl(etcd: Etcd, certs: Certs, *args: str) -> None:
+    """Run ``etcdctl`` on ``etcd`` with the test client's certificate; it must succeed."""
+    binary = shutil.which("etcdctl")
+    if binary is None:
+        pytest.fail("etcdctl not found: scripts/install-cluster-tools.sh installs it")
+    result = subprocess.run(
+        [
+            binary,
+            f"--endpoints={etcd.client_url}",
+            f"--cacert={certs.ca}",
+            f"--cert={certs.client_cert}",
+            f"--key={certs.client_key}",
+            *args,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        env={**os.environ, "ETCDCTL_API": "3"},
+        check=False,
+    )
+    assert result.returncode == 0, f"etcdctl {args}: {result.stderr}"
+
+
+@pytest.fixture
+def secured_etcd(tmp_path: Path) -> Iterator[tuple[Etcd, Certs, Path]]:
+    """etcd over TLS that checks client certificates, with authentication on; a user
+    ``quiver`` whose role reads and writes ``/quiver/`` only; its password file."""
+    (tmp_path / "pki").mkdir()
+    certs = make_certs(tmp_path / "pki")
+    etcd = Etcd(
+        tmp_path / "etcd",
+        tls=True,
+        extra_args=(
+            f"--cert-file={certs.server_cert}",
+            f"--key-file={certs.server_key}",
+            f"--trusted-ca-file={certs.ca}",
+            "--client-cert-auth",
+        ),
+    )
+    etcd.start()
+    try:
+        etcdctl(etcd, certs, "user", "add", "root:root-pw")
+        etcdctl(etcd, certs, "user", "add", f"{ETCD_USER}:{ETCD_PASSWORD}")
+        etcdctl(etcd, certs, "role", "add", "quiver")
+        grant = ("role", "grant-permission", "quiver", "--prefix=true", "readwrite", "/quiver/")
+        etcdctl(etcd, certs, *grant)
+        etcdctl(etcd, certs, "user", "grant-role", ETCD_USER, "quiver")
+        etcdctl(etcd, certs, "auth", "enable")
+        password_file = tmp_path / "etcd-password"
+        password_file.write_text(ETCD_PASSWORD + "\n")
+        password_file.chmod(0o600)
+        yield etcd, certs, password_file
+    finally:
+        etcd.stop()
+
+
+def etcd_flags(certs: Certs, password_file: Path) -> tuple[str, ...]:
+    return (
+        "--etcd-ca",
+        str(certs.ca),
+        "--etcd-cert",
+        str(certs.client_cert),
+        "--etcd-key",
+        str(certs.client_key),
+        "--etcd-user",
+        ETCD_USER,
+        "--etcd-password-file",
+        str(password_file),
+    )
+
+
+def serve_fails(etcd: Etcd, tmp_path: Path, *flags: str) -> str:
+    """Run ``quiver serve --cluster ...`` that must fail to start; its stderr."""
+    result = subprocess.run(
+        [
+            str(quiver_bin()),
+            "serve",
+            "--listen",
+            "127.0.0.1:0",
+            "--shm-socket",
+            "off",
+            "--node-id",
+            "n9",
+            *flags,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={k: v for k, v in os.environ.items() if not k.startswith("QUIVER_")},
+        check=False,
+        cwd=tmp_path,
+    )
+    assert result.returncode != 0, result.stdout + result.stderr
+    return result.stderr
+
+
+def test_nodes_keep_their_catalog_in_an_etcd_with_tls_and_users(
+    secured_etcd: tuple[Etcd, Certs, Path], tmp_path: Path
+) -> None:
+    etcd, certs, password_file = secured_etcd
+    cluster = Cluster(etcd, tmp_path, etcd_flags=etcd_flags(certs, password_file))
+    try:
+        cluster.start("n1")
+        cluster.start("n2")
+        table = pa.table({"id": pa.array(range(10_000), pa.int64())})
+        with quiver.connect(cluster.uri("n1")) as client:
+            client.put("secured", table)
+        with quiver.connect(cluster.uri("n2")) as client:
+            assert client.get("secured").sort_by("id").equals(table)
+        status = cluster.status()
+        assert sorted(node["id"] for node in status["nodes"]) == ["n1", "n2"]  # type: ignore[index, union-attr]
+    finally:
+        failures = cluster.stop_all()
+    assert not failures, failures
+
+
+def test_a_node_without_the_right_etcd_credentials_does_not_start(
+    secured_etcd: tuple[Etcd, Certs, Path], tmp_path: Path
+) -> None:
+    etcd, certs, password_file = secured_etcd
+    tls = ("--etcd-ca", str(certs.ca), "--etcd-cert", str(certs.client_cert))
+    tls += ("--etcd-key", str(certs.client_key))
+    # No etcd user: etcd takes the certificate's name, which is no user of it.
+    error = serve_fails(etcd, tmp_path, "--cluster", etcd.url, *tls)
+    assert "permission denied" in error, error
+    # A wrong password.
+    wrong = tmp_path / "wrong-password"
+    wrong.write_text("not-it\n")
+    error = serve_fails(
+        etcd,
+        tmp_path,
+        "--cluster",
+        etcd.url,
+        *tls,
+        "--etcd-user",
+        ETCD_USER,
+        "--etcd-password-file",
+        str(wrong),
+    )
+    assert "etcd authentication" in error and ETCD_USER in error, error
+    # No client certificate: etcd (--client-cert-auth) refuses the connection.
+    error = serve_fails(
+        etcd,
+        tmp_path,
+        "--cluster",
+        etcd.url,
+        "--etcd-ca",
+        str(certs.ca),
+        "--etcd-user",
+        ETCD_USER,
+        "--etcd-password-file",
+        str(password_file),
+    )
+    assert "transport error" in error, error
+    # TLS settings that do not fit the URL are refused before any connection.
+    plain = etcd.url.replace("etcds://", "etcd://")
+    error = serve_fails(etcd, tmp_path, "--cluster", plain, *tls)
+    assert "etcds://" in error, error
+    error = serve_fails(etcd, tmp_path, "--cluster", etcd.url)
+    assert "--etcd-ca" in error, error
