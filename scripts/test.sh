@@ -16,7 +16,8 @@
 #      tests run once here against real engines (Spark needs the JDK of step 4);
 #      then the client's wheel (maturin, abi3: one wheel for every CPython >= 3.10),
 #      built once and installed into the venv, so the tests import what a user
-#      installs, not the source tree;
+#      installs, not the source tree. The venv, and steps 4 to 6, install in the
+#      background while Rust compiles (they wait on the network more than on the CPU);
 #   4. Java (JDK 17 and Maven from Debian's packages if missing) and Apache Arrow's
 #      Flight SQL JDBC driver, for python/tests/test_jdbc.py (scripts/setup-java.sh;
 #      cached outside the repository, in ~/.cache/quiver/java);
@@ -60,7 +61,10 @@ step() {
 }
 report_times() {
     local status=$?
+    # Background installs still running (the run failed before it waited for them).
+    kill $(jobs -p) 2>/dev/null || true
     [ -n "${no_protoc:-}" ] && rm -rf "$no_protoc"
+    [ -n "${installs:-}" ] && rm -rf "$installs"
     end_step
     printf '\n==> time per step\n'
     printf '%s\n' "${timings[@]}"
@@ -76,6 +80,55 @@ bash scripts/install-cluster-tools.sh
 
 step "cargo fmt --check"
 cargo fmt --all -- --check
+
+# What waits on the network more than on the CPU installs while Rust compiles, in two
+# background jobs: the Python venv (pip), and Java with the JDBC driver, PostgreSQL,
+# systemd and tmux (apt-get, one after another for dpkg's lock). Each writes a log; the
+# steps that need them wait for them (`await_install`), and a failure ends the run there.
+installs="$(mktemp -d)"
+install_venv() {
+    local stamp="$venv/.quiver-deps" want
+    want="$(cat python/requirements-dev.txt bench/requirements.txt python/pyproject.toml | sha256sum | cut -d' ' -f1)"
+    if [ ! -x "$venv/bin/python" ] || [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
+        rm -rf "$venv"
+        "$python" -m venv "$venv"
+        "$venv/bin/python" -m pip install --quiet --upgrade pip
+        "$venv/bin/python" -m pip install --quiet -r python/requirements-dev.txt -r bench/requirements.txt
+        echo "$want" > "$stamp"
+    else
+        echo "reused: its pins did not change"
+    fi
+}
+install_system() {
+    # Java and the Flight SQL JDBC driver (python/tests/test_jdbc.py), cached outside
+    # the repository.
+    bash scripts/setup-java.sh
+    # PostgreSQL and psqlODBC (the benchmark harness's sql suite, smoke-tested).
+    bash scripts/install-postgres.sh
+    # systemd and tmux (test_deploy.py, test_top.py). Exit 3: they cannot be installed
+    # here; the tests then say so (and fail with CI=true).
+    bash scripts/install-os-tools.sh || [ $? -eq 3 ]
+}
+background_install() {
+    local name=$1
+    shift
+    ( start=$SECONDS; "$@"; echo "$((SECONDS - start))" > "$installs/$name.seconds" ) \
+        > "$installs/$name.log" 2>&1 &
+    echo $! > "$installs/$name.pid"
+}
+await_install() {
+    local name=$1 what=$2
+    step "waiting for $what (installed in the background)"
+    if ! wait "$(cat "$installs/$name.pid")"; then
+        cat "$installs/$name.log" >&2
+        echo "installing $what failed (log above)" >&2
+        exit 1
+    fi
+    cat "$installs/$name.log"
+    timings+=("$(printf '%6d s  %s' "$(cat "$installs/$name.seconds")" "$what, in the background")")
+}
+background_install venv install_venv
+background_install system install_system
 
 # No protoc from here on: PROTOC unset, and the first `protoc` on the PATH one that only
 # fails, so a build step that runs protoc (a system one included) fails the run. The
@@ -110,16 +163,7 @@ export QUIVER_BIN="$CARGO_TARGET_DIR/$profile/quiver"
 step "cargo test: unit, integration and doc tests (clippy -D warnings)"
 cargo test --release --workspace --locked
 
-step "Python venv ($venv)"
-stamp="$venv/.quiver-deps"
-want="$(cat python/requirements-dev.txt bench/requirements.txt python/pyproject.toml | sha256sum | cut -d' ' -f1)"
-if [ ! -x "$venv/bin/python" ] || [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
-    rm -rf "$venv"
-    "$python" -m venv "$venv"
-    "$venv/bin/python" -m pip install --quiet --upgrade pip
-    "$venv/bin/python" -m pip install --quiet -r python/requirements-dev.txt -r bench/requirements.txt
-    echo "$want" > "$stamp"
-fi
+await_install venv "the Python venv ($venv)"
 
 step "the client's wheel (maturin build, abi3), installed into the venv"
 # Built afresh every run, into the same target directory as the rest (cargo rebuilds
@@ -144,15 +188,7 @@ step "ruff"
 step "mypy (the client package ships py.typed)"
 "$venv/bin/mypy" --config-file python/pyproject.toml python/quiver
 
-step "Java and the Flight SQL JDBC driver (python/tests/test_jdbc.py)"
-bash scripts/setup-java.sh
-
-step "PostgreSQL and psqlODBC (the benchmark harness's sql suite, smoke-tested)"
-bash scripts/install-postgres.sh
-
-step "systemd and tmux (python/tests/test_deploy.py, python/tests/test_top.py)"
-# Exit 3: they cannot be installed here; the tests then say so (and fail with CI=true).
-bash scripts/install-os-tools.sh || [ $? -eq 3 ]
+await_install system "Java and the JDBC driver, PostgreSQL and psqlODBC, systemd and tmux"
 
 step "pytest"
 # shellcheck disable=SC2086
