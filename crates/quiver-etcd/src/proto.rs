@@ -15,13 +15,7 @@ impl Compare {
         result: compare::CompareResult,
         revision: i64,
     ) -> Self {
-        Self {
-            result: result as i32,
-            target: compare::CompareTarget::Mod as i32,
-            key: key.into(),
-            target_union: Some(compare::TargetUnion::ModRevision(revision)),
-            range_end: Vec::new(),
-        }
+        Self::of(key, result, compare::TargetUnion::ModRevision(revision))
     }
 
     /// True when `key`'s creation revision compares to `revision` as
@@ -32,13 +26,7 @@ impl Compare {
         result: compare::CompareResult,
         revision: i64,
     ) -> Self {
-        Self {
-            result: result as i32,
-            target: compare::CompareTarget::Create as i32,
-            key: key.into(),
-            target_union: Some(compare::TargetUnion::CreateRevision(revision)),
-            range_end: Vec::new(),
-        }
+        Self::of(key, result, compare::TargetUnion::CreateRevision(revision))
     }
 
     /// True when `key`'s value compares to `value` as `result` says.
@@ -47,11 +35,27 @@ impl Compare {
         result: compare::CompareResult,
         value: impl Into<Vec<u8>>,
     ) -> Self {
+        Self::of(key, result, compare::TargetUnion::Value(value.into()))
+    }
+
+    /// A comparison of `key`'s attribute that `operand` names with it.
+    fn of(
+        key: impl Into<Vec<u8>>,
+        result: compare::CompareResult,
+        operand: compare::TargetUnion,
+    ) -> Self {
+        let target = match operand {
+            compare::TargetUnion::Version(_) => compare::CompareTarget::Version,
+            compare::TargetUnion::CreateRevision(_) => compare::CompareTarget::Create,
+            compare::TargetUnion::ModRevision(_) => compare::CompareTarget::Mod,
+            compare::TargetUnion::Value(_) => compare::CompareTarget::Value,
+            compare::TargetUnion::Lease(_) => compare::CompareTarget::Lease,
+        };
         Self {
             result: result as i32,
-            target: compare::CompareTarget::Value as i32,
+            target: target as i32,
             key: key.into(),
-            target_union: Some(compare::TargetUnion::Value(value.into())),
+            target_union: Some(operand),
             range_end: Vec::new(),
         }
     }
