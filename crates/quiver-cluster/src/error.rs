@@ -8,6 +8,11 @@ pub enum ClusterError {
     /// etcd could not be reached, or did not answer in time.
     #[error("the cluster catalog (etcd) is unreachable: {0}")]
     Catalog(String),
+    /// etcd answered, and refused this node: its certificate, user or
+    /// role does not allow what it asked (a setting of the node's to fix,
+    /// not an outage).
+    #[error("the cluster catalog (etcd) refused this node: {0}")]
+    CatalogRefused(String),
     /// Another commit changed the table first, every time it was retried.
     #[error("table '{table}' was changed by concurrent commits {attempts} times; try again")]
     Conflict {
@@ -66,7 +71,10 @@ pub type Result<T, E = ClusterError> = std::result::Result<T, E>;
 
 impl From<quiver_etcd::EtcdError> for ClusterError {
     fn from(e: quiver_etcd::EtcdError) -> Self {
-        Self::Catalog(e.to_string())
+        match e.code() {
+            Code::PermissionDenied | Code::Unauthenticated => Self::CatalogRefused(e.to_string()),
+            _ => Self::Catalog(e.to_string()),
+        }
     }
 }
 
@@ -76,7 +84,11 @@ impl From<ClusterError> for Status {
         let code = match e {
             // As the Flight service maps the store's errors (and their details).
             ClusterError::Store(store) => return quiver_flight::Error::Store(store).into(),
-            ClusterError::Catalog(_) | ClusterError::TooFewNodes { .. } => Code::Unavailable,
+            // A node refused by etcd cannot serve the catalog: to its clients
+            // that is an outage of the service, whose message says why.
+            ClusterError::Catalog(_)
+            | ClusterError::CatalogRefused(_)
+            | ClusterError::TooFewNodes { .. } => Code::Unavailable,
             ClusterError::Conflict { .. } => Code::Aborted,
             ClusterError::Replica { status, .. } => match status.code() {
                 Code::ResourceExhausted => Code::ResourceExhausted,

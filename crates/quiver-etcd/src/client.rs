@@ -264,11 +264,23 @@ impl Client {
         )
         .await
         .map_err(|e| match e {
-            EtcdError::Status(status) => EtcdError::Auth(format!(
-                "etcd refused user '{}': {}",
-                credentials.name,
-                status.message()
-            )),
+            // etcd's answers to a wrong user or password, or to authentication
+            // that is off; an unreachable etcd stays what it is.
+            EtcdError::Status(status)
+                if matches!(
+                    status.code(),
+                    tonic::Code::InvalidArgument
+                        | tonic::Code::PermissionDenied
+                        | tonic::Code::Unauthenticated
+                        | tonic::Code::FailedPrecondition
+                ) =>
+            {
+                EtcdError::Auth(format!(
+                    "etcd refused user '{}': {}",
+                    credentials.name,
+                    status.message()
+                ))
+            }
             other => other,
         })?;
         MetadataValue::try_from(answer.token.as_str())
