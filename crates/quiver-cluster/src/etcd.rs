@@ -1,6 +1,7 @@
 //! etcd as the cluster's catalog: reads, the compare-and-swap commit, and the
-//! node's registration under a lease. Every call has a deadline, so a node
-//! whose etcd is gone answers with a clear UNAVAILABLE instead of hanging.
+//! node's registration under a lease. Every call has quiver-etcd's deadline
+//! (`ConnectOptions::default()`: 3 s), so a node whose etcd is gone answers
+//! with a clear UNAVAILABLE instead of hanging.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -11,9 +12,6 @@ use serde::de::DeserializeOwned;
 
 use crate::catalog::{Keys, NodeEntry, TableEntry};
 use crate::error::{ClusterError, Result};
-
-/// How long one etcd call may take.
-pub(crate) const CALL_TIMEOUT: Duration = Duration::from_secs(3);
 
 /// A catalog record and the etcd modification revision it was read at (0: absent).
 #[derive(Debug, Clone)]
@@ -73,12 +71,9 @@ impl Etcd {
     /// comes up.
     pub(crate) fn connect(config: &EtcdConfig) -> Result<Self> {
         let options = ConnectOptions {
-            connect_timeout: CALL_TIMEOUT,
-            request_timeout: CALL_TIMEOUT,
-            keep_alive_interval: Duration::from_secs(2),
-            keep_alive_timeout: CALL_TIMEOUT,
             tls: config.tls.clone(),
             user: config.user.clone(),
+            ..ConnectOptions::default()
         };
         let client = Client::connect(&config.endpoints, options)?;
         Ok(Self {

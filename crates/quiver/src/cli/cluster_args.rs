@@ -124,12 +124,6 @@ impl EtcdArgs {
                     "--etcd-ca is for etcd over TLS: write the URL as etcds://, not {url}"
                 ));
             }
-            (None, false) if self.etcd_cert.is_some() => {
-                return Err(
-                    "--etcd-cert is for etcd over TLS: give --cluster etcds://... and --etcd-ca"
-                        .into(),
-                );
-            }
             (None, false) => None,
         };
         let user = match (&self.etcd_user, &self.etcd_password_file) {
