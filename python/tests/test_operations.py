@@ -228,28 +228,29 @@ def test_health_watch_sees_not_serving_at_shutdown_and_ends(
     assert time.monotonic() - started < 20
 
 
-def write_rows(fifo: Path, text: str, attempts: int = 5) -> None:
-    """Write ``text`` into ``fifo`` for a reader that may open and close it more than once.
+def open_for_writing(fifo: Path, timeout: float = 20) -> None:
+    """Open ``fifo`` for writing and close it: what ends a reader's wait in open(2).
 
-    Registering a CSV table can open the file to look at it, close it, and open
-    it again to read it: a write that met only the first opening fails with
-    EPIPE, and is sent again to the next one.
+    The server registers a CSV table over the FIFO by opening it once, seeing
+    a size of 0 and closing it, so nothing needs writing (a write could meet
+    the closed reader: EPIPE). The open blocks until the server opens its end;
+    if it never does, the test fails after ``timeout`` seconds, and the test
+    opens the reading end itself so no thread stays blocked.
     """
-    for attempt in range(attempts):
-        try:
-            with open(fifo, "w") as rows:
-                rows.write(text)
-            return
-        except BrokenPipeError:
-            if attempt == attempts - 1:
-                raise
+    opener = threading.Thread(target=lambda: os.close(os.open(fifo, os.O_WRONLY)), daemon=True)
+    opener.start()
+    opener.join(timeout)
+    if opener.is_alive():
+        os.close(os.open(fifo, os.O_RDONLY | os.O_NONBLOCK))
+        opener.join(5)
+        raise AssertionError(f"the server never opened {fifo}")
 
 
 def test_not_serving_while_starting(
     start_quiver: ServerFactory, tmp_path: Path, channel_of
 ) -> None:
-    # A --table whose file is a FIFO: registering it waits until the test
-    # writes the rows, which holds the server in its startup.
+    # A --table whose file is a FIFO: registering it waits in open(2) until
+    # the test opens the other end, which holds the server in its startup.
     fifo = tmp_path / "slow.csv"
     os.mkfifo(fifo)
     binary = str(find_quiver_binary(REPO))
@@ -288,7 +289,7 @@ def test_not_serving_while_starting(
         lister.join(0.5)
         assert lister.is_alive() and not listed, "a Flight RPC went through while starting"
         assert stub.Check(check, timeout=10).status == NOT_SERVING
-        write_rows(fifo, "a,b\n1,2\n")
+        open_for_writing(fifo)
         lister.join(20)
         assert listed == [[]]
         deadline = time.monotonic() + 20

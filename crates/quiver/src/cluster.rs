@@ -4,6 +4,7 @@
 use std::net::SocketAddr;
 use std::sync::Arc;
 
+use quiver_cluster::ClusterError;
 use quiver_flight::ServerConfig;
 use quiver_flight::server::default_location;
 use quiver_store::TableStore;
@@ -57,6 +58,7 @@ pub(crate) async fn join(
         return Ok(None);
     };
     let etcd = args.etcd.config(url)?;
+    let hint = hint(&etcd);
     refuse(config, addr)?;
     let node_id = args
         .node_id
@@ -77,10 +79,25 @@ pub(crate) async fn join(
     };
     let node = quiver_cluster::ClusterNode::join(options, Arc::clone(store))
         .await
-        .map_err(|e| format!("--cluster {url}: {e}"))?;
+        .map_err(|e| format!("--cluster {url}: {e}{}", hint(&e)))?;
     node.spawn_background();
     config.cluster = Some(Arc::clone(&node) as quiver_flight::cluster::Cluster);
     Ok(Some(node))
+}
+
+/// What to add to an error from etcd that the flags may explain. An etcd
+/// that checks client certificates (`--client-cert-auth`) closes a TLS
+/// connection without one, which the client sees only as a broken
+/// connection: "unreachable".
+fn hint(etcd: &quiver_cluster::EtcdConfig) -> impl Fn(&ClusterError) -> &'static str + use<> {
+    let no_certificate = etcd.tls.as_ref().is_some_and(|tls| tls.identity.is_none());
+    move |e| match e {
+        ClusterError::Catalog(_) if no_certificate => {
+            " (if etcd checks its clients' certificates, give this node one with \
+             --etcd-cert and --etcd-key)"
+        }
+        _ => "",
+    }
 }
 
 /// Leaves the cluster on shutdown: the others repair at once.
@@ -97,7 +114,7 @@ pub(crate) async fn run(command: ClusterCommand) -> CliResult<()> {
             let etcd = args.etcd.config(&args.cluster)?;
             let status = quiver_cluster::status(&etcd, args.replicas as usize)
                 .await
-                .map_err(|e| format!("{}: {e}", args.cluster))?;
+                .map_err(|e| format!("{}: {e}{}", args.cluster, hint(&etcd)(&e)))?;
             if args.json {
                 println!("{}", serde_json::to_string_pretty(&status)?);
             } else {
