@@ -20,9 +20,10 @@ use serde::{Deserialize, Serialize};
 
 use crate::error::{ClusterError, Result};
 
-/// The storage names of partitions start with this; a node's local store
-/// serves them as plain tables, and the catalog's tables are made of them.
-pub const PARTITION_PREFIX: &str = ".quiver-part/";
+/// The storage names of partitions start with this: a reserved name
+/// ([`quiver_store::RESERVED_PREFIX`]), which no client can name; a node's
+/// local store holds them, and the catalog's tables are made of them.
+pub const PARTITION_PREFIX: &str = quiver_store::RESERVED_PREFIX;
 
 /// A node as registered in etcd.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -99,6 +100,11 @@ impl Keys {
         format!("{}nodes/{id}", self.prefix)
     }
 
+    /// The cluster's secret, which signs the nodes' calls to each other.
+    pub(crate) fn secret(&self) -> String {
+        format!("{}secret", self.prefix)
+    }
+
     /// The prefix of every table key.
     pub(crate) fn tables(&self) -> String {
         format!("{}tables/", self.prefix)
@@ -162,6 +168,7 @@ mod tests {
     fn partition_names_are_unique_under_the_prefix() {
         let (a, b) = (partition_name("a#b/c", 3), partition_name("a#b/c", 3));
         assert!(a.starts_with(PARTITION_PREFIX) && a.ends_with(".3"));
+        assert!(quiver_store::is_reserved(&a) && quiver_store::validate_name(&a).is_err());
         assert_ne!(a, b);
     }
 

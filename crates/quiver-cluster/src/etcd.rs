@@ -140,6 +140,42 @@ impl Etcd {
         Ok(answer.succeeded)
     }
 
+    /// The cluster's secret, which signs the nodes' calls to each other: 32
+    /// random bytes (in hex) made by the first node to ask, in one
+    /// create-if-absent transaction, and read by every other. Whoever may
+    /// read the cluster's keys in etcd may act as a node.
+    pub(crate) async fn secret(&self) -> Result<Vec<u8>> {
+        let key = self.keys.secret();
+        let mut fresh = [0u8; 32];
+        getrandom::fill(&mut fresh).map_err(|e| {
+            ClusterError::Invalid(format!("no randomness for the cluster secret: {e}"))
+        })?;
+        let fresh: String = fresh.iter().map(|b| format!("{b:02x}")).collect();
+        let answer = self
+            .client
+            .txn(
+                vec![Compare::create_revision(
+                    key.as_str(),
+                    CompareResult::Equal,
+                    0,
+                )],
+                vec![RequestOp::put(key.as_str(), fresh.as_str(), 0)],
+                vec![RequestOp::get(key.as_str())],
+            )
+            .await?;
+        if answer.succeeded {
+            return Ok(fresh.into_bytes());
+        }
+        answer
+            .range(0)
+            .first()
+            .map(|kv| kv.value.clone())
+            .ok_or_else(|| ClusterError::Malformed {
+                key,
+                detail: "the cluster secret vanished while it was read".into(),
+            })
+    }
+
     /// Registers `node` under a new lease of `ttl` seconds; returns the lease.
     pub(crate) async fn register(&self, node: &NodeEntry, ttl: i64) -> Result<i64> {
         let lease = self.client.lease_grant(ttl).await?;

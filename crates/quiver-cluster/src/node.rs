@@ -16,8 +16,7 @@ use serde_json::json;
 use tonic::Status;
 
 use crate::catalog::{
-    NodeEntry, PARTITION_PREFIX, PartitionEntry, TableEntry, decode_schema, encode_schema,
-    partition_name,
+    NodeEntry, PartitionEntry, TableEntry, decode_schema, encode_schema, partition_name,
 };
 use crate::error::{ClusterError, Result};
 use crate::etcd::{Etcd, EtcdConfig, Snapshot, Versioned};
@@ -77,7 +76,15 @@ impl ClusterNode {
                 "--replicas must be at least 1".into(),
             ));
         }
+        quiver_flight::auth::validate_node_id(&options.node_id).map_err(ClusterError::Invalid)?;
         let etcd = Etcd::connect(&options.etcd)?;
+        // Before registering: a node that cannot sign its calls must not
+        // receive copies.
+        let key = quiver_flight::auth::NodeKey::new(&etcd.secret().await?, &options.node_id)
+            .map_err(|e| ClusterError::Malformed {
+                key: "the cluster secret".into(),
+                detail: e.to_string(),
+            })?;
         let lease = etcd.register(&options.me(), options.ttl_seconds()).await?;
         let snapshot = etcd.snapshot().await?;
         tracing::info!(
@@ -87,7 +94,7 @@ impl ClusterNode {
             tables = snapshot.tables.len(),
             "joined the cluster"
         );
-        let peers = Peers::default();
+        let peers = Peers::new(key);
         Ok(Arc::new_cyclic(|me| Self {
             sql: ClusterSql::new(
                 me.clone(),
@@ -385,8 +392,11 @@ fn published(entry: &TableEntry) -> Published {
 
 #[tonic::async_trait]
 impl ClusterHooks for ClusterNode {
-    fn is_partition(&self, name: &str) -> bool {
-        name.starts_with(PARTITION_PREFIX)
+    fn nodes(&self) -> quiver_flight::auth::Nodes {
+        quiver_flight::auth::Nodes {
+            key: self.peers.key().clone(),
+            internal: self.sql.internal_paths(),
+        }
     }
 
     fn sql_catalog(&self) -> Arc<dyn quiver_sql::ClusterCatalog> {

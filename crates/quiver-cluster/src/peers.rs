@@ -1,19 +1,23 @@
-//! The Flight calls a node makes to other nodes: storing a partition on a
-//! replica (DoPut of the partition's storage name, which the replica's store
-//! commits like any put, durably with `--data-dir`).
+//! The calls a node makes to other nodes: storing a partition on a replica
+//! (a DoPut of `{"partition": NAME}`, which the replica's store commits like
+//! any put, durably with `--data-dir`), reading one (DoGet) and the workers
+//! of distributed SQL. Every one carries the node's signature ([`Signed`]):
+//! the other nodes take partitions and SQL stages from nodes only.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
-use std::time::Duration;
+use std::task::{Context, Poll};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use arrow::array::RecordBatch;
 use arrow::datatypes::SchemaRef;
-use arrow_flight::FlightDescriptor;
 use arrow_flight::encode::{DictionaryHandling, FlightDataEncoderBuilder};
 use arrow_flight::error::FlightError;
 use arrow_flight::flight_service_client::FlightServiceClient;
 use futures::TryStreamExt;
+use quiver_flight::auth::{NODE_HEADER, NodeKey};
 use tonic::Status;
+use tonic::body::Body;
 use tonic::transport::{Channel, Endpoint};
 
 use crate::error::{ClusterError, Result};
@@ -21,15 +25,65 @@ use crate::error::{ClusterError, Result};
 /// How long a node may take to accept a connection.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(3);
 
+/// A channel to another node whose every request carries this node's
+/// signature ([`NODE_HEADER`]), made for the request's path and time.
+#[derive(Debug, Clone)]
+pub(crate) struct Signed<S> {
+    inner: S,
+    key: NodeKey,
+}
+
+impl<S> Signed<S> {
+    pub(crate) fn new(inner: S, key: NodeKey) -> Self {
+        Self { inner, key }
+    }
+}
+
+impl<S> tower::Service<http::Request<Body>> for Signed<S>
+where
+    S: tower::Service<http::Request<Body>>,
+{
+    type Response = S::Response;
+    type Error = S::Error;
+    type Future = S::Future;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<std::result::Result<(), S::Error>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, mut request: http::Request<Body>) -> Self::Future {
+        let now = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs());
+        let signature = self.key.sign(request.uri().path(), now);
+        request.headers_mut().insert(NODE_HEADER, signature);
+        self.inner.call(request)
+    }
+}
+
 /// Channels to the other nodes, one per location, made on first use.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone)]
 pub(crate) struct Peers {
-    channels: Arc<Mutex<HashMap<String, Channel>>>,
+    channels: Arc<Mutex<HashMap<String, Signed<Channel>>>>,
+    key: NodeKey,
 }
 
 impl Peers {
+    /// Channels whose calls `key` signs.
+    pub(crate) fn new(key: NodeKey) -> Self {
+        Self {
+            channels: Arc::default(),
+            key,
+        }
+    }
+
+    /// What signs this node's calls.
+    pub(crate) fn key(&self) -> &NodeKey {
+        &self.key
+    }
+
     /// The channel to the node at `location`, made on first use.
-    pub(crate) fn channel(&self, location: &str) -> Result<Channel> {
+    pub(crate) fn channel(&self, location: &str) -> Result<Signed<Channel>> {
         let mut channels = self.channels.lock().unwrap_or_else(PoisonError::into_inner);
         if let Some(channel) = channels.get(location) {
             return Ok(channel.clone());
@@ -42,6 +96,7 @@ impl Peers {
             .initial_stream_window_size(quiver_wire::http2::STREAM_WINDOW)
             .initial_connection_window_size(quiver_wire::http2::CONNECTION_WINDOW)
             .connect_lazy();
+        let channel = Signed::new(channel, self.key.clone());
         channels.insert(location.to_string(), channel.clone());
         Ok(channel)
     }
@@ -76,7 +131,7 @@ impl Peers {
             .with_schema(schema)
             // Dictionaries stay dictionaries (the default would decode them).
             .with_dictionary_handling(DictionaryHandling::Resend)
-            .with_flight_descriptor(Some(FlightDescriptor::new_path(vec![name.to_string()])))
+            .with_flight_descriptor(Some(quiver_flight::partition_descriptor(name)))
             .build(futures::stream::iter(
                 batches.into_iter().map(Ok::<_, FlightError>),
             ))

@@ -41,9 +41,9 @@ pub struct Published {
 /// The cluster side of a node, as the Flight service sees it.
 #[tonic::async_trait]
 pub trait ClusterHooks: Send + Sync + std::fmt::Debug {
-    /// Whether `name` names a partition stored on this node (the tables the
-    /// cluster writes between nodes), which the local store serves as is.
-    fn is_partition(&self, name: &str) -> bool;
+    /// How this node tells the other nodes' calls from clients': the
+    /// cluster's secret and the services only nodes may call.
+    fn nodes(&self) -> crate::auth::Nodes;
 
     /// The FlightInfo of table `name` from the catalog: one endpoint per
     /// partition, its replicas' locations. `None` when the catalog has no

@@ -74,6 +74,9 @@ pub(crate) async fn open(
     let command = match first.flight_descriptor.as_ref() {
         Some(d) if is_command(d) => match Described::decode(d)? {
             Described::Exchange(command) => command,
+            Described::Partition(_) => {
+                return Err(crate::request::partition_not_here("DoExchange"));
+            }
             _ => return Err(Error::Internal("a command decoded as another kind".into())),
         },
         // Any other descriptor (or none) keeps the echo.

@@ -42,6 +42,7 @@ pub use body_watch::{WatchBody, WatchBodyLayer};
 pub use descriptor::table_name;
 pub use error::{Error, Result};
 pub use put_options::{MAX_PARTITIONS, PutOptions};
+pub use request::partition_descriptor;
 pub use server::{Http2Config, ServeError, ServerConfig, ServerLimits, serve};
 pub use service::{QuiverService, ServiceOptions};
 pub use tls::TlsConfig;

@@ -30,12 +30,46 @@ pub(crate) enum Described {
     Sql(Command),
     /// A DoExchange command: a `CMD` descriptor whose bytes are a JSON object.
     Exchange(Exchange),
+    /// A cluster partition's storage name ([`partition_descriptor`]): what
+    /// one node puts on another, which only nodes may do.
+    Partition(String),
+}
+
+/// The key of the JSON `CMD` descriptor naming a partition's storage.
+const PARTITION_KEY: &str = "partition";
+
+/// The descriptor of a DoPut that stores a partition under its storage name
+/// `name` (one starting with [`quiver_store::RESERVED_PREFIX`]) on a node:
+/// `{"partition": NAME}`, which only the cluster's nodes may send.
+pub fn partition_descriptor(name: &str) -> FlightDescriptor {
+    FlightDescriptor::new_cmd(serde_json::json!({ PARTITION_KEY: name }).to_string())
+}
+
+/// The error for a partition descriptor sent to any RPC but DoPut.
+pub(crate) fn partition_not_here(rpc: &str) -> Error {
+    Error::invalid(format!(
+        "a {{\"{PARTITION_KEY}\": ...}} descriptor is a node's DoPut to another node, not for {rpc}"
+    ))
 }
 
 impl Described {
     pub(crate) fn decode(descriptor: &FlightDescriptor) -> Result<Self> {
         if descriptor.r#type == DescriptorType::Cmd as i32 && descriptor.cmd.first() == Some(&b'{')
         {
+            #[derive(Deserialize)]
+            #[serde(deny_unknown_fields)]
+            struct Partition {
+                partition: String,
+            }
+            if let Ok(Partition { partition }) = serde_json::from_slice(&descriptor.cmd) {
+                quiver_store::validate_storage_name(&partition)?;
+                if !quiver_store::is_reserved(&partition) {
+                    return Err(Error::invalid(format!(
+                        "{partition:?} is not a partition's storage name"
+                    )));
+                }
+                return Ok(Self::Partition(partition));
+            }
             return Ok(Self::Exchange(Exchange::decode(&descriptor.cmd)?));
         }
         Ok(match sql::command(&descriptor.cmd)? {
@@ -116,6 +150,10 @@ impl Exchange {
             let apply: Apply = serde_json::from_value(serde_json::Value::Object(object))
                 .map_err(|e| Error::invalid(format!("malformed apply command ({e}): {USAGE}")))?;
             apply.options()?;
+            quiver_store::validate_name(&apply.source)?;
+            if let Some(into) = &apply.into {
+                quiver_store::validate_name(into)?;
+            }
             return Ok(Self::Apply(apply));
         }
         if object.contains_key("function") {
@@ -357,17 +395,21 @@ impl ActionRequest {
     /// Decodes the body of an action of `kind`.
     pub(crate) fn decode(kind: ActionKind, body: &[u8]) -> Result<Self> {
         Ok(match kind {
-            ActionKind::Delete => Self::Store(StoreAction::Delete(
-                std::str::from_utf8(body)
-                    .map_err(|_| Error::invalid("delete: body must be a UTF-8 table name"))?
-                    .to_string(),
-            )),
+            ActionKind::Delete => {
+                let name = std::str::from_utf8(body)
+                    .map_err(|_| Error::invalid("delete: body must be a UTF-8 table name"))?;
+                quiver_store::validate_name(name)?;
+                Self::Store(StoreAction::Delete(name.to_string()))
+            }
             ActionKind::Rename => {
-                Self::Store(StoreAction::Rename(serde_json::from_slice(body).map_err(|e| {
+                let rename: Rename = serde_json::from_slice(body).map_err(|e| {
                     Error::invalid(format!(
                         "rename: body must be JSON {{\"from\": ..., \"to\": ..., \"overwrite\": false}}: {e}"
                     ))
-                })?))
+                })?;
+                quiver_store::validate_name(&rename.from)?;
+                quiver_store::validate_name(&rename.to)?;
+                Self::Store(StoreAction::Rename(rename))
             }
             ActionKind::Publish => Self::Store(StoreAction::Publish(publish(body)?)),
             ActionKind::Stats => Self::Store(StoreAction::Stats),
@@ -419,6 +461,10 @@ fn publish(body: &[u8]) -> Result<Publish> {
         ))
     })?;
     crate::put_options::check_partitions(publish.partitions)?;
+    quiver_store::validate_name(&publish.into)?;
+    for name in &publish.from {
+        quiver_store::validate_name(name)?;
+    }
     Ok(publish)
 }
 

@@ -382,7 +382,10 @@ pub async fn serve(
         .layer(readiness.gate())
         .layer(WatchBodyLayer)
         // Before the direct paths: every RPC is authenticated.
-        .layer(AuthLayer::new(config.auth.clone()))
+        .layer(AuthLayer::new(
+            config.auth.clone(),
+            config.cluster.as_ref().map(|cluster| cluster.nodes()),
+        ))
         .layer(tower::util::option_layer(direct))
         .add_routes(routes)
         .serve_with_incoming_shutdown(incoming, signal);

@@ -29,7 +29,9 @@ use crate::auth::{Caller, Role};
 use crate::body_watch::BodyOutcome;
 use crate::cluster::{Cluster, ClusterPut, Published};
 use crate::error::inbound_status;
-use crate::request::{ActionKind, ActionRequest, Described, ShmPut, StoreAction, Ticketed};
+use crate::request::{
+    ActionKind, ActionRequest, Described, ShmPut, StoreAction, Ticketed, partition_not_here,
+};
 use crate::rpc_log::{MAX_LOGGED_TEXT, RpcLog, handle, logged, truncated};
 use crate::sql::{Batches, FlightSql};
 use crate::ticket::TableTicket;
@@ -120,13 +122,9 @@ impl QuiverService {
         &self.store
     }
 
-    /// The cluster hooks when `name` is a cluster table's name (not a
-    /// partition's, which the local store serves).
-    fn cluster_for(&self, name: &str) -> Option<&Cluster> {
-        self.options
-            .cluster
-            .as_ref()
-            .filter(|cluster| !cluster.is_partition(name))
+    /// The cluster hooks, on a cluster node.
+    fn cluster(&self) -> Option<&Cluster> {
+        self.options.cluster.as_ref()
     }
 
     /// How many endpoints `table` is split over: its own setting or the
@@ -197,10 +195,11 @@ impl QuiverService {
                     .with_app_metadata(self.function_entry(&spec.name));
                 return Ok(info);
             }
+            Described::Partition(_) => return Err(partition_not_here("GetFlightInfo")),
             Described::Table(name) => name,
         };
         log.table(&name);
-        if let Some(cluster) = self.cluster_for(&name)
+        if let Some(cluster) = self.cluster()
             && let Some(info) = cluster.flight_info(&name, descriptor.clone()).await
         {
             let mut info = info.map_err(|status| Error::Status(Box::new(status)))?;
@@ -516,16 +515,33 @@ impl QuiverService {
                      put a table whose name starts with '{' with a PATH descriptor",
                 ));
             }
+            Described::Partition(name) => {
+                log.table(&name);
+                caller.require(Role::Node, "DoPut of a cluster partition's storage")?;
+                return self.put_local(name, first, input, outcome, log).await;
+            }
             Described::Table(name) => name,
         };
         log.table(&name);
         caller.require(Role::Write, "DoPut of a table")?;
-        if let Some(cluster) = self.cluster_for(&name) {
+        if let Some(cluster) = self.cluster() {
             let cluster = Arc::clone(cluster);
             return self
                 .cluster_put(&cluster, name, first, input, outcome, log)
                 .await;
         }
+        self.put_local(name, first, input, outcome, log).await
+    }
+
+    /// A put into this node's store.
+    async fn put_local(
+        &self,
+        name: String,
+        first: FlightData,
+        input: impl Stream<Item = Result<FlightData, Status>> + Send + Unpin + 'static,
+        outcome: Option<BodyOutcome>,
+        log: &mut RpcLog,
+    ) -> Result<PutResult> {
         let writer = PutDecoder::new(first, input)
             .into_writer(outcome, |schema, options| {
                 Ok(self
@@ -597,14 +613,12 @@ impl QuiverService {
     async fn cluster_action(&self, action: &StoreAction) -> Option<Result<(String, Published)>> {
         let cluster = self.options.cluster.as_ref()?;
         let (table, result) = match action {
-            StoreAction::Delete(name) if !cluster.is_partition(name) => {
-                (name.clone(), cluster.delete(name).await?)
-            }
-            StoreAction::Rename(args) if !cluster.is_partition(&args.from) => (
+            StoreAction::Delete(name) => (name.clone(), cluster.delete(name).await?),
+            StoreAction::Rename(args) => (
                 args.to.clone(),
                 cluster.rename(&args.from, &args.to, args.overwrite).await?,
             ),
-            StoreAction::Publish(args) if !cluster.is_partition(&args.into) => (
+            StoreAction::Publish(args) => (
                 args.into.clone(),
                 cluster.publish(&args.into, &args.from, args.mode).await?,
             ),
@@ -698,10 +712,9 @@ impl FlightService for QuiverService {
                         .map_err(|status| Error::Status(Box::new(status)))?,
                     None => Vec::new(),
                 };
-                let cluster = self.options.cluster.as_ref();
                 for t in self.store.list(prefix) {
                     // A cluster node's partitions are the catalog tables' pieces.
-                    if cluster.is_some_and(|c| c.is_partition(t.name())) {
+                    if quiver_store::is_reserved(t.name()) {
                         continue;
                     }
                     log.add(t.num_rows(), t.num_bytes());
@@ -774,9 +787,22 @@ impl FlightService for QuiverService {
                             .clone()
                             .unwrap_or_else(|| Arc::new(arrow::datatypes::Schema::empty()))
                     }
+                    Described::Partition(_) => return Err(partition_not_here("GetSchema")),
                     Described::Table(name) => {
                         log.table(&name);
-                        Arc::clone(self.store.get(&name)?.schema())
+                        let catalog = match self.cluster() {
+                            Some(cluster) => {
+                                cluster.flight_info(&name, request.get_ref().clone()).await
+                            }
+                            None => None,
+                        };
+                        match catalog {
+                            Some(info) => Arc::new(
+                                info.map_err(|status| Error::Status(Box::new(status)))?
+                                    .try_decode_schema()?,
+                            ),
+                            None => Arc::clone(self.store.get(&name)?.schema()),
+                        }
                     }
                 };
                 let options = IpcWriteOptions::default();

@@ -95,7 +95,7 @@ impl TableTicket {
                 Self::whole(name)
             }
         };
-        quiver_store::validate_name(&ticket.table)?;
+        quiver_store::validate_storage_name(&ticket.table)?;
         if ticket.partitions == 0 || ticket.partition >= ticket.partitions {
             return Err(Error::invalid(format!(
                 "ticket partition {} is outside 0..{}",

@@ -67,11 +67,6 @@ impl StoreSchema {
         self.cluster.is_some()
     }
 
-    /// Whether the local store's table `name` is a cluster partition's copy.
-    fn is_partition(&self, name: &str) -> bool {
-        self.cluster.as_ref().is_some_and(|c| c.is_partition(name))
-    }
-
     /// The registered (not stored) table `name`, if any.
     pub(crate) fn registered(&self, name: &str) -> Option<Arc<dyn TableProvider>> {
         self.registered
@@ -87,7 +82,7 @@ impl StoreSchema {
             .store
             .list("")
             .iter()
-            .filter(|t| !self.is_partition(t.name()))
+            .filter(|t| !quiver_store::is_reserved(t.name()))
             .map(|t| {
                 (
                     t.name().to_string(),
@@ -127,13 +122,14 @@ impl SchemaProvider for StoreSchema {
     }
 
     async fn table(&self, name: &str) -> Result<Option<Arc<dyn TableProvider>>> {
-        if let Some(cluster) = &self.cluster {
-            if cluster.is_partition(name) {
-                return Ok(None);
-            }
-            if let Some(table) = cluster.table(name).await? {
-                return Ok(Some(table));
-            }
+        // A cluster node's partitions are the catalog tables' pieces.
+        if quiver_store::is_reserved(name) {
+            return Ok(None);
+        }
+        if let Some(cluster) = &self.cluster
+            && let Some(table) = cluster.table(name).await?
+        {
+            return Ok(Some(table));
         }
         match self.store.get(name) {
             Ok(version) => Ok(Some(Arc::new(StoredTable::new(version)))),
@@ -169,7 +165,7 @@ impl SchemaProvider for StoreSchema {
     }
 
     fn table_exist(&self, name: &str) -> bool {
-        (self.store.get(name).is_ok() && !self.is_partition(name))
+        (self.store.get(name).is_ok() && !quiver_store::is_reserved(name))
             || self.registered(name).is_some()
             || self
                 .cluster

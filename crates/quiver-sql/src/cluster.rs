@@ -19,10 +19,6 @@ use datafusion::execution::SessionStateBuilder;
 /// A cluster's tables and how to plan over them.
 #[async_trait]
 pub trait ClusterCatalog: Send + Sync + Debug {
-    /// Whether `name` is one of the local store's partition copies: kept out
-    /// of the SQL namespace.
-    fn is_partition(&self, name: &str) -> bool;
-
     /// Every table of the catalog by name, with its schema, as last read.
     fn tables(&self) -> Vec<(String, SchemaRef)>;
 

@@ -595,6 +595,8 @@ impl SqlEngine {
             catalog.is_none_or(|c| c == CATALOG) && schema.is_none_or(|s| s == SCHEMA)
         };
         if ours(reference.catalog(), reference.schema()) {
+            // A table name as a client gives it: never quiver's own storage.
+            quiver_store::validate_name(reference.table())?;
             Ok(reference.table().to_string())
         } else {
             Err(SqlError::invalid(format!(

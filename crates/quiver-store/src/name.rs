@@ -5,10 +5,35 @@ use crate::{Result, StoreError};
 /// The longest table name accepted, in bytes.
 pub const MAX_NAME_LEN: usize = 1024;
 
-/// Checks that `name` may name a table: non-empty, at most
-/// [`MAX_NAME_LEN`] bytes, no control characters, no leading or trailing
-/// whitespace.
+/// Names that start with this are quiver's own storage (a cluster node's
+/// partitions), never tables: no client can name, put, delete or rename
+/// them; see [`validate_name`]. (`.quiver-staging/...`, where clients stage
+/// puts before a publish, are tables.)
+pub const RESERVED_PREFIX: &str = ".quiver-part/";
+
+/// Whether `name` is one of quiver's own storage names.
+pub fn is_reserved(name: &str) -> bool {
+    name.starts_with(RESERVED_PREFIX)
+}
+
+/// Checks that `name` may name a table, as a client gives it: a storage
+/// name ([`validate_storage_name`]) that is not reserved ([`RESERVED_PREFIX`]).
 pub fn validate_name(name: &str) -> Result<()> {
+    validate_storage_name(name)?;
+    if is_reserved(name) {
+        return Err(StoreError::InvalidName {
+            name: name.chars().take(80).collect(),
+            reason: "names starting with '.quiver-part/' are kept for quiver's own storage",
+        });
+    }
+    Ok(())
+}
+
+/// Checks that `name` may name what the store holds: non-empty, at most
+/// [`MAX_NAME_LEN`] bytes, no control characters, no leading or trailing
+/// whitespace. Reserved names pass: the store holds a cluster node's
+/// partitions under them.
+pub fn validate_storage_name(name: &str) -> Result<()> {
     let invalid = |reason| StoreError::InvalidName {
         name: name.chars().take(80).collect(),
         reason,
@@ -39,11 +64,13 @@ mod tests {
         for name in ["trips", "nyc/taxi/2024", "émissions", "a b"] {
             validate_name(name).unwrap();
         }
+        validate_storage_name(".quiver-part/t#1.0").unwrap();
+        validate_name(".quiver-staging/abc").unwrap();
     }
 
     #[test]
     fn refuses_bad_names() {
-        for name in ["", " x", "x ", "a\nb", "a\0b"] {
+        for name in ["", " x", "x ", "a\nb", "a\0b", ".quiver-part/t#1.0"] {
             assert!(
                 matches!(validate_name(name), Err(StoreError::InvalidName { .. })),
                 "{name:?}"

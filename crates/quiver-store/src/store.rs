@@ -12,7 +12,7 @@ use crate::disk::{Disk, OsDisk};
 use crate::lazy_free::LazyFree;
 use crate::manifest::{FORMAT, Manifest, ManifestTable};
 use crate::{MemoryCharge, MemoryPool, Result, Segment, StoreError, TableLimits, TableVersion};
-use crate::{batch_bytes, validate_name};
+use crate::{batch_bytes, validate_storage_name};
 
 type Tables = BTreeMap<String, Arc<TableVersion>>;
 
@@ -202,7 +202,7 @@ impl TableStore {
         schema: SchemaRef,
         partitions: Option<usize>,
     ) -> Result<TableWriter<'_>> {
-        validate_name(name)?;
+        validate_storage_name(name)?;
         let mut base = (0, 0);
         match mode {
             WriteMode::Append => {
@@ -261,7 +261,7 @@ impl TableStore {
     /// Renames `from` to `to`. Fails with [`StoreError::AlreadyExists`] if `to`
     /// exists, unless `overwrite` is set.
     pub fn rename(&self, from: &str, to: &str, overwrite: bool) -> Result<Arc<TableVersion>> {
-        validate_name(to)?;
+        validate_storage_name(to)?;
         let _commit = self.lock_commits();
         let tables = self.read();
         if !tables.contains_key(from) {
@@ -314,7 +314,7 @@ impl TableStore {
         mode: WriteMode,
         partitions: Option<usize>,
     ) -> Result<Arc<TableVersion>> {
-        validate_name(into)?;
+        validate_storage_name(into)?;
         let invalid = |detail: String| StoreError::InvalidSources {
             into: into.to_string(),
             detail,

@@ -18,8 +18,9 @@ type CliResult<T> = Result<T, Box<dyn std::error::Error>>;
 /// end, for two small etcd reads per node per tick.
 const REPAIR_EVERY: std::time::Duration = std::time::Duration::from_millis(250);
 
-/// Why a cluster flag cannot be used with the rest.
-fn refuse(config: &ServerConfig, addr: SocketAddr) -> CliResult<()> {
+/// Why a cluster flag cannot be used with the rest. `shared_tokens`: the
+/// tokens' key comes from `--token-secret-file`, not from this process.
+fn refuse(config: &ServerConfig, addr: SocketAddr, shared_tokens: bool) -> CliResult<()> {
     if config.tls.is_some() {
         return Err(
             "--cluster with TLS: nodes talk to each other in plain gRPC for now; \
@@ -27,10 +28,11 @@ fn refuse(config: &ServerConfig, addr: SocketAddr) -> CliResult<()> {
                 .into(),
         );
     }
-    if config.auth.is_some() {
+    if config.auth.is_some() && !shared_tokens {
         return Err(
-            "--cluster with --users: nodes' calls to each other carry no \
-                    credentials yet; run the cluster without --users"
+            "--cluster with --users needs --token-secret-file, the same file on every \
+             node: a client logs in on one node and reads a table's partitions from the \
+             others with the token it got"
                 .into(),
         );
     }
@@ -53,13 +55,14 @@ pub(crate) async fn join(
     store: &Arc<TableStore>,
     config: &mut ServerConfig,
     addr: SocketAddr,
+    shared_tokens: bool,
 ) -> CliResult<Option<Node>> {
     let Some(url) = &args.cluster else {
         return Ok(None);
     };
     let etcd = args.etcd.config(url)?;
     let hint = hint(&etcd);
-    refuse(config, addr)?;
+    refuse(config, addr, shared_tokens)?;
     let node_id = args
         .node_id
         .clone()

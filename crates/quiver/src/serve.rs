@@ -29,7 +29,9 @@ pub(crate) async fn run(args: ServeArgs) -> Result<(), Box<dyn std::error::Error
     };
     let metrics_addr = metrics.as_ref().map(|l| l.local_addr()).transpose()?;
     config.metrics = metrics.map(Arc::new);
-    let node = crate::cluster::join(&args.cluster, &store, &mut config, addr).await?;
+    let shared_tokens = args.auth.token_secret_file.is_some();
+    let node =
+        crate::cluster::join(&args.cluster, &store, &mut config, addr, shared_tokens).await?;
     tracing::info!(
         %addr,
         max_memory = %ByteSize(max_memory),

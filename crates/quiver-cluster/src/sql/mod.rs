@@ -19,7 +19,6 @@ use datafusion::execution::SessionStateBuilder;
 use datafusion_distributed::{DistributedExt, SessionStateBuilderExt, Worker, WorkerQueryContext};
 use quiver_sql::ClusterCatalog;
 
-use crate::catalog::PARTITION_PREFIX;
 use crate::node::ClusterNode;
 use crate::peers::Peers;
 
@@ -56,6 +55,7 @@ impl ClusterSql {
         store: Arc<quiver_store::TableStore>,
         peers: Peers,
     ) -> Self {
+        let channels = NodeChannels::new(peers.key().clone());
         let scan = Arc::new(ScanContext {
             node_id,
             store,
@@ -64,11 +64,12 @@ impl ClusterSql {
         let for_worker = Arc::clone(&scan);
         let worker = Worker::from_session_builder(move |ctx: WorkerQueryContext| {
             let scan = Arc::clone(&for_worker);
+            let channels = channels.clone();
             async move {
                 let mut builder = ctx.builder;
                 let config = builder.config().get_or_insert_default();
                 config.set_distributed_user_codec(ClusterCodec);
-                config.set_distributed_channel_resolver(NodeChannels::default());
+                config.set_distributed_channel_resolver(channels);
                 config.set_extension(scan);
                 Ok(builder.build())
             }
@@ -91,14 +92,22 @@ impl ClusterSql {
     pub(crate) fn add_services(&self, routes: &mut tonic::service::RoutesBuilder) {
         routes.add_service(self.worker.clone().into_worker_server());
     }
+
+    /// The path prefixes of the services [`ClusterSql::add_services`] mounts:
+    /// only nodes may call them.
+    pub(crate) fn internal_paths(&self) -> Vec<String> {
+        fn name<S: tonic::server::NamedService>(_: &S) -> &'static str {
+            S::NAME
+        }
+        vec![format!(
+            "/{}/",
+            name(&self.worker.clone().into_worker_server())
+        )]
+    }
 }
 
 #[async_trait]
 impl ClusterCatalog for ClusterSql {
-    fn is_partition(&self, name: &str) -> bool {
-        name.starts_with(PARTITION_PREFIX)
-    }
-
     fn tables(&self) -> Vec<(String, SchemaRef)> {
         let Ok(node) = self.node() else {
             return Vec::new();
@@ -127,7 +136,7 @@ impl ClusterCatalog for ClusterSql {
                 node: self.node.clone(),
             })
             .with_distributed_user_codec(ClusterCodec)
-            .with_distributed_channel_resolver(NodeChannels::default())
+            .with_distributed_channel_resolver(NodeChannels::new(self.scan.peers.key().clone()))
             .with_distributed_desired_task_count_handler(desired_tasks)
             .with_distributed_scale_up_leaf_node_handler(scale_up)
             .with_distributed_route_tasks_handler(route_tasks);

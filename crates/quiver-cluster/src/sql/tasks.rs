@@ -9,15 +9,19 @@ use async_trait::async_trait;
 use datafusion::common::tree_node::{TreeNode, TreeNodeRecursion};
 use datafusion::error::{DataFusionError, Result};
 use datafusion::physical_plan::ExecutionPlan;
-use datafusion_distributed::grpc::DefaultChannelResolver;
+use datafusion_distributed::grpc::{
+    BoxCloneSyncChannel, DefaultChannelResolver, create_worker_client,
+};
 use datafusion_distributed::{
     ChannelResolver, DesiredTaskCountEvent, DesiredTaskCountEventResponse, DistributedLeafExec,
     RouteTasksEvent, RouteTasksEventResponse, ScaleUpLeafNodeEvent, ScaleUpLeafNodeEventResponse,
     WorkerChannel, WorkerResolver,
 };
+use quiver_flight::auth::NodeKey;
 use url::Url;
 
 use crate::node::ClusterNode;
+use crate::peers::Signed;
 use crate::sql::scan::{ClusterScanExec, Replica, ScanPart};
 use crate::sql::table::split;
 
@@ -53,15 +57,31 @@ impl WorkerResolver for CatalogWorkers {
 /// `NotConnected`, which survives the trip between nodes and reaches the
 /// client as UNAVAILABLE: worth trying again once the node is gone from the
 /// catalog), not as a failure of the statement.
-#[derive(Clone, Default)]
-pub(crate) struct NodeChannels(DefaultChannelResolver);
+/// Every call carries this node's signature: the workers answer nodes only.
+#[derive(Clone)]
+pub(crate) struct NodeChannels {
+    channels: DefaultChannelResolver,
+    key: NodeKey,
+}
+
+impl NodeChannels {
+    /// Connections whose calls `key` signs.
+    pub(crate) fn new(key: NodeKey) -> Self {
+        Self {
+            channels: DefaultChannelResolver::default(),
+            key,
+        }
+    }
+}
 
 #[async_trait]
 impl ChannelResolver for NodeChannels {
     async fn get_worker_client_for_url(&self, url: &Url) -> Result<Box<dyn WorkerChannel>> {
-        self.0.get_worker_client_for_url(url).await.map_err(|e| {
+        let channel = self.channels.get_channel(url).await.map_err(|e| {
             unreachable_error(format!("the cluster node at {url} is unreachable: {e}"))
-        })
+        })?;
+        let signed = Signed::new(channel, self.key.clone());
+        Ok(create_worker_client(BoxCloneSyncChannel::new(signed)))
     }
 }
 

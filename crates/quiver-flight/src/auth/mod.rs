@@ -16,6 +16,7 @@
 //! an unrestricted caller into every request, so handlers check the same way
 //! either way, and a request that somehow skipped the layer is refused.
 
+mod node;
 mod token;
 mod users;
 
@@ -35,6 +36,7 @@ use tonic::Status;
 use tonic::body::Body;
 use tower::{Layer, Service};
 
+pub use node::{MAX_SKEW, NODE_HEADER, NodeKey, validate_node_id};
 pub use token::{Claims, TOKEN_PREFIX, TokenSigner};
 pub use users::{
     API_TOKEN_PREFIX, ApiTokenEntry, UserEntry, UsersFile, api_token_digest, hash_password,
@@ -59,6 +61,11 @@ pub enum Role {
     Write,
     /// Also SQL that reaches the server's files (`CREATE EXTERNAL TABLE`).
     Admin,
+    /// A cluster node, proven by [`NodeKey`]: also what the cluster does
+    /// between its nodes (storing partitions, running SQL stages). No user
+    /// or token has it.
+    #[serde(skip)]
+    Node,
 }
 
 impl Role {
@@ -67,7 +74,7 @@ impl Role {
         match self {
             Self::Read => Effect::Read,
             Self::Write => Effect::Write,
-            Self::Admin => Effect::ServerFiles,
+            Self::Admin | Self::Node => Effect::ServerFiles,
         }
     }
 
@@ -85,9 +92,11 @@ impl Role {
             Self::Read => 1,
             Self::Write => 2,
             Self::Admin => 3,
+            Self::Node => 4,
         }
     }
 
+    /// The role a signed token carries: never [`Role::Node`].
     fn from_code(code: u8) -> Option<Self> {
         [Self::Read, Self::Write, Self::Admin]
             .into_iter()
@@ -101,6 +110,7 @@ impl fmt::Display for Role {
             Self::Read => "read",
             Self::Write => "write",
             Self::Admin => "admin",
+            Self::Node => "node",
         })
     }
 }
@@ -291,17 +301,51 @@ fn credentials(headers: &http::HeaderMap) -> Result<Credentials> {
     }
 }
 
+/// How a cluster node tells the other nodes' calls from clients'.
+#[derive(Debug, Clone)]
+pub struct Nodes {
+    /// The cluster's secret, which signs the nodes' calls.
+    pub key: NodeKey,
+    /// Path prefixes of the services only nodes may call (the workers of
+    /// distributed SQL).
+    pub internal: Vec<String>,
+}
+
+impl Nodes {
+    /// The node a request comes from (its [`NODE_HEADER`] verified); `None`
+    /// for a client's request, which may not call the internal services.
+    fn caller(&self, request: &http::Request<Body>, path: &str) -> Option<Result<Caller>> {
+        match request.headers().get(NODE_HEADER) {
+            Some(value) => Some(self.key.verify(value, path, unix_now()).map(|node| Caller {
+                name: Arc::from(format!("node:{node}")),
+                role: Role::Node,
+            })),
+            None if self.internal.iter().any(|p| path.starts_with(p.as_str())) => {
+                Some(Err(Error::PermissionDenied(format!(
+                    "{path} is the cluster's own service: only its nodes may call it"
+                ))))
+            }
+            None => None,
+        }
+    }
+}
+
 /// Authenticates every request (see the module's documentation).
 #[derive(Debug, Clone)]
 pub struct AuthLayer {
     auth: Option<Arc<Authenticator>>,
+    nodes: Option<Arc<Nodes>>,
 }
 
 impl AuthLayer {
-    /// A layer checking credentials with `auth`; `None`: authentication off,
-    /// every caller unrestricted.
-    pub fn new(auth: Option<Arc<Authenticator>>) -> Self {
-        Self { auth }
+    /// A layer checking credentials with `auth` (`None`: authentication off,
+    /// every client unrestricted) and, on a cluster node, the other nodes'
+    /// calls with `nodes`.
+    pub fn new(auth: Option<Arc<Authenticator>>, nodes: Option<Nodes>) -> Self {
+        Self {
+            auth,
+            nodes: nodes.map(Arc::new),
+        }
     }
 }
 
@@ -312,6 +356,7 @@ impl<S> Layer<S> for AuthLayer {
         Auth {
             inner,
             auth: self.auth.clone(),
+            nodes: self.nodes.clone(),
         }
     }
 }
@@ -321,6 +366,7 @@ impl<S> Layer<S> for AuthLayer {
 pub struct Auth<S> {
     inner: S,
     auth: Option<Arc<Authenticator>>,
+    nodes: Option<Arc<Nodes>>,
 }
 
 fn refuse(path: &str, e: Error) -> http::Response<Body> {
@@ -344,11 +390,24 @@ where
     }
 
     fn call(&mut self, mut request: http::Request<Body>) -> Self::Future {
+        if self.auth.is_none() && self.nodes.is_none() {
+            request.extensions_mut().insert(Caller::unrestricted());
+            return Box::pin(self.inner.call(request));
+        }
+        let path = request.uri().path().to_string();
+        if let Some(node) = self.nodes.as_ref().and_then(|n| n.caller(&request, &path)) {
+            return match node {
+                Ok(caller) => {
+                    request.extensions_mut().insert(caller);
+                    Box::pin(self.inner.call(request))
+                }
+                Err(e) => Box::pin(std::future::ready(Ok(refuse(&path, e)))),
+            };
+        }
         let Some(auth) = self.auth.clone() else {
             request.extensions_mut().insert(Caller::unrestricted());
             return Box::pin(self.inner.call(request));
         };
-        let path = request.uri().path().to_string();
         if path.starts_with(crate::health::HEALTH_PREFIX) {
             // Probes carry no credentials, and a health status tells nothing
             // about the data.
@@ -461,6 +520,11 @@ mod tests {
         let denied = reader.require(Role::Write, "DoPut of a table").unwrap_err();
         assert_eq!(Status::from(denied).code(), tonic::Code::PermissionDenied);
         assert_eq!(Role::for_effect(Role::Admin.effect()), Role::Admin);
+        // No users file or token can give the node role.
+        assert!(Role::Admin < Role::Node);
+        assert!("node".parse::<Role>().is_err());
+        assert!(serde_json::from_str::<Role>("\"node\"").is_err());
+        assert_eq!(Role::from_code(Role::Node.code()), None);
     }
 
     #[test]
