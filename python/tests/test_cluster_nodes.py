@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
 import time
 from pathlib import Path
 
@@ -37,6 +38,7 @@ from security_helpers import (
     refused_with,
     sql_update,
 )
+from server_process import quiver_bin
 from test_cluster_security import serve_fails
 
 #: What starts every ticket quiver issues (crates/quiver-flight/src/ticket.rs).
@@ -234,3 +236,79 @@ def test_a_cluster_with_users_needs_one_token_secret(etcd: Etcd, tmp_path: Path)
     users, _ = make_users(tmp_path)
     error = serve_fails(etcd, tmp_path, "--cluster", etcd.url, "--users", str(users))
     assert "--token-secret-file" in error, error
+
+
+def quiver_cluster(*args: str) -> None:
+    """Run ``quiver cluster ARGS``; it must succeed."""
+    done = subprocess.run(
+        [str(quiver_bin()), "cluster", *args], capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 0, done.stderr
+
+
+def test_a_cluster_with_tls_between_its_nodes(etcd: Etcd, tmp_path: Path) -> None:
+    # The three commands docs/security.md gives: a CA, then a certificate per node.
+    pki = tmp_path / "pki"
+    quiver_cluster("init-ca", "--dir", str(pki))
+    for index, node_id in enumerate(NODES, start=1):
+        quiver_cluster(
+            "issue-cert", "--dir", str(pki), "--node", node_id, "--host", f"127.0.0.{index}"
+        )
+    quiver_cluster("issue-cert", "--dir", str(pki), "--node", "client", "--host", "localhost")
+    ca = pki / "ca.pem"
+    tls = {
+        "tls_root_certs": ca.read_bytes(),
+        "cert_chain": (pki / "client.pem").read_bytes(),
+        "private_key": (pki / "client.key").read_bytes(),
+    }
+    cluster = Cluster(etcd, tmp_path)
+    try:
+        for node_id in NODES:
+            cluster.start(
+                node_id,
+                "--tls-cert", str(pki / f"{node_id}.pem"),
+                "--tls-key", str(pki / f"{node_id}.key"),
+                "--tls-client-ca", str(ca),
+                "--cluster-ca", str(ca),
+            )  # fmt: skip
+        wait_until("three live nodes", lambda: len(cluster.status()["nodes"]) == 3)  # type: ignore[arg-type]
+        assert all(cluster.uri(n).startswith("grpc+tls://") for n in NODES)
+        table = ids(5000)
+        with flight.FlightClient(cluster.uri("n1"), **tls) as client:  # type: ignore[arg-type]
+            do_put(flight.FlightDescriptor.for_path("t"), table)(client, flight.FlightCallOptions())
+        # Copied over TLS: every partition on two nodes.
+        assert cluster.status()["under_replicated"] == 0
+        for node_id in NODES:
+            with flight.FlightClient(cluster.uri(node_id), **tls) as client:  # type: ignore[arg-type]
+                info = client.get_flight_info(flight.FlightDescriptor.for_path("t"))
+                # Distributed SQL: stages on the other nodes' workers, over TLS.
+                (counted,) = get_sql("SELECT count(*) AS n, sum(id) AS s FROM t")(
+                    client, flight.FlightCallOptions()
+                )
+                assert counted.to_pylist() == [{"n": 5000, "s": sum(range(5000))}]
+            parts = []
+            for endpoint in info.endpoints:
+                location = endpoint.locations[0].uri.decode()
+                assert location.startswith("grpc+tls://127.0.0."), location
+                with flight.FlightClient(location, **tls) as holder:  # type: ignore[arg-type]
+                    parts.append(holder.do_get(endpoint.ticket).read_all())
+            assert pa.concat_tables(parts).sort_by("id").equals(table)
+        # A client without a certificate of the cluster's CA is refused.
+        bare = flight.FlightClient(cluster.uri("n2"), tls_root_certs=ca.read_bytes())
+        with bare, pytest.raises(flight.FlightUnavailableError):
+            bare.get_flight_info(flight.FlightDescriptor.for_path("t"))
+    finally:
+        failures = cluster.stop_all()
+        if failures:
+            pytest.fail("\n".join(failures), pytrace=False)
+
+
+def test_tls_on_a_cluster_node_needs_the_cluster_ca(etcd: Etcd, tmp_path: Path) -> None:
+    pki = tmp_path / "pki"
+    quiver_cluster("init-ca", "--dir", str(pki))
+    quiver_cluster("issue-cert", "--dir", str(pki), "--node", "n9", "--host", "127.0.0.1")
+    cert = ("--tls-cert", str(pki / "n9.pem"), "--tls-key", str(pki / "n9.key"))
+    error = serve_fails(etcd, tmp_path, "--cluster", etcd.url, *cert)
+    assert "--cluster-ca" in error, error
+    error = serve_fails(etcd, tmp_path, "--cluster", etcd.url, "--cluster-ca", str(pki / "ca.pem"))
+    assert "--tls-cert" in error, error

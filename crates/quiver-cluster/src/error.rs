@@ -41,6 +41,14 @@ pub enum ClusterError {
         /// What it said.
         status: Box<Status>,
     },
+    /// Another node could not be reached.
+    #[error("the cluster node at {location} is unreachable: {detail}")]
+    NodeUnreachable {
+        /// Its location.
+        location: String,
+        /// What the connection said.
+        detail: String,
+    },
     /// The catalog has no such table.
     #[error("table '{0}' not found")]
     NotFound(String),
@@ -88,7 +96,8 @@ impl From<ClusterError> for Status {
             // that is an outage of the service, whose message says why.
             ClusterError::Catalog(_)
             | ClusterError::CatalogRefused(_)
-            | ClusterError::TooFewNodes { .. } => Code::Unavailable,
+            | ClusterError::TooFewNodes { .. }
+            | ClusterError::NodeUnreachable { .. } => Code::Unavailable,
             ClusterError::Conflict { .. } => Code::Aborted,
             ClusterError::Replica { status, .. } => match status.code() {
                 Code::ResourceExhausted => Code::ResourceExhausted,

@@ -36,6 +36,10 @@ pub struct ClusterOptions {
     pub node_id: String,
     /// The location clients and other nodes reach this node at.
     pub location: String,
+    /// TLS to the other nodes (their locations are `grpc+tls://`): the CA
+    /// their certificates chain to, and this node's certificate for nodes
+    /// that check their clients'.
+    pub peer_tls: Option<quiver_etcd::Tls>,
     /// Copies of each partition.
     pub replicas: usize,
     /// The node's lease: how long after its last renewal the cluster
@@ -94,7 +98,7 @@ impl ClusterNode {
             tables = snapshot.tables.len(),
             "joined the cluster"
         );
-        let peers = Peers::new(key);
+        let peers = Peers::new(key, options.peer_tls.clone())?;
         Ok(Arc::new_cyclic(|me| Self {
             sql: ClusterSql::new(
                 me.clone(),

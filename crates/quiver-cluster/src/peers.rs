@@ -18,7 +18,7 @@ use futures::TryStreamExt;
 use quiver_flight::auth::{NODE_HEADER, NodeKey};
 use tonic::Status;
 use tonic::body::Body;
-use tonic::transport::{Channel, Endpoint};
+use tonic::transport::{Certificate, Channel, ClientTlsConfig, Endpoint, Identity};
 
 use crate::error::{ClusterError, Result};
 
@@ -64,22 +64,55 @@ where
 /// Channels to the other nodes, one per location, made on first use.
 #[derive(Debug, Clone)]
 pub(crate) struct Peers {
+    /// For Flight calls: connected on first call.
     channels: Arc<Mutex<HashMap<String, Signed<Channel>>>>,
+    /// For the workers of distributed SQL: connected before first use, so
+    /// that a node out of reach is told apart from a failed call.
+    connected: Arc<Mutex<HashMap<String, Signed<Channel>>>>,
     key: NodeKey,
+    tls: Option<ClientTlsConfig>,
 }
 
 impl Peers {
-    /// Channels whose calls `key` signs.
-    pub(crate) fn new(key: NodeKey) -> Self {
-        Self {
+    /// Channels whose calls `key` signs, over TLS with `tls`.
+    pub(crate) fn new(key: NodeKey, tls: Option<quiver_etcd::Tls>) -> Result<Self> {
+        let tls = tls.map(|tls| {
+            let config = ClientTlsConfig::new().ca_certificate(Certificate::from_pem(&tls.ca));
+            match &tls.identity {
+                Some((cert, key)) => config.identity(Identity::from_pem(cert, key)),
+                None => config,
+            }
+        });
+        Ok(Self {
             channels: Arc::default(),
+            connected: Arc::default(),
             key,
-        }
+            tls,
+        })
     }
 
     /// What signs this node's calls.
     pub(crate) fn key(&self) -> &NodeKey {
         &self.key
+    }
+
+    /// How to reach the node at `location` (`grpc+tcp://` or `grpc+tls://`).
+    fn endpoint(&self, location: &str) -> Result<Endpoint> {
+        let invalid = |e: &dyn std::fmt::Display| ClusterError::Invalid(format!("{location}: {e}"));
+        let uri = quiver_wire::http2::http_uri(location).map_err(ClusterError::Invalid)?;
+        let mut endpoint = Endpoint::from_shared(uri.clone())
+            .map_err(|e| invalid(&e))?
+            .connect_timeout(CONNECT_TIMEOUT)
+            .http2_adaptive_window(false)
+            .initial_stream_window_size(quiver_wire::http2::STREAM_WINDOW)
+            .initial_connection_window_size(quiver_wire::http2::CONNECTION_WINDOW);
+        if uri.starts_with("https://") {
+            let tls = self.tls.clone().ok_or_else(|| {
+                invalid(&"a node over TLS, and this node has no TLS settings (--cluster-ca)")
+            })?;
+            endpoint = endpoint.tls_config(tls).map_err(|e| invalid(&e))?;
+        }
+        Ok(endpoint)
     }
 
     /// The channel to the node at `location`, made on first use.
@@ -88,16 +121,35 @@ impl Peers {
         if let Some(channel) = channels.get(location) {
             return Ok(channel.clone());
         }
-        let uri = quiver_wire::http2::http_uri(location).map_err(ClusterError::Invalid)?;
-        let channel = Endpoint::from_shared(uri)
-            .map_err(|e| ClusterError::Invalid(format!("{location}: {e}")))?
-            .connect_timeout(CONNECT_TIMEOUT)
-            .http2_adaptive_window(false)
-            .initial_stream_window_size(quiver_wire::http2::STREAM_WINDOW)
-            .initial_connection_window_size(quiver_wire::http2::CONNECTION_WINDOW)
-            .connect_lazy();
-        let channel = Signed::new(channel, self.key.clone());
+        let channel = Signed::new(self.endpoint(location)?.connect_lazy(), self.key.clone());
         channels.insert(location.to_string(), channel.clone());
+        Ok(channel)
+    }
+
+    /// A channel to the node at `location`, connected: an error when the
+    /// node cannot be reached now. Kept for the next call.
+    pub(crate) async fn connected(&self, location: &str) -> Result<Signed<Channel>> {
+        let known = self
+            .connected
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get(location)
+            .cloned();
+        if let Some(channel) = known {
+            return Ok(channel);
+        }
+        // Not under the lock: a node slow to answer holds up no other.
+        let channel = self.endpoint(location)?.connect().await.map_err(|e| {
+            ClusterError::NodeUnreachable {
+                location: location.to_string(),
+                detail: with_sources(&e),
+            }
+        })?;
+        let channel = Signed::new(channel, self.key.clone());
+        self.connected
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .insert(location.to_string(), channel.clone());
         Ok(channel)
     }
 
@@ -152,4 +204,17 @@ impl Peers {
         }
         result
     }
+}
+
+/// An error and its sources, as one line: tonic's transport error alone
+/// says only "transport error".
+fn with_sources(e: &dyn std::error::Error) -> String {
+    let mut line = e.to_string();
+    let mut source = e.source();
+    while let Some(cause) = source {
+        line.push_str(": ");
+        line.push_str(&cause.to_string());
+        source = cause.source();
+    }
+    line
 }

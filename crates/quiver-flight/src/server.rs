@@ -246,6 +246,20 @@ pub fn default_location(addr: SocketAddr) -> String {
     }
 }
 
+/// The location a server with `config` bound to `addr` puts in its
+/// endpoints (and a cluster node registers): `--advertise`, else the bound
+/// address as `grpc+tcp://`, or `grpc+tls://` with TLS.
+pub fn advertised_location(config: &ServerConfig, addr: Option<SocketAddr>) -> String {
+    if let Some(advertised) = &config.advertise {
+        return advertised.clone();
+    }
+    let location = addr.map_or_else(|| REUSE_CONNECTION.to_string(), default_location);
+    match (&config.tls, location.strip_prefix("grpc+tcp://")) {
+        (Some(_), Some(rest)) => format!("grpc+tls://{rest}"),
+        _ => location,
+    }
+}
+
 /// Registers the `--table` files.
 async fn register_tables(
     service: &QuiverService,
@@ -274,16 +288,7 @@ pub async fn serve(
     config: ServerConfig,
     shutdown: impl Future<Output = ()>,
 ) -> Result<(), ServeError> {
-    let addr = listener.local_addr().ok();
-    let location = config
-        .advertise
-        .clone()
-        .or_else(|| addr.map(default_location))
-        .unwrap_or_else(|| REUSE_CONNECTION.to_string());
-    let location = match (&config.tls, location.strip_prefix("grpc+tcp://")) {
-        (Some(_), Some(rest)) if config.advertise.is_none() => format!("grpc+tls://{rest}"),
-        _ => location,
-    };
+    let location = advertised_location(&config, listener.local_addr().ok());
     let shm = match &config.shm_socket {
         None => None,
         Some(path) => match ShmServer::start(

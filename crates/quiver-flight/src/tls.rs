@@ -47,6 +47,12 @@ impl TlsConfig {
         })
     }
 
+    /// The server's certificate chain and private key (PEM): a cluster
+    /// node presents them to the other nodes too.
+    pub fn identity_pem(&self) -> (&[u8], &[u8]) {
+        (&self.cert_pem, &self.key_pem)
+    }
+
     /// Whether clients must present a certificate.
     pub fn mutual(&self) -> bool {
         self.client_ca_pem.is_some()

@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use quiver_cluster::ClusterError;
 use quiver_flight::ServerConfig;
-use quiver_flight::server::default_location;
+use quiver_flight::server::advertised_location;
 use quiver_store::TableStore;
 
 use crate::cli::{ClusterArgs, ClusterCommand};
@@ -21,13 +21,6 @@ const REPAIR_EVERY: std::time::Duration = std::time::Duration::from_millis(250);
 /// Why a cluster flag cannot be used with the rest. `shared_tokens`: the
 /// tokens' key comes from `--token-secret-file`, not from this process.
 fn refuse(config: &ServerConfig, addr: SocketAddr, shared_tokens: bool) -> CliResult<()> {
-    if config.tls.is_some() {
-        return Err(
-            "--cluster with TLS: nodes talk to each other in plain gRPC for now; \
-                    run the cluster on a private network without --tls-cert"
-                .into(),
-        );
-    }
     if config.auth.is_some() && !shared_tokens {
         return Err(
             "--cluster with --users needs --token-secret-file, the same file on every \
@@ -67,14 +60,13 @@ pub(crate) async fn join(
         .node_id
         .clone()
         .ok_or("--cluster needs --node-id: this node's id, the same across restarts")?;
-    let location = config
-        .advertise
-        .clone()
-        .unwrap_or_else(|| default_location(addr));
+    let location = advertised_location(config, Some(addr));
+    let peer_tls = peer_tls(args, config)?;
     let options = quiver_cluster::ClusterOptions {
         etcd,
         node_id,
         location,
+        peer_tls,
         replicas: args.replicas as usize,
         lease_ttl: args.lease_ttl(),
         repair_every: REPAIR_EVERY,
@@ -86,6 +78,37 @@ pub(crate) async fn join(
     node.spawn_background();
     config.cluster = Some(Arc::clone(&node) as quiver_flight::cluster::Cluster);
     Ok(Some(node))
+}
+
+/// TLS to the other nodes: with `--tls-cert`, the nodes' locations are
+/// `grpc+tls://`, checked against `--cluster-ca`, and this node presents its
+/// own certificate (for nodes that ask for clients' certificates).
+fn peer_tls(
+    args: &ClusterArgs,
+    config: &ServerConfig,
+) -> CliResult<Option<quiver_cluster::EtcdTls>> {
+    match (&config.tls, &args.cluster_ca) {
+        (Some(tls), Some(ca)) => {
+            let ca =
+                std::fs::read(ca).map_err(|e| format!("--cluster-ca {}: {e}", ca.display()))?;
+            let (cert, key) = tls.identity_pem();
+            Ok(Some(quiver_cluster::EtcdTls {
+                ca,
+                identity: Some((cert.to_vec(), key.to_vec())),
+            }))
+        }
+        (Some(_), None) => Err(
+            "--cluster with --tls-cert needs --cluster-ca: the CA the other \
+                                nodes' certificates chain to (quiver cluster init-ca makes one)"
+                .into(),
+        ),
+        (None, Some(_)) => Err(
+            "--cluster-ca is for TLS between the nodes: give --tls-cert and \
+                                --tls-key too"
+                .into(),
+        ),
+        (None, None) => Ok(None),
+    }
 }
 
 /// What to add to an error from etcd that the flags may explain. An etcd
@@ -125,5 +148,12 @@ pub(crate) async fn run(command: ClusterCommand) -> CliResult<()> {
             }
             Ok(())
         }
+        ClusterCommand::InitCa(args) => Ok(crate::certs::init_ca(&args.dir, args.days)?),
+        ClusterCommand::IssueCert(args) => Ok(crate::certs::issue(
+            &args.dir,
+            &args.node,
+            &args.hosts,
+            args.days,
+        )?),
     }
 }

@@ -2,6 +2,7 @@
 #![warn(missing_docs)]
 
 mod bench;
+mod certs;
 mod cli;
 mod client;
 mod cluster;

@@ -4,7 +4,7 @@ use std::io::Write;
 use std::net::SocketAddr;
 use std::sync::Arc;
 
-use quiver_flight::server::{default_location, serve};
+use quiver_flight::server::{advertised_location, serve};
 use tokio::net::TcpListener;
 use tracing_subscriber::EnvFilter;
 
@@ -43,9 +43,7 @@ pub(crate) async fn run(args: ServeArgs) -> Result<(), Box<dyn std::error::Error
     // the server gracefully, not kill it.
     let shutdown = shutdown_signal();
     announce(addr, config.tls.is_some(), metrics_addr)?;
-    if config.advertise.is_none() {
-        tracing::debug!(location = %default_location(addr), "advertised location");
-    }
+    tracing::debug!(location = %advertised_location(&config, Some(addr)), "advertised location");
     let served = serve(listener, store, config, shutdown).await;
     crate::cluster::leave(node).await;
     served?;

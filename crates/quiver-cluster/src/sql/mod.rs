@@ -55,7 +55,7 @@ impl ClusterSql {
         store: Arc<quiver_store::TableStore>,
         peers: Peers,
     ) -> Self {
-        let channels = NodeChannels::new(peers.key().clone());
+        let channels = NodeChannels::new(peers.clone());
         let scan = Arc::new(ScanContext {
             node_id,
             store,
@@ -136,7 +136,7 @@ impl ClusterCatalog for ClusterSql {
                 node: self.node.clone(),
             })
             .with_distributed_user_codec(ClusterCodec)
-            .with_distributed_channel_resolver(NodeChannels::new(self.scan.peers.key().clone()))
+            .with_distributed_channel_resolver(NodeChannels::new(self.scan.peers.clone()))
             .with_distributed_desired_task_count_handler(desired_tasks)
             .with_distributed_scale_up_leaf_node_handler(scale_up)
             .with_distributed_route_tasks_handler(route_tasks);

@@ -9,19 +9,16 @@ use async_trait::async_trait;
 use datafusion::common::tree_node::{TreeNode, TreeNodeRecursion};
 use datafusion::error::{DataFusionError, Result};
 use datafusion::physical_plan::ExecutionPlan;
-use datafusion_distributed::grpc::{
-    BoxCloneSyncChannel, DefaultChannelResolver, create_worker_client,
-};
+use datafusion_distributed::grpc::{BoxCloneSyncChannel, create_worker_client};
 use datafusion_distributed::{
     ChannelResolver, DesiredTaskCountEvent, DesiredTaskCountEventResponse, DistributedLeafExec,
     RouteTasksEvent, RouteTasksEventResponse, ScaleUpLeafNodeEvent, ScaleUpLeafNodeEventResponse,
     WorkerChannel, WorkerResolver,
 };
-use quiver_flight::auth::NodeKey;
 use url::Url;
 
 use crate::node::ClusterNode;
-use crate::peers::Signed;
+use crate::peers::Peers;
 use crate::sql::scan::{ClusterScanExec, Replica, ScanPart};
 use crate::sql::table::split;
 
@@ -58,30 +55,27 @@ impl WorkerResolver for CatalogWorkers {
 /// client as UNAVAILABLE: worth trying again once the node is gone from the
 /// catalog), not as a failure of the statement.
 /// Every call carries this node's signature: the workers answer nodes only.
+/// Connected before first use (over TLS to nodes with `grpc+tls://`
+/// locations) and kept for the next query.
 #[derive(Clone)]
-pub(crate) struct NodeChannels {
-    channels: DefaultChannelResolver,
-    key: NodeKey,
-}
+pub(crate) struct NodeChannels(Peers);
 
 impl NodeChannels {
-    /// Connections whose calls `key` signs.
-    pub(crate) fn new(key: NodeKey) -> Self {
-        Self {
-            channels: DefaultChannelResolver::default(),
-            key,
-        }
+    /// Connections made with `peers`' settings.
+    pub(crate) fn new(peers: Peers) -> Self {
+        Self(peers)
     }
 }
 
 #[async_trait]
 impl ChannelResolver for NodeChannels {
     async fn get_worker_client_for_url(&self, url: &Url) -> Result<Box<dyn WorkerChannel>> {
-        let channel = self.channels.get_channel(url).await.map_err(|e| {
-            unreachable_error(format!("the cluster node at {url} is unreachable: {e}"))
-        })?;
-        let signed = Signed::new(channel, self.key.clone());
-        Ok(create_worker_client(BoxCloneSyncChannel::new(signed)))
+        let channel = self
+            .0
+            .connected(url.as_str())
+            .await
+            .map_err(|e| unreachable_error(e.to_string()))?;
+        Ok(create_worker_client(BoxCloneSyncChannel::new(channel)))
     }
 }
 

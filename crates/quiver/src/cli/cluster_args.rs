@@ -41,6 +41,17 @@ pub(crate) struct ClusterArgs {
           value_parser = clap::value_parser!(u64).range(1..=3600))]
     pub(crate) lease_ttl: u64,
 
+    /// The CA certificate (PEM) the other nodes' TLS certificates chain to,
+    /// with --tls-cert on a cluster node: the nodes speak TLS to each other,
+    /// each presenting its --tls-cert (`quiver cluster init-ca` makes a CA).
+    #[arg(
+        long,
+        env = "QUIVER_CLUSTER_CA",
+        value_name = "FILE",
+        requires = "cluster"
+    )]
+    pub(crate) cluster_ca: Option<PathBuf>,
+
     /// Seconds a partition no table version holds is kept before it is
     /// dropped (a put's partitions are stored before it is published).
     #[arg(long, env = "QUIVER_ORPHAN_GRACE", default_value_t = 60,
@@ -198,6 +209,46 @@ impl ClusterArgs {
 pub(crate) enum ClusterCommand {
     /// Nodes, tables, partitions and under-replicated data, from etcd.
     Status(StatusArgs),
+    /// Make the cluster's certificate authority: DIR/ca.pem (every node's
+    /// --cluster-ca) and DIR/ca.key (readable by its owner only).
+    InitCa(InitCaArgs),
+    /// Issue a node's certificate, signed by the CA in --dir: DIR/NODE.pem
+    /// and DIR/NODE.key, its --tls-cert and --tls-key (for TLS to clients
+    /// and to the other nodes).
+    IssueCert(IssueCertArgs),
+}
+
+/// `quiver cluster init-ca`'s flags.
+#[derive(Debug, Args)]
+pub(crate) struct InitCaArgs {
+    /// Where the CA's files go (made if absent).
+    #[arg(long, value_name = "DIR")]
+    pub(crate) dir: PathBuf,
+
+    /// Days the CA is valid.
+    #[arg(long, default_value_t = 3650)]
+    pub(crate) days: u32,
+}
+
+/// `quiver cluster issue-cert`'s flags.
+#[derive(Debug, Args)]
+pub(crate) struct IssueCertArgs {
+    /// The CA's directory (`init-ca --dir`); the certificate is written there.
+    #[arg(long, value_name = "DIR")]
+    pub(crate) dir: PathBuf,
+
+    /// The node's id (or a client's name): the certificate's name and files.
+    #[arg(long)]
+    pub(crate) node: String,
+
+    /// An IP address or DNS name the node is reached at (repeatable): the
+    /// host of its --advertise location.
+    #[arg(long = "host", value_name = "HOST", required = true)]
+    pub(crate) hosts: Vec<String>,
+
+    /// Days the certificate is valid.
+    #[arg(long, default_value_t = 365)]
+    pub(crate) days: u32,
 }
 
 /// `quiver cluster status`'s flags.
