@@ -18,6 +18,9 @@ It prints one JSON object per measurement on stdout:
   commit adds (the replicas' DoPuts and the etcd reads and transaction);
 - ``rereplicate``: the bytes of a lost node's partitions copied again, from the moment the
   others see it gone to the moment every partition has two copies again;
+- ``read`` and ``rereplicate`` with ``"tls": true``: the same over TLS, the nodes'
+  certificates made by ``quiver cluster init-ca`` / ``issue-cert``, mutual TLS between the
+  nodes and to the client: what encryption costs at these links' speed;
 - ``sql``: a grouped aggregation (:data:`SQL_AGGREGATION`) over the table, through Flight
   SQL, on the single node holding it whole and on the cluster of three holding it spread
   (one copy, two partitions per node), where datafusion-distributed runs the scans and
@@ -119,12 +122,57 @@ def shape_links(ports: dict[int, int], rate: str) -> None:
             )
 
 
+class Pki:
+    """A cluster CA and certificates for n1-n3 and the client (``quiver cluster``)."""
+
+    def __init__(self, binary: Path, tmp: Path) -> None:
+        self.dir = Path(tempfile.mkdtemp(dir=tmp)) / "pki"
+
+        def cluster(*args: str) -> None:
+            subprocess.run(
+                [str(binary), "cluster", *args], check=True, capture_output=True, timeout=60
+            )
+
+        cluster("init-ca", "--dir", str(self.dir))
+        for node in (1, 2, 3):
+            cluster("issue-cert", "--dir", str(self.dir), "--node", f"n{node}",
+                    "--host", f"127.0.0.{node}")  # fmt: skip
+        cluster("issue-cert", "--dir", str(self.dir), "--node", "client", "--host", "localhost")
+
+    def node_flags(self, node: int) -> tuple[str, ...]:
+        """``quiver serve``'s TLS flags for node ``n<node>``: mutual TLS, the cluster's CA."""
+        ca = str(self.dir / "ca.pem")
+        return ("--tls-cert", str(self.dir / f"n{node}.pem"),
+                "--tls-key", str(self.dir / f"n{node}.key"),
+                "--tls-client-ca", ca, "--cluster-ca", ca)  # fmt: skip
+
+    def client(self) -> dict[str, bytes]:
+        """Return the client's TLS settings, as :func:`quiver.connect` takes them."""
+        return {
+            "tls_root_certs": (self.dir / "ca.pem").read_bytes(),
+            "cert_chain": (self.dir / "client.pem").read_bytes(),
+            "private_key": (self.dir / "client.key").read_bytes(),
+        }
+
+
 class Nodes:
     """quiver nodes over one etcd, on the ports the links were shaped for."""
 
-    def __init__(self, binary: Path, etcd: testing.EtcdProcess, ports: dict[int, int], tmp: Path):
-        self.binary, self.etcd, self.ports, self.tmp = binary, etcd, ports, tmp
+    def __init__(
+        self,
+        binary: Path,
+        etcd: testing.EtcdProcess,
+        ports: dict[int, int],
+        tmp: Path,
+        pki: Pki | None = None,
+    ):
+        self.binary, self.etcd, self.ports, self.tmp, self.pki = binary, etcd, ports, tmp, pki
         self.running: dict[int, testing.ServerProcess] = {}
+
+    def connect(self, node: int = 1) -> quiver.Client:
+        """Connect a gRPC client to node ``n<node>``, over TLS when the nodes use it."""
+        tls = self.pki.client() if self.pki else {}
+        return quiver.connect(self.running[node].uri, transport="grpc", **tls)
 
     def start(self, node: int, replicas: int) -> testing.ServerProcess:
         """Start node ``n<node>`` on 127.0.0.<node>, keeping ``replicas`` copies."""
@@ -141,6 +189,7 @@ class Nodes:
             "off",
             "--log",
             "warn",
+            *(self.pki.node_flags(node) if self.pki else ()),
             log_dir=self.tmp / f"n{node}",
             binary=self.binary,
             listen=f"127.0.0.{node}:{self.ports[node]}",
@@ -173,12 +222,17 @@ class Nodes:
 
 @contextmanager
 def cluster(
-    binary: Path, ports: dict[int, int], tmp: Path, count: int, replicas: int
+    binary: Path,
+    ports: dict[int, int],
+    tmp: Path,
+    count: int,
+    replicas: int,
+    pki: Pki | None = None,
 ) -> Iterator[Nodes]:
-    """``count`` nodes over a fresh etcd; everything stopped after."""
+    """``count`` nodes over a fresh etcd (over TLS with ``pki``); everything stopped after."""
     etcd = testing.EtcdProcess(Path(tempfile.mkdtemp(dir=tmp)) / "etcd")
     etcd.start()
-    nodes = Nodes(binary, etcd, ports, tmp)
+    nodes = Nodes(binary, etcd, ports, tmp, pki)
     try:
         for node in range(1, count + 1):
             nodes.start(node, replicas)
@@ -190,14 +244,15 @@ def cluster(
 
 
 def measure_reads(
-    binary: Path, ports: dict[int, int], tmp: Path, table: pa.Table, reps: int
+    binary: Path, ports: dict[int, int], tmp: Path, table: pa.Table, reps: int, pki: Pki
 ) -> None:
-    """Get ``table`` spread over 1, 2 and 3 nodes (one copy, two partitions per node)."""
-    for count in (1, 2, 3):
-        with cluster(binary, ports, tmp, count, replicas=1) as nodes:
-            uri = nodes.running[1].uri
+    """Get ``table`` spread over 1, 2 and 3 nodes (one copy, two partitions per node), then
+    over 3 nodes with TLS.
+    """  # noqa: D205
+    for count, tls in ((1, None), (2, None), (3, None), (3, pki)):
+        with cluster(binary, ports, tmp, count, replicas=1, pki=tls) as nodes:
             partitions = 2 * count
-            with quiver.connect(uri, transport="grpc") as c:
+            with nodes.connect() as c:
                 c.put("bench", table, partitions=partitions)
                 c.get("bench", max_workers=partitions)  # warm up
                 for rep in range(reps):
@@ -212,6 +267,7 @@ def measure_reads(
                         seconds=seconds,
                         rep=rep,
                         endpoints=partitions,
+                        tls=tls is not None,
                     )
 
 
@@ -250,12 +306,12 @@ def measure_put_latency(binary: Path, ports: dict[int, int], tmp: Path, ops: int
 
 
 def measure_rereplication(
-    binary: Path, ports: dict[int, int], tmp: Path, table: pa.Table, reps: int
+    binary: Path, ports: dict[int, int], tmp: Path, table: pa.Table, reps: int, pki: Pki
 ) -> None:
-    """Kill one node of three; time copying its partitions again."""
-    for rep in range(reps):
-        with cluster(binary, ports, tmp, 3, replicas=2) as nodes:
-            with quiver.connect(nodes.running[1].uri, transport="grpc") as c:
+    """Kill one node of three; time copying its partitions again, without TLS and with."""
+    for rep, tls in [(rep, tls) for tls in (None, pki) for rep in range(reps)]:
+        with cluster(binary, ports, tmp, 3, replicas=2, pki=tls) as nodes:
+            with nodes.connect() as c:
                 c.put("bench", table, partitions=6)
             lost = [
                 p
@@ -271,7 +327,14 @@ def measure_rereplication(
                 return nodes.status()["under_replicated"] == 0
 
             done = wait_for("two copies again", whole)
-            emit(op="rereplicate", bytes=nbytes, seconds=done - gone, rep=rep, partitions=len(lost))
+            emit(
+                op="rereplicate",
+                bytes=nbytes,
+                seconds=done - gone,
+                rep=rep,
+                partitions=len(lost),
+                tls=tls is not None,
+            )
 
 
 def measure_sql(binary: Path, ports: dict[int, int], tmp: Path, table: pa.Table, reps: int) -> None:
@@ -325,9 +388,10 @@ def main() -> None:
     table = data.records(max(1, args.bytes // data.RECORD_BYTES), 64 * 1024)
     with tempfile.TemporaryDirectory(prefix="quiver-cluster-bench-") as tmp:
         root = Path(tmp)
-        measure_reads(args.binary, ports, root, table, args.reps)
+        pki = Pki(args.binary, root)
+        measure_reads(args.binary, ports, root, table, args.reps, pki)
         measure_put_latency(args.binary, ports, root, args.put_ops)
-        measure_rereplication(args.binary, ports, root, table, args.reps)
+        measure_rereplication(args.binary, ports, root, table, args.reps, pki)
         measure_sql(args.binary, ports, root, table, args.reps)
     with suppress(subprocess.CalledProcessError):
         subprocess.run(["tc", "qdisc", "del", "dev", "lo", "root"], check=True)

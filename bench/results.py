@@ -37,6 +37,8 @@ QUIVER_PYTHON = "quiver-python"
 QUIVER_PYTHON_SHM = "quiver-python-shm"
 #: The cluster suite's nodes with ``--cluster`` (``quiver``: the single node it compares to).
 QUIVER_CLUSTER = "quiver-cluster"
+#: The same nodes with TLS between them and to the client (mutual TLS, the cluster's CA).
+QUIVER_CLUSTER_TLS = "quiver-cluster-tls"
 #: The functions suite's peers (the ``server`` column): the booster in the client's own
 #: process (one thread, and all of xgboost's threads), the XGBatch-style pyarrow Flight
 #: server, the FastAPI JSON service, and quiver serving the function with 1 and 2 workers.

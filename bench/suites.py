@@ -63,6 +63,7 @@ from .results import (
     QUIVER_1_WORKER,
     QUIVER_2_WORKERS,
     QUIVER_CLUSTER,
+    QUIVER_CLUSTER_TLS,
     QUIVER_GRPC,
     QUIVER_PYTHON,
     QUIVER_PYTHON_SHM,
@@ -1789,7 +1790,8 @@ def run_cluster(run: Run) -> None:
         m = json.loads(line)
         op = m["op"]
         if op == "read":
-            run.add(Measurement("cluster", QUIVER_CLUSTER, QUIVER_PYTHON, "read",
+            server = QUIVER_CLUSTER_TLS if m.get("tls") else QUIVER_CLUSTER
+            run.add(Measurement("cluster", server, QUIVER_PYTHON, "read",
                                 streams=m["nodes"], bytes=m["bytes"], seconds=m["seconds"],
                                 rep=m["rep"], endpoints=m["endpoints"]))  # fmt: skip
         elif op == "put_latency":
@@ -1797,7 +1799,8 @@ def run_cluster(run: Run) -> None:
             run.add(Measurement("cluster", server, QUIVER_PYTHON, "put_latency",
                                 seconds=m["seconds"], ops=m["ops"]))  # fmt: skip
         elif op == "rereplicate":
-            run.add(Measurement("cluster", QUIVER_CLUSTER, "", "rereplicate",
+            server = QUIVER_CLUSTER_TLS if m.get("tls") else QUIVER_CLUSTER
+            run.add(Measurement("cluster", server, "", "rereplicate",
                                 bytes=m["bytes"], seconds=m["seconds"], rep=m["rep"],
                                 endpoints=m["partitions"]))  # fmt: skip
         elif op == "sql":

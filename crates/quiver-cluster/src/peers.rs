@@ -142,7 +142,7 @@ impl Peers {
         let channel = self.endpoint(location)?.connect().await.map_err(|e| {
             ClusterError::NodeUnreachable {
                 location: location.to_string(),
-                detail: with_sources(&e),
+                detail: quiver_wire::with_causes(&e),
             }
         })?;
         let channel = Signed::new(channel, self.key.clone());
@@ -204,17 +204,4 @@ impl Peers {
         }
         result
     }
-}
-
-/// An error and its sources, as one line: tonic's transport error alone
-/// says only "transport error".
-fn with_sources(e: &dyn std::error::Error) -> String {
-    let mut line = e.to_string();
-    let mut source = e.source();
-    while let Some(cause) = source {
-        line.push_str(": ");
-        line.push_str(&cause.to_string());
-        source = cause.source();
-    }
-    line
 }

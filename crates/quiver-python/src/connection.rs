@@ -137,7 +137,10 @@ impl Connections {
                 .tls_config(config)
                 .map_err(|e| fail(format!("TLS: {e}")))?;
         }
-        endpoint.connect().await.map_err(|e| fail(describe(&e)))
+        endpoint
+            .connect()
+            .await
+            .map_err(|e| fail(quiver_wire::with_causes(&e)))
     }
 
     /// Sends a gRPC request to `path` with `body`, and returns the response
@@ -175,7 +178,7 @@ impl Connections {
             })?,
             None => send.await,
         }
-        .map_err(|e| tonic::Status::unavailable(describe(&e)))?;
+        .map_err(|e| tonic::Status::unavailable(quiver_wire::with_causes(&e)))?;
         if let Some(status) = tonic::Status::from_header_map(response.headers())
             && status.code() != tonic::Code::Ok
         {
@@ -223,16 +226,4 @@ pub(crate) fn transport_failure(status: tonic::Status) -> Error {
     } else {
         status.into()
     }
-}
-
-/// An error and its causes, on one line.
-fn describe(e: &(dyn std::error::Error + 'static)) -> String {
-    let mut text = e.to_string();
-    let mut source = e.source();
-    while let Some(cause) = source {
-        text.push_str(": ");
-        text.push_str(&cause.to_string());
-        source = cause.source();
-    }
-    text
 }

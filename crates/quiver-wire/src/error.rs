@@ -28,3 +28,16 @@ pub enum WireError {
 pub fn malformed(e: impl std::fmt::Display) -> WireError {
     WireError::Malformed(e.to_string())
 }
+
+/// An error and its causes on one line: a connection's error alone (tonic's
+/// transport error, hyper's) often says only "transport error".
+pub fn with_causes(e: &(dyn std::error::Error + 'static)) -> String {
+    let mut line = e.to_string();
+    let mut source = e.source();
+    while let Some(cause) = source {
+        line.push_str(": ");
+        line.push_str(&cause.to_string());
+        source = cause.source();
+    }
+    line
+}

@@ -23,6 +23,6 @@ pub mod http2;
 
 pub use body::GrpcBody;
 pub use body_pool::BodyPool;
-pub use error::{WireError, malformed};
+pub use error::{WireError, malformed, with_causes};
 pub use flight_data::{Received, ipc_message, parse_flight_data};
 pub use grpc::{grpc_frame, grpc_frame_with, grpc_message, message_length};
