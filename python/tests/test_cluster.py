@@ -19,6 +19,7 @@ import threading
 import time
 from pathlib import Path
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.flight as flight
@@ -27,8 +28,10 @@ import pytest
 import quiver
 from cluster_helpers import LEASE_TTL_S, NODES, Cluster, Etcd, wait_until
 from engine_helpers import mixed_table
+from functions_fixture import features
 from quiver import splits
 from quiver._shm import TRANSPORT_HEADER
+from test_functions import expected_scores, function_flags
 
 
 def ids(rows: int, start: int = 0) -> pa.Table:
@@ -464,5 +467,34 @@ def test_checker_acknowledged_appends_survive_kills_and_none_is_torn(
         assert set(seen) <= attempted
     finally:
         failures = nodes.stop_all()
+        if failures:
+            pytest.fail("\n".join(failures), pytrace=False)
+
+
+def test_apply_reads_every_partition_of_a_cluster_table(etcd: Etcd, tmp_path: Path) -> None:
+    table = pa.Table.from_batches([features(30_000, seed=5)])
+    cluster = Cluster(etcd, tmp_path)
+    try:
+        for node_id in NODES:
+            cluster.start(node_id, *function_flags(workers=1))
+        wait_until("three live nodes", lambda: len(cluster.status()["nodes"]) == 3)  # type: ignore[arg-type]
+        with quiver.connect(cluster.uri("n2")) as c:
+            put = c.put("features", table, partitions=3)
+            # Each node holds some partitions, none all: apply must read them from the others.
+            result = c.apply("score", source="features", into="scores")
+            assert (result.table, result.rows, result.source_version) == (
+                "scores", table.num_rows, put.version,
+            )  # fmt: skip
+            streamed = c.apply("score", source="features")
+        expected = expected_scores(table)
+        np.testing.assert_array_equal(streamed["score"].to_numpy(), expected)
+        # The results are a cluster table, read whole through any node.
+        with quiver.connect(cluster.uri("n3")) as c:
+            np.testing.assert_array_equal(c.get("scores")["score"].to_numpy(), expected)
+        status = cluster.status()
+        assert status["under_replicated"] == 0
+        assert sorted(t["name"] for t in status["tables"]) == ["features", "scores"]  # type: ignore[attr-defined]
+    finally:
+        failures = cluster.stop_all()
         if failures:
             pytest.fail("\n".join(failures), pytrace=False)

@@ -49,6 +49,9 @@ pub enum ClusterError {
         /// What the connection said.
         detail: String,
     },
+    /// A table's partitions could not be read (no replica answered).
+    #[error("{0}")]
+    Unreadable(String),
     /// The catalog has no such table.
     #[error("table '{0}' not found")]
     NotFound(String),
@@ -97,7 +100,8 @@ impl From<ClusterError> for Status {
             ClusterError::Catalog(_)
             | ClusterError::CatalogRefused(_)
             | ClusterError::TooFewNodes { .. }
-            | ClusterError::NodeUnreachable { .. } => Code::Unavailable,
+            | ClusterError::NodeUnreachable { .. }
+            | ClusterError::Unreadable(_) => Code::Unavailable,
             ClusterError::Conflict { .. } => Code::Aborted,
             ClusterError::Replica { status, .. } => match status.code() {
                 Code::ResourceExhausted => Code::ResourceExhausted,

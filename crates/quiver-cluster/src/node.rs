@@ -9,7 +9,7 @@ use arrow::array::RecordBatch;
 use arrow::datatypes::SchemaRef;
 use arrow_flight::{FlightDescriptor, FlightEndpoint, FlightInfo, Ticket};
 use futures::future::try_join_all;
-use quiver_flight::cluster::{ClusterHooks, ClusterPut, Published};
+use quiver_flight::cluster::{ClusterHooks, ClusterPut, ClusterRead, Published};
 use quiver_flight::ticket::TableTicket;
 use quiver_store::{TableStore, WriteMode, batch_bytes};
 use serde_json::json;
@@ -115,6 +115,27 @@ impl ClusterNode {
             lease: Mutex::new(Some(lease)),
             orphans: Mutex::new(HashMap::new()),
         }))
+    }
+
+    /// The live nodes, to find `entry`'s replicas among: as last read (a
+    /// tick ago), read again only when a replica is one this node has not
+    /// seen yet (it joined since).
+    async fn replicas_of(&self, entry: &TableEntry) -> BTreeMap<String, NodeEntry> {
+        let nodes = self
+            .cache
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .nodes
+            .clone();
+        let unseen = entry
+            .partitions
+            .iter()
+            .flat_map(|p| &p.replicas)
+            .any(|id| !nodes.contains_key(id));
+        if unseen {
+            return self.snapshot().await.nodes;
+        }
+        nodes
     }
 
     /// Leaves the cluster at once (a clean shutdown): revokes the lease, so
@@ -417,25 +438,24 @@ impl ClusterHooks for ClusterNode {
         descriptor: FlightDescriptor,
     ) -> Option<Result<FlightInfo, Status>> {
         let entry = self.entry(name).await?;
-        // The nodes as last read (a tick ago); read again only when a replica
-        // is one this node has not seen yet (it joined since).
-        let mut nodes = self
-            .cache
-            .read()
-            .unwrap_or_else(PoisonError::into_inner)
-            .nodes
-            .clone();
-        let unseen = entry
-            .partitions
-            .iter()
-            .flat_map(|p| &p.replicas)
-            .any(|id| !nodes.contains_key(id));
-        if unseen {
-            nodes = self.snapshot().await.nodes;
-        }
+        let nodes = self.replicas_of(&entry).await;
         Some(
             self.info(name, &entry, &nodes, descriptor)
                 .map_err(Status::from),
+        )
+    }
+
+    async fn read(&self, name: &str) -> Option<Result<ClusterRead, Status>> {
+        let entry = self.entry(name).await?;
+        let nodes = self.replicas_of(&entry).await;
+        let read = self.sql.read(name, &entry, &nodes).await;
+        Some(
+            read.map(|(schema, batches)| ClusterRead {
+                version: entry.version,
+                schema,
+                batches,
+            })
+            .map_err(Status::from),
         )
     }
 

@@ -38,6 +38,18 @@ pub struct Published {
     pub bytes: u64,
 }
 
+/// A cluster table's whole current version, read from its partitions'
+/// replicas.
+#[derive(Debug)]
+pub struct ClusterRead {
+    /// The version read.
+    pub version: u64,
+    /// The table's schema.
+    pub schema: SchemaRef,
+    /// Its rows, partition after partition.
+    pub batches: Vec<RecordBatch>,
+}
+
 /// The cluster side of a node, as the Flight service sees it.
 #[tonic::async_trait]
 pub trait ClusterHooks: Send + Sync + std::fmt::Debug {
@@ -56,6 +68,10 @@ pub trait ClusterHooks: Send + Sync + std::fmt::Debug {
 
     /// The FlightInfo of every catalog table whose name starts with `prefix`.
     async fn list(&self, prefix: &str) -> Result<Vec<FlightInfo>, Status>;
+
+    /// Table `name`'s current version, every partition read from this
+    /// node's copy or a replica's; `None` when the catalog has no such table.
+    async fn read(&self, name: &str) -> Option<Result<ClusterRead, Status>>;
 
     /// Spreads `put` over the live nodes and publishes it as the table's next
     /// version, once every partition is stored on its replicas.

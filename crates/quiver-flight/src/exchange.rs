@@ -22,15 +22,16 @@ use futures::stream::{self, BoxStream};
 use futures::{StreamExt, TryStreamExt};
 use quiver_functions::{FunctionPool, FunctionSpec};
 use quiver_sql::{InputStream, SqlEngine, SqlError};
-use quiver_store::TableStore;
+use quiver_store::{TableStore, TableWriter, WriteMode};
 use serde_json::json;
 use tonic::Streaming;
 
 use crate::auth::{Caller, Role};
+use crate::cluster::{Cluster, ClusterPut, Published};
 use crate::error::inbound_status;
 use crate::request::{Apply, Described, Exchange};
 use crate::rpc_log::RpcLog;
-use crate::{Error, Result};
+use crate::{Error, PutOptions, Result};
 
 /// Rows of a stored table handed to a function at once by apply.
 const APPLY_SLICE_ROWS: usize = 65_536;
@@ -56,7 +57,7 @@ pub(crate) enum Plan {
 /// starts it.
 pub(crate) async fn open(
     pool: Option<&Arc<FunctionPool>>,
-    store: &Arc<TableStore>,
+    tables: Tables,
     engine: &Arc<SqlEngine>,
     max_message: usize,
     mut input: Streaming<FlightData>,
@@ -107,7 +108,9 @@ pub(crate) async fn open(
             }
             log.table(&apply.source);
             let (pool, spec) = pool(&apply.apply)?;
-            self::apply(pool, spec, Arc::clone(store), apply, max_message).map(Plan::Replies)
+            self::apply(pool, spec, tables, apply, max_message)
+                .await
+                .map(Plan::Replies)
         }
         Exchange::Sql(sql) => {
             caller.require(Role::Read, "SQL over a stream")?;
@@ -360,21 +363,107 @@ impl ResultEncoder {
     }
 }
 
+/// Where apply reads its source and stores its results: this node's store,
+/// or on a cluster node the cluster's catalog (tables the local store does
+/// not hold).
+pub(crate) struct Tables {
+    pub(crate) store: Arc<TableStore>,
+    pub(crate) cluster: Option<Cluster>,
+}
+
+/// The table apply reads: one version, whole.
+struct Source {
+    version: u64,
+    schema: SchemaRef,
+    batches: Vec<RecordBatch>,
+}
+
+impl Tables {
+    /// Table `name`'s current version: a snapshot, so writes to the table
+    /// while apply runs do not disturb it.
+    async fn source(&self, name: &str) -> Result<Source> {
+        if let Some(cluster) = &self.cluster
+            && let Some(read) = cluster.read(name).await
+        {
+            let read = read.map_err(|status| Error::Status(Box::new(status)))?;
+            return Ok(Source {
+                version: read.version,
+                schema: read.schema,
+                batches: read.batches,
+            });
+        }
+        let version = self.store.get(name)?;
+        Ok(Source {
+            version: version.version(),
+            schema: Arc::clone(version.schema()),
+            batches: version.batches().cloned().collect(),
+        })
+    }
+
+    /// A writer of `into` that checks and charges the results; on a
+    /// cluster node it only gathers them for [`Tables::store`].
+    fn writer(
+        &self,
+        into: &str,
+        options: &PutOptions,
+        schema: SchemaRef,
+    ) -> Result<TableWriter<'_>> {
+        let mode = match self.cluster {
+            // Committed by the cluster, which checks the mode against its
+            // catalog: the local store's table of that name is not it.
+            Some(_) => WriteMode::Replace,
+            None => options.mode,
+        };
+        Ok(self.store.writer(into, mode, schema, options.partitions)?)
+    }
+
+    /// Commits `writer`'s rows as table `into`: into the local store, or
+    /// spread over the cluster and published in its catalog.
+    async fn store(
+        &self,
+        into: &str,
+        options: &PutOptions,
+        writer: TableWriter<'_>,
+    ) -> Result<Published> {
+        let Some(cluster) = &self.cluster else {
+            let version = quiver_sql::store_write(|| writer.commit())?;
+            return Ok(Published {
+                version: version.version(),
+                rows: version.num_rows(),
+                bytes: version.num_bytes(),
+            });
+        };
+        let (schema, batches, charge) = writer.into_batches();
+        let put = ClusterPut {
+            table: into.to_string(),
+            mode: options.mode,
+            partitions: options.partitions,
+            schema,
+            batches,
+            charge,
+        };
+        cluster
+            .put(put)
+            .await
+            .map_err(|status| Error::Status(Box::new(status)))
+    }
+}
+
 /// A stored table through a function: its slices fed to the pool in
 /// parallel, the results stored atomically as `into`, or streamed back.
-fn apply(
+async fn apply(
     pool: Arc<FunctionPool>,
     spec: Arc<FunctionSpec>,
-    store: Arc<TableStore>,
+    tables: Tables,
     apply: Apply,
     max_message: usize,
 ) -> Result<Replies> {
     let options = apply.options()?;
-    // A snapshot: writes to the source while this runs do not disturb it.
-    let source = store.get(&apply.source)?;
-    spec.check_input(source.schema())?;
+    let source = tables.source(&apply.source).await?;
+    spec.check_input(&source.schema)?;
     let slices: Vec<RecordBatch> = source
-        .batches()
+        .batches
+        .iter()
         .flat_map(|b| {
             (0..b.num_rows())
                 .step_by(APPLY_SLICE_ROWS)
@@ -409,11 +498,10 @@ fn apply(
             expected.accept(&schema)?;
             let writer = match &mut writer {
                 Some(writer) => writer,
-                None => writer.insert(store.writer(
+                None => writer.insert(tables.writer(
                     &into,
-                    options.mode,
+                    &options,
                     Arc::clone(expected.schema.as_ref().unwrap_or(&schema)),
-                    options.partitions,
                 )?),
             };
             for batch in batches {
@@ -428,20 +516,19 @@ fn apply(
                     Error::invalid(format!(
                         "table {} is empty and function {} declares no output schema: \
                          nothing to store",
-                        source.name(),
-                        spec.name
+                        apply.source, spec.name
                     ))
                 })?;
-                store.writer(&into, options.mode, schema, options.partitions)?
+                tables.writer(&into, &options, schema)?
             }
         };
-        let version = quiver_sql::store_write(|| writer.commit())?;
+        let published = tables.store(&into, &options, writer).await?;
         let summary = json!({
-            "table": version.name(),
-            "version": version.version(),
-            "rows": version.num_rows(),
-            "bytes": version.num_bytes(),
-            "source_version": source.version(),
+            "table": into,
+            "version": published.version,
+            "rows": published.rows,
+            "bytes": published.bytes,
+            "source_version": source.version,
         });
         Ok(FlightData {
             app_metadata: Bytes::from(summary.to_string()),

@@ -883,7 +883,10 @@ impl FlightService for QuiverService {
             let caller = Caller::of(request.extensions());
             let plan = exchange::open(
                 self.options.functions.as_ref(),
-                &self.store,
+                exchange::Tables {
+                    store: Arc::clone(&self.store),
+                    cluster: self.cluster().cloned(),
+                },
                 self.sql_engine(),
                 self.options.max_flight_data_size,
                 request.into_inner(),

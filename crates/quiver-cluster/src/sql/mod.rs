@@ -9,7 +9,10 @@ mod scan;
 mod table;
 mod tasks;
 
+use std::collections::BTreeMap;
 use std::sync::{Arc, Weak};
+
+use arrow::array::RecordBatch;
 
 use arrow::datatypes::SchemaRef;
 use async_trait::async_trait;
@@ -19,6 +22,7 @@ use datafusion::execution::SessionStateBuilder;
 use datafusion_distributed::{DistributedExt, SessionStateBuilderExt, Worker, WorkerQueryContext};
 use quiver_sql::ClusterCatalog;
 
+use crate::catalog::{NodeEntry, TableEntry};
 use crate::node::ClusterNode;
 use crate::peers::Peers;
 
@@ -86,6 +90,23 @@ impl ClusterSql {
         self.node
             .upgrade()
             .ok_or_else(|| DataFusionError::Execution("the cluster node is shutting down".into()))
+    }
+
+    /// Table `name` as `entry` has it, every partition read (this node's
+    /// copy, else a replica's among `nodes`), partition after partition.
+    pub(crate) async fn read(
+        &self,
+        name: &str,
+        entry: &TableEntry,
+        nodes: &BTreeMap<String, NodeEntry>,
+    ) -> crate::Result<(SchemaRef, Vec<RecordBatch>)> {
+        let table = ClusterTable::new(name, entry, nodes)?;
+        let batches = self
+            .scan
+            .read_all(name, table.parts().to_vec())
+            .await
+            .map_err(|e| crate::ClusterError::Unreadable(e.to_string()))?;
+        Ok((table.schema(), batches))
     }
 
     /// The worker service, to mount on the node's Flight port.

@@ -41,6 +41,30 @@ pub(crate) struct ScanContext {
     pub(crate) peers: Peers,
 }
 
+impl ScanContext {
+    /// Every row of `parts` of table `table`, partition after partition.
+    pub(crate) async fn read_all(
+        self: &Arc<Self>,
+        table: &str,
+        parts: Vec<ScanPart>,
+    ) -> Result<Vec<RecordBatch>> {
+        let reader = PartReader {
+            scan: Arc::clone(self),
+            table: table.to_string(),
+            projection: None,
+            columns: None,
+        };
+        let mut batches = Vec::new();
+        for part in parts {
+            let mut read = reader.clone().read(part);
+            while let Some(batch) = read.next().await {
+                batches.push(batch?);
+            }
+        }
+        Ok(batches)
+    }
+}
+
 /// A node holding a copy of a partition.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub(crate) struct Replica {

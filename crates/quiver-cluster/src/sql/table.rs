@@ -60,6 +60,13 @@ impl ClusterTable {
     }
 }
 
+impl ClusterTable {
+    /// Its partitions, in the catalog's order.
+    pub(crate) fn parts(&self) -> &[ScanPart] {
+        &self.parts
+    }
+}
+
 #[async_trait]
 impl TableProvider for ClusterTable {
     fn schema(&self) -> SchemaRef {
