@@ -204,6 +204,14 @@ def test_a_cluster_with_users_holds_every_node_to_the_roles(etcd: Etcd, tmp_path
                                 continue
                             pytest.fail(f"{node_id}: {name} with {credentials}: {error}")
                         pytest.fail(f"{node_id}: {name} with {credentials} was served")
+                # Every read call a single node answers a reader, this node answers.
+                for name, call in READ_CALLS.items():
+                    try:
+                        call(client, reader)
+                    except flight.FlightError as error:
+                        pytest.fail(f"{node_id}: {name} as reader: {error}")
+                by_name = client.do_get(flight.Ticket(TABLE.encode()), reader).read_all()
+                assert by_name.sort_by("id").equals(DATA)
                 for name, call in WRITE_CALLS.items():
                     try:
                         call(client, reader)

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use arrow::array::RecordBatch;
 use arrow::datatypes::SchemaRef;
 use arrow_flight::{FlightDescriptor, FlightInfo};
-use quiver_store::{MemoryCharge, WriteMode};
+use quiver_store::{MemoryCharge, TableWriter, WriteMode};
 use tonic::Status;
 
 /// A put received by a cluster node, to spread over the cluster.
@@ -25,6 +25,27 @@ pub struct ClusterPut {
     pub batches: Vec<RecordBatch>,
     /// Their memory, charged to this node's pool until they are shipped.
     pub charge: MemoryCharge,
+}
+
+impl ClusterPut {
+    /// A put of `writer`'s rows as `table`: the writer read, checked and
+    /// charged them, and is never committed.
+    pub fn gathered(
+        table: String,
+        mode: WriteMode,
+        partitions: Option<usize>,
+        writer: TableWriter<'_>,
+    ) -> Self {
+        let (schema, batches, charge) = writer.into_batches();
+        Self {
+            table,
+            mode,
+            partitions,
+            schema,
+            batches,
+            charge,
+        }
+    }
 }
 
 /// What a cluster commit published.

@@ -433,15 +433,7 @@ impl Tables {
                 bytes: version.num_bytes(),
             });
         };
-        let (schema, batches, charge) = writer.into_batches();
-        let put = ClusterPut {
-            table: into.to_string(),
-            mode: options.mode,
-            partitions: options.partitions,
-            schema,
-            batches,
-            charge,
-        };
+        let put = ClusterPut::gathered(into.to_string(), options.mode, options.partitions, writer);
         cluster
             .put(put)
             .await

@@ -27,7 +27,7 @@ use quiver_shm::{self as shm, ShmServer};
 
 use crate::auth::{Caller, Role};
 use crate::body_watch::BodyOutcome;
-use crate::cluster::{Cluster, ClusterPut, Published};
+use crate::cluster::{Cluster, ClusterPut, ClusterRead, Published};
 use crate::error::inbound_status;
 use crate::request::{
     ActionKind, ActionRequest, Described, ShmPut, StoreAction, Ticketed, partition_not_here,
@@ -409,27 +409,55 @@ impl QuiverService {
             Ticketed::Table(ticket) => ticket,
         };
         log.table(&ticket.table);
-        let table = match self.store.get(&ticket.table) {
-            Err(quiver_store::StoreError::NotFound { name }) if ticket.version.is_some() => {
-                return Err(Error::Aborted(format!(
-                    "table '{name}' was deleted or renamed since GetFlightInfo; \
-                     call GetFlightInfo again"
-                )));
-            }
-            other => other?,
-        };
-        if let Some(version) = ticket.version
-            && version != table.version()
-        {
-            return Err(Error::Aborted(format!(
-                "table '{}' changed since GetFlightInfo (version {version}, now {}); \
+        let pinned = |current: u64| match ticket.version {
+            Some(version) if version != current => Err(Error::Aborted(format!(
+                "table '{}' changed since GetFlightInfo (version {version}, now {current}); \
                  call GetFlightInfo again",
-                ticket.table,
-                table.version()
-            )));
-        }
-        let batches = table.partition(ticket.partition, ticket.partitions)?;
-        let schema = Arc::clone(table.schema());
+                ticket.table
+            ))),
+            _ => Ok(()),
+        };
+        // A cluster table, read whole from its replicas, comes before a local
+        // table of the same name, as in GetFlightInfo; a partition (the
+        // tickets of a cluster table's endpoints) is this node's own.
+        let cluster_read = if quiver_store::is_reserved(&ticket.table) {
+            None
+        } else {
+            self.read_cluster_table(&ticket.table).await
+        };
+        // The version read stays held (its memory charged) while the stream
+        // reads it.
+        let (table, batches, schema) = match cluster_read {
+            Some(read) => {
+                let read = read?;
+                pinned(read.version)?;
+                if ticket.partitions != 1 {
+                    return Err(Error::invalid(format!(
+                        "a ticket naming cluster table '{}' reads it whole: take its \
+                         partitions' tickets from GetFlightInfo",
+                        ticket.table
+                    )));
+                }
+                (None, read.batches, read.schema)
+            }
+            None => {
+                let table = match self.store.get(&ticket.table) {
+                    Err(quiver_store::StoreError::NotFound { name })
+                        if ticket.version.is_some() =>
+                    {
+                        return Err(Error::Aborted(format!(
+                            "table '{name}' was deleted or renamed since GetFlightInfo; \
+                             call GetFlightInfo again"
+                        )));
+                    }
+                    other => other?,
+                };
+                pinned(table.version())?;
+                let batches = table.partition(ticket.partition, ticket.partitions)?;
+                let schema = Arc::clone(table.schema());
+                (Some(table), batches, schema)
+            }
+        };
         if !ticket.pushes_down() {
             let batches = stream::iter(batches).map(move |batch| {
                 let _reading = &table;
@@ -478,6 +506,13 @@ impl QuiverService {
             batch
         });
         Ok((projected, batches.boxed()))
+    }
+
+    /// A cluster table's whole current version, on a cluster node; `None`
+    /// when there is no cluster or no such table.
+    async fn read_cluster_table(&self, name: &str) -> Option<Result<ClusterRead>> {
+        let read = self.cluster()?.read(name).await?;
+        Some(read.map_err(|status| Error::Status(Box::new(status))))
     }
 
     /// Stores a DoPut stream (or hands a Flight SQL command to the SQL side).
@@ -589,15 +624,7 @@ impl QuiverService {
             })
             .await?;
         let (mode, partitions) = asked.unwrap_or_default();
-        let (schema, batches, charge) = writer.into_batches();
-        let put = ClusterPut {
-            table: name.clone(),
-            mode,
-            partitions,
-            schema,
-            batches,
-            charge,
-        };
+        let put = ClusterPut::gathered(name.clone(), mode, partitions, writer);
         let published = cluster
             .put(put)
             .await

@@ -15,6 +15,11 @@
 //! an action's type, a SQL statement's plan). Without `--users` the layer puts
 //! an unrestricted caller into every request, so handlers check the same way
 //! either way, and a request that somehow skipped the layer is refused.
+//!
+//! On a cluster node the layer first looks for another node's signature
+//! ([`NODE_HEADER`], `node.rs`): a valid one makes the caller [`Role::Node`],
+//! a bad one is refused, and without one the cluster's internal services
+//! ([`Nodes::internal`]) are refused.
 
 mod node;
 mod token;
