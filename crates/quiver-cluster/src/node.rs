@@ -98,7 +98,7 @@ impl ClusterNode {
             tables = snapshot.tables.len(),
             "joined the cluster"
         );
-        let peers = Peers::new(key, options.peer_tls.clone())?;
+        let peers = Peers::new(key, options.peer_tls.clone());
         Ok(Arc::new_cyclic(|me| Self {
             sql: ClusterSql::new(
                 me.clone(),

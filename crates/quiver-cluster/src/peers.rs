@@ -75,7 +75,7 @@ pub(crate) struct Peers {
 
 impl Peers {
     /// Channels whose calls `key` signs, over TLS with `tls`.
-    pub(crate) fn new(key: NodeKey, tls: Option<quiver_etcd::Tls>) -> Result<Self> {
+    pub(crate) fn new(key: NodeKey, tls: Option<quiver_etcd::Tls>) -> Self {
         let tls = tls.map(|tls| {
             let config = ClientTlsConfig::new().ca_certificate(Certificate::from_pem(&tls.ca));
             match &tls.identity {
@@ -83,12 +83,12 @@ impl Peers {
                 None => config,
             }
         });
-        Ok(Self {
+        Self {
             channels: Arc::default(),
             connected: Arc::default(),
             key,
             tls,
-        })
+        }
     }
 
     /// What signs this node's calls.

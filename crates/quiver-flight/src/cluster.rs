@@ -71,6 +71,17 @@ pub struct ClusterRead {
     pub batches: Vec<RecordBatch>,
 }
 
+impl From<&quiver_store::TableVersion> for Published {
+    /// What committing `version` to a single node's store published.
+    fn from(version: &quiver_store::TableVersion) -> Self {
+        Self {
+            version: version.version(),
+            rows: version.num_rows(),
+            bytes: version.num_bytes(),
+        }
+    }
+}
+
 /// The cluster side of a node, as the Flight service sees it.
 #[tonic::async_trait]
 pub trait ClusterHooks: Send + Sync + std::fmt::Debug {

@@ -427,11 +427,7 @@ impl Tables {
     ) -> Result<Published> {
         let Some(cluster) = &self.cluster else {
             let version = quiver_sql::store_write(|| writer.commit())?;
-            return Ok(Published {
-                version: version.version(),
-                rows: version.num_rows(),
-                bytes: version.num_bytes(),
-            });
+            return Ok(Published::from(&*version));
         };
         let put = ClusterPut::gathered(into.to_string(), options.mode, options.partitions, writer);
         cluster

@@ -587,11 +587,7 @@ impl QuiverService {
         let (rows, bytes) = (writer.num_rows(), writer.num_bytes());
         let version = quiver_sql::store_write(|| writer.commit())?;
         log.add(rows, bytes);
-        let published = Published {
-            version: version.version(),
-            rows: version.num_rows(),
-            bytes: version.num_bytes(),
-        };
+        let published = Published::from(&*version);
         Ok(PutResult {
             app_metadata: published_json(&name, published),
         })
