@@ -445,6 +445,11 @@ impl ClusterHooks for ClusterNode {
         )
     }
 
+    async fn schema(&self, name: &str) -> Option<Result<SchemaRef, Status>> {
+        let entry = self.entry(name).await?;
+        Some(entry.schema().map_err(Status::from))
+    }
+
     async fn read(&self, name: &str) -> Option<Result<ClusterRead, Status>> {
         let entry = self.entry(name).await?;
         let nodes = self.replicas_of(&entry).await;

@@ -101,6 +101,10 @@ pub trait ClusterHooks: Send + Sync + std::fmt::Debug {
     /// The FlightInfo of every catalog table whose name starts with `prefix`.
     async fn list(&self, prefix: &str) -> Result<Vec<FlightInfo>, Status>;
 
+    /// Table `name`'s schema from the catalog; `None` when the catalog has
+    /// no such table.
+    async fn schema(&self, name: &str) -> Option<Result<SchemaRef, Status>>;
+
     /// Table `name`'s current version, every partition read from this
     /// node's copy or a replica's; `None` when the catalog has no such table.
     async fn read(&self, name: &str) -> Option<Result<ClusterRead, Status>>;

@@ -814,16 +814,13 @@ impl FlightService for QuiverService {
                     Described::Table(name) => {
                         log.table(&name);
                         let catalog = match self.cluster() {
-                            Some(cluster) => {
-                                cluster.flight_info(&name, request.get_ref().clone()).await
-                            }
+                            Some(cluster) => cluster.schema(&name).await,
                             None => None,
                         };
                         match catalog {
-                            Some(info) => Arc::new(
-                                info.map_err(|status| Error::Status(Box::new(status)))?
-                                    .try_decode_schema()?,
-                            ),
+                            Some(schema) => {
+                                schema.map_err(|status| Error::Status(Box::new(status)))?
+                            }
                             None => Arc::clone(self.store.get(&name)?.schema()),
                         }
                     }
