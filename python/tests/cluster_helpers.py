@@ -12,6 +12,7 @@ import dataclasses
 import json
 import os
 import shutil
+import signal
 import subprocess
 import tempfile
 import time
@@ -52,12 +53,14 @@ class Cluster:
         tmp_path: Path,
         replicas: int = 2,
         etcd_flags: tuple[str, ...] = (),
+        lease_ttl: int = LEASE_TTL_S,
     ) -> None:
         """``etcd_flags``: how every node and ``quiver cluster status`` reach etcd
         (``--etcd-ca``, ``--etcd-user``, ...)."""
         self.etcd = etcd
         self.tmp_path = tmp_path
         self.replicas = replicas
+        self.lease_ttl = lease_ttl
         self.etcd_flags = etcd_flags
         self.nodes: dict[str, Server] = {}
         self.ports: dict[str, int] = {}
@@ -90,7 +93,7 @@ class Cluster:
             "--replicas",
             str(self.replicas),
             "--lease-ttl",
-            str(LEASE_TTL_S),
+            str(self.lease_ttl),
             "--shm-socket",
             socket,
             *extra,
@@ -141,6 +144,14 @@ class Cluster:
         server = self.nodes[node_id]
         server.process.kill()
         server.process.wait(timeout=10)
+
+    def pause(self, node_id: str) -> None:
+        """SIGSTOP a node: it holds its connections and answers nothing."""
+        self.nodes[node_id].process.send_signal(signal.SIGSTOP)
+
+    def resume(self, node_id: str) -> None:
+        """SIGCONT a paused node."""
+        self.nodes[node_id].process.send_signal(signal.SIGCONT)
 
     def status(self) -> dict[str, object]:
         result = subprocess.run(

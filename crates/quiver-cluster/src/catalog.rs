@@ -7,6 +7,11 @@
 //! - `tables/<name>`: a table's current version, [`TableEntry`] as JSON. A
 //!   version is published by one transaction that compares the key's
 //!   modification revision with the one the commit read.
+//! - `intents/<node>/<id>`: the partitions a put or a repair of that node is
+//!   storing ([`IntentEntry`]), written before the first copy, attached to
+//!   the node's lease, and deleted by the commit that publishes them. A
+//!   partition an intent names is not an orphan; a commit whose intent is
+//!   gone (the node lost its lease meanwhile) fails.
 
 use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
@@ -62,6 +67,15 @@ pub struct PartitionEntry {
     pub replicas: Vec<String>,
 }
 
+/// The partitions a put or a repair in flight is storing.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct IntentEntry {
+    /// The table they are for (for people reading the catalog).
+    pub(crate) table: String,
+    /// Their storage names.
+    pub(crate) partitions: Vec<String>,
+}
+
 impl TableEntry {
     /// The table's schema.
     pub fn schema(&self) -> Result<SchemaRef> {
@@ -103,6 +117,16 @@ impl Keys {
     /// The cluster's secret, which signs the nodes' calls to each other.
     pub(crate) fn secret(&self) -> String {
         format!("{}secret", self.prefix)
+    }
+
+    /// The prefix of every intent key.
+    pub(crate) fn intents(&self) -> String {
+        format!("{}intents/", self.prefix)
+    }
+
+    /// The prefix of node `id`'s intent keys.
+    pub(crate) fn intents_of(&self, id: &str) -> String {
+        format!("{}intents/{id}/", self.prefix)
     }
 
     /// The prefix of every table key.
@@ -178,5 +202,7 @@ mod tests {
         assert_eq!(keys.node("n1"), "/q/nodes/n1");
         assert_eq!(keys.table("t/x"), "/q/tables/t/x");
         assert!(keys.table("t").starts_with(&keys.tables()));
+        assert!(keys.intents_of("n1").starts_with(&keys.intents()));
+        assert_eq!(keys.intents_of("n1"), "/q/intents/n1/");
     }
 }

@@ -49,6 +49,33 @@ pub enum ClusterError {
         /// What the connection said.
         detail: String,
     },
+    /// Another live process is registered with this node's id.
+    #[error(
+        "node id '{id}' is in use by a live node at {location}: two processes with one id would \
+         take each other's place in the cluster; give this one another --node-id, or stop the \
+         other first"
+    )]
+    IdInUse {
+        /// The id.
+        id: String,
+        /// Where the other process is.
+        location: String,
+    },
+    /// This node is not registered now (its lease was lost): it refuses
+    /// writes until it is again.
+    #[error(
+        "this node is not registered in the cluster now (its lease ran out); it refuses writes \
+         until it registers again: try another node, or again shortly"
+    )]
+    NotRegistered,
+    /// A put's or repair's intent vanished with this node's lease before
+    /// its commit: the other nodes may have dropped its partitions, so
+    /// nothing was published.
+    #[error(
+        "this node lost its lease while storing the put's partitions; nothing was published: \
+         try again"
+    )]
+    Fenced,
     /// A table's partitions could not be read (no replica answered).
     #[error("{0}")]
     Unreadable(String),
@@ -101,7 +128,10 @@ impl From<ClusterError> for Status {
             | ClusterError::CatalogRefused(_)
             | ClusterError::TooFewNodes { .. }
             | ClusterError::NodeUnreachable { .. }
+            | ClusterError::NotRegistered
+            | ClusterError::Fenced
             | ClusterError::Unreadable(_) => Code::Unavailable,
+            ClusterError::IdInUse { .. } => Code::FailedPrecondition,
             ClusterError::Conflict { .. } => Code::Aborted,
             ClusterError::Replica { status, .. } => match status.code() {
                 Code::ResourceExhausted => Code::ResourceExhausted,

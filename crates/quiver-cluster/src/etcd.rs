@@ -3,14 +3,14 @@
 //! (`ConnectOptions::default()`: 3 s), so a node whose etcd is gone answers
 //! with a clear UNAVAILABLE instead of hanging.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashSet};
 use std::time::Duration;
 
 use quiver_etcd::{Client, Compare, CompareResult, ConnectOptions, Credentials, RequestOp, Tls};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
-use crate::catalog::{Keys, NodeEntry, TableEntry};
+use crate::catalog::{IntentEntry, Keys, NodeEntry, TableEntry};
 use crate::error::{ClusterError, Result};
 
 /// A catalog record and the etcd modification revision it was read at (0: absent).
@@ -29,6 +29,25 @@ pub(crate) struct Snapshot {
     pub(crate) nodes: BTreeMap<String, NodeEntry>,
     /// Tables by name, with their keys' revisions.
     pub(crate) tables: BTreeMap<String, (TableEntry, i64)>,
+    /// Puts and repairs in flight, by key (`<node>/<id>`).
+    pub(crate) intents: BTreeMap<String, IntentEntry>,
+}
+
+impl Snapshot {
+    /// Every partition a put or repair in flight is storing.
+    pub(crate) fn intended(&self) -> HashSet<&str> {
+        self.intents
+            .values()
+            .flat_map(|intent| &intent.partitions)
+            .map(String::as_str)
+            .collect()
+    }
+}
+
+/// An intent this node wrote: its key, deleted by the commit it fences.
+#[derive(Debug, Clone)]
+pub(crate) struct Intent {
+    pub(crate) key: String,
 }
 
 /// Where the cluster's catalog is and how a node reaches it.
@@ -82,23 +101,57 @@ impl Etcd {
         })
     }
 
-    /// Everything under the cluster's prefix: nodes and tables.
+    /// Everything under the cluster's prefix: nodes, tables and intents,
+    /// in one read, so at one revision (a partition moving from an intent
+    /// to a table's version is seen in one or the other, never neither).
     pub(crate) async fn snapshot(&self) -> Result<Snapshot> {
-        let nodes_prefix = self.keys.nodes();
-        let tables_prefix = self.keys.tables();
-        let nodes = self.client.get_prefix(nodes_prefix.as_str()).await?;
-        let tables = self.client.get_prefix(tables_prefix.as_str()).await?;
+        let (nodes, tables, intents) = (self.keys.nodes(), self.keys.tables(), self.keys.intents());
+        let all = self.client.get_prefix(self.keys.all()).await?;
         let mut snapshot = Snapshot::default();
-        for kv in &nodes.kvs {
-            let node: NodeEntry = parse(&kv.key, &kv.value)?;
-            snapshot.nodes.insert(node.id.clone(), node);
-        }
-        for kv in &tables.kvs {
-            let name = String::from_utf8_lossy(&kv.key[tables_prefix.len()..]).into_owned();
-            let entry: TableEntry = parse(&kv.key, &kv.value)?;
-            snapshot.tables.insert(name, (entry, kv.mod_revision));
+        for kv in &all.kvs {
+            let key = String::from_utf8_lossy(&kv.key);
+            if key.starts_with(&nodes) {
+                let node: NodeEntry = parse(&kv.key, &kv.value)?;
+                snapshot.nodes.insert(node.id.clone(), node);
+            } else if let Some(name) = key.strip_prefix(&tables) {
+                let entry: TableEntry = parse(&kv.key, &kv.value)?;
+                snapshot
+                    .tables
+                    .insert(name.to_string(), (entry, kv.mod_revision));
+            } else if let Some(id) = key.strip_prefix(&intents) {
+                let intent: IntentEntry = parse(&kv.key, &kv.value)?;
+                snapshot.intents.insert(id.to_string(), intent);
+            }
         }
         Ok(snapshot)
+    }
+
+    /// Records `intent` at `key` (from [`Etcd::intent_key`]) under
+    /// `lease`: its partitions are not orphans while it lasts. Written
+    /// before the first copy is sent.
+    pub(crate) async fn intend(&self, key: &str, intent: &IntentEntry, lease: i64) -> Result<()> {
+        self.client.put(key, json(intent), lease).await?;
+        Ok(())
+    }
+
+    /// Deletes an intent whose put failed (its partitions become orphans).
+    pub(crate) async fn forget(&self, intent: &Intent) -> Result<()> {
+        self.client.delete(intent.key.as_str()).await?;
+        Ok(())
+    }
+
+    /// A new intent key of node `node`.
+    pub(crate) fn intent_key(&self, node: &str) -> String {
+        format!(
+            "{}{}",
+            self.keys.intents_of(node),
+            uuid::Uuid::new_v4().simple()
+        )
+    }
+
+    /// The key of intent `id` as [`Snapshot::intents`] has it (`<node>/<id>`).
+    pub(crate) fn intent_at(&self, id: &str) -> String {
+        format!("{}{id}", self.keys.intents())
     }
 
     /// Table `name`'s entry, read from etcd's leader (linearizable).
@@ -116,27 +169,44 @@ impl Etcd {
     }
 
     /// Applies `writes` (table name, new entry or `None` to delete) if every
-    /// table of `reads` still has the revision it was read at (0: absent).
-    /// `Ok(false)`: another commit came first; nothing was written.
+    /// table of `reads` still has the revision it was read at (0: absent),
+    /// and `intent`, when given, still exists; the same transaction deletes
+    /// it. `Ok(false)`: another commit came first; nothing was written.
+    /// [`ClusterError::Fenced`]: the intent is gone with this node's lease,
+    /// so its partitions may have been dropped; nothing was written.
     pub(crate) async fn commit(
         &self,
         reads: &[(&str, i64)],
         writes: &[(&str, Option<&TableEntry>)],
+        intent: Option<&Intent>,
     ) -> Result<bool> {
-        let compares: Vec<Compare> = reads
+        let mut compares: Vec<Compare> = reads
             .iter()
             .map(|(name, revision)| {
                 Compare::mod_revision(self.keys.table(name), CompareResult::Equal, *revision)
             })
             .collect();
-        let ops: Vec<RequestOp> = writes
+        let mut ops: Vec<RequestOp> = writes
             .iter()
             .map(|(name, entry)| match entry {
                 Some(entry) => RequestOp::put(self.keys.table(name), json(entry), 0),
                 None => RequestOp::delete(self.keys.table(name)),
             })
             .collect();
-        let answer = self.client.txn(compares, ops, Vec::new()).await?;
+        let mut otherwise = Vec::new();
+        if let Some(intent) = intent {
+            compares.push(Compare::create_revision(
+                intent.key.as_str(),
+                CompareResult::Greater,
+                0,
+            ));
+            ops.push(RequestOp::delete(intent.key.as_str()));
+            otherwise.push(RequestOp::get(intent.key.as_str()));
+        }
+        let answer = self.client.txn(compares, ops, otherwise).await?;
+        if !answer.succeeded && intent.is_some() && answer.range(0).is_empty() {
+            return Err(ClusterError::Fenced);
+        }
         Ok(answer.succeeded)
     }
 
@@ -176,13 +246,60 @@ impl Etcd {
             })
     }
 
-    /// Registers `node` under a new lease of `ttl` seconds; returns the lease.
-    pub(crate) async fn register(&self, node: &NodeEntry, ttl: i64) -> Result<i64> {
+    /// Registers `node` under a new lease of `ttl` seconds; returns the
+    /// lease. Its key is created if absent, or taken over from `previous`
+    /// (this process's lease before it was lost, whose key outlived it
+    /// while etcd was away); held under any other lease, the id belongs to
+    /// another live process: [`ClusterError::IdInUse`].
+    pub(crate) async fn register(
+        &self,
+        node: &NodeEntry,
+        ttl: i64,
+        previous: Option<i64>,
+    ) -> Result<i64> {
+        let key = self.keys.node(&node.id);
         let lease = self.client.lease_grant(ttl).await?;
-        self.client
-            .put(self.keys.node(&node.id), json(node), lease)
+        let answer = self
+            .client
+            .txn(
+                vec![Compare::create_revision(
+                    key.as_str(),
+                    CompareResult::Equal,
+                    0,
+                )],
+                vec![RequestOp::put(key.as_str(), json(node), lease)],
+                vec![RequestOp::get(key.as_str())],
+            )
             .await?;
-        Ok(lease)
+        if answer.succeeded {
+            return Ok(lease);
+        }
+        let holder = answer.range(0).first().cloned();
+        if let (Some(previous), Some(kv)) = (previous, &holder)
+            && kv.lease == previous
+        {
+            let taken = self
+                .client
+                .txn(
+                    vec![Compare::lease(key.as_str(), CompareResult::Equal, previous)],
+                    vec![RequestOp::put(key.as_str(), json(node), lease)],
+                    Vec::new(),
+                )
+                .await?;
+            if taken.succeeded {
+                return Ok(lease);
+            }
+        }
+        if let Err(e) = self.client.lease_revoke(lease).await {
+            tracing::debug!("revoking an unused lease: {e}");
+        }
+        let location = holder
+            .and_then(|kv| parse::<NodeEntry>(&kv.key, &kv.value).ok())
+            .map_or_else(|| "an unknown location".to_string(), |n| n.location);
+        Err(ClusterError::IdInUse {
+            id: node.id.clone(),
+            location,
+        })
     }
 
     /// Keeps `lease` alive until it cannot: returns when etcd stops answering

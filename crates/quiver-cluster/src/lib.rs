@@ -9,7 +9,8 @@
 //! GetFlightInfo on any node gives one endpoint per partition whose
 //! locations are its replicas. Each node repairs the partitions whose first
 //! live holder it is when a node is lost, and drops partitions no version
-//! holds. Flight SQL on any node plans across the cluster with
+//! and no put in flight (an intent) holds; a node that stops answering is
+//! passed over within a second, long before its lease ends. Flight SQL on any node plans across the cluster with
 //! `datafusion-distributed` (module `sql`): scans run on the nodes holding the
 //! partitions. docs/cluster.md tells the design and what it promises.
 
@@ -22,6 +23,8 @@ mod placement;
 mod repair;
 mod sql;
 mod status;
+#[cfg(test)]
+mod testing;
 
 pub use catalog::{NodeEntry, PARTITION_PREFIX, PartitionEntry, TableEntry};
 pub use error::{ClusterError, Result};

@@ -1,14 +1,15 @@
 //! A node of the cluster: what the Flight service asks of it (the
 //! [`ClusterHooks`]), over the catalog in etcd and the node's own store.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError, RwLock};
 use std::time::{Duration, Instant};
 
 use arrow::array::RecordBatch;
 use arrow::datatypes::SchemaRef;
 use arrow_flight::{FlightDescriptor, FlightEndpoint, FlightInfo, Ticket};
-use futures::future::try_join_all;
+use futures::future::{join_all, try_join_all};
 use quiver_flight::cluster::{ClusterHooks, ClusterPut, ClusterRead, Published};
 use quiver_flight::ticket::TableTicket;
 use quiver_store::{TableStore, WriteMode, batch_bytes};
@@ -16,16 +17,21 @@ use serde_json::json;
 use tonic::Status;
 
 use crate::catalog::{
-    NodeEntry, PartitionEntry, TableEntry, decode_schema, encode_schema, partition_name,
+    IntentEntry, NodeEntry, PartitionEntry, TableEntry, decode_schema, encode_schema,
+    partition_name,
 };
 use crate::error::{ClusterError, Result};
-use crate::etcd::{Etcd, EtcdConfig, Snapshot, Versioned};
+use crate::etcd::{Etcd, EtcdConfig, Intent, Snapshot, Versioned};
 use crate::peers::Peers;
-use crate::placement::{place, split_rows};
+use crate::placement::{place, replicas_for, split_rows};
 use crate::sql::ClusterSql;
 
 /// How many times a commit is tried again when another commit came first.
 const COMMIT_ATTEMPTS: usize = 16;
+
+/// How often a node starting with an id still registered tries again
+/// (the key of its own previous run, killed, lasts until its lease ends).
+const REGISTER_RETRY: Duration = Duration::from_millis(250);
 
 /// How a node joins and behaves in the cluster.
 #[derive(Debug, Clone)]
@@ -62,8 +68,15 @@ pub struct ClusterNode {
     pub(crate) peers: Peers,
     /// The catalog as last read: the fallback when etcd is unreachable.
     pub(crate) cache: RwLock<Snapshot>,
-    /// The node's current lease.
+    /// The node's current lease (`None` once it left).
     pub(crate) lease: Mutex<Option<i64>>,
+    /// Whether that lease is held now: false from the moment the node
+    /// finds it lost until it registers again, and the node refuses
+    /// writes meanwhile.
+    pub(crate) registered: AtomicBool,
+    /// The keys of this node's intents in flight: any other intent of this
+    /// node in the catalog is left over from a failed put, and deleted.
+    pub(crate) intents: Mutex<HashSet<String>>,
     /// Local partitions no version held when last looked, and since when.
     pub(crate) orphans: Mutex<HashMap<String, Instant>>,
     /// Distributed SQL over the cluster's tables.
@@ -89,7 +102,7 @@ impl ClusterNode {
                 key: "the cluster secret".into(),
                 detail: e.to_string(),
             })?;
-        let lease = etcd.register(&options.me(), options.ttl_seconds()).await?;
+        let lease = first_registration(&etcd, &options).await?;
         let snapshot = etcd.snapshot().await?;
         tracing::info!(
             node = %options.node_id,
@@ -98,7 +111,7 @@ impl ClusterNode {
             tables = snapshot.tables.len(),
             "joined the cluster"
         );
-        let peers = Peers::new(key, options.peer_tls.clone());
+        let peers = Peers::new(key, options.peer_tls.clone(), options.lease_ttl);
         Ok(Arc::new_cyclic(|me| Self {
             sql: ClusterSql::new(
                 me.clone(),
@@ -113,6 +126,8 @@ impl ClusterNode {
             peers,
             cache: RwLock::new(snapshot),
             lease: Mutex::new(Some(lease)),
+            registered: AtomicBool::new(true),
+            intents: Mutex::new(HashSet::new()),
             orphans: Mutex::new(HashMap::new()),
         }))
     }
@@ -151,6 +166,52 @@ impl ClusterNode {
         {
             tracing::warn!("leaving the cluster: {e}");
         }
+    }
+
+    /// The lease to write under, or [`ClusterError::NotRegistered`] while
+    /// the node has none (it lost it and has not registered again).
+    pub(crate) fn lease_now(&self) -> Result<i64> {
+        let lease = *self.lease.lock().unwrap_or_else(PoisonError::into_inner);
+        match lease {
+            Some(lease) if self.registered.load(Ordering::Acquire) => Ok(lease),
+            _ => Err(ClusterError::NotRegistered),
+        }
+    }
+
+    /// Records in the catalog, under this node's lease, that `partitions`
+    /// of `table` are being stored: no node drops them as orphans while the
+    /// intent lasts. The commit that publishes them deletes it
+    /// ([`Etcd::commit`]); [`ClusterNode::abandon`] when none will.
+    pub(crate) async fn intend(&self, table: &str, partitions: Vec<String>) -> Result<Intent> {
+        let lease = self.lease_now()?;
+        let intent = Intent {
+            key: self.etcd.intent_key(&self.options.node_id),
+        };
+        // Known as this node's before it exists: the upkeep deletes only
+        // the ones it does not know.
+        self.lock_intents().insert(intent.key.clone());
+        let entry = IntentEntry {
+            table: table.to_string(),
+            partitions,
+        };
+        if let Err(e) = self.etcd.intend(&intent.key, &entry, lease).await {
+            self.lock_intents().remove(&intent.key);
+            return Err(e);
+        }
+        Ok(intent)
+    }
+
+    /// The intent of a put or repair that ended: deleted from the catalog
+    /// unless its commit did (best effort: the upkeep deletes what is left).
+    pub(crate) async fn abandon(&self, intent: &Intent, committed: bool) {
+        if !committed && let Err(e) = self.etcd.forget(intent).await {
+            tracing::debug!("deleting an intent: {e}; the upkeep will");
+        }
+        self.lock_intents().remove(&intent.key);
+    }
+
+    pub(crate) fn lock_intents(&self) -> std::sync::MutexGuard<'_, HashSet<String>> {
+        self.intents.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
     pub(crate) fn cached(&self) -> Snapshot {
@@ -211,13 +272,16 @@ impl ClusterNode {
         let schema = entry.schema()?;
         let mut endpoints = Vec::with_capacity(entry.partitions.len());
         for part in &entry.partitions {
-            let locations: Vec<&str> = part
+            let mut locations: Vec<&str> = part
                 .replicas
                 .iter()
                 .filter_map(|id| nodes.get(id).map(|n| n.location.as_str()))
                 .collect();
+            // Clients read the first location first: a node whose calls
+            // failed lately goes last.
+            locations.sort_by_key(|location| self.peers.is_suspect(location));
             if locations.is_empty() {
-                return Err(ClusterError::Catalog(format!(
+                return Err(ClusterError::Unreadable(format!(
                     "no live node holds partition {} of table '{name}' (replicas: {})",
                     part.name,
                     part.replicas.join(", ")
@@ -245,13 +309,14 @@ impl ClusterNode {
             .with_app_metadata(metadata.to_string()))
     }
 
-    /// Stores partition `name` on `node` (this one or another).
+    /// Stores partition `name` (`bytes` in all) on `node` (this one or another).
     pub(crate) async fn store_on(
         &self,
         node: &NodeEntry,
         name: &str,
         schema: SchemaRef,
         batches: Vec<RecordBatch>,
+        bytes: u64,
     ) -> Result<()> {
         if node.id == self.options.node_id {
             let store = Arc::clone(&self.store);
@@ -266,7 +331,7 @@ impl ClusterNode {
             .map_err(ClusterError::from);
         }
         self.peers
-            .put(&node.location, name, schema, batches)
+            .put(&node.location, name, schema, batches, bytes)
             .await
             .map_err(|status| ClusterError::Replica {
                 partition: name.to_string(),
@@ -276,12 +341,24 @@ impl ClusterNode {
             })
     }
 
-    /// Spreads and stores a put's partitions; returns their entries.
-    async fn store_partitions(
-        &self,
-        put: &ClusterPut,
-        nodes: &Snapshot,
-    ) -> Result<Vec<PartitionEntry>> {
+    /// The nodes new copies go to: the live ones, less those whose calls
+    /// failed lately while enough others are left.
+    fn placeable<'a>(&self, nodes: &'a Snapshot) -> Vec<&'a str> {
+        let trusted: Vec<&str> = nodes
+            .nodes
+            .values()
+            .filter(|n| !self.peers.is_suspect(&n.location))
+            .map(|n| n.id.as_str())
+            .collect();
+        if trusted.len() >= self.options.replicas {
+            trusted
+        } else {
+            nodes.nodes.keys().map(String::as_str).collect()
+        }
+    }
+
+    /// Cuts a put into partitions and places them; nothing is stored yet.
+    fn plan(&self, put: &ClusterPut, nodes: &Snapshot) -> Result<Vec<Planned>> {
         let live = nodes.nodes.len();
         if live < self.options.replicas {
             return Err(ClusterError::TooFewNodes {
@@ -295,37 +372,110 @@ impl ClusterNode {
         let names: Vec<String> = (0..count).map(|i| partition_name(&put.table, i)).collect();
         let placed = place(
             &names[0],
-            nodes.nodes.keys().map(String::as_str),
+            self.placeable(nodes),
             count,
             self.options.replicas,
         );
-        let mut entries = Vec::with_capacity(count);
-        let mut stores = Vec::new();
-        for ((name, batches), replicas) in names.into_iter().zip(parts).zip(placed) {
-            entries.push(PartitionEntry {
-                name: name.clone(),
-                rows: batches.iter().map(|b| b.num_rows() as u64).sum(),
-                bytes: batches.iter().map(batch_bytes).sum(),
-                replicas: replicas.clone(),
-            });
-            for id in replicas {
-                let Some(node) = nodes.nodes.get(&id).cloned() else {
-                    continue;
-                };
-                let (name, schema, batches) =
-                    (name.clone(), Arc::clone(&put.schema), batches.clone());
-                stores.push(async move { self.store_on(&node, &name, schema, batches).await });
+        Ok(names
+            .into_iter()
+            .zip(parts)
+            .zip(placed)
+            .map(|((name, batches), replicas)| Planned {
+                entry: PartitionEntry {
+                    name,
+                    rows: batches.iter().map(|b| b.num_rows() as u64).sum(),
+                    bytes: batches.iter().map(batch_bytes).sum(),
+                    replicas,
+                },
+                batches,
+            })
+            .collect())
+    }
+
+    /// Stores the planned partitions, all at once; returns their entries,
+    /// with the nodes that took each copy.
+    async fn store_partitions(
+        &self,
+        schema: &SchemaRef,
+        planned: Vec<Planned>,
+        nodes: &Snapshot,
+    ) -> Result<Vec<PartitionEntry>> {
+        try_join_all(
+            planned
+                .into_iter()
+                .map(|p| self.store_partition(schema, p, nodes)),
+        )
+        .await
+    }
+
+    /// Stores one partition on its planned nodes at once. A node that fails
+    /// (down, frozen past its deadline, out of memory) is replaced by the
+    /// next live node for the partition that holds no copy, one at a time
+    /// until the copies are made or no node is left: one bad node costs a
+    /// put a retry, not a failure.
+    async fn store_partition(
+        &self,
+        schema: &SchemaRef,
+        planned: Planned,
+        nodes: &Snapshot,
+    ) -> Result<PartitionEntry> {
+        let Planned { mut entry, batches } = planned;
+        let (name, bytes) = (entry.name.as_str(), entry.bytes);
+        let store = |id: String| {
+            let batches = batches.clone();
+            async move {
+                let node = nodes.nodes.get(&id).ok_or_else(|| {
+                    ClusterError::Invalid(format!("node {id} left before the put"))
+                })?;
+                self.store_on(node, name, Arc::clone(schema), batches, bytes)
+                    .await
+                    .map(|()| id)
+            }
+        };
+        let first = join_all(entry.replicas.iter().cloned().map(store)).await;
+        let mut tried: HashSet<String> = entry.replicas.iter().cloned().collect();
+        let mut holders = Vec::with_capacity(entry.replicas.len());
+        let mut failure = None;
+        for result in first {
+            match result {
+                Ok(id) => holders.push(id),
+                Err(e) => {
+                    tracing::warn!(partition = %name, "{e}; trying another node");
+                    failure = Some(e);
+                }
             }
         }
-        try_join_all(stores).await?;
-        Ok(entries)
+        while holders.len() < entry.replicas.len() {
+            let untried: Vec<&str> = self
+                .placeable(nodes)
+                .into_iter()
+                .filter(|id| !tried.contains(*id))
+                .collect();
+            let Some(next) = replicas_for(name, untried, 1).pop() else {
+                return Err(failure.unwrap_or(ClusterError::TooFewNodes {
+                    live: nodes.nodes.len(),
+                    replicas: self.options.replicas,
+                }));
+            };
+            tried.insert(next.clone());
+            match store(next).await {
+                Ok(id) => holders.push(id),
+                Err(e) => {
+                    tracing::warn!(partition = %name, "{e}; trying another node");
+                    failure = Some(e);
+                }
+            }
+        }
+        entry.replicas = holders;
+        Ok(entry)
     }
 
     /// Commits `change` to table `name`'s entry, reading it again and
     /// retrying when another commit came first.
-    async fn commit_table(
+    pub(crate) async fn commit_table(
         &self,
         name: &str,
+        intent: Option<&Intent>,
         mut change: impl FnMut(Option<&TableEntry>) -> Result<Option<TableEntry>>,
     ) -> Result<(Option<TableEntry>, Option<TableEntry>)> {
         for _ in 0..COMMIT_ATTEMPTS {
@@ -336,7 +486,7 @@ impl ClusterNode {
             let new = change(old.as_ref())?;
             if self
                 .etcd
-                .commit(&[(name, revision)], &[(name, new.as_ref())])
+                .commit(&[(name, revision)], &[(name, new.as_ref())], intent)
                 .await?
             {
                 return Ok((old, new));
@@ -350,6 +500,40 @@ impl ClusterNode {
             table: name.to_string(),
             attempts: COMMIT_ATTEMPTS,
         })
+    }
+}
+
+/// A partition of a put, placed and not yet stored.
+struct Planned {
+    entry: PartitionEntry,
+    batches: Vec<RecordBatch>,
+}
+
+/// Registers at start. A key left by this id's previous run (killed, so
+/// its lease has not ended) is waited out for up to a lease; a key still
+/// renewed after that belongs to another live process:
+/// [`ClusterError::IdInUse`].
+async fn first_registration(etcd: &Etcd, options: &ClusterOptions) -> Result<i64> {
+    let deadline = Instant::now() + options.lease_ttl + Duration::from_secs(1);
+    let mut told = false;
+    loop {
+        match etcd
+            .register(&options.me(), options.ttl_seconds(), None)
+            .await
+        {
+            Err(ClusterError::IdInUse { location, .. }) if Instant::now() < deadline => {
+                if !told {
+                    tracing::info!(
+                        node = %options.node_id,
+                        %location,
+                        "this id is registered; waiting up to a lease for it to expire"
+                    );
+                    told = true;
+                }
+                tokio::time::sleep(REGISTER_RETRY).await;
+            }
+            other => return other,
+        }
     }
 }
 
@@ -479,17 +663,27 @@ impl ClusterHooks for ClusterNode {
     }
 
     async fn put(&self, put: ClusterPut) -> Result<Published, Status> {
+        self.lease_now()?;
         let nodes = self.etcd.snapshot().await?;
         // Checked before anything is shipped, and again in the commit.
         let current = nodes.tables.get(&put.table).map(|(entry, _)| entry);
         next_entry(&put.table, current, put.mode, &put.schema, Vec::new())?;
-        let partitions = self.store_partitions(&put, &nodes).await?;
+        let planned = self.plan(&put, &nodes)?;
         drop(put.batches);
-        let (_, new) = self
-            .commit_table(&put.table, |old| {
-                next_entry(&put.table, old, put.mode, &put.schema, partitions.clone()).map(Some)
-            })
-            .await?;
+        let names = planned.iter().map(|p| p.entry.name.clone()).collect();
+        let intent = self.intend(&put.table, names).await?;
+        let result = async {
+            let partitions = self.store_partitions(&put.schema, planned, &nodes).await?;
+            let (_, new) = self
+                .commit_table(&put.table, Some(&intent), |old| {
+                    next_entry(&put.table, old, put.mode, &put.schema, partitions.clone()).map(Some)
+                })
+                .await?;
+            Ok::<_, ClusterError>((partitions, new))
+        }
+        .await;
+        self.abandon(&intent, result.is_ok()).await;
+        let (partitions, new) = result?;
         let new = new.ok_or_else(|| ClusterError::Invalid("nothing committed".into()))?;
         tracing::info!(
             table = %put.table,
@@ -502,7 +696,10 @@ impl ClusterHooks for ClusterNode {
     }
 
     async fn delete(&self, name: &str) -> Option<Result<Published, Status>> {
-        let result = self.commit_table(name, |_| Ok(None)).await;
+        if let Err(e) = self.lease_now() {
+            return Some(Err(e.into()));
+        }
+        let result = self.commit_table(name, None, |_| Ok(None)).await;
         match result {
             Ok((None, _)) => None,
             Ok((Some(old), _)) => Some(Ok(published(&old))),
@@ -516,6 +713,9 @@ impl ClusterHooks for ClusterNode {
         to: &str,
         overwrite: bool,
     ) -> Option<Result<Published, Status>> {
+        if let Err(e) = self.lease_now() {
+            return Some(Err(e.into()));
+        }
         for _ in 0..COMMIT_ATTEMPTS {
             let result = async {
                 let source = self.etcd.table(from).await?;
@@ -536,7 +736,7 @@ impl ClusterHooks for ClusterNode {
                 let reads = [(from, source.revision), (to, target.revision)];
                 let done = self
                     .etcd
-                    .commit(&reads, &[(from, None), (to, Some(&renamed))])
+                    .commit(&reads, &[(from, None), (to, Some(&renamed))], None)
                     .await?;
                 // Not done: another commit changed either table first; read again.
                 Ok(Some(done.then(|| published(&renamed))))
@@ -562,6 +762,9 @@ impl ClusterHooks for ClusterNode {
         from: &[String],
         mode: WriteMode,
     ) -> Option<Result<Published, Status>> {
+        if let Err(e) = self.lease_now() {
+            return Some(Err(e.into()));
+        }
         for attempt in 0..COMMIT_ATTEMPTS {
             let mut sources = Vec::with_capacity(from.len());
             for name in from {
@@ -624,7 +827,209 @@ impl ClusterNode {
         let mut writes: Vec<(&str, Option<&TableEntry>)> =
             sources.iter().map(|(n, _)| (*n, None)).collect();
         writes.push((into, Some(&new)));
-        let done = self.etcd.commit(&reads, &writes).await?;
+        let done = self.etcd.commit(&reads, &writes, None).await?;
         Ok(done.then(|| published(&new)))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Instant;
+
+    use arrow::datatypes::{DataType, Field, Schema};
+    use quiver_etcd::{Compare, CompareResult, RequestOp};
+
+    use super::*;
+    use crate::testing;
+
+    fn schema(kind: DataType) -> SchemaRef {
+        Arc::new(Schema::new(vec![Field::new("v", kind, false)]))
+    }
+
+    fn part(name: &str, rows: u64) -> PartitionEntry {
+        PartitionEntry {
+            name: name.into(),
+            rows,
+            bytes: rows * 8,
+            replicas: vec!["n1".into()],
+        }
+    }
+
+    #[test]
+    fn versions_follow_the_write_mode() {
+        let int = schema(DataType::Int64);
+        let first = next_entry("t", None, WriteMode::Create, &int, vec![part("a", 3)]).unwrap();
+        assert_eq!((first.version, first.rows), (1, 3));
+        let appended = next_entry(
+            "t",
+            Some(&first),
+            WriteMode::Append,
+            &int,
+            vec![part("b", 2)],
+        )
+        .unwrap();
+        assert_eq!((appended.version, appended.rows), (2, 5));
+        assert_eq!(appended.partitions.len(), 2);
+        let replaced = next_entry(
+            "t",
+            Some(&appended),
+            WriteMode::Replace,
+            &int,
+            vec![part("c", 1)],
+        )
+        .unwrap();
+        assert_eq!((replaced.version, replaced.rows), (3, 1));
+        assert!(matches!(
+            next_entry("t", Some(&first), WriteMode::Create, &int, vec![]),
+            Err(ClusterError::AlreadyExists(_))
+        ));
+        assert!(matches!(
+            next_entry("t", None, WriteMode::Append, &int, vec![]),
+            Err(ClusterError::NotFound(_))
+        ));
+        let text = schema(DataType::Utf8);
+        assert!(matches!(
+            next_entry("t", Some(&first), WriteMode::Append, &text, vec![]),
+            Err(ClusterError::Invalid(_))
+        ));
+    }
+
+    #[tokio::test]
+    async fn a_live_id_is_refused_and_a_left_one_is_taken_at_once() {
+        let Some((etcd, _)) = testing::etcd().await else {
+            return;
+        };
+        let first = testing::node(&etcd, "n1").await;
+        // Its lease renewed, as a running node's is.
+        first.spawn_background();
+        let started = Instant::now();
+        let second = ClusterNode::join(
+            testing::options(&etcd, "n1"),
+            Arc::new(TableStore::new(u64::MAX)),
+        )
+        .await;
+        let Err(ClusterError::IdInUse { id, location }) = second else {
+            panic!("a second n1 joined: {second:?}");
+        };
+        assert_eq!(
+            (id.as_str(), location),
+            ("n1", first.options.location.clone())
+        );
+        // It waited out a lease (2 s) for a key a killed run would leave.
+        assert!(started.elapsed() >= Duration::from_secs(2));
+        first.leave().await;
+        let started = Instant::now();
+        let again = testing::node(&etcd, "n1").await;
+        assert!(started.elapsed() < Duration::from_secs(2));
+        assert!(again.lease_now().is_ok());
+    }
+
+    #[tokio::test]
+    async fn a_put_commits_under_its_intent_and_leaves_none_behind() {
+        let Some((etcd, _)) = testing::etcd().await else {
+            return;
+        };
+        let node = testing::node(&etcd, "n1").await;
+        let published = node
+            .put(testing::put("t", WriteMode::Replace, 10))
+            .await
+            .unwrap();
+        assert_eq!((published.version, published.rows), (1, 10));
+        let snapshot = node.etcd.snapshot().await.unwrap();
+        assert!(snapshot.intents.is_empty(), "{:?}", snapshot.intents);
+        assert!(node.lock_intents().is_empty());
+        let (entry, _) = &snapshot.tables["t"];
+        let stored = node.store.get(&entry.partitions[0].name).unwrap();
+        assert_eq!(stored.num_rows(), 10);
+    }
+
+    #[tokio::test]
+    async fn a_commit_whose_intent_is_gone_publishes_nothing() {
+        let Some((etcd, client)) = testing::etcd().await else {
+            return;
+        };
+        let node = testing::node(&etcd, "n1").await;
+        let intent = node.intend("t", vec!["p".into()]).await.unwrap();
+        assert_eq!(node.etcd.snapshot().await.unwrap().intended().len(), 1);
+        // As when the node's lease ends while it copies.
+        client.delete(intent.key.as_str()).await.unwrap();
+        let int = schema(DataType::Int64);
+        let result = node
+            .commit_table("t", Some(&intent), |old| {
+                next_entry("t", old, WriteMode::Replace, &int, vec![part("p", 1)]).map(Some)
+            })
+            .await;
+        assert!(matches!(result, Err(ClusterError::Fenced)), "{result:?}");
+        assert!(node.etcd.table("t").await.unwrap().value.is_none());
+        assert_eq!(
+            Status::from(ClusterError::Fenced).code(),
+            tonic::Code::Unavailable
+        );
+    }
+
+    #[tokio::test]
+    async fn a_node_that_lost_its_lease_refuses_writes_until_it_registers_again() {
+        let Some((etcd, client)) = testing::etcd().await else {
+            return;
+        };
+        let node = testing::node(&etcd, "n1").await;
+        node.spawn_background();
+        let lease = node.lease_now().unwrap();
+        client.lease_revoke(lease).await.unwrap();
+        // Found lost at the next renewal (a third of the 2 s lease), then
+        // registered again half a second later.
+        let deadline = Instant::now() + Duration::from_secs(10);
+        let mut refused = None;
+        loop {
+            match node.lease_now() {
+                Err(ClusterError::NotRegistered) if refused.is_none() => {
+                    refused = Some(node.put(testing::put("t", WriteMode::Replace, 1)).await);
+                }
+                Ok(new) if new != lease => break,
+                _ => {}
+            }
+            assert!(Instant::now() < deadline, "not registered again in 10 s");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        let refused = refused.expect("the node found its lease lost");
+        let status = refused.expect_err("a write while not registered");
+        assert_eq!(status.code(), tonic::Code::Unavailable, "{status}");
+        assert!(status.message().contains("not registered"), "{status}");
+        node.put(testing::put("t", WriteMode::Replace, 1))
+            .await
+            .unwrap();
+        // Its key is back, under the new lease.
+        let key = client.get("/test/nodes/n1").await.unwrap().unwrap();
+        assert_eq!(key.lease, node.lease_now().unwrap());
+        // A key held under another lease is not taken over.
+        let other = client.lease_grant(30).await.unwrap();
+        let taken = client
+            .txn(
+                vec![Compare::create_revision(
+                    "/test/nodes/n9",
+                    CompareResult::Equal,
+                    0,
+                )],
+                vec![RequestOp::put("/test/nodes/n9", key.value.clone(), other)],
+                vec![],
+            )
+            .await
+            .unwrap();
+        assert!(taken.succeeded);
+        let refused = node
+            .etcd
+            .register(
+                &NodeEntry {
+                    id: "n9".into(),
+                    location: "grpc+tcp://127.0.0.1:1".into(),
+                },
+                2,
+                Some(lease),
+            )
+            .await;
+        assert!(
+            matches!(refused, Err(ClusterError::IdInUse { .. })),
+            "{refused:?}"
+        );
     }
 }

@@ -2,22 +2,27 @@
 //! tick (and at once whenever the watched catalog changes) reading the
 //! catalog, copying again the partitions that lost a replica (where this
 //! node is the first live holder), and dropping the partitions no version
-//! holds any more.
+//! holds and no put in flight is storing.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
+use std::sync::atomic::Ordering;
 use std::sync::{Arc, PoisonError};
 use std::time::{Duration, Instant};
 
 use quiver_store::TableVersion;
 
 use crate::catalog::{PARTITION_PREFIX, PartitionEntry, TableEntry};
-use crate::error::Result;
-use crate::etcd::Snapshot;
+use crate::error::{ClusterError, Result};
+use crate::etcd::{Intent, Snapshot};
 use crate::node::ClusterNode;
 use crate::placement::replicas_for;
 
 /// How long a node waits between attempts to register again.
 const REGISTER_BACKOFF: Duration = Duration::from_millis(500);
+
+/// How often a node asks the others whether they answer (at most; a
+/// quarter of the lease when that is shorter).
+const PROBE_EVERY: Duration = Duration::from_millis(500);
 
 impl ClusterNode {
     /// Starts the background work on the current tokio runtime; it runs
@@ -25,6 +30,8 @@ impl ClusterNode {
     pub fn spawn_background(self: &Arc<Self>) {
         let node = Arc::clone(self);
         tokio::spawn(async move { node.stay_registered().await });
+        let node = Arc::clone(self);
+        tokio::spawn(async move { node.probe_peers().await });
         let changed = Arc::new(tokio::sync::Notify::new());
         let node = Arc::clone(self);
         let wake = Arc::clone(&changed);
@@ -46,6 +53,26 @@ impl ClusterNode {
         });
     }
 
+    /// Asks every other live node whether it answers, every
+    /// [`PROBE_EVERY`]: a node killed or frozen is passed over by puts and queries
+    /// within about a second, long before its lease ends.
+    async fn probe_peers(&self) {
+        let mut tick = tokio::time::interval(PROBE_EVERY.min(self.options.lease_ttl / 4));
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tick.tick().await;
+            let me = self.options.node_id.as_str();
+            let others: Vec<String> = self
+                .cached()
+                .nodes
+                .values()
+                .filter(|n| n.id != me)
+                .map(|n| n.location.clone())
+                .collect();
+            futures::future::join_all(others.iter().map(|l| self.peers.probe(l))).await;
+        }
+    }
+
     /// Watches the catalog and wakes the upkeep whenever it changes: a lost
     /// node is repaired, and a commit seen, as soon as etcd tells.
     async fn watch_catalog(&self, wake: &tokio::sync::Notify) {
@@ -57,19 +84,24 @@ impl ClusterNode {
     }
 
     /// Renews the lease; when it is lost (etcd was away longer than the
-    /// lease), registers again, as often as it takes.
+    /// lease, or this process was frozen), the node stops taking writes and
+    /// registers again, as often as it takes. A registration refused
+    /// because another process took this id meanwhile is logged as the
+    /// error it is; the node keeps serving reads of what it holds.
     async fn stay_registered(&self) {
         let every = self.options.lease_ttl / 3;
         loop {
             let lease = *self.lease.lock().unwrap_or_else(PoisonError::into_inner);
             let Some(lease) = lease else { return };
             let lost = self.etcd.keep_alive(lease, every).await;
+            self.registered.store(false, Ordering::Release);
             tracing::warn!(node = %self.options.node_id, "cluster lease: {lost}; registering again");
+            let mut told = false;
             loop {
                 tokio::time::sleep(REGISTER_BACKOFF).await;
                 match self
                     .etcd
-                    .register(&self.options.me(), self.options.ttl_seconds())
+                    .register(&self.options.me(), self.options.ttl_seconds(), Some(lease))
                     .await
                 {
                     Ok(new) => {
@@ -79,8 +111,13 @@ impl ClusterNode {
                             return;
                         }
                         *slot = Some(new);
+                        self.registered.store(true, Ordering::Release);
                         tracing::info!(node = %self.options.node_id, "registered again");
                         break;
+                    }
+                    Err(e @ ClusterError::IdInUse { .. }) if !told => {
+                        tracing::error!(node = %self.options.node_id, "{e}");
+                        told = true;
                     }
                     Err(e) => tracing::debug!("registering again: {e}"),
                 }
@@ -88,43 +125,57 @@ impl ClusterNode {
         }
     }
 
-    /// One tick: read the catalog, repair, collect.
+    /// One tick: read the catalog, delete this node's intents left over
+    /// from failed puts, repair, collect.
     async fn tend(&self) -> Result<()> {
         let snapshot = self.etcd.snapshot().await?;
         self.remember(snapshot.clone());
-        for (name, (entry, revision)) in &snapshot.tables {
-            if let Some(repaired) = self.repair(name, entry, &snapshot).await {
-                let committed = self
-                    .etcd
-                    .commit(&[(name, *revision)], &[(name, Some(&repaired))])
-                    .await?;
-                if committed {
-                    tracing::info!(table = %name, version = entry.version, "replicas repaired");
-                }
-            }
+        self.forget_stale_intents(&snapshot).await;
+        for (name, (entry, _)) in &snapshot.tables {
+            self.repair(name, entry, &snapshot).await;
         }
-        self.collect(&snapshot);
-        Ok(())
+        self.collect().await
     }
 
-    /// `entry` with its partitions' replicas made whole where this node is
-    /// responsible; `None` when there is nothing for this node to change.
-    async fn repair(
-        &self,
-        name: &str,
-        entry: &TableEntry,
-        snapshot: &Snapshot,
-    ) -> Option<TableEntry> {
+    /// Deletes the intents of this node in `snapshot` that no put or repair
+    /// of this process has in flight (one whose delete failed, or one of a
+    /// previous run of this node under a lease not yet ended).
+    async fn forget_stale_intents(&self, snapshot: &Snapshot) {
+        let me = self.options.node_id.as_str();
+        let stale: Vec<Intent> = {
+            let active = self.lock_intents();
+            snapshot
+                .intents
+                .keys()
+                .filter(|id| id.rsplit_once('/').is_some_and(|(node, _)| node == me))
+                .map(|id| Intent {
+                    key: self.etcd.intent_at(id),
+                })
+                .filter(|intent| !active.contains(&intent.key))
+                .collect()
+        };
+        for intent in stale {
+            if let Err(e) = self.etcd.forget(&intent).await {
+                tracing::debug!("deleting a stale intent: {e}");
+            }
+        }
+    }
+
+    /// Makes `entry`'s partitions whole where this node is responsible (the
+    /// first live holder of a partition with too few live copies): copies
+    /// them to new nodes under an intent, then commits the new replica
+    /// lists into the table's current entry, whatever commits came since.
+    /// Failures are logged; the next tick tries again.
+    async fn repair(&self, name: &str, entry: &TableEntry, snapshot: &Snapshot) {
         let me = self.options.node_id.as_str();
         let wanted = self.options.replicas.min(snapshot.nodes.len());
-        let mut repaired = entry.clone();
-        let mut changed = false;
-        for part in &mut repaired.partitions {
+        let mut gone_here = HashSet::new();
+        let mut copies = Vec::new();
+        for part in &entry.partitions {
             let here = self.store.get(&part.name).ok();
             // Listed here but gone (a restart without --data-dir): not a holder.
             if here.is_none() && part.replicas.iter().any(|r| r == me) {
-                part.replicas.retain(|r| r != me);
-                changed = true;
+                gone_here.insert(part.name.clone());
             }
             let holders: Vec<String> = part
                 .replicas
@@ -138,18 +189,62 @@ impl ClusterNode {
             {
                 continue;
             }
+            copies.push((part, holders, here));
+        }
+        if gone_here.is_empty() && copies.is_empty() {
+            return;
+        }
+        let intent = if copies.is_empty() {
+            None
+        } else {
+            let names = copies.iter().map(|(p, _, _)| p.name.clone()).collect();
+            match self.intend(name, names).await {
+                Ok(intent) => Some(intent),
+                Err(e) => {
+                    tracing::warn!(table = %name, "re-replication not started: {e}");
+                    return;
+                }
+            }
+        };
+        let mut repaired: HashMap<String, Vec<String>> = HashMap::new();
+        for (part, holders, here) in copies {
             match self
                 .copy_to_new_replicas(name, part, &holders, &here, snapshot, wanted)
                 .await
             {
                 Ok(replicas) => {
-                    part.replicas = replicas;
-                    changed = true;
+                    repaired.insert(part.name.clone(), replicas);
                 }
                 Err(e) => tracing::warn!(partition = %part.name, "re-replication failed: {e}"),
             }
         }
-        changed.then_some(repaired)
+        if repaired.is_empty() && gone_here.is_empty() {
+            if let Some(intent) = &intent {
+                self.abandon(intent, false).await;
+            }
+            return;
+        }
+        let result = self
+            .commit_table(name, intent.as_ref(), |old| {
+                let Some(old) = old else { return Ok(None) };
+                let mut new = old.clone();
+                for part in &mut new.partitions {
+                    if let Some(replicas) = repaired.get(&part.name) {
+                        part.replicas.clone_from(replicas);
+                    } else if gone_here.contains(&part.name) {
+                        part.replicas.retain(|r| r != me);
+                    }
+                }
+                Ok(Some(new))
+            })
+            .await;
+        if let Some(intent) = &intent {
+            self.abandon(intent, result.is_ok()).await;
+        }
+        match result {
+            Ok(_) => tracing::info!(table = %name, version = entry.version, "replicas repaired"),
+            Err(e) => tracing::warn!(table = %name, "committing repaired replicas: {e}"),
+        }
     }
 
     /// Copies partition `part` (held here as `here`) to live nodes until it
@@ -174,7 +269,8 @@ impl ClusterNode {
             let Some(node) = snapshot.nodes.get(target) else {
                 continue;
             };
-            self.store_on(node, &part.name, Arc::clone(here.schema()), batches.clone())
+            let schema = Arc::clone(here.schema());
+            self.store_on(node, &part.name, schema, batches.clone(), part.bytes)
                 .await?;
             tracing::info!(%table, partition = %part.name, to = %target, "partition copied");
         }
@@ -182,22 +278,27 @@ impl ClusterNode {
     }
 
     /// Drops local partitions that no table's current version has on this
-    /// node once they have been seen so for the grace period. The clock
-    /// starts when this node first sees one unreferenced, not when the
-    /// partition was made: a copy just received for a put or a repair whose
-    /// commit this snapshot predates is kept.
-    fn collect(&self, snapshot: &Snapshot) {
+    /// node and no put or repair in flight is storing, once they have been
+    /// seen so for the grace period. The local partitions are listed before
+    /// the catalog is read, and the catalog is read afresh, at one
+    /// revision: a partition stored for a put is named by the put's intent
+    /// from before its first copy until the commit that names it in a
+    /// version, so it is never seen unreferenced while it is needed.
+    async fn collect(&self) -> Result<()> {
+        let local: Vec<_> = self.store.list(PARTITION_PREFIX);
+        let snapshot = self.etcd.snapshot().await?;
+        self.remember(snapshot.clone());
         let me = self.options.node_id.as_str();
-        let held: HashSet<&str> = snapshot
+        let mut held: HashSet<&str> = snapshot
             .tables
             .values()
             .flat_map(|(entry, _)| &entry.partitions)
             .filter(|p| p.replicas.iter().any(|r| r == me))
             .map(|p| p.name.as_str())
             .collect();
+        held.extend(snapshot.intended());
         let now = Instant::now();
         let mut orphans = self.orphans.lock().unwrap_or_else(PoisonError::into_inner);
-        let local: Vec<_> = self.store.list(PARTITION_PREFIX);
         orphans.retain(|name, _| {
             !held.contains(name.as_str()) && local.iter().any(|t| t.name() == name)
         });
@@ -214,5 +315,132 @@ impl ClusterNode {
                 tracing::info!(partition = %name, "dropped a partition no version holds");
             }
         }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use arrow::array::{Int64Array, RecordBatch};
+    use arrow::datatypes::{DataType, Field, Schema};
+    use quiver_store::WriteMode;
+
+    use super::*;
+    use crate::catalog::{IntentEntry, encode_schema};
+    use crate::testing;
+
+    fn store_partition(node: &ClusterNode, name: &str) {
+        let schema = Arc::new(Schema::new(vec![Field::new("v", DataType::Int64, false)]));
+        let batch = RecordBatch::try_new(
+            Arc::clone(&schema),
+            vec![Arc::new(Int64Array::from(vec![1, 2, 3]))],
+        )
+        .unwrap();
+        node.store
+            .put(name, WriteMode::Replace, schema, [batch])
+            .unwrap();
+    }
+
+    fn held(node: &ClusterNode, name: &str) -> bool {
+        node.store.get(name).is_ok()
+    }
+
+    #[tokio::test]
+    async fn collection_spares_what_an_intent_names_and_drops_the_rest() {
+        let Some((etcd, _)) = testing::etcd().await else {
+            return;
+        };
+        let node = testing::node(&etcd, "n1").await;
+        let (wanted, orphan) = (".quiver-part/t#1.a.0", ".quiver-part/t#1.b.0");
+        store_partition(&node, wanted);
+        store_partition(&node, orphan);
+        let intent = node.intend("t", vec![wanted.into()]).await.unwrap();
+        // The first pass starts the grace (zero here), the second drops.
+        node.collect().await.unwrap();
+        tokio::time::sleep(Duration::from_millis(10)).await;
+        node.collect().await.unwrap();
+        assert!(held(&node, wanted), "an intent names it");
+        assert!(!held(&node, orphan), "nothing names it");
+        // Its put failed: the intent goes, and the partition with it.
+        node.abandon(&intent, false).await;
+        node.collect().await.unwrap();
+        tokio::time::sleep(Duration::from_millis(10)).await;
+        node.collect().await.unwrap();
+        assert!(!held(&node, wanted));
+    }
+
+    #[tokio::test]
+    async fn intents_of_this_node_that_nothing_has_in_flight_are_deleted() {
+        let Some((etcd, client)) = testing::etcd().await else {
+            return;
+        };
+        let node = testing::node(&etcd, "n1").await;
+        let active = node.intend("t", vec!["p1".into()]).await.unwrap();
+        let catalog = testing::catalog(&etcd);
+        let entry = IntentEntry {
+            table: "t".into(),
+            partitions: vec!["p2".into()],
+        };
+        // Left by a failed delete, and one of another node ("n1/x" is not n1).
+        let stale = catalog.intent_key("n1");
+        let other = catalog.intent_key("n1/x");
+        for key in [&stale, &other] {
+            client
+                .put(key.as_str(), serde_json::to_vec(&entry).unwrap(), 0)
+                .await
+                .unwrap();
+        }
+        let snapshot = node.etcd.snapshot().await.unwrap();
+        assert_eq!(snapshot.intents.len(), 3);
+        node.forget_stale_intents(&snapshot).await;
+        let left: Vec<String> = node
+            .etcd
+            .snapshot()
+            .await
+            .unwrap()
+            .intents
+            .keys()
+            .map(|id| node.etcd.intent_at(id))
+            .collect();
+        assert_eq!(left.len(), 2, "{left:?}");
+        assert!(left.contains(&active.key) && left.contains(&other));
+    }
+
+    #[tokio::test]
+    async fn a_partition_listed_here_but_gone_leaves_its_replica_list() {
+        let Some((etcd, _)) = testing::etcd().await else {
+            return;
+        };
+        let node = testing::node(&etcd, "n1").await;
+        let schema = Schema::new(vec![Field::new("v", DataType::Int64, false)]);
+        let (kept, lost) = (".quiver-part/t#1.a.0", ".quiver-part/t#1.a.1");
+        store_partition(&node, kept);
+        let part = |name: &str| PartitionEntry {
+            name: name.into(),
+            rows: 3,
+            bytes: 24,
+            replicas: vec!["n1".into()],
+        };
+        let entry = TableEntry {
+            version: 1,
+            schema: encode_schema(&schema).unwrap(),
+            rows: 6,
+            bytes: 48,
+            partitions: vec![part(kept), part(lost)],
+        };
+        assert!(
+            node.etcd
+                .commit(&[("t", 0)], &[("t", Some(&entry))], None)
+                .await
+                .unwrap()
+        );
+        node.tend().await.unwrap();
+        let now = node.etcd.table("t").await.unwrap().value.unwrap();
+        assert_eq!(now.version, 1, "a repair publishes no new version");
+        assert_eq!(now.partitions[0].replicas, ["n1"]);
+        assert!(now.partitions[1].replicas.is_empty());
+        assert!(held(&node, kept));
     }
 }

@@ -38,6 +38,8 @@
 mod client;
 mod error;
 mod proto;
+#[cfg(feature = "testing")]
+pub mod testing;
 
 pub use client::{Client, ConnectOptions, Credentials, LeaseKeeper, Tls, Watcher};
 pub use error::{EtcdError, Result};

@@ -29,6 +29,12 @@ impl Compare {
         Self::of(key, result, compare::TargetUnion::CreateRevision(revision))
     }
 
+    /// True when `key`'s lease compares to `lease` as `result` says (0: no
+    /// lease, or the key is absent).
+    pub fn lease(key: impl Into<Vec<u8>>, result: compare::CompareResult, lease: i64) -> Self {
+        Self::of(key, result, compare::TargetUnion::Lease(lease))
+    }
+
     /// True when `key`'s value compares to `value` as `result` says.
     pub fn value(
         key: impl Into<Vec<u8>>,

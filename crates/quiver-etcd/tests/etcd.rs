@@ -3,11 +3,10 @@
 //! etcd first; without it these tests say so and pass only outside CI.
 #![allow(clippy::unwrap_used)] // test helpers: a failed unwrap is a failed test
 
-use std::net::TcpListener;
-use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
+use quiver_etcd::testing::{TestEtcd, free_port};
 use quiver_etcd::{
     Client, Compare, CompareResult, ConnectOptions, Credentials, EtcdError, EventType, RequestOp,
     Tls,
@@ -16,98 +15,26 @@ use rcgen::{
     BasicConstraints, CertificateParams, CertifiedIssuer, DnType, IsCa, KeyPair, KeyUsagePurpose,
 };
 
-/// A running etcd, killed on drop.
-struct Etcd {
-    child: Child,
-    endpoint: String,
-    _dir: tempfile::TempDir,
-}
-
-impl Drop for Etcd {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .and_then(|listener| listener.local_addr())
-        .map(|address| address.port())
-        .expect("a free loopback port")
-}
-
-fn etcd_binary() -> Option<PathBuf> {
-    if let Some(path) = std::env::var_os("ETCD_BIN") {
-        return Some(PathBuf::from(path));
-    }
-    std::env::var_os("PATH").and_then(|paths| {
-        std::env::split_paths(&paths)
-            .map(|dir| dir.join("etcd"))
-            .find(|path| path.is_file())
-    })
-}
+type Etcd = TestEtcd;
 
 /// etcd on loopback, or `None` (outside CI) when it is not installed.
 fn start_etcd() -> Option<Etcd> {
-    start_etcd_with(false, &[])
+    TestEtcd::start(false, &[])
 }
 
 /// etcd on loopback with `flags`, its client URL https when `tls`.
 fn start_etcd_with(tls: bool, flags: &[String]) -> Option<Etcd> {
-    let Some(binary) = etcd_binary() else {
-        assert!(
-            std::env::var_os("CI").is_none(),
-            "etcd is not installed: scripts/install-cluster-tools.sh installs it"
-        );
-        eprintln!("etcd not installed: skipped (scripts/install-cluster-tools.sh installs it)");
-        return None;
-    };
-    let dir = tempfile::tempdir().expect("a temporary directory");
-    let (client, peer) = (free_port(), free_port());
-    let scheme = if tls { "https" } else { "http" };
-    let client_url = format!("{scheme}://127.0.0.1:{client}");
-    let peer_url = format!("http://127.0.0.1:{peer}");
-    let child = Command::new(binary)
-        .arg("--name=quiver-etcd-test")
-        .arg(format!("--data-dir={}", dir.path().join("data").display()))
-        .arg(format!("--listen-client-urls={client_url}"))
-        .arg(format!("--advertise-client-urls={client_url}"))
-        .arg(format!("--listen-peer-urls={peer_url}"))
-        .arg(format!("--initial-advertise-peer-urls={peer_url}"))
-        .arg(format!("--initial-cluster=quiver-etcd-test={peer_url}"))
-        .arg("--log-level=error")
-        .args(flags)
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("etcd starts");
-    Some(Etcd {
-        child,
-        endpoint: format!("127.0.0.1:{client}"),
-        _dir: dir,
-    })
+    TestEtcd::start(tls, flags)
 }
 
 /// A client of `etcd`, once etcd answers (within 20 s).
 async fn client(etcd: &Etcd) -> Client {
-    client_with(etcd, ConnectOptions::default()).await
+    etcd.client(ConnectOptions::default()).await
 }
 
 /// A client of `etcd` with `options`, once etcd answers (within 20 s).
 async fn client_with(etcd: &Etcd, options: ConnectOptions) -> Client {
-    let client = Client::connect(std::slice::from_ref(&etcd.endpoint), options).expect("a client");
-    let started = Instant::now();
-    loop {
-        match client.get("/probe").await {
-            Ok(_) => return client,
-            Err(e) if started.elapsed() < Duration::from_secs(20) => {
-                let _ = e;
-                tokio::time::sleep(Duration::from_millis(100)).await;
-            }
-            Err(e) => panic!("etcd did not answer in 20 s: {e}"),
-        }
-    }
+    etcd.client(options).await
 }
 
 #[tokio::test]

@@ -100,7 +100,7 @@ impl ClusterSql {
         entry: &TableEntry,
         nodes: &BTreeMap<String, NodeEntry>,
     ) -> crate::Result<(SchemaRef, Vec<RecordBatch>)> {
-        let table = ClusterTable::new(name, entry, nodes)?;
+        let table = ClusterTable::new(name, entry, nodes, &|l| self.scan.peers.is_suspect(l))?;
         let batches = self
             .scan
             .read_all(name, table.parts().to_vec())
@@ -145,7 +145,14 @@ impl ClusterCatalog for ClusterSql {
         let Some(entry) = node.entry(name).await else {
             return Ok(None);
         };
-        let table = ClusterTable::new(name, &entry, &node.cached().nodes)
+        let nodes = node.cached().nodes;
+        let others = nodes.values().filter(|n| n.id != self.scan.node_id);
+        self.scan
+            .peers
+            .confirm(others.map(|n| n.location.as_str()))
+            .await;
+        let suspect = |location: &str| self.scan.peers.is_suspect(location);
+        let table = ClusterTable::new(name, &entry, &nodes, &suspect)
             .map_err(|e| DataFusionError::External(Box::new(e)))?;
         Ok(Some(Arc::new(table)))
     }

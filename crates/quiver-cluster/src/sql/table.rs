@@ -27,20 +27,19 @@ pub(crate) struct ClusterTable {
 
 impl ClusterTable {
     /// Table `name` as `entry` has it, its replicas those of `nodes` (the
-    /// live ones).
+    /// live ones), less the suspects (nodes whose last call failed) where
+    /// another replica is left.
     pub(crate) fn new(
         name: &str,
         entry: &TableEntry,
         nodes: &BTreeMap<String, NodeEntry>,
+        suspect: &dyn Fn(&str) -> bool,
     ) -> crate::Result<Self> {
         let parts = entry
             .partitions
             .iter()
-            .map(|part| ScanPart {
-                name: part.name.clone(),
-                rows: part.rows,
-                bytes: part.bytes,
-                replicas: part
+            .map(|part| {
+                let mut replicas: Vec<Replica> = part
                     .replicas
                     .iter()
                     .filter_map(|id| nodes.get(id))
@@ -48,7 +47,16 @@ impl ClusterTable {
                         node: node.id.clone(),
                         location: node.location.clone(),
                     })
-                    .collect(),
+                    .collect();
+                if replicas.iter().any(|r| !suspect(&r.location)) {
+                    replicas.retain(|r| !suspect(&r.location));
+                }
+                ScanPart {
+                    name: part.name.clone(),
+                    rows: part.rows,
+                    bytes: part.bytes,
+                    replicas,
+                }
             })
             .collect();
         Ok(Self {

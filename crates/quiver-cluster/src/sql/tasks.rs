@@ -28,7 +28,8 @@ pub(crate) fn worker_url(location: &str) -> Result<Url> {
     Url::parse(&uri).map_err(|e| DataFusionError::Plan(format!("{location}: {e}")))
 }
 
-/// The workers: every live node, as this node last read the catalog.
+/// The workers: every live node, as this node last read the catalog, less
+/// the suspects (nodes whose last call failed) while others are left.
 #[derive(Debug, Clone)]
 pub(crate) struct CatalogWorkers {
     pub(crate) node: Weak<ClusterNode>,
@@ -41,11 +42,17 @@ impl WorkerResolver for CatalogWorkers {
                 "the cluster node is shutting down".into(),
             ));
         };
-        node.cached()
-            .nodes
+        let nodes = node.cached().nodes;
+        let trusted: Vec<_> = nodes
             .values()
-            .map(|n| worker_url(&n.location))
-            .collect()
+            .filter(|n| !node.peers.is_suspect(&n.location))
+            .collect();
+        let workers = if trusted.is_empty() {
+            nodes.values().collect()
+        } else {
+            trusted
+        };
+        workers.iter().map(|n| worker_url(&n.location)).collect()
     }
 }
 

@@ -1,0 +1,78 @@
+//! Nodes over a real etcd for the crate's tests: each node alone in its
+//! cluster of one (`--replicas 1`), so its copies are all local and no
+//! Flight server is needed.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use arrow::array::{Int64Array, RecordBatch};
+use arrow::datatypes::{DataType, Field, Schema};
+use quiver_etcd::testing::{TestEtcd, free_port};
+use quiver_etcd::{Client, ConnectOptions};
+use quiver_flight::cluster::ClusterPut;
+use quiver_store::{TableStore, WriteMode};
+
+use crate::etcd::{Etcd, EtcdConfig};
+use crate::node::{ClusterNode, ClusterOptions};
+
+/// The prefix of the tests' keys.
+pub(crate) const PREFIX: &str = "/test/";
+
+/// etcd, and a client of it once it answers; `None` outside CI without etcd.
+pub(crate) async fn etcd() -> Option<(TestEtcd, Client)> {
+    let etcd = TestEtcd::start(false, &[])?;
+    let client = etcd.client(ConnectOptions::default()).await;
+    Some((etcd, client))
+}
+
+/// Node `id`'s options over `etcd`: one copy, a 2 s lease, no grace.
+pub(crate) fn options(etcd: &TestEtcd, id: &str) -> ClusterOptions {
+    ClusterOptions {
+        etcd: config(etcd),
+        node_id: id.to_string(),
+        location: format!("grpc+tcp://127.0.0.1:{}", free_port()),
+        peer_tls: None,
+        replicas: 1,
+        lease_ttl: Duration::from_secs(2),
+        repair_every: Duration::from_millis(250),
+        orphan_grace: Duration::ZERO,
+    }
+}
+
+pub(crate) fn config(etcd: &TestEtcd) -> EtcdConfig {
+    EtcdConfig {
+        endpoints: vec![format!("http://{}", etcd.endpoint)],
+        prefix: PREFIX.to_string(),
+        tls: None,
+        user: None,
+    }
+}
+
+/// The crate's own view of `etcd`'s catalog.
+pub(crate) fn catalog(etcd: &TestEtcd) -> Etcd {
+    Etcd::connect(&config(etcd)).expect("etcd's config")
+}
+
+/// Node `id` joined over `etcd`, with an empty store.
+pub(crate) async fn node(etcd: &TestEtcd, id: &str) -> Arc<ClusterNode> {
+    ClusterNode::join(options(etcd, id), Arc::new(TableStore::new(u64::MAX)))
+        .await
+        .expect("the node joins")
+}
+
+/// A put of `rows` rows of one Int64 column as `table`.
+pub(crate) fn put(table: &str, mode: WriteMode, rows: i64) -> ClusterPut {
+    let schema = Arc::new(Schema::new(vec![Field::new("v", DataType::Int64, false)]));
+    let batch = RecordBatch::try_new(
+        Arc::clone(&schema),
+        vec![Arc::new(Int64Array::from_iter_values(0..rows))],
+    )
+    .expect("a batch");
+    // The writer only gathers; the scratch store is never written.
+    let scratch = TableStore::new(u64::MAX);
+    let mut writer = scratch
+        .writer(table, WriteMode::Replace, schema, None)
+        .expect("a writer");
+    writer.push(batch).expect("rows");
+    ClusterPut::gathered(table.to_string(), mode, Some(1), writer)
+}

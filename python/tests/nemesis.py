@@ -1,0 +1,176 @@
+"""A checker in the style of Jepsen for the cluster's writes, and the faults it runs under.
+
+Writers append rows tagged ``(writer, seq)`` to one table through every node, each
+append with its own ``seq``, and record what they attempted and what was acknowledged.
+Meanwhile a nemesis pauses, kills and restarts nodes. At the end :func:`check` reads the
+table through every node and every listed copy of every partition, and reports what
+breaks the rules: an acknowledged append missing, an append present in part or more
+than once, a row nobody attempted, a copy the catalog lists that is not there.
+
+The test command runs a short form (test_cluster_faults.py); each step is bounded in
+count and time.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import threading
+import time
+from collections.abc import Callable, Iterable
+
+import pyarrow as pa
+import pyarrow.flight as flight
+
+import quiver
+
+#: Rows per append: an append present with fewer rows is torn.
+ROWS_PER_APPEND = 20
+
+LOG_SCHEMA = pa.schema([("writer", pa.int64()), ("seq", pa.int64())])
+
+
+@dataclasses.dataclass
+class Record:
+    """What the writers did, and how long each append took."""
+
+    attempted: set[tuple[int, int]] = dataclasses.field(default_factory=set)
+    acknowledged: set[tuple[int, int]] = dataclasses.field(default_factory=set)
+    failed: list[tuple[float, int, str]] = dataclasses.field(default_factory=list)
+    latencies: list[tuple[float, float]] = dataclasses.field(default_factory=list)
+    lock: threading.Lock = dataclasses.field(default_factory=threading.Lock)
+
+    def failures_between(self, start: float, end: float) -> list[tuple[float, int, str]]:
+        return [f for f in self.failed if start <= f[0] <= end]
+
+
+def append_rows(writer: int, seq: int) -> pa.Table:
+    return pa.table(
+        {
+            "writer": pa.array([writer] * ROWS_PER_APPEND, pa.int64()),
+            "seq": pa.array([seq] * ROWS_PER_APPEND, pa.int64()),
+        }
+    )
+
+
+class Writers:
+    """``count`` threads appending to ``table``, each through the URIs ``uris()`` gives."""
+
+    def __init__(
+        self,
+        table: str,
+        uris: Callable[[int], str],
+        count: int = 3,
+        every: float = 0.1,
+        max_appends: int = 2000,
+    ) -> None:
+        self.table = table
+        self.uris = uris
+        self.record = Record()
+        self.stop = threading.Event()
+        self.every = every
+        self.max_appends = max_appends
+        self.threads = [threading.Thread(target=self._run, args=(w,)) for w in range(count)]
+
+    def __enter__(self) -> Writers:
+        for thread in self.threads:
+            thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop.set()
+        for thread in self.threads:
+            thread.join(timeout=120)
+        assert not any(t.is_alive() for t in self.threads), "a writer hung"
+
+    def _run(self, writer: int) -> None:
+        record = self.record
+        for seq in range(self.max_appends):  # bounded in count
+            if self.stop.is_set():
+                return
+            with record.lock:
+                record.attempted.add((writer, seq))
+            started = time.monotonic()
+            try:
+                with quiver.connect(self.uris(writer), timeout=15) as c:
+                    c.put(self.table, append_rows(writer, seq), mode="append")
+            except quiver.QuiverError as error:
+                with record.lock:
+                    record.failed.append((started, writer, str(error)[:300]))
+            else:
+                with record.lock:
+                    record.acknowledged.add((writer, seq))
+                    record.latencies.append((started, time.monotonic() - started))
+            time.sleep(max(0.0, self.every - (time.monotonic() - started)))
+
+
+def counts(table: pa.Table) -> dict[tuple[int, int], int]:
+    """Rows per ``(writer, seq)``."""
+    grouped = table.group_by(["writer", "seq"]).aggregate([("seq", "count")])
+    return {
+        (w, s): n
+        for w, s, n in zip(
+            grouped.column("writer").to_pylist(),
+            grouped.column("seq").to_pylist(),
+            grouped.column("seq_count").to_pylist(),
+            strict=True,
+        )
+    }
+
+
+def problems_in(seen: dict[tuple[int, int], int], record: Record, where: str) -> list[str]:
+    """What breaks the rules in one read of the table."""
+    found = []
+    lost = sorted(record.acknowledged - set(seen))
+    if lost:
+        found.append(f"{where}: {len(lost)} acknowledged appends missing, e.g. {lost[:5]}")
+    wrong = {k: n for k, n in seen.items() if n != ROWS_PER_APPEND}
+    if wrong:
+        found.append(
+            f"{where}: appends torn or doubled (rows each): {dict(list(wrong.items())[:5])}"
+        )
+    invented = sorted(set(seen) - record.attempted)
+    if invented:
+        found.append(f"{where}: rows never attempted: {invented[:5]}")
+    return found
+
+
+def every_copy(uri: str, name: str) -> Iterable[tuple[str, pa.Table | str]]:
+    """Each listed copy of each partition of ``name``: its location and rows (or error)."""
+    client = flight.FlightClient(uri)
+    try:
+        info = client.get_flight_info(flight.FlightDescriptor.for_path(name))
+    finally:
+        client.close()
+    for endpoint in info.endpoints:
+        for location in endpoint.locations:
+            at = location.uri.decode()
+            replica = flight.FlightClient(at)
+            try:
+                yield at, replica.do_get(endpoint.ticket).read_all()
+            except (flight.FlightError, pa.ArrowException) as error:
+                yield at, f"{type(error).__name__}: {error}"
+            finally:
+                replica.close()
+
+
+def check(uris: Iterable[str], table: str, record: Record) -> list[str]:
+    """Everything wrong with ``table`` as read through each of ``uris``, and each copy."""
+    found: list[str] = []
+    uris = list(uris)
+    for uri in uris:
+        try:
+            with quiver.connect(uri) as c:
+                read = c.get(table)
+        except quiver.QuiverError as error:
+            found.append(f"read through {uri} failed: {error}")
+            continue
+        found += problems_in(counts(read), record, f"through {uri}")
+    for at, copy in every_copy(uris[0], table):
+        if isinstance(copy, str):
+            found.append(f"a listed copy at {at} is not readable: {copy}")
+    return found
+
+
+def p99(values: list[float]) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(0.99 * len(ordered)))] if ordered else 0.0

@@ -1,0 +1,195 @@
+"""The cluster under faults: no acknowledged write lost, no write stalled by one bad node.
+
+Real etcd, three real nodes on 127.0.0.1-3 (cluster_helpers.py), faults a user meets:
+a node paused (SIGSTOP) for less and for more than its lease, a node killed in the
+middle of steady appends, a second process started with a live node's id, the node a
+put goes through frozen while it copies. The checker of nemesis.py reads every
+acknowledged append back through every node and every listed copy.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import threading
+import time
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+
+import quiver
+from cluster_helpers import NODES, Cluster, Etcd, wait_until
+from nemesis import LOG_SCHEMA, Writers, check, every_copy, p99
+from server_process import quiver_bin
+
+
+def ids(rows: int, start: int = 0) -> pa.Table:
+    return pa.table({"id": pa.array(range(start, start + rows), pa.int64())})
+
+
+def start_cluster(etcd: Etcd, tmp_path: Path, *flags: str, lease_ttl: int = 2) -> Cluster:
+    nodes = Cluster(etcd, tmp_path, lease_ttl=lease_ttl)
+    for node_id in NODES:
+        nodes.start(node_id, *flags)
+    wait_until("three live nodes", lambda: len(nodes.status()["nodes"]) == 3)  # type: ignore[arg-type]
+    return nodes
+
+
+def stop_cluster(nodes: Cluster) -> None:
+    for node_id, server in nodes.nodes.items():
+        if server.alive():
+            nodes.resume(node_id)
+    failures = nodes.stop_all()
+    if failures:
+        pytest.fail("\n".join(failures), pytrace=False)
+
+
+def fully_replicated(nodes: Cluster) -> bool:
+    status = nodes.status()
+    return status["under_replicated"] == 0 and status["unavailable"] == 0
+
+
+def uris(nodes: Cluster) -> list[str]:
+    return [nodes.uri(n) for n in NODES if nodes.nodes[n].alive()]
+
+
+def test_a_put_while_a_replica_is_paused_keeps_every_acknowledged_row(
+    etcd: Etcd, tmp_path: Path
+) -> None:
+    """n3 frozen for 5 s while a put through n1 copies to it: longer than the orphan
+    grace (1 s), shorter than the lease (8 s). Before puts in flight were known to the
+    cluster, n1 and n2 dropped the put's copies as orphans while it waited on n3, and
+    the acknowledged put had no live copy of two of its partitions."""
+    nodes = start_cluster(etcd, tmp_path, "--orphan-grace", "1", lease_ttl=8)
+    try:
+        table = ids(600_000)
+        nodes.pause("n3")
+        resume = threading.Timer(5.0, nodes.resume, args=("n3",))
+        resume.start()
+        try:
+            with quiver.connect(nodes.uri("n1"), timeout=30) as c:
+                assert c.put("t", table, partitions=6).version == 1
+        finally:
+            resume.join()
+        # Past the grace, several upkeep rounds on every node.
+        time.sleep(4.0)
+        wait_until("every partition fully replicated", lambda: fully_replicated(nodes), 30)
+        for uri in uris(nodes):
+            with quiver.connect(uri) as c:
+                assert c.get("t").equals(table), uri
+        for at, copy in every_copy(nodes.uri("n2"), "t"):
+            assert not isinstance(copy, str), f"{at}: {copy}"
+    finally:
+        stop_cluster(nodes)
+
+
+def test_appends_go_on_when_a_node_is_killed(etcd: Etcd, tmp_path: Path) -> None:
+    """Appends every 100 ms through n1 and queries through n2; n3 is SIGKILLed. Its
+    partitions have other places to go, so no append waits for its lease to end."""
+    nodes = start_cluster(etcd, tmp_path)
+    try:
+        with quiver.connect(nodes.uri("n1")) as c:
+            c.put("log", LOG_SCHEMA.empty_table())
+        query_failures: list[str] = []
+        queries = 0
+        with Writers("log", lambda w: nodes.uri("n1"), count=1, every=0.1) as writers:
+            time.sleep(2.0)
+            killed_at = time.monotonic()
+            nodes.kill("n3")
+            deadline = killed_at + 6.0  # bounded in time, past the 2 s lease
+            while time.monotonic() < deadline:
+                queries += 1
+                try:
+                    with quiver.connect(nodes.uri("n2"), timeout=10) as c:
+                        c.sql("SELECT count(*) AS n, sum(seq) AS s FROM log")
+                except quiver.QuiverError as error:
+                    query_failures.append(str(error)[:300])
+                time.sleep(0.05)
+        record = writers.record
+        after_kill = record.failures_between(killed_at, time.monotonic())
+        latencies = [d for t, d in record.latencies if t >= killed_at]
+        assert len(record.acknowledged) > 40
+        assert len(after_kill) <= 1, after_kill
+        assert len(query_failures) <= 1, (queries, query_failures)
+        assert not check(uris(nodes), "log", record)
+        print(f"p99 append after the kill: {p99(latencies):.3f} s; queries {queries}")
+    finally:
+        stop_cluster(nodes)
+
+
+def test_a_second_process_with_a_live_nodes_id_refuses_to_start(etcd: Etcd, tmp_path: Path) -> None:
+    nodes = start_cluster(etcd, tmp_path)
+    try:
+        with quiver.connect(nodes.uri("n1")) as c:
+            c.put("t", ids(3000))
+        duplicate = subprocess.run(
+            [
+                str(quiver_bin()),
+                "serve",
+                "--listen",
+                "127.0.0.2:0",
+                "--shm-socket",
+                "off",
+                "--cluster",
+                etcd.url,
+                "--node-id",
+                "n2",
+                "--lease-ttl",
+                "2",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=30,
+        )
+        assert duplicate.returncode != 0
+        assert "node id 'n2' is in use by a live node at grpc+tcp://127.0.0.2:" in (
+            duplicate.stderr
+        ), duplicate.stderr[-2000:]
+        # The original is untouched: listed, holding its copies, taking puts.
+        status = nodes.status()
+        assert sorted(n["id"] for n in status["nodes"]) == ["n1", "n2", "n3"]  # type: ignore[index, union-attr]
+        with quiver.connect(nodes.uri("n2")) as c:
+            c.put("u", ids(3000))
+            assert c.get("t").equals(ids(3000))
+        assert fully_replicated(nodes)
+    finally:
+        stop_cluster(nodes)
+
+
+def test_a_node_restarted_after_a_kill_waits_out_its_old_lease(etcd: Etcd, tmp_path: Path) -> None:
+    """The key a killed node leaves lasts until its lease ends: the new process of the
+    same id waits for that instead of refusing."""
+    nodes = start_cluster(etcd, tmp_path)
+    try:
+        nodes.kill("n2")
+        nodes.start("n2")
+        wait_until("three live nodes", lambda: len(nodes.status()["nodes"]) == 3)  # type: ignore[arg-type]
+    finally:
+        stop_cluster(nodes)
+
+
+def test_a_node_paused_past_its_lease_rejoins_and_nothing_acknowledged_is_lost(
+    etcd: Etcd, tmp_path: Path
+) -> None:
+    """Appends through all three nodes while each in turn is frozen: n3 for less than
+    its lease, n1 (a node the appends go through, caught mid-put) for more, n2 for
+    more. A frozen writer's put either fails or is whole: its intent ends with its
+    lease, and a commit without its intent is refused."""
+    nodes = start_cluster(etcd, tmp_path, "--orphan-grace", "1")
+    try:
+        with quiver.connect(nodes.uri("n1")) as c:
+            c.put("log", LOG_SCHEMA.empty_table())
+        with Writers("log", lambda w: nodes.uri(NODES[w % 3]), count=3, every=0.05) as writers:
+            for victim, pause in (("n3", 1.0), ("n1", 5.0), ("n2", 5.0)):
+                time.sleep(1.0)
+                nodes.pause(victim)
+                time.sleep(pause)
+                nodes.resume(victim)
+            time.sleep(3.0)
+        wait_until("three live nodes", lambda: len(nodes.status()["nodes"]) == 3)  # type: ignore[arg-type]
+        wait_until("every partition fully replicated", lambda: fully_replicated(nodes), 30)
+        assert len(writers.record.acknowledged) > 30
+        problems = check(uris(nodes), "log", writers.record)
+        assert not problems, problems
+    finally:
+        stop_cluster(nodes)
