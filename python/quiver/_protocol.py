@@ -67,13 +67,18 @@ def descriptor_name(desc: flight.FlightDescriptor) -> str:
     return _text(desc.command or b"")
 
 
-def put_options(mode: str, partitions: int | None) -> bytes:
+#: The longest request id a put may carry.
+MAX_REQUEST_ID = 128
+
+
+def put_options(mode: str, partitions: int | None, request_id: str | None = None) -> bytes:
     """Encode the options of a DoPut as the JSON the server reads from ``app_metadata``.
 
     Raises
     ------
     ValueError
-        ``mode`` is not a known put mode or ``partitions`` is out of range.
+        ``mode`` is not a known put mode, ``partitions`` is out of range, or
+        ``request_id`` is not 1 to 128 printable ASCII characters.
     """
     if mode not in PUT_MODES:
         raise ValueError(f"mode must be one of {', '.join(map(repr, PUT_MODES))}, not {mode!r}")
@@ -84,6 +89,15 @@ def put_options(mode: str, partitions: int | None) -> bytes:
         if not 1 <= partitions <= MAX_PARTITIONS:
             raise ValueError(f"partitions must be between 1 and {MAX_PARTITIONS}, not {partitions}")
         options["partitions"] = partitions
+    if request_id is not None:
+        text = str(request_id)  # a caller without type checking may pass anything
+        valid = text == request_id and 0 < len(text) <= MAX_REQUEST_ID
+        if not valid or not all("!" <= ch <= "~" for ch in text):
+            raise ValueError(
+                f"request_id must be 1 to {MAX_REQUEST_ID} printable ASCII characters "
+                f"without spaces, not {request_id!r}"
+            )
+        options["request"] = request_id
     return json.dumps(options, separators=(",", ":")).encode()
 
 

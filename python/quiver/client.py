@@ -244,6 +244,7 @@ class Client:
         *,
         partitions: int | None = None,
         progress: bool = False,
+        request_id: str | None = None,
     ) -> PutResult:
         """Store ``data`` as table ``name``, replacing it or appending to it.
 
@@ -271,6 +272,15 @@ class Client:
             the table's.
         progress : bool, default False
             Show a tqdm progress bar counting rows sent.
+        request_id : str, optional
+            The put's id (1 to 128 printable ASCII characters); by default a new
+            random one. A cluster answers a put whose id it has committed in the
+            last 5 minutes (or more, up to 10) with that commit's result instead
+            of applying it again: give the same id when retrying a put whose
+            outcome is unknown (a timeout, a lost connection), and an append is
+            not applied twice. A single server remembers the ids of its last
+            100,000 puts for 10 minutes, while it runs. A put with a
+            ``request_id`` goes over gRPC, not shared memory.
 
         Returns
         -------
@@ -308,9 +318,17 @@ class Client:
         (``KeyboardInterrupt``) while sending in-memory data, keeps the batches
         sent before the failure.
         """
-        options = _protocol.put_options(mode, partitions)
+        request = request_id if request_id is not None else uuid.uuid4().hex
+        options = _protocol.put_options(mode, partitions, request)
         source = batch_source(data)
-        if self._transport == "shm" or (self._transport == "auto" and not source.may_fail):
+        if request_id is not None and self._transport == "shm":
+            raise ValueError(
+                "request_id needs a put over gRPC; this client puts over shared memory only "
+                "(transport='shm')"
+            )
+        if self._transport == "shm" or (
+            self._transport == "auto" and not source.may_fail and request_id is None
+        ):
             # In memory already (or shm required): the table is written once,
             # into the memfd the server adopts.
             table = source.reader.read_all()
@@ -322,7 +340,9 @@ class Client:
             source = batch_source(table)
         with row_progress(progress, total=source.num_rows, description=f"put {name}") as count:
             if mode == "replace" and source.may_fail:
-                return self._put_staged(name, source, options, count)
+                # The request is the rename's: a replace repeated is the same table.
+                staged = _protocol.put_options(mode, partitions)
+                return self._put_staged(name, source, staged, count)
             return self._put_stream(name, source, options, count)
 
     def _put_shm(

@@ -284,6 +284,19 @@ def test_put_partitions_option(start_quiver: ServerFactory) -> None:
         assert client.info("staged").partitions == 5
 
 
+def test_a_put_repeated_with_its_request_id_is_committed_once(client: quiver.Client) -> None:
+    table = pa.table({"a": np.arange(10)})
+    client.put("t", table)
+    first = client.put("t", table, mode="append", request_id="append-1")
+    assert client.put("t", table, mode="append", request_id="append-1") == first
+    assert client.get("t").num_rows == 20
+    assert client.put("t", table, mode="append").rows == 30
+    with pytest.raises(quiver.InvalidArgumentError, match="request id 'append-1'"):
+        client.put("u", table, request_id="append-1")
+    with pytest.raises(ValueError, match="request_id must be"):
+        client.put("t", table, request_id="has space")
+
+
 def test_endpoints_at_another_location_use_their_own_connection(server: object) -> None:
     uri = server.uri  # type: ignore[attr-defined]
     # The server advertises 127.0.0.1; reaching it as "localhost" makes its location differ.

@@ -193,3 +193,23 @@ def test_a_node_paused_past_its_lease_rejoins_and_nothing_acknowledged_is_lost(
         assert not problems, problems
     finally:
         stop_cluster(nodes)
+
+
+def test_a_put_retried_with_its_request_id_is_committed_once(etcd: Etcd, tmp_path: Path) -> None:
+    """A client that lost the answer to an append retries it, through another node, with
+    the same request id: it gets the first commit's result, and the rows are there once."""
+    nodes = start_cluster(etcd, tmp_path)
+    try:
+        with quiver.connect(nodes.uri("n1")) as c:
+            c.put("log", ids(10))
+            first = c.put("log", ids(5, 100), mode="append", request_id="append-1")
+        with quiver.connect(nodes.uri("n2")) as c:
+            again = c.put("log", ids(5, 100), mode="append", request_id="append-1")
+            assert again == first
+            assert c.get("log").num_rows == 15
+            other = c.put("log", ids(5, 200), mode="append", request_id="append-2")
+            assert (other.version, other.rows) == (first.version + 1, 20)
+            with pytest.raises(quiver.InvalidArgumentError, match="request id 'append-1'"):
+                c.put("elsewhere", ids(1), request_id="append-1")
+    finally:
+        stop_cluster(nodes)

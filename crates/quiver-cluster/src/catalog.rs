@@ -12,6 +12,10 @@
 //!   the node's lease, and deleted by the commit that publishes them. A
 //!   partition an intent names is not an orphan; a commit whose intent is
 //!   gone (the node lost its lease meanwhile) fails.
+//! - `written/<request id>`: what the put with that id published
+//!   ([`RequestEntry`]), written by its commit, kept at least 5 minutes: a put
+//!   retried with its id is answered with it instead of being applied again.
+//!   (After `tables/` in key order, so outside what a snapshot reads.)
 
 use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
@@ -76,6 +80,17 @@ pub(crate) struct IntentEntry {
     pub(crate) partitions: Vec<String>,
 }
 
+/// What a put with a request id published.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct RequestEntry {
+    /// The table it wrote.
+    pub(crate) table: String,
+    /// The version its commit made, and that version's rows and bytes.
+    pub(crate) version: u64,
+    pub(crate) rows: u64,
+    pub(crate) bytes: u64,
+}
+
 impl TableEntry {
     /// The table's schema.
     pub fn schema(&self) -> Result<SchemaRef> {
@@ -127,6 +142,19 @@ impl Keys {
     /// The prefix of node `id`'s intent keys.
     pub(crate) fn intents_of(&self, id: &str) -> String {
         format!("{}intents/{id}/", self.prefix)
+    }
+
+    /// The keys a snapshot reads, `[start, end)`: intents, nodes, the
+    /// secret and tables, not the records of requests (`written/`), which
+    /// only puts that carry an id read, one by one.
+    pub(crate) fn snapshot_range(&self) -> (String, String) {
+        // "tables0" is the first key after every "tables/..." ('0' follows '/').
+        (self.intents(), format!("{}tables0", self.prefix))
+    }
+
+    /// The record of the put with request id `id`.
+    pub(crate) fn written(&self, id: &str) -> String {
+        format!("{}written/{id}", self.prefix)
     }
 
     /// The prefix of every table key.
@@ -204,5 +232,17 @@ mod tests {
         assert!(keys.table("t").starts_with(&keys.tables()));
         assert!(keys.intents_of("n1").starts_with(&keys.intents()));
         assert_eq!(keys.intents_of("n1"), "/q/intents/n1/");
+        let (start, end) = keys.snapshot_range();
+        let read = |key: &str| start.as_str() <= key && key < end.as_str();
+        for key in [
+            keys.intents_of("n1"),
+            keys.node("n1"),
+            keys.secret(),
+            keys.table("t"),
+            keys.table("\u{10ffff}"),
+        ] {
+            assert!(read(&key), "{key}");
+        }
+        assert!(!read(&keys.written("r")) && !read("/r/tables/t"));
     }
 }

@@ -10,7 +10,7 @@ use quiver_etcd::{Client, Compare, CompareResult, ConnectOptions, Credentials, R
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
-use crate::catalog::{IntentEntry, Keys, NodeEntry, TableEntry};
+use crate::catalog::{IntentEntry, Keys, NodeEntry, RequestEntry, TableEntry};
 use crate::error::{ClusterError, Result};
 
 /// A catalog record and the etcd modification revision it was read at (0: absent).
@@ -48,6 +48,27 @@ impl Snapshot {
 #[derive(Debug, Clone)]
 pub(crate) struct Intent {
     pub(crate) key: String,
+}
+
+/// What else a commit checks and writes besides the tables.
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct Guard<'a> {
+    /// The put's intent: it must still exist, and the commit deletes it.
+    pub(crate) intent: Option<&'a Intent>,
+    /// The put's request id and the lease its record lives under: no
+    /// commit with that id may exist yet, and this one records it.
+    pub(crate) request: Option<(&'a str, i64)>,
+}
+
+/// How a commit ended.
+#[derive(Debug)]
+pub(crate) enum Commit {
+    /// Written.
+    Done,
+    /// Another commit changed a table first; nothing was written.
+    Lost,
+    /// A commit with the same request id came first; nothing was written.
+    Repeated(RequestEntry),
 }
 
 /// Where the cluster's catalog is and how a node reaches it.
@@ -106,7 +127,8 @@ impl Etcd {
     /// to a table's version is seen in one or the other, never neither).
     pub(crate) async fn snapshot(&self) -> Result<Snapshot> {
         let (nodes, tables, intents) = (self.keys.nodes(), self.keys.tables(), self.keys.intents());
-        let all = self.client.get_prefix(self.keys.all()).await?;
+        let (start, end) = self.keys.snapshot_range();
+        let all = self.client.get_range(start, end).await?;
         let mut snapshot = Snapshot::default();
         for kv in &all.kvs {
             let key = String::from_utf8_lossy(&kv.key);
@@ -170,16 +192,17 @@ impl Etcd {
 
     /// Applies `writes` (table name, new entry or `None` to delete) if every
     /// table of `reads` still has the revision it was read at (0: absent),
-    /// and `intent`, when given, still exists; the same transaction deletes
-    /// it. `Ok(false)`: another commit came first; nothing was written.
+    /// and what `guard` asks holds: the intent still exists (the same
+    /// transaction deletes it), no commit has the request id yet (this one
+    /// records it, with what `writes` publishes in `published`).
     /// [`ClusterError::Fenced`]: the intent is gone with this node's lease,
     /// so its partitions may have been dropped; nothing was written.
     pub(crate) async fn commit(
         &self,
         reads: &[(&str, i64)],
         writes: &[(&str, Option<&TableEntry>)],
-        intent: Option<&Intent>,
-    ) -> Result<bool> {
+        guard: Guard<'_>,
+    ) -> Result<Commit> {
         let mut compares: Vec<Compare> = reads
             .iter()
             .map(|(name, revision)| {
@@ -194,7 +217,7 @@ impl Etcd {
             })
             .collect();
         let mut otherwise = Vec::new();
-        if let Some(intent) = intent {
+        if let Some(intent) = guard.intent {
             compares.push(Compare::create_revision(
                 intent.key.as_str(),
                 CompareResult::Greater,
@@ -203,11 +226,44 @@ impl Etcd {
             ops.push(RequestOp::delete(intent.key.as_str()));
             otherwise.push(RequestOp::get(intent.key.as_str()));
         }
+        let request_key = guard.request.map(|(id, _)| self.keys.written(id));
+        if let (Some((_, lease)), Some(key), Some((table, Some(entry)))) =
+            (guard.request, &request_key, writes.first())
+        {
+            let record = RequestEntry {
+                table: (*table).to_string(),
+                version: entry.version,
+                rows: entry.rows,
+                bytes: entry.bytes,
+            };
+            compares.push(Compare::create_revision(
+                key.as_str(),
+                CompareResult::Equal,
+                0,
+            ));
+            ops.push(RequestOp::put(key.as_str(), json(&record), lease));
+            otherwise.push(RequestOp::get(key.as_str()));
+        }
         let answer = self.client.txn(compares, ops, otherwise).await?;
-        if !answer.succeeded && intent.is_some() && answer.range(0).is_empty() {
+        if answer.succeeded {
+            return Ok(Commit::Done);
+        }
+        if guard.intent.is_some() && answer.range(0).is_empty() {
             return Err(ClusterError::Fenced);
         }
-        Ok(answer.succeeded)
+        let recorded = answer.range(usize::from(guard.intent.is_some())).first();
+        if request_key.is_some()
+            && let Some(kv) = recorded
+        {
+            return Ok(Commit::Repeated(parse(&kv.key, &kv.value)?));
+        }
+        Ok(Commit::Lost)
+    }
+
+    /// A lease of `ttl` seconds for records that outlive no node in
+    /// particular (the requests').
+    pub(crate) async fn lease(&self, ttl: i64) -> Result<i64> {
+        Ok(self.client.lease_grant(ttl).await?)
     }
 
     /// The cluster's secret, which signs the nodes' calls to each other: 32

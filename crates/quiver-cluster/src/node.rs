@@ -17,17 +17,23 @@ use serde_json::json;
 use tonic::Status;
 
 use crate::catalog::{
-    IntentEntry, NodeEntry, PartitionEntry, TableEntry, decode_schema, encode_schema,
+    IntentEntry, NodeEntry, PartitionEntry, RequestEntry, TableEntry, decode_schema, encode_schema,
     partition_name,
 };
 use crate::error::{ClusterError, Result};
-use crate::etcd::{Etcd, EtcdConfig, Intent, Snapshot, Versioned};
+use crate::etcd::{Commit, Etcd, EtcdConfig, Guard, Intent, Snapshot, Versioned};
 use crate::peers::Peers;
 use crate::placement::{place, replicas_for, split_rows};
 use crate::sql::ClusterSql;
 
 /// How many times a commit is tried again when another commit came first.
 const COMMIT_ATTEMPTS: usize = 16;
+
+/// How long the records of puts' request ids live, and how old the lease
+/// they are written under may get before a new one is taken: a record
+/// lives at least the difference, 5 minutes.
+const REQUEST_TTL_S: i64 = 600;
+const REQUEST_LEASE_RENEW: Duration = Duration::from_secs(300);
 
 /// How often a node starting with an id still registered tries again
 /// (the key of its own previous run, killed, lasts until its lease ends).
@@ -77,6 +83,8 @@ pub struct ClusterNode {
     /// The keys of this node's intents in flight: any other intent of this
     /// node in the catalog is left over from a failed put, and deleted.
     pub(crate) intents: Mutex<HashSet<String>>,
+    /// The lease the records of request ids are written under, and since when.
+    requests_lease: tokio::sync::Mutex<Option<(i64, Instant)>>,
     /// Local partitions no version held when last looked, and since when.
     pub(crate) orphans: Mutex<HashMap<String, Instant>>,
     /// Distributed SQL over the cluster's tables.
@@ -128,6 +136,7 @@ impl ClusterNode {
             lease: Mutex::new(Some(lease)),
             registered: AtomicBool::new(true),
             intents: Mutex::new(HashSet::new()),
+            requests_lease: tokio::sync::Mutex::new(None),
             orphans: Mutex::new(HashMap::new()),
         }))
     }
@@ -470,37 +479,89 @@ impl ClusterNode {
         Ok(entry)
     }
 
-    /// Commits `change` to table `name`'s entry, reading it again and
-    /// retrying when another commit came first.
+    /// Commits `change` to table `name`'s entry under `guard`, reading it
+    /// again and retrying when another commit came first.
     pub(crate) async fn commit_table(
         &self,
         name: &str,
-        intent: Option<&Intent>,
+        guard: Guard<'_>,
         mut change: impl FnMut(Option<&TableEntry>) -> Result<Option<TableEntry>>,
-    ) -> Result<(Option<TableEntry>, Option<TableEntry>)> {
+    ) -> Result<Committed> {
         for _ in 0..COMMIT_ATTEMPTS {
             let Versioned {
                 value: old,
                 revision,
             } = self.etcd.table(name).await?;
             let new = change(old.as_ref())?;
-            if self
+            match self
                 .etcd
-                .commit(&[(name, revision)], &[(name, new.as_ref())], intent)
+                .commit(&[(name, revision)], &[(name, new.as_ref())], guard)
                 .await?
             {
-                return Ok((old, new));
+                Commit::Done => return Ok(Committed::Changed(old, new)),
+                Commit::Repeated(done) => return Ok(Committed::Repeated(done)),
+                Commit::Lost => tracing::debug!(
+                    table = name,
+                    "commit lost to a concurrent one; trying again"
+                ),
             }
-            tracing::debug!(
-                table = name,
-                "commit lost to a concurrent one; trying again"
-            );
         }
         Err(ClusterError::Conflict {
             table: name.to_string(),
             attempts: COMMIT_ATTEMPTS,
         })
     }
+
+    /// The lease to record a request id under: taken anew once the last
+    /// is [`REQUEST_LEASE_RENEW`] old.
+    async fn requests_lease(&self) -> Result<i64> {
+        let mut slot = self.requests_lease.lock().await;
+        if let Some((lease, since)) = *slot
+            && since.elapsed() < REQUEST_LEASE_RENEW
+        {
+            return Ok(lease);
+        }
+        let lease = self.etcd.lease(REQUEST_TTL_S).await?;
+        *slot = Some((lease, Instant::now()));
+        Ok(lease)
+    }
+}
+
+/// How a [`ClusterNode::commit_table`] ended.
+#[derive(Debug)]
+pub(crate) enum Committed {
+    /// The table's entry before and after.
+    Changed(Option<TableEntry>, Option<TableEntry>),
+    /// A put with the same request id was committed before: its record.
+    Repeated(RequestEntry),
+}
+
+impl Committed {
+    /// The entries before and after, of a commit that carried no request id.
+    pub(crate) fn changed(self) -> Result<(Option<TableEntry>, Option<TableEntry>)> {
+        match self {
+            Self::Changed(old, new) => Ok((old, new)),
+            Self::Repeated(_) => Err(ClusterError::Invalid(
+                "a commit without a request id was taken for a repeated one".into(),
+            )),
+        }
+    }
+}
+
+/// What a put repeated with request id `id` answers: what the first put
+/// with it published, if it was of the same table.
+fn repeated(table: &str, id: &str, done: RequestEntry) -> Result<Published> {
+    if done.table != table {
+        return Err(ClusterError::Invalid(quiver_flight::cluster::reused(
+            id,
+            &done.table,
+        )));
+    }
+    Ok(Published {
+        version: done.version,
+        rows: done.rows,
+        bytes: done.bytes,
+    })
 }
 
 /// A partition of a put, placed and not yet stored.
@@ -664,34 +725,54 @@ impl ClusterHooks for ClusterNode {
 
     async fn put(&self, put: ClusterPut) -> Result<Published, Status> {
         self.lease_now()?;
+        // A repeated request id is found by the commit, which records the
+        // first: no read of its own on the path of every put.
         let nodes = self.etcd.snapshot().await?;
         // Checked before anything is shipped, and again in the commit.
         let current = nodes.tables.get(&put.table).map(|(entry, _)| entry);
         next_entry(&put.table, current, put.mode, &put.schema, Vec::new())?;
         let planned = self.plan(&put, &nodes)?;
         drop(put.batches);
+        let request = match &put.request {
+            Some(id) => Some((id.as_str(), self.requests_lease().await?)),
+            None => None,
+        };
         let names = planned.iter().map(|p| p.entry.name.clone()).collect();
         let intent = self.intend(&put.table, names).await?;
+        let guard = Guard {
+            intent: Some(&intent),
+            request,
+        };
         let result = async {
             let partitions = self.store_partitions(&put.schema, planned, &nodes).await?;
-            let (_, new) = self
-                .commit_table(&put.table, Some(&intent), |old| {
+            let committed = self
+                .commit_table(&put.table, guard, |old| {
                     next_entry(&put.table, old, put.mode, &put.schema, partitions.clone()).map(Some)
                 })
                 .await?;
-            Ok::<_, ClusterError>((partitions, new))
+            Ok::<_, ClusterError>((partitions.len(), committed))
         }
         .await;
-        self.abandon(&intent, result.is_ok()).await;
-        let (partitions, new) = result?;
-        let new = new.ok_or_else(|| ClusterError::Invalid("nothing committed".into()))?;
-        tracing::info!(
-            table = %put.table,
-            version = new.version,
-            partitions = partitions.len(),
-            rows = new.rows,
-            "published"
-        );
+        let applied = matches!(result, Ok((_, Committed::Changed(..))));
+        self.abandon(&intent, applied).await;
+        let new = match result? {
+            (_, Committed::Repeated(done)) => {
+                let id = request.map_or("", |(id, _)| id);
+                tracing::info!(table = %put.table, request = %id, "a repeated put: answered, not applied");
+                return Ok(repeated(&put.table, id, done)?);
+            }
+            (partitions, Committed::Changed(_, new)) => {
+                let new = new.ok_or_else(|| ClusterError::Invalid("nothing committed".into()))?;
+                tracing::info!(
+                    table = %put.table,
+                    version = new.version,
+                    partitions,
+                    rows = new.rows,
+                    "published"
+                );
+                new
+            }
+        };
         Ok(published(&new))
     }
 
@@ -699,7 +780,10 @@ impl ClusterHooks for ClusterNode {
         if let Err(e) = self.lease_now() {
             return Some(Err(e.into()));
         }
-        let result = self.commit_table(name, None, |_| Ok(None)).await;
+        let result = self
+            .commit_table(name, Guard::default(), |_| Ok(None))
+            .await
+            .and_then(Committed::changed);
         match result {
             Ok((None, _)) => None,
             Ok((Some(old), _)) => Some(Ok(published(&old))),
@@ -736,8 +820,13 @@ impl ClusterHooks for ClusterNode {
                 let reads = [(from, source.revision), (to, target.revision)];
                 let done = self
                     .etcd
-                    .commit(&reads, &[(from, None), (to, Some(&renamed))], None)
+                    .commit(
+                        &reads,
+                        &[(from, None), (to, Some(&renamed))],
+                        Guard::default(),
+                    )
                     .await?;
+                let done = matches!(done, Commit::Done);
                 // Not done: another commit changed either table first; read again.
                 Ok(Some(done.then(|| published(&renamed))))
             }
@@ -827,7 +916,10 @@ impl ClusterNode {
         let mut writes: Vec<(&str, Option<&TableEntry>)> =
             sources.iter().map(|(n, _)| (*n, None)).collect();
         writes.push((into, Some(&new)));
-        let done = self.etcd.commit(&reads, &writes, None).await?;
+        let done = matches!(
+            self.etcd.commit(&reads, &writes, Guard::default()).await?,
+            Commit::Done
+        );
         Ok(done.then(|| published(&new)))
     }
 }
@@ -944,6 +1036,54 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn a_put_repeated_with_its_request_id_is_answered_not_applied() {
+        let Some((etcd, _)) = testing::etcd().await else {
+            return;
+        };
+        let node = testing::node(&etcd, "n1").await;
+        let append =
+            |id: &str| testing::put("t", WriteMode::Append, 5).with_request(Some(id.to_string()));
+        node.put(testing::put("t", WriteMode::Replace, 10))
+            .await
+            .unwrap();
+        let first = node.put(append("r1")).await.unwrap();
+        assert_eq!((first.version, first.rows), (2, 15));
+        assert_eq!(node.put(append("r1")).await.unwrap(), first);
+        let entry = node.etcd.table("t").await.unwrap().value.unwrap();
+        assert_eq!((entry.version, entry.rows), (2, 15));
+        let second = node.put(append("r2")).await.unwrap();
+        assert_eq!((second.version, second.rows), (3, 20));
+        let elsewhere = node
+            .put(testing::put("u", WriteMode::Replace, 1).with_request(Some("r1".into())))
+            .await
+            .unwrap_err();
+        assert_eq!(elsewhere.code(), tonic::Code::InvalidArgument);
+        assert!(
+            elsewhere.message().contains("request id 'r1'"),
+            "{elsewhere}"
+        );
+        // The records are not part of what every node reads four times a second.
+        let snapshot = node.etcd.snapshot().await.unwrap();
+        assert_eq!(snapshot.tables.len(), 1);
+    }
+
+    #[tokio::test]
+    async fn two_puts_with_one_request_id_at_once_apply_once() {
+        let Some((etcd, _)) = testing::etcd().await else {
+            return;
+        };
+        let node = testing::node(&etcd, "n1").await;
+        node.put(testing::put("t", WriteMode::Replace, 10))
+            .await
+            .unwrap();
+        let append = || testing::put("t", WriteMode::Append, 5).with_request(Some("r".into()));
+        let (a, b) = tokio::join!(node.put(append()), node.put(append()));
+        assert_eq!(a.unwrap(), b.unwrap());
+        let entry = node.etcd.table("t").await.unwrap().value.unwrap();
+        assert_eq!(entry.rows, 15);
+    }
+
+    #[tokio::test]
     async fn a_commit_whose_intent_is_gone_publishes_nothing() {
         let Some((etcd, client)) = testing::etcd().await else {
             return;
@@ -954,8 +1094,12 @@ mod tests {
         // As when the node's lease ends while it copies.
         client.delete(intent.key.as_str()).await.unwrap();
         let int = schema(DataType::Int64);
+        let guard = Guard {
+            intent: Some(&intent),
+            request: None,
+        };
         let result = node
-            .commit_table("t", Some(&intent), |old| {
+            .commit_table("t", guard, |old| {
                 next_entry("t", old, WriteMode::Replace, &int, vec![part("p", 1)]).map(Some)
             })
             .await;

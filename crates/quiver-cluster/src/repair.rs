@@ -13,7 +13,7 @@ use quiver_store::TableVersion;
 
 use crate::catalog::{PARTITION_PREFIX, PartitionEntry, TableEntry};
 use crate::error::{ClusterError, Result};
-use crate::etcd::{Intent, Snapshot};
+use crate::etcd::{Guard, Intent, Snapshot};
 use crate::node::ClusterNode;
 use crate::placement::replicas_for;
 
@@ -224,8 +224,12 @@ impl ClusterNode {
             }
             return;
         }
+        let guard = Guard {
+            intent: intent.as_ref(),
+            request: None,
+        };
         let result = self
-            .commit_table(name, intent.as_ref(), |old| {
+            .commit_table(name, guard, |old| {
                 let Some(old) = old else { return Ok(None) };
                 let mut new = old.clone();
                 for part in &mut new.partitions {
@@ -430,12 +434,13 @@ mod tests {
             bytes: 48,
             partitions: vec![part(kept), part(lost)],
         };
-        assert!(
+        assert!(matches!(
             node.etcd
-                .commit(&[("t", 0)], &[("t", Some(&entry))], None)
+                .commit(&[("t", 0)], &[("t", Some(&entry))], Guard::default())
                 .await
-                .unwrap()
-        );
+                .unwrap(),
+            crate::etcd::Commit::Done
+        ));
         node.tend().await.unwrap();
         let now = node.etcd.table("t").await.unwrap().value.unwrap();
         assert_eq!(now.version, 1, "a repair publishes no new version");

@@ -336,6 +336,24 @@ impl Client {
         .await
     }
 
+    /// Every key from `start` (included) to `end` (excluded), in key
+    /// order, read linearizably.
+    pub async fn get_range(
+        &self,
+        start: impl Into<Vec<u8>>,
+        end: impl Into<Vec<u8>>,
+    ) -> Result<RangeResponse> {
+        let request = RangeRequest {
+            key: start.into(),
+            range_end: end.into(),
+            ..RangeRequest::default()
+        };
+        self.unary(request, |channel, request| async move {
+            KvClient::new(channel).range(request).await
+        })
+        .await
+    }
+
     /// Writes `value` at `key`, attached to `lease` (0: none).
     pub async fn put(
         &self,

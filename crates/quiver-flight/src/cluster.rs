@@ -4,6 +4,8 @@
 
 use std::sync::Arc;
 
+pub use crate::requests::reused;
+
 use arrow::array::RecordBatch;
 use arrow::datatypes::SchemaRef;
 use arrow_flight::{FlightDescriptor, FlightInfo};
@@ -25,6 +27,9 @@ pub struct ClusterPut {
     pub batches: Vec<RecordBatch>,
     /// Their memory, charged to this node's pool until they are shipped.
     pub charge: MemoryCharge,
+    /// The put's request id: a put with the id of one already committed is
+    /// answered with that commit's result, not applied again.
+    pub request: Option<String>,
 }
 
 impl ClusterPut {
@@ -44,7 +49,15 @@ impl ClusterPut {
             schema,
             batches,
             charge,
+            request: None,
         }
+    }
+
+    /// The put, carrying request id `request`.
+    #[must_use]
+    pub fn with_request(mut self, request: Option<String>) -> Self {
+        self.request = request;
+        self
     }
 }
 

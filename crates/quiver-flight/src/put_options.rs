@@ -13,9 +13,10 @@ pub const MAX_PARTITIONS: usize = 1024;
 /// Sent as a JSON object in the `app_metadata` of the first message of the
 /// stream that has any (the schema message, a metadata-only message, or the first
 /// record batch); later `app_metadata` is ignored. Example:
-/// `{"mode": "append"}` or `{"mode": "replace", "partitions": 4}`.
-/// Without options the table is replaced.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+/// `{"mode": "append"}` or `{"mode": "replace", "partitions": 4}`, or
+/// `{"mode": "append", "request": "9f1c..."}`. Without options the table is
+/// replaced.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct PutOptions {
     /// `"replace"` (default) or `"append"`.
@@ -25,7 +26,15 @@ pub struct PutOptions {
     /// `--partitions`.
     #[serde(default)]
     pub partitions: Option<usize>,
+    /// The put's id, 1 to [`MAX_REQUEST_ID`] printable ASCII characters: a
+    /// put repeated with the id of one committed lately is answered with
+    /// that commit's result, not applied again.
+    #[serde(default)]
+    pub request: Option<String>,
 }
+
+/// The longest request id.
+pub const MAX_REQUEST_ID: usize = 128;
 
 /// `"replace"` or `"append"`, as a [`WriteMode`].
 pub(crate) fn mode<'de, D: serde::Deserializer<'de>>(
@@ -50,6 +59,16 @@ impl PutOptions {
             ))
         })?;
         check_partitions(options.partitions)?;
+        if let Some(id) = &options.request
+            && (id.is_empty()
+                || id.len() > MAX_REQUEST_ID
+                || !id.bytes().all(|b| b.is_ascii_graphic()))
+        {
+            return Err(Error::invalid(format!(
+                "request must be 1 to {MAX_REQUEST_ID} printable ASCII characters without \
+                 spaces, got {id:?}"
+            )));
+        }
         Ok(options)
     }
 }
@@ -78,6 +97,8 @@ mod tests {
         );
         let o = PutOptions::from_app_metadata(br#"{"partitions":4}"#).unwrap();
         assert_eq!((o.mode, o.partitions), (WriteMode::Replace, Some(4)));
+        let o = PutOptions::from_app_metadata(br#"{"request":"r-1"}"#).unwrap();
+        assert_eq!(o.request.as_deref(), Some("r-1"));
     }
 
     #[test]
@@ -86,6 +107,8 @@ mod tests {
             &br#"{"mode":"upsert"}"#[..],
             br#"{"mood":"append"}"#,
             br#"{"partitions":0}"#,
+            br#"{"request":""}"#,
+            br#"{"request":"a b"}"#,
             b"append",
         ] {
             assert!(PutOptions::from_app_metadata(bad).is_err());

@@ -73,6 +73,8 @@ pub struct QuiverService {
     sql: Arc<FlightSql>,
     body_pool: BodyPool,
     started: Instant,
+    /// The request ids of puts this process committed lately.
+    requests: Arc<crate::requests::Requests>,
 }
 
 type BoxedStream<T> = Pin<Box<dyn Stream<Item = Result<T, Status>> + Send + 'static>>;
@@ -99,6 +101,7 @@ impl QuiverService {
             body_pool,
             options: Arc::new(options),
             started: Instant::now(),
+            requests: Arc::default(),
         }
     }
 
@@ -577,17 +580,21 @@ impl QuiverService {
         outcome: Option<BodyOutcome>,
         log: &mut RpcLog,
     ) -> Result<PutResult> {
+        let mut request = None;
         let writer = PutDecoder::new(first, input)
             .into_writer(outcome, |schema, options| {
+                request.clone_from(&options.request);
                 Ok(self
                     .store
                     .writer(&name, options.mode, schema, options.partitions)?)
             })
             .await?;
-        let (rows, bytes) = (writer.num_rows(), writer.num_bytes());
-        let version = quiver_sql::store_write(|| writer.commit())?;
-        log.add(rows, bytes);
-        let published = Published::from(&*version);
+        let published = self.requests.once(request.as_deref(), &name, || {
+            let (rows, bytes) = (writer.num_rows(), writer.num_bytes());
+            let version = quiver_sql::store_write(|| writer.commit())?;
+            log.add(rows, bytes);
+            Ok(Published::from(&*version))
+        })?;
         Ok(PutResult {
             app_metadata: published_json(&name, published),
         })
@@ -611,7 +618,7 @@ impl QuiverService {
         let mut asked = None;
         let writer = PutDecoder::new(first, input)
             .into_writer(outcome, |schema, options| {
-                asked = Some((options.mode, options.partitions));
+                asked = Some((options.mode, options.partitions, options.request.clone()));
                 // Never committed here: a writer only to read and charge the
                 // batches (a replace writer checks nothing of the local store).
                 Ok(self
@@ -619,8 +626,9 @@ impl QuiverService {
                     .writer(&name, WriteMode::Replace, schema, options.partitions)?)
             })
             .await?;
-        let (mode, partitions) = asked.unwrap_or_default();
-        let put = ClusterPut::gathered(name.clone(), mode, partitions, writer);
+        let (mode, partitions, request) = asked.unwrap_or_default();
+        let put =
+            ClusterPut::gathered(name.clone(), mode, partitions, writer).with_request(request);
         let published = cluster
             .put(put)
             .await
