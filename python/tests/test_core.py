@@ -10,6 +10,8 @@ the GIL released while bytes move.
 
 from __future__ import annotations
 
+import json
+import re
 import threading
 from collections.abc import Iterator
 
@@ -109,7 +111,11 @@ def test_the_core_reads_and_writes_an_arrow_cpp_server() -> None:
             assert client._core is not None
             client.put("t", table)
             assert server.tables[b"t"].equals(table)
-            assert server.metadata[:1] == [b'{"mode":"replace"}']
+            # The options, with the request id the client gives every put.
+            options = json.loads(server.metadata[0])
+            assert options.pop("mode") == "replace"
+            assert re.fullmatch("[0-9a-f]{32}", options.pop("request"))
+            assert options == {}
             # Two endpoints, each the whole table, read in parallel and joined in order.
             assert client.get("t").equals(pa.concat_tables([table, table]))
             with pytest.raises(quiver.QuiverError):
