@@ -45,17 +45,36 @@ pub(crate) fn memfd(name: &str) -> io::Result<OwnedFd> {
     Ok(unsafe { OwnedFd::from_raw_fd(fd) })
 }
 
+/// How many times a seal refused with EBUSY is tried, in all.
+const SEAL_ATTEMPTS: u32 = 8;
+
 /// Seals `fd` immutable, and against further seals.
+///
+/// The kernel refuses `F_SEAL_WRITE` with EBUSY while any page of the file
+/// has a reference beyond the page cache's (it waits briefly for such pins
+/// first). quiver writes its memfds with write(2) and maps them only once
+/// sealed, so such a reference is a passing one of the kernel's own (seen
+/// once in CI, under load): the seal is tried again, after 1, 2, 4, ... ms,
+/// up to [`SEAL_ATTEMPTS`] times, then the error is returned.
 pub(crate) fn seal(fd: BorrowedFd<'_>) -> io::Result<()> {
-    // SAFETY: fcntl on a descriptor we borrow; no memory is passed.
-    check(unsafe {
-        libc::fcntl(
-            fd.as_raw_fd(),
-            libc::F_ADD_SEALS,
-            IMMUTABLE | libc::F_SEAL_SEAL,
-        )
-    })?;
-    Ok(())
+    let mut attempt = 0;
+    loop {
+        // SAFETY: fcntl on a descriptor we borrow; no memory is passed.
+        let sealed = check(unsafe {
+            libc::fcntl(
+                fd.as_raw_fd(),
+                libc::F_ADD_SEALS,
+                IMMUTABLE | libc::F_SEAL_SEAL,
+            )
+        });
+        match sealed {
+            Err(e) if e.raw_os_error() == Some(libc::EBUSY) && attempt + 1 < SEAL_ATTEMPTS => {
+                std::thread::sleep(std::time::Duration::from_millis(1 << attempt));
+                attempt += 1;
+            }
+            other => return other.map(drop),
+        }
+    }
 }
 
 /// The seals on `fd`; an error if it cannot carry seals (not a memfd).
