@@ -53,12 +53,13 @@ def append_rows(writer: int, seq: int) -> pa.Table:
 
 
 class Writers:
-    """``count`` threads appending to ``table``, each through the URIs ``uris()`` gives."""
+    """``count`` threads appending to ``table``, append ``seq`` of writer ``w`` through
+    ``uris(w, seq)``."""
 
     def __init__(
         self,
         table: str,
-        uris: Callable[[int], str],
+        uris: Callable[[int, int], str],
         count: int = 3,
         every: float = 0.1,
         max_appends: int = 2000,
@@ -91,7 +92,7 @@ class Writers:
                 record.attempted.add((writer, seq))
             started = time.monotonic()
             try:
-                with quiver.connect(self.uris(writer), timeout=15) as c:
+                with quiver.connect(self.uris(writer, seq), timeout=15) as c:
                     c.put(self.table, append_rows(writer, seq), mode="append")
             except quiver.QuiverError as error:
                 with record.lock:

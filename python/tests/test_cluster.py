@@ -25,6 +25,7 @@ import pyarrow.compute as pc
 import pyarrow.flight as flight
 import pytest
 
+import nemesis
 import quiver
 from cluster_helpers import LEASE_TTL_S, NODES, Cluster, Etcd, wait_until
 from engine_helpers import mixed_table
@@ -393,54 +394,22 @@ def test_checker_acknowledged_appends_survive_kills_and_none_is_torn(
         nodes.start(node_id, data_dir=True)
     try:
         with quiver.connect(nodes.uri("n1")) as c:
-            c.put(
-                "log",
-                pa.table({"writer": pa.array([], pa.int64()), "seq": pa.array([], pa.int64())}),
-            )
-        acknowledged: set[tuple[int, int]] = set()
-        attempted: set[tuple[int, int]] = set()
-        lock = threading.Lock()
-        stop = threading.Event()
-        rows_per_append = 50
+            c.put("log", nemesis.LOG_SCHEMA.empty_table())
 
-        def writer(w: int) -> None:
-            uris = [nodes.uri(n) for n in NODES]
-            for seq in range(200):  # bounded in count
-                if stop.is_set():
-                    return
-                batch = pa.table(
-                    {
-                        "writer": pa.array([w] * rows_per_append, pa.int64()),
-                        "seq": pa.array([seq] * rows_per_append, pa.int64()),
-                    }
-                )
-                with lock:
-                    attempted.add((w, seq))
-                try:
-                    with quiver.connect(uris[(w + seq) % 3], timeout=10) as c:
-                        c.put("log", batch, mode="append")
-                except quiver.QuiverError:
-                    continue
-                with lock:
-                    acknowledged.add((w, seq))
+        def uri(writer: int, seq: int) -> str:
+            return nodes.uri(NODES[(writer + seq) % 3])
 
-        threads = [threading.Thread(target=writer, args=(w,)) for w in range(3)]
-        for t in threads:
-            t.start()
-        deadline = time.monotonic() + 40  # bounded in time
-        for victim in ("n2", "n3", "n2"):
-            if time.monotonic() > deadline:
-                break
+        with nemesis.Writers("log", uri, count=3, every=0.0, max_appends=200) as writers:
+            deadline = time.monotonic() + 40  # bounded in time
+            for victim in ("n2", "n3", "n2"):
+                if time.monotonic() > deadline:
+                    break
+                time.sleep(1.0)
+                nodes.kill(victim)
+                time.sleep(LEASE_TTL_S + 2)
+                nodes.start(victim, data_dir=True)
             time.sleep(1.0)
-            nodes.kill(victim)
-            time.sleep(LEASE_TTL_S + 2)
-            nodes.start(victim, data_dir=True)
-        time.sleep(1.0)
-        stop.set()
-        for t in threads:
-            t.join(timeout=120)
-        assert not any(t.is_alive() for t in threads)
-        assert len(acknowledged) > 10
+        assert len(writers.record.acknowledged) > 10
 
         def read() -> pa.Table | None:
             try:
@@ -449,22 +418,10 @@ def test_checker_acknowledged_appends_survive_kills_and_none_is_torn(
             except quiver.QuiverError:
                 return None
 
-        table = wait_until("a whole read of the log", read, timeout=30)
-        counts = table.group_by(["writer", "seq"]).aggregate([("seq", "count")])
-        seen = {
-            (w, s): n
-            for w, s, n in zip(
-                counts.column("writer").to_pylist(),
-                counts.column("seq").to_pylist(),
-                counts.column("seq_count").to_pylist(),
-                strict=True,
-            )
-        }
-        # Every acknowledged append is there; no append is there in part; nothing
-        # appears that was never attempted.
-        assert acknowledged <= set(seen), sorted(acknowledged - set(seen))[:10]
-        assert all(n == rows_per_append for n in seen.values()), seen
-        assert set(seen) <= attempted
+        wait_until("a whole read of the log", read, timeout=30)
+        # Every acknowledged append is there once, none in part, nothing never attempted.
+        problems = nemesis.check([nodes.uri(n) for n in NODES], "log", writers.record)
+        assert not problems, problems
     finally:
         failures = nodes.stop_all()
         if failures:

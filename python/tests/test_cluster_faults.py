@@ -92,7 +92,7 @@ def test_appends_go_on_when_a_node_is_killed(etcd: Etcd, tmp_path: Path) -> None
             c.put("log", LOG_SCHEMA.empty_table())
         query_failures: list[str] = []
         queries = 0
-        with Writers("log", lambda w: nodes.uri("n1"), count=1, every=0.1) as writers:
+        with Writers("log", lambda w, s: nodes.uri("n1"), count=1, every=0.1) as writers:
             time.sleep(2.0)
             killed_at = time.monotonic()
             nodes.kill("n3")
@@ -179,7 +179,7 @@ def test_a_node_paused_past_its_lease_rejoins_and_nothing_acknowledged_is_lost(
     try:
         with quiver.connect(nodes.uri("n1")) as c:
             c.put("log", LOG_SCHEMA.empty_table())
-        with Writers("log", lambda w: nodes.uri(NODES[w % 3]), count=3, every=0.05) as writers:
+        with Writers("log", lambda w, s: nodes.uri(NODES[w % 3]), count=3, every=0.05) as writers:
             for victim, pause in (("n3", 1.0), ("n1", 5.0), ("n2", 5.0)):
                 time.sleep(1.0)
                 nodes.pause(victim)

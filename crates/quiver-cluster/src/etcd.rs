@@ -194,7 +194,8 @@ impl Etcd {
     /// table of `reads` still has the revision it was read at (0: absent),
     /// and what `guard` asks holds: the intent still exists (the same
     /// transaction deletes it), no commit has the request id yet (this one
-    /// records it, with what `writes` publishes in `published`).
+    /// records it, with the version its first write, the put's table,
+    /// publishes).
     /// [`ClusterError::Fenced`]: the intent is gone with this node's lease,
     /// so its partitions may have been dropped; nothing was written.
     pub(crate) async fn commit(
@@ -277,28 +278,40 @@ impl Etcd {
             ClusterError::Invalid(format!("no randomness for the cluster secret: {e}"))
         })?;
         let fresh: String = fresh.iter().map(|b| format!("{b:02x}")).collect();
+        match self.create(&key, fresh.as_bytes(), 0).await? {
+            None => Ok(fresh.into_bytes()),
+            Some(held) => Ok(held.value),
+        }
+    }
+
+    /// Writes `value` at `key` under `lease` if the key is absent: `None`
+    /// when written, else the key as it is (`Malformed` if it vanished
+    /// between the two, which only a delete from outside can do).
+    async fn create(
+        &self,
+        key: &str,
+        value: &[u8],
+        lease: i64,
+    ) -> Result<Option<quiver_etcd::KeyValue>> {
         let answer = self
             .client
             .txn(
-                vec![Compare::create_revision(
-                    key.as_str(),
-                    CompareResult::Equal,
-                    0,
-                )],
-                vec![RequestOp::put(key.as_str(), fresh.as_str(), 0)],
-                vec![RequestOp::get(key.as_str())],
+                vec![Compare::create_revision(key, CompareResult::Equal, 0)],
+                vec![RequestOp::put(key, value, lease)],
+                vec![RequestOp::get(key)],
             )
             .await?;
         if answer.succeeded {
-            return Ok(fresh.into_bytes());
+            return Ok(None);
         }
         answer
             .range(0)
             .first()
-            .map(|kv| kv.value.clone())
+            .cloned()
+            .map(Some)
             .ok_or_else(|| ClusterError::Malformed {
-                key,
-                detail: "the cluster secret vanished while it was read".into(),
+                key: key.to_string(),
+                detail: "the key vanished while it was created".into(),
             })
     }
 
@@ -315,22 +328,13 @@ impl Etcd {
     ) -> Result<i64> {
         let key = self.keys.node(&node.id);
         let lease = self.client.lease_grant(ttl).await?;
-        let answer = self
-            .client
-            .txn(
-                vec![Compare::create_revision(
-                    key.as_str(),
-                    CompareResult::Equal,
-                    0,
-                )],
-                vec![RequestOp::put(key.as_str(), json(node), lease)],
-                vec![RequestOp::get(key.as_str())],
-            )
-            .await?;
-        if answer.succeeded {
-            return Ok(lease);
-        }
-        let holder = answer.range(0).first().cloned();
+        let holder = match self.create(&key, &json(node), lease).await {
+            Ok(None) => return Ok(lease),
+            Ok(Some(holder)) => Some(holder),
+            // Deleted between the compare and the read: its lease just ended.
+            Err(ClusterError::Malformed { .. }) => None,
+            Err(e) => return Err(e),
+        };
         if let (Some(previous), Some(kv)) = (previous, &holder)
             && kv.lease == previous
         {

@@ -128,13 +128,20 @@ impl ClusterNode {
     /// One tick: read the catalog, delete this node's intents left over
     /// from failed puts, repair, collect.
     async fn tend(&self) -> Result<()> {
+        let local = self.store.list(PARTITION_PREFIX);
         let snapshot = self.etcd.snapshot().await?;
         self.remember(snapshot.clone());
         self.forget_stale_intents(&snapshot).await;
+        let mut repaired = false;
         for (name, (entry, _)) in &snapshot.tables {
-            self.repair(name, entry, &snapshot).await;
+            repaired |= self.repair(name, entry, &snapshot).await;
         }
-        self.collect().await
+        if repaired {
+            // Its copies are newer than this snapshot: look again.
+            return self.collect().await;
+        }
+        self.drop_orphans(&local, &snapshot);
+        Ok(())
     }
 
     /// Deletes the intents of this node in `snapshot` that no put or repair
@@ -165,8 +172,9 @@ impl ClusterNode {
     /// first live holder of a partition with too few live copies): copies
     /// them to new nodes under an intent, then commits the new replica
     /// lists into the table's current entry, whatever commits came since.
-    /// Failures are logged; the next tick tries again.
-    async fn repair(&self, name: &str, entry: &TableEntry, snapshot: &Snapshot) {
+    /// Failures are logged; the next tick tries again. Whether it did
+    /// anything (copied, or committed a change).
+    async fn repair(&self, name: &str, entry: &TableEntry, snapshot: &Snapshot) -> bool {
         let me = self.options.node_id.as_str();
         let wanted = self.options.replicas.min(snapshot.nodes.len());
         let mut gone_here = HashSet::new();
@@ -192,7 +200,7 @@ impl ClusterNode {
             copies.push((part, holders, here));
         }
         if gone_here.is_empty() && copies.is_empty() {
-            return;
+            return false;
         }
         let intent = if copies.is_empty() {
             None
@@ -202,7 +210,7 @@ impl ClusterNode {
                 Ok(intent) => Some(intent),
                 Err(e) => {
                     tracing::warn!(table = %name, "re-replication not started: {e}");
-                    return;
+                    return false;
                 }
             }
         };
@@ -222,7 +230,7 @@ impl ClusterNode {
             if let Some(intent) = &intent {
                 self.abandon(intent, false).await;
             }
-            return;
+            return true;
         }
         let guard = Guard {
             intent: intent.as_ref(),
@@ -249,6 +257,7 @@ impl ClusterNode {
             Ok(_) => tracing::info!(table = %name, version = entry.version, "replicas repaired"),
             Err(e) => tracing::warn!(table = %name, "committing repaired replicas: {e}"),
         }
+        true
     }
 
     /// Copies partition `part` (held here as `here`) to live nodes until it
@@ -289,9 +298,16 @@ impl ClusterNode {
     /// from before its first copy until the commit that names it in a
     /// version, so it is never seen unreferenced while it is needed.
     async fn collect(&self) -> Result<()> {
-        let local: Vec<_> = self.store.list(PARTITION_PREFIX);
+        let local = self.store.list(PARTITION_PREFIX);
         let snapshot = self.etcd.snapshot().await?;
         self.remember(snapshot.clone());
+        self.drop_orphans(&local, &snapshot);
+        Ok(())
+    }
+
+    /// The collection of [`ClusterNode::collect`] over `local`, listed
+    /// before `snapshot` was read.
+    fn drop_orphans(&self, local: &[Arc<TableVersion>], snapshot: &Snapshot) {
         let me = self.options.node_id.as_str();
         let mut held: HashSet<&str> = snapshot
             .tables
@@ -303,9 +319,8 @@ impl ClusterNode {
         held.extend(snapshot.intended());
         let now = Instant::now();
         let mut orphans = self.orphans.lock().unwrap_or_else(PoisonError::into_inner);
-        orphans.retain(|name, _| {
-            !held.contains(name.as_str()) && local.iter().any(|t| t.name() == name)
-        });
+        let listed: HashSet<&str> = local.iter().map(|t| t.name()).collect();
+        orphans.retain(|name, _| !held.contains(name.as_str()) && listed.contains(name.as_str()));
         for table in local {
             let name = table.name();
             if held.contains(name) {
@@ -319,7 +334,6 @@ impl ClusterNode {
                 tracing::info!(partition = %name, "dropped a partition no version holds");
             }
         }
-        Ok(())
     }
 }
 
