@@ -44,6 +44,11 @@ DEFAULT_BATCH_ROWS = 65_536
 #: interrupted; it is then left to finish by itself (it writes nothing more).
 WRITER_JOIN_TIMEOUT_S = 5.0
 
+#: The ``app_metadata`` of the message by which the server says it reads no more
+#: input (the results ended first: an error, a query's ``LIMIT``): the client stops
+#: sending and half-closes, and the call's status follows (docs/protocol.md).
+STOP_INPUT = b'{"input":"stop"}'
+
 
 def command_descriptor(command: JsonObject) -> flight.FlightDescriptor:
     """Return the ``CMD`` descriptor of a DoExchange command (a JSON object)."""
@@ -135,7 +140,10 @@ class _Sender(threading.Thread):
         self._batch_rows = batch_rows
         self._tag = tag
         self._count_sent = count_sent
+        #: Set when the call ends early: send nothing more, not even the half-close.
         self.stop = threading.Event()
+        #: Set when the server reads no more input: send nothing more, half-close.
+        self.halt = threading.Event()
         self.source_error: BaseException | None = None
 
     def run(self) -> None:
@@ -151,7 +159,7 @@ class _Sender(threading.Thread):
             return
         reader = self._source.reader
         self._writer.begin(reader.schema)
-        while not self.stop.is_set():
+        while not self._stopped():
             try:
                 batch = reader.read_next_batch()
             except StopIteration:
@@ -161,8 +169,8 @@ class _Sender(threading.Thread):
                 self._cancel()
                 return
             for piece in self._pieces(batch):
-                if self.stop.is_set():
-                    return
+                if self._stopped():
+                    break
                 if self._tag:
                     self._writer.write_with_metadata(piece, _tag(piece.num_rows))
                 else:
@@ -170,6 +178,9 @@ class _Sender(threading.Thread):
                 self._count_sent(piece.num_rows)
         if not self.stop.is_set():
             self._writer.done_writing()
+
+    def _stopped(self) -> bool:
+        return self.stop.is_set() or self.halt.is_set()
 
     def _pieces(self, batch: pa.RecordBatch) -> Iterator[pa.RecordBatch]:
         """``batch`` as zero-copy slices of at most ``batch_rows`` rows and 64 MiB."""
@@ -308,6 +319,11 @@ class ExchangeReader:
             except BaseException as error:
                 self._fail(error)
             metadata = chunk.app_metadata
+            if chunk.data is None and metadata is not None and metadata.equals(_STOP_INPUT):
+                # The status follows the half-close, so the call cannot end
+                # under a write of the sender's (gRPC would abort the process).
+                self._sender.halt.set()
+                continue
             if metadata is not None and metadata.size:
                 self._last_metadata = metadata.to_pybytes()
                 if self._tag_rows and self._count_received is not None:
@@ -405,6 +421,9 @@ class ExchangeReader:
         """Cancel the call of a reader dropped before its end."""
         with contextlib.suppress(Exception):
             self.close()
+
+
+_STOP_INPUT = pa.py_buffer(STOP_INPUT)
 
 
 def _ignore(rows: int) -> None:

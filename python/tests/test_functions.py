@@ -636,6 +636,71 @@ def test_exchange_sql_with_a_limit_ends_before_the_input_does(client: quiver.Cli
     ]
 
 
+#: A child process making calls whose results end before their input: the odd ones a
+#: query with a LIMIT, the even ones a query refused once the input's schema is read.
+EARLY_ENDS = """
+import sys
+import numpy as np, pyarrow as pa, quiver
+data = pa.table({f"f{i}": np.random.default_rng(i).random(100_000) for i in range(8)})
+client = quiver.connect(sys.argv[1], timeout=60)
+lost = 0
+for i in range(int(sys.argv[2])):
+    if i % 2:
+        table = client.exchange_sql("SELECT f0 FROM input LIMIT 5", data, batch_rows=4096)
+        lost += table.column_names != ["f0"] or table.num_rows != 5
+    else:
+        try:
+            client.exchange_sql("SELECT nope FROM input", data, batch_rows=4096)
+            lost += 1
+        except quiver.InvalidArgumentError:
+            pass
+print(lost)
+"""
+
+
+def test_results_that_end_before_the_input_reach_the_client_whole(served: Server) -> None:
+    # The client writes from one thread and reads from another. When the server
+    # ended the call under a write, the results were lost (the write drained them),
+    # or gRPC C++ aborted the process. A child process makes the calls, so an
+    # abort fails this test alone; before the fix about 2% of them lost results.
+    child = subprocess.run(
+        [sys.executable, "-c", EARLY_ENDS, served.uri, "200"],
+        capture_output=True,
+        text=True,
+        timeout=CALL_TIMEOUT_S,
+        check=False,
+    )
+    assert child.returncode == 0, child.stderr[-4000:]
+    assert child.stdout.split() == ["0"], child.stdout
+
+
+def test_the_server_reads_the_input_to_its_end_before_the_status(served: Server) -> None:
+    # Plain pyarrow: after the results, the server says it reads no more input; the
+    # writes that follow still succeed, and the status follows the half-close.
+    command = flight.FlightDescriptor.for_command(
+        json.dumps({"sql": "SELECT x FROM input LIMIT 2"})
+    )
+    data = numbered(50, rows=10_000)
+    writer, reader = flight.connect(served.uri).do_exchange(command)
+    writer.begin(data.schema)
+    batches = data.to_batches()
+    writer.write_batch(batches[0])
+    rows, stop = [], None
+    while stop is None:
+        chunk = reader.read_chunk()
+        if chunk.data is not None:
+            rows += chunk.data["x"].to_pylist()
+        elif chunk.app_metadata is not None:
+            stop = chunk.app_metadata.to_pybytes()
+    assert (rows, json.loads(stop)) == ([0, 1], {"input": "stop"})
+    for batch in batches[1:]:
+        writer.write_batch(batch)
+    writer.done_writing()
+    with pytest.raises(StopIteration):
+        reader.read_chunk()
+    writer.close()
+
+
 def test_exchange_sql_refuses_what_it_cannot_run(client: quiver.Client) -> None:
     client.put("sql/kept", numbered(2))
     with pytest.raises(quiver.InvalidArgumentError):

@@ -33,6 +33,11 @@ use crate::request::{Apply, Described, Exchange};
 use crate::rpc_log::RpcLog;
 use crate::{Error, PutOptions, Result};
 
+mod ending;
+
+pub use ending::STOP_INPUT;
+use ending::{Tail, Unread};
+
 /// Rows of a stored table handed to a function at once by apply.
 const APPLY_SLICE_ROWS: usize = 65_536;
 
@@ -54,7 +59,8 @@ pub(crate) enum Plan {
 }
 
 /// Decides what the exchange whose request stream is `input` does, and
-/// starts it.
+/// starts it. A command's replies end after its input ([`ending`]): its
+/// errors, refusals included, are the replies' last item.
 pub(crate) async fn open(
     pool: Option<&Arc<FunctionPool>>,
     tables: Tables,
@@ -73,15 +79,51 @@ pub(crate) async fn open(
         return Ok(Plan::Replies(stream::empty().boxed()));
     };
     let command = match first.flight_descriptor.as_ref() {
-        Some(d) if is_command(d) => match Described::decode(d)? {
-            Described::Exchange(command) => command,
-            Described::Partition(_) => {
-                return Err(crate::request::partition_not_here("DoExchange"));
-            }
-            _ => return Err(Error::Internal("a command decoded as another kind".into())),
-        },
+        Some(d) if is_command(d) => Described::decode(d),
         // Any other descriptor (or none) keeps the echo.
         _ => return Ok(Plan::Echo(Box::new((input, first)))),
+    };
+    let unread = match &command {
+        // The client sends nothing but the descriptor.
+        Ok(Described::Exchange(Exchange::Apply(_))) => Unread::Wait,
+        _ => Unread::Stop,
+    };
+    let (tail, left) = ending::tail(input);
+    let replies = start(
+        pool,
+        tables,
+        engine,
+        max_message,
+        command,
+        first,
+        tail,
+        caller,
+        log,
+    )
+    .await
+    .unwrap_or_else(|e| stream::once(async { Err(e) }).boxed());
+    Ok(Plan::Replies(ending::after_input(replies, left, unread)))
+}
+
+/// Starts `command` over `input`.
+#[allow(clippy::too_many_arguments)]
+async fn start(
+    pool: Option<&Arc<FunctionPool>>,
+    tables: Tables,
+    engine: &Arc<SqlEngine>,
+    max_message: usize,
+    command: Result<Described>,
+    first: FlightData,
+    input: Tail,
+    caller: Result<Caller>,
+    log: &mut RpcLog,
+) -> Result<Replies> {
+    let command = match command? {
+        Described::Exchange(command) => command,
+        Described::Partition(_) => {
+            return Err(crate::request::partition_not_here("DoExchange"));
+        }
+        _ => return Err(Error::Internal("a command decoded as another kind".into())),
     };
     let caller = caller?;
     let pool = |name: &str| -> Result<(Arc<FunctionPool>, Arc<FunctionSpec>)> {
@@ -99,25 +141,22 @@ pub(crate) async fn open(
             caller.require(Role::Read, "calling a function")?;
             log.table(&name);
             let (pool, spec) = pool(&name)?;
-            Ok(Plan::Replies(call(pool, spec, first, input, max_message)))
+            Ok(call(pool, spec, first, input, max_message))
         }
         Exchange::Apply(apply) => {
+            drop(input);
             caller.require(Role::Read, "apply")?;
             if apply.into.is_some() {
                 caller.require(Role::Write, "apply into a table")?;
             }
             log.table(&apply.source);
             let (pool, spec) = pool(&apply.apply)?;
-            self::apply(pool, spec, tables, apply, max_message)
-                .await
-                .map(Plan::Replies)
+            self::apply(pool, spec, tables, apply, max_message).await
         }
         Exchange::Sql(sql) => {
             caller.require(Role::Read, "SQL over a stream")?;
             log.table(quiver_sql::INPUT_TABLE);
-            sql_over_stream(engine, &sql, first, input, max_message)
-                .await
-                .map(Plan::Replies)
+            sql_over_stream(engine, &sql, first, input, max_message).await
         }
     }
 }
@@ -130,7 +169,7 @@ async fn sql_over_stream(
     engine: &Arc<SqlEngine>,
     sql: &str,
     first: FlightData,
-    rest: Streaming<FlightData>,
+    rest: Tail,
     max_message: usize,
 ) -> Result<Replies> {
     let messages = decodable(first, rest);
@@ -191,7 +230,7 @@ pub(crate) fn rows(data: &FlightData) -> u64 {
 /// The request's messages as arrow-flight's decoder takes them.
 fn decodable(
     first: FlightData,
-    rest: Streaming<FlightData>,
+    rest: Tail,
 ) -> impl futures::Stream<Item = std::result::Result<FlightData, FlightError>> + Send + 'static {
     stream::iter([Ok(first)]).chain(rest).map(|message| {
         let mut message = message.map_err(|s| FlightError::Tonic(Box::new(inbound_status(s))))?;
@@ -220,7 +259,7 @@ fn call(
     pool: Arc<FunctionPool>,
     spec: Arc<FunctionSpec>,
     first: FlightData,
-    rest: Streaming<FlightData>,
+    rest: Tail,
     max_message: usize,
 ) -> Replies {
     let messages = decodable(first, rest);

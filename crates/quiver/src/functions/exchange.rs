@@ -16,6 +16,7 @@ use arrow::record_batch::{RecordBatch, RecordBatchReader};
 use arrow_flight::encode::{DictionaryHandling, FlightDataEncoderBuilder};
 use arrow_flight::error::FlightError;
 use arrow_flight::{FlightData, FlightDescriptor};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 
 use futures::{StreamExt, TryStreamExt};
@@ -97,10 +98,14 @@ pub(super) async fn call(
         .map_ok(tag_rows);
 
     // The request stream ends at its first error (a file that does not
-    // read), kept to be reported once the server has answered what it got.
+    // read), kept to be reported once the server has answered what it got,
+    // or when the server reads no more input (it sent STOP_INPUT).
     let failed = Arc::new(Mutex::new(None));
     let kept = Arc::clone(&failed);
+    let halted = Arc::new(AtomicBool::new(false));
+    let halt = Arc::clone(&halted);
     let encoded = encoded
+        .take_while(move |_| futures::future::ready(!halt.load(Ordering::Relaxed)))
         .map(move |message| match message {
             Ok(message) => Some(message),
             Err(e) => {
@@ -113,6 +118,9 @@ pub(super) async fn call(
     let mut client = connector.connect_server().await?;
     let results = do_exchange(&mut client, encoded).await.map_err(describe)?;
     let received = receive(results, output, |message| {
+        if message.inner.app_metadata == quiver_flight::STOP_INPUT {
+            halted.store(true, Ordering::Relaxed);
+        }
         if let Some(rows) = tagged_rows(&message.inner.app_metadata) {
             bar.inc(rows);
         }

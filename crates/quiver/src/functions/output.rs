@@ -74,8 +74,9 @@ pub(super) async fn receive(
                 output.write(batch).await?;
             }
             DecodedPayload::None => {
-                if !message.inner.app_metadata.is_empty() {
-                    received.summary = Some(message.inner.app_metadata);
+                let metadata = message.inner.app_metadata;
+                if !metadata.is_empty() && metadata != quiver_flight::STOP_INPUT {
+                    received.summary = Some(metadata);
                 }
             }
         }
