@@ -303,11 +303,13 @@ def test_a_node_cut_off_by_the_network_is_replaced_then_rejoins(tmp_path: Path) 
 def test_partitions_no_version_holds_are_dropped(etcd: Etcd, tmp_path: Path) -> None:
     nodes = Cluster(etcd, tmp_path)
     for node_id in NODES:
-        nodes.start(node_id, "--orphan-grace", "1")
+        nodes.start(node_id, "--orphan-grace", "1", "--query-timeout", "8")
     try:
         with quiver.connect(nodes.uri("n1")) as c:
             c.put("t", ids(3000))
+            # Handed to a reader: held for --query-timeout (8 s) from now.
             old = info_of(nodes.uri("n1"), "t").endpoints
+            handed_out = time.monotonic()
             c.put("t", ids(10, 5000))
 
         def read_old(endpoint: flight.FlightEndpoint) -> bool:
@@ -320,11 +322,36 @@ def test_partitions_no_version_holds_are_dropped(etcd: Etcd, tmp_path: Path) -> 
             finally:
                 client.close()
 
-        # Replaced, the old version's partitions stay readable for a moment (a reader
-        # that planned before the put), then every copy is dropped.
-        wait_until("old partitions dropped", lambda: not any(read_old(e) for e in old), 30)
+        # Replaced, the old version's partitions stay readable past --orphan-grace for
+        # the reader that was handed them (before readers were held, they were
+        # dropped a second or two after the put), then every copy is dropped.
+        time.sleep(3)
+        assert time.monotonic() - handed_out < 7, "too slow to check the hold"
+        assert all(read_old(e) for e in old)
+        wait_until("old partitions dropped", lambda: not any(read_old(e) for e in old), 40)
         with quiver.connect(nodes.uri("n2")) as c:
             assert c.get("t").equals(ids(10, 5000))
+    finally:
+        failures = nodes.stop_all()
+        if failures:
+            pytest.fail("\n".join(failures), pytrace=False)
+
+
+def test_table_limits_bound_a_cluster_table_across_appends(etcd: Etcd, tmp_path: Path) -> None:
+    # Each append's partitions are small; the table they make is what is limited.
+    nodes = Cluster(etcd, tmp_path)
+    for node_id in NODES:
+        nodes.start(node_id, "--max-table-rows", "100")
+    try:
+        with quiver.connect(nodes.uri("n1")) as c:
+            c.put("t", ids(60), partitions=3)
+            c.put("t", ids(40, 60), mode="append", partitions=2)
+            with pytest.raises(quiver.ResourceExhaustedError, match="--max-table-rows") as over:
+                c.put("t", ids(1, 100), mode="append")
+            assert over.value.kind == "TABLE_LIMIT"
+        for node_id in NODES:
+            with quiver.connect(nodes.uri(node_id)) as c:
+                assert c.get("t").sort_by("id").equals(ids(100))
     finally:
         failures = nodes.stop_all()
         if failures:

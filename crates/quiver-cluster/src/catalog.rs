@@ -12,6 +12,9 @@
 //!   the node's lease, and deleted by the commit that publishes them. A
 //!   partition an intent names is not an orphan; a commit whose intent is
 //!   gone (the node lost its lease meanwhile) fails.
+//! - `reads/<node>`: the partitions that node handed to readers lately
+//!   (FlightInfo endpoints, SQL plans) and holds for them ([`ReadsEntry`],
+//!   under the node's lease): not orphans while they are named there.
 //! - `written/<request id>`: what the put with that id published
 //!   ([`RequestEntry`]), written by its commit, kept at least 5 minutes: a put
 //!   retried with its id is answered with it instead of being applied again.
@@ -80,6 +83,13 @@ pub(crate) struct IntentEntry {
     pub(crate) partitions: Vec<String>,
 }
 
+/// The partitions a node's readers hold.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct ReadsEntry {
+    /// Their storage names.
+    pub(crate) partitions: Vec<String>,
+}
+
 /// What a put with a request id published.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub(crate) struct RequestEntry {
@@ -144,7 +154,17 @@ impl Keys {
         format!("{}intents/{id}/", self.prefix)
     }
 
-    /// The keys a snapshot reads, `[start, end)`: intents, nodes, the
+    /// The prefix of every key of what readers hold.
+    pub(crate) fn reads(&self) -> String {
+        format!("{}reads/", self.prefix)
+    }
+
+    /// The key of what node `id`'s readers hold.
+    pub(crate) fn reads_of(&self, id: &str) -> String {
+        format!("{}reads/{id}", self.prefix)
+    }
+
+    /// The keys a snapshot reads, `[start, end)`: intents, nodes, reads, the
     /// secret and tables, not the records of requests (`written/`), which
     /// only puts that carry an id read, one by one.
     pub(crate) fn snapshot_range(&self) -> (String, String) {

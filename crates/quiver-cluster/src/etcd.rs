@@ -10,7 +10,7 @@ use quiver_etcd::{Client, Compare, CompareResult, ConnectOptions, Credentials, R
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
-use crate::catalog::{IntentEntry, Keys, NodeEntry, RequestEntry, TableEntry};
+use crate::catalog::{IntentEntry, Keys, NodeEntry, ReadsEntry, RequestEntry, TableEntry};
 use crate::error::{ClusterError, Result};
 
 /// A catalog record and the etcd modification revision it was read at (0: absent).
@@ -31,6 +31,8 @@ pub(crate) struct Snapshot {
     pub(crate) tables: BTreeMap<String, (TableEntry, i64)>,
     /// Puts and repairs in flight, by key (`<node>/<id>`).
     pub(crate) intents: BTreeMap<String, IntentEntry>,
+    /// What each node's readers hold, by node.
+    pub(crate) reads: BTreeMap<String, ReadsEntry>,
 }
 
 impl Snapshot {
@@ -41,6 +43,14 @@ impl Snapshot {
             .flat_map(|intent| &intent.partitions)
             .map(String::as_str)
             .collect()
+    }
+
+    /// Every partition some node's readers hold.
+    pub(crate) fn read(&self) -> impl Iterator<Item = &str> {
+        self.reads
+            .values()
+            .flat_map(|reads| &reads.partitions)
+            .map(String::as_str)
     }
 }
 
@@ -127,6 +137,7 @@ impl Etcd {
     /// to a table's version is seen in one or the other, never neither).
     pub(crate) async fn snapshot(&self) -> Result<Snapshot> {
         let (nodes, tables, intents) = (self.keys.nodes(), self.keys.tables(), self.keys.intents());
+        let reads = self.keys.reads();
         let (start, end) = self.keys.snapshot_range();
         let all = self.client.get_range(start, end).await?;
         let mut snapshot = Snapshot::default();
@@ -143,6 +154,9 @@ impl Etcd {
             } else if let Some(id) = key.strip_prefix(&intents) {
                 let intent: IntentEntry = parse(&kv.key, &kv.value)?;
                 snapshot.intents.insert(id.to_string(), intent);
+            } else if let Some(node) = key.strip_prefix(&reads) {
+                let held: ReadsEntry = parse(&kv.key, &kv.value)?;
+                snapshot.reads.insert(node.to_string(), held);
             }
         }
         Ok(snapshot)
@@ -153,6 +167,25 @@ impl Etcd {
     /// before the first copy is sent.
     pub(crate) async fn intend(&self, key: &str, intent: &IntentEntry, lease: i64) -> Result<()> {
         self.client.put(key, json(intent), lease).await?;
+        Ok(())
+    }
+
+    /// Records that node `node`'s readers hold `partitions`, under `lease`
+    /// (the node's); none: the key is deleted.
+    pub(crate) async fn hold_reads(
+        &self,
+        node: &str,
+        partitions: Vec<String>,
+        lease: i64,
+    ) -> Result<()> {
+        let key = self.keys.reads_of(node);
+        if partitions.is_empty() {
+            self.client.delete(key.as_str()).await?;
+        } else {
+            self.client
+                .put(key.as_str(), json(&ReadsEntry { partitions }), lease)
+                .await?;
+        }
         Ok(())
     }
 

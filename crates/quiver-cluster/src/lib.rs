@@ -20,6 +20,7 @@ mod etcd;
 mod node;
 mod peers;
 mod placement;
+mod reads;
 mod repair;
 mod sql;
 mod status;

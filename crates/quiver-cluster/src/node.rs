@@ -12,7 +12,7 @@ use arrow_flight::{FlightDescriptor, FlightEndpoint, FlightInfo, Ticket};
 use futures::future::{join_all, try_join_all};
 use quiver_flight::cluster::{ClusterHooks, ClusterPut, ClusterRead, Published};
 use quiver_flight::ticket::TableTicket;
-use quiver_store::{TableStore, WriteMode, batch_bytes};
+use quiver_store::{TableLimits, TableStore, WriteMode, batch_bytes};
 use serde_json::json;
 use tonic::Status;
 
@@ -24,6 +24,7 @@ use crate::error::{ClusterError, Result};
 use crate::etcd::{Commit, Etcd, EtcdConfig, Guard, Intent, Snapshot, Versioned};
 use crate::peers::Peers;
 use crate::placement::{place, replicas_for, split_rows};
+use crate::reads::Reads;
 use crate::sql::ClusterSql;
 
 /// How many times a commit is tried again when another commit came first.
@@ -63,6 +64,10 @@ pub struct ClusterOptions {
     /// How old a partition no version holds must be before it is dropped (a
     /// put's partitions are stored before their version is published).
     pub orphan_grace: Duration,
+    /// How long the partitions handed to a reader (a table's endpoints, a
+    /// query's plan) are kept after their version is replaced: the query
+    /// timeout, so that no query loses what it planned over.
+    pub read_hold: Duration,
 }
 
 /// This node's part in the cluster.
@@ -87,6 +92,8 @@ pub struct ClusterNode {
     requests_lease: tokio::sync::Mutex<Option<(i64, Instant)>>,
     /// Local partitions no version held when last looked, and since when.
     pub(crate) orphans: Mutex<HashMap<String, Instant>>,
+    /// The partitions this node handed to readers.
+    pub(crate) reads: Reads,
     /// Distributed SQL over the cluster's tables.
     sql: ClusterSql,
 }
@@ -138,6 +145,7 @@ impl ClusterNode {
             intents: Mutex::new(HashSet::new()),
             requests_lease: tokio::sync::Mutex::new(None),
             orphans: Mutex::new(HashMap::new()),
+            reads: Reads::default(),
         }))
     }
 
@@ -185,6 +193,14 @@ impl ClusterNode {
             Some(lease) if self.registered.load(Ordering::Acquire) => Ok(lease),
             _ => Err(ClusterError::NotRegistered),
         }
+    }
+
+    /// Holds `entry`'s partitions for a reader: no node drops them for
+    /// [`ClusterOptions::read_hold`], even once another version replaced it.
+    pub(crate) fn hold_for_reader(&self, entry: &TableEntry) {
+        let until = Instant::now() + self.options.read_hold;
+        self.reads
+            .hold(entry.partitions.iter().map(|p| p.name.as_str()), until);
     }
 
     /// Records in the catalog, under this node's lease, that `partitions`
@@ -639,6 +655,7 @@ fn next_entry(
     mode: WriteMode,
     schema: &SchemaRef,
     partitions: Vec<PartitionEntry>,
+    limits: &TableLimits,
 ) -> Result<TableEntry> {
     let mut all = Vec::new();
     match (mode, old) {
@@ -656,14 +673,17 @@ fn next_entry(
         (WriteMode::Create | WriteMode::Replace, _) => {}
     }
     all.extend(partitions);
+    let rows = all.iter().map(|p| p.rows).sum();
+    let bytes = all.iter().map(|p| p.bytes).sum();
+    limits.check_table(name, rows, bytes)?;
     Ok(TableEntry {
         version: old.map_or(0, |o| o.version) + 1,
         schema: match (mode, old) {
             (WriteMode::Append, Some(old)) => old.schema.clone(),
             _ => encode_schema(schema)?,
         },
-        rows: all.iter().map(|p| p.rows).sum(),
-        bytes: all.iter().map(|p| p.bytes).sum(),
+        rows,
+        bytes,
         partitions: all,
     })
 }
@@ -700,6 +720,7 @@ impl ClusterHooks for ClusterNode {
     ) -> Option<Result<FlightInfo, Status>> {
         let entry = self.entry(name).await?;
         let nodes = self.replicas_of(&entry).await;
+        self.hold_for_reader(&entry);
         Some(
             self.info(name, &entry, &nodes, descriptor)
                 .map_err(Status::from),
@@ -714,6 +735,7 @@ impl ClusterHooks for ClusterNode {
     async fn read(&self, name: &str) -> Option<Result<ClusterRead, Status>> {
         let entry = self.entry(name).await?;
         let nodes = self.replicas_of(&entry).await;
+        self.hold_for_reader(&entry);
         let read = self.sql.read(name, &entry, &nodes).await;
         Some(
             read.map(|(schema, batches)| ClusterRead {
@@ -744,7 +766,6 @@ impl ClusterHooks for ClusterNode {
         // A repeated request id is found by the commit, which records the
         // first: no read of its own on the path of every put.
         let nodes = self.etcd.snapshot().await?;
-        // Checked before anything is shipped, and again in the commit.
         let read = nodes.tables.get(&put.table).map_or(
             Versioned {
                 value: None,
@@ -755,14 +776,16 @@ impl ClusterHooks for ClusterNode {
                 revision: *revision,
             },
         );
+        let planned = self.plan(&put, &nodes)?;
+        // Checked before anything is shipped, and again in the commit.
         next_entry(
             &put.table,
             read.value.as_ref(),
             put.mode,
             &put.schema,
-            Vec::new(),
+            planned.iter().map(|p| p.entry.clone()).collect(),
+            self.store.limits(),
         )?;
-        let planned = self.plan(&put, &nodes)?;
         drop(put.batches);
         let request = match &put.request {
             Some(id) => Some((id.as_str(), self.requests_lease().await?)),
@@ -778,7 +801,9 @@ impl ClusterHooks for ClusterNode {
             let partitions = self.store_partitions(&put.schema, planned, &nodes).await?;
             let committed = self
                 .commit_table_from(&put.table, Some(read), guard, |old| {
-                    next_entry(&put.table, old, put.mode, &put.schema, partitions.clone()).map(Some)
+                    let limits = self.store.limits();
+                    let partitions = partitions.clone();
+                    next_entry(&put.table, old, put.mode, &put.schema, partitions, limits).map(Some)
                 })
                 .await?;
             Ok::<_, ClusterError>((partitions.len(), committed))
@@ -941,7 +966,15 @@ impl ClusterNode {
         let schema =
             schema.ok_or_else(|| ClusterError::Invalid("no source tables given".into()))?;
         let target = self.etcd.table(into).await?;
-        let new = next_entry(into, target.value.as_ref(), mode, &schema, partitions)?;
+        let limits = self.store.limits();
+        let new = next_entry(
+            into,
+            target.value.as_ref(),
+            mode,
+            &schema,
+            partitions,
+            limits,
+        )?;
         let mut reads: Vec<(&str, i64)> = sources.iter().map(|(n, r)| (*n, r.revision)).collect();
         reads.push((into, target.revision));
         let mut writes: Vec<(&str, Option<&TableEntry>)> =
@@ -969,6 +1002,17 @@ mod tests {
         Arc::new(Schema::new(vec![Field::new("v", kind, false)]))
     }
 
+    /// [`next_entry`] without limits.
+    fn next(
+        name: &str,
+        old: Option<&TableEntry>,
+        mode: WriteMode,
+        schema: &SchemaRef,
+        partitions: Vec<PartitionEntry>,
+    ) -> Result<TableEntry> {
+        next_entry(name, old, mode, schema, partitions, &TableLimits::UNLIMITED)
+    }
+
     fn part(name: &str, rows: u64) -> PartitionEntry {
         PartitionEntry {
             name: name.into(),
@@ -981,9 +1025,9 @@ mod tests {
     #[test]
     fn versions_follow_the_write_mode() {
         let int = schema(DataType::Int64);
-        let first = next_entry("t", None, WriteMode::Create, &int, vec![part("a", 3)]).unwrap();
+        let first = next("t", None, WriteMode::Create, &int, vec![part("a", 3)]).unwrap();
         assert_eq!((first.version, first.rows), (1, 3));
-        let appended = next_entry(
+        let appended = next(
             "t",
             Some(&first),
             WriteMode::Append,
@@ -993,7 +1037,7 @@ mod tests {
         .unwrap();
         assert_eq!((appended.version, appended.rows), (2, 5));
         assert_eq!(appended.partitions.len(), 2);
-        let replaced = next_entry(
+        let replaced = next(
             "t",
             Some(&appended),
             WriteMode::Replace,
@@ -1003,18 +1047,50 @@ mod tests {
         .unwrap();
         assert_eq!((replaced.version, replaced.rows), (3, 1));
         assert!(matches!(
-            next_entry("t", Some(&first), WriteMode::Create, &int, vec![]),
+            next("t", Some(&first), WriteMode::Create, &int, vec![]),
             Err(ClusterError::AlreadyExists(_))
         ));
         assert!(matches!(
-            next_entry("t", None, WriteMode::Append, &int, vec![]),
+            next("t", None, WriteMode::Append, &int, vec![]),
             Err(ClusterError::NotFound(_))
         ));
         let text = schema(DataType::Utf8);
         assert!(matches!(
-            next_entry("t", Some(&first), WriteMode::Append, &text, vec![]),
+            next("t", Some(&first), WriteMode::Append, &text, vec![]),
             Err(ClusterError::Invalid(_))
         ));
+    }
+
+    #[test]
+    fn table_limits_bound_the_whole_table_across_appends() {
+        let int = schema(DataType::Int64);
+        for (limits, flag) in [
+            (
+                TableLimits {
+                    max_table_rows: 5,
+                    ..TableLimits::UNLIMITED
+                },
+                "--max-table-rows",
+            ),
+            (
+                TableLimits {
+                    max_table_bytes: 40,
+                    ..TableLimits::UNLIMITED
+                },
+                "--max-table-bytes",
+            ),
+        ] {
+            let create = |parts| next_entry("t", None, WriteMode::Create, &int, parts, &limits);
+            let first = create(vec![part("a", 3)]).unwrap();
+            let append =
+                |parts| next_entry("t", Some(&first), WriteMode::Append, &int, parts, &limits);
+            assert_eq!(append(vec![part("b", 2)]).unwrap().rows, 5);
+            let err = append(vec![part("b", 3)]).unwrap_err();
+            assert!(err.to_string().contains(flag), "{err}");
+            assert_eq!(Status::from(err).code(), tonic::Code::ResourceExhausted);
+            // Each partition alone is within the limit; together they are not.
+            assert!(create(vec![part("a", 3), part("b", 3)]).is_err());
+        }
     }
 
     #[tokio::test]
@@ -1131,7 +1207,7 @@ mod tests {
         };
         let result = node
             .commit_table("t", guard, |old| {
-                next_entry("t", old, WriteMode::Replace, &int, vec![part("p", 1)]).map(Some)
+                next("t", old, WriteMode::Replace, &int, vec![part("p", 1)]).map(Some)
             })
             .await;
         assert!(matches!(result, Err(ClusterError::Fenced)), "{result:?}");

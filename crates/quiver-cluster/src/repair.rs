@@ -2,7 +2,7 @@
 //! tick (and at once whenever the watched catalog changes) reading the
 //! catalog, copying again the partitions that lost a replica (where this
 //! node is the first live holder), and dropping the partitions no version
-//! holds and no put in flight is storing.
+//! holds, no put in flight is storing and no reader holds.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::Ordering;
@@ -16,6 +16,7 @@ use crate::error::{ClusterError, Result};
 use crate::etcd::{Guard, Intent, Snapshot};
 use crate::node::ClusterNode;
 use crate::placement::replicas_for;
+use crate::reads::PUBLISH_EVERY;
 
 /// How long a node waits between attempts to register again.
 const REGISTER_BACKOFF: Duration = Duration::from_millis(500);
@@ -32,6 +33,8 @@ impl ClusterNode {
         tokio::spawn(async move { node.stay_registered().await });
         let node = Arc::clone(self);
         tokio::spawn(async move { node.probe_peers().await });
+        let node = Arc::clone(self);
+        tokio::spawn(async move { node.publish_reads().await });
         let changed = Arc::new(tokio::sync::Notify::new());
         let node = Arc::clone(self);
         let wake = Arc::clone(&changed);
@@ -51,6 +54,36 @@ impl ClusterNode {
                 }
             }
         });
+    }
+
+    /// Publishes what this node's readers hold ([`crate::reads`]) when it
+    /// changed, every [`PUBLISH_EVERY`].
+    async fn publish_reads(&self) {
+        let mut tick = tokio::time::interval(PUBLISH_EVERY);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tick.tick().await;
+            self.publish_reads_once().await;
+        }
+    }
+
+    /// One step of [`ClusterNode::publish_reads`].
+    pub(crate) async fn publish_reads_once(&self) {
+        let Some(partitions) = self.reads.changed(Instant::now()) else {
+            return;
+        };
+        let published = match self.lease_now() {
+            Ok(lease) => {
+                self.etcd
+                    .hold_reads(&self.options.node_id, partitions, lease)
+                    .await
+            }
+            Err(e) => Err(e),
+        };
+        if let Err(e) = published {
+            tracing::debug!("what readers hold is not published yet: {e}");
+            self.reads.unpublished();
+        }
     }
 
     /// Asks every other live node whether it answers, every
@@ -317,6 +350,7 @@ impl ClusterNode {
             .map(|p| p.name.as_str())
             .collect();
         held.extend(snapshot.intended());
+        held.extend(snapshot.read());
         let now = Instant::now();
         let mut orphans = self.orphans.lock().unwrap_or_else(PoisonError::into_inner);
         let listed: HashSet<&str> = local.iter().map(|t| t.name()).collect();
@@ -387,6 +421,47 @@ mod tests {
         tokio::time::sleep(Duration::from_millis(10)).await;
         node.collect().await.unwrap();
         assert!(!held(&node, wanted));
+    }
+
+    #[tokio::test]
+    async fn collection_spares_what_readers_hold_until_their_time_ends() {
+        let Some((etcd, _)) = testing::etcd().await else {
+            return;
+        };
+        let node = testing::node(&etcd, "n1").await;
+        let (read, unread) = (".quiver-part/t#1.a.0", ".quiver-part/t#1.b.0");
+        store_partition(&node, read);
+        store_partition(&node, unread);
+        let schema = Schema::new(vec![Field::new("v", DataType::Int64, false)]);
+        // A version a reader was handed, since replaced: no version names it.
+        let replaced = TableEntry {
+            version: 1,
+            schema: encode_schema(&schema).unwrap(),
+            rows: 3,
+            bytes: 24,
+            partitions: vec![PartitionEntry {
+                name: read.into(),
+                rows: 3,
+                bytes: 24,
+                replicas: vec!["n1".into()],
+            }],
+        };
+        node.hold_for_reader(&replaced);
+        node.publish_reads_once().await;
+        let collect_twice = || async {
+            node.collect().await.unwrap();
+            tokio::time::sleep(Duration::from_millis(10)).await;
+            node.collect().await.unwrap();
+        };
+        collect_twice().await;
+        assert!(held(&node, read), "a reader holds it");
+        assert!(!held(&node, unread), "nothing holds it");
+        // Held for read_hold (2 s here), then let go and dropped.
+        tokio::time::sleep(node.options.read_hold).await;
+        node.publish_reads_once().await;
+        assert!(node.etcd.snapshot().await.unwrap().reads.is_empty());
+        collect_twice().await;
+        assert!(!held(&node, read));
     }
 
     #[tokio::test]

@@ -36,6 +36,7 @@ pub(crate) fn options(etcd: &TestEtcd, id: &str) -> ClusterOptions {
         lease_ttl: Duration::from_secs(2),
         repair_every: Duration::from_millis(250),
         orphan_grace: Duration::ZERO,
+        read_hold: Duration::from_secs(2),
     }
 }
 

@@ -73,24 +73,34 @@ impl TableLimits {
     /// Checks that table `name` may hold `rows` rows of `bytes` bytes, and the
     /// whole store `total_rows` rows.
     pub(crate) fn check(&self, name: &str, rows: u64, bytes: u64, total_rows: u64) -> Result<()> {
-        let over = |limit: Limit, would: u64, max: u64| {
-            Err(StoreError::TableLimit {
-                name: name.to_string(),
-                limit,
-                would,
-                max,
-            })
-        };
-        if rows > self.max_table_rows {
-            return over(Limit::TableRows, rows, self.max_table_rows);
-        }
-        if bytes > self.max_table_bytes {
-            return over(Limit::TableBytes, bytes, self.max_table_bytes);
-        }
+        self.check_table(name, rows, bytes)?;
         if total_rows > self.max_rows {
-            return over(Limit::Rows, total_rows, self.max_rows);
+            return Err(over(name, Limit::Rows, total_rows, self.max_rows));
         }
         Ok(())
+    }
+
+    /// Checks that table `name` may hold `rows` rows of `bytes` bytes (a
+    /// cluster's table, whose partitions lie on several nodes, is checked
+    /// whole at its commit).
+    pub fn check_table(&self, name: &str, rows: u64, bytes: u64) -> Result<()> {
+        if rows > self.max_table_rows {
+            return Err(over(name, Limit::TableRows, rows, self.max_table_rows));
+        }
+        if bytes > self.max_table_bytes {
+            return Err(over(name, Limit::TableBytes, bytes, self.max_table_bytes));
+        }
+        Ok(())
+    }
+}
+
+/// The error of a write to table `name` that would reach `would`, over `max`.
+fn over(name: &str, limit: Limit, would: u64, max: u64) -> StoreError {
+    StoreError::TableLimit {
+        name: name.to_string(),
+        limit,
+        would,
+        max,
     }
 }
 

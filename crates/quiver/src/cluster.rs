@@ -71,6 +71,7 @@ pub(crate) async fn join(
         lease_ttl: args.lease_ttl(),
         repair_every: REPAIR_EVERY,
         orphan_grace: args.orphan_grace(),
+        read_hold: config.sql.query_timeout,
     };
     let node = quiver_cluster::ClusterNode::join(options, Arc::clone(store))
         .await

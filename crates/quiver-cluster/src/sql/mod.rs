@@ -145,6 +145,7 @@ impl ClusterCatalog for ClusterSql {
         let Some(entry) = node.entry(name).await else {
             return Ok(None);
         };
+        node.hold_for_reader(&entry);
         let nodes = node.cached().nodes;
         let others = nodes.values().filter(|n| n.id != self.scan.node_id);
         self.scan

@@ -53,7 +53,8 @@ pub(crate) struct ClusterArgs {
     pub(crate) cluster_ca: Option<PathBuf>,
 
     /// Seconds a partition no table version holds is kept before it is
-    /// dropped (a put's partitions are stored before it is published).
+    /// dropped (a put's partitions are stored before it is published; one
+    /// handed to a reader is kept for --query-timeout).
     #[arg(long, env = "QUIVER_ORPHAN_GRACE", default_value_t = 60,
           value_parser = clap::value_parser!(u64).range(1..))]
     pub(crate) orphan_grace: u64,
