@@ -13,6 +13,9 @@ It prints one JSON object per measurement on stdout:
 - ``read``: ``nodes`` nodes (one copy of each partition), the client's get of the whole
   table (``bytes`` in ``seconds``), through the quiver client's Rust core, every endpoint
   at once;
+- ``append_latency``: the median time of a 1-row append to one cluster table, over the
+  first 50 appends (``appends`` 50) and the last 50 of 2,000 (a flat cost: small
+  partitions are merged past 64, so the catalog entry stops growing);
 - ``put_latency``: the median time of a 1-row put into the cluster of three (two copies)
   and into the single node, over ``ops`` puts each: their difference is what a cluster
   commit adds (the replicas' DoPuts and the etcd reads and transaction);
@@ -271,8 +274,13 @@ def measure_reads(
                     )
 
 
-def measure_put_latency(binary: Path, ports: dict[int, int], tmp: Path, ops: int) -> None:
-    """Time 1-row puts into a single node and into a cluster of three (two copies)."""
+def measure_put_latency(
+    binary: Path, ports: dict[int, int], tmp: Path, ops: int, appends: int
+) -> None:
+    """Time 1-row puts into a single node and into a cluster of three (two copies).
+
+    And 1-row appends to one cluster table: the first ``ops`` and the last of ``appends``.
+    """
     row = pa.table({"id": pa.array([1], pa.int64())})
 
     def median_put(uri: str) -> float:
@@ -299,10 +307,26 @@ def measure_put_latency(binary: Path, ports: dict[int, int], tmp: Path, ops: int
         alone = median_put(single.uri)
     finally:
         single.stop()
+
+    def append_latencies(uri: str, count: int) -> tuple[float, float]:
+        """Median times of the first and the last ``ops`` of ``count`` 1-row appends."""
+        times = []
+        with quiver.connect(uri, transport="grpc") as c:
+            c.put("log", row, partitions=1)
+            for _ in range(count):
+                started = time.perf_counter()
+                c.put("log", row, mode="append", partitions=1)
+                times.append(time.perf_counter() - started)
+        return statistics.median(times[:ops]), statistics.median(times[-ops:])
+
     with cluster(binary, ports, tmp, 3, replicas=2) as nodes:
         spread = median_put(nodes.running[1].uri)
+        first, last = append_latencies(nodes.running[1].uri, appends)
     emit(op="put_latency", server="single", seconds=alone, ops=ops)
     emit(op="put_latency", server="cluster", seconds=spread, ops=ops)
+    # Each append adds a partition to the table's catalog entry, until small ones merge.
+    emit(op="append_latency", server="cluster", seconds=first, ops=ops, appends=ops)
+    emit(op="append_latency", server="cluster", seconds=last, ops=ops, appends=appends)
 
 
 def measure_rereplication(
@@ -381,6 +405,7 @@ def main() -> None:
     parser.add_argument("--reps", type=int, default=3)
     parser.add_argument("--rate", default="1gbit", help="each node's link, as tc says it")
     parser.add_argument("--put-ops", type=int, default=50)
+    parser.add_argument("--appends", type=int, default=2000, help="1-row appends to one table")
     args = parser.parse_args()
     subprocess.run(["ip", "link", "set", "lo", "up"], check=True)
     ports = {node: testing.free_port(f"127.0.0.{node}") for node in (1, 2, 3)}
@@ -390,7 +415,7 @@ def main() -> None:
         root = Path(tmp)
         pki = Pki(args.binary, root)
         measure_reads(args.binary, ports, root, table, args.reps, pki)
-        measure_put_latency(args.binary, ports, root, args.put_ops)
+        measure_put_latency(args.binary, ports, root, args.put_ops, args.appends)
         measure_rereplication(args.binary, ports, root, table, args.reps, pki)
         measure_sql(args.binary, ports, root, table, args.reps)
     with suppress(subprocess.CalledProcessError):

@@ -128,6 +128,9 @@ class Plan:
         copies again after a node is lost.
     cluster_reps : int
         Repetitions of each of the ``cluster`` suite's reads and re-replications.
+    cluster_appends : int
+        1-row appends to one cluster table, whose last ones are timed against its first
+        (past 64 partitions the small ones are merged).
     cluster_rate : str
         Each cluster node's link in the ``cluster`` suite, as ``tc`` takes it.
     engines_timeout_s : float
@@ -172,6 +175,7 @@ class Plan:
     engines_rows: int = 500_000
     cluster_bytes: int = 128 * MI
     cluster_reps: int = 2
+    cluster_appends: int = 2_000
     cluster_rate: str = "1gbit"
     engines_endpoints: int = 4
     engines_spark_memory: str = "2g"
@@ -244,6 +248,7 @@ def plan_for(mode: str, ram_bytes: int) -> Plan:
             engines_rows=20_000,
             cluster_bytes=8 * MI,
             cluster_reps=1,
+            cluster_appends=400,
             engines_timeout_s=180.0,
             engines_warm_ups=0,
         )

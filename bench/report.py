@@ -1402,7 +1402,8 @@ def _link_bytes_per_second(rate: str) -> float | None:
 def cluster_goals(rows: list[Row], rate: str) -> list[Goal]:
     """Issue 27's goals: reads over 3 nodes >= 2.7x one node; commit overhead < 5 ms;
     re-replication at >= 80% of a node's link. Issue 35's: with TLS between the nodes,
-    re-replication and reads over 3 nodes still at >= 80% of the links.
+    re-replication and reads over 3 nodes still at >= 80% of the links. Issue 36's: an
+    append after 2,000 costs at most 1.5x one of the first.
     """  # noqa: D205
     everything = select(rows, suite="cluster")
     tls = select(everything, server=QUIVER_CLUSTER_TLS)
@@ -1433,6 +1434,22 @@ def cluster_goals(rows: list[Row], rate: str) -> list[Goal]:
                 _ms(overhead),
             )
         )
+    appends = select(cluster, op="append_latency")
+    if appends:
+        most = max(int(r["rows_per_stream"]) for r in appends)
+        early = spread([r for r in appends if int(r["rows_per_stream"]) < most], "seconds")
+        late = spread([r for r in appends if int(r["rows_per_stream"]) == most], "seconds")
+        if early is not None and late is not None:
+            ratio = late.median / early.median
+            found.append(
+                Goal(
+                    f"a 1-row append to a cluster table after {most:,} appends / its first",
+                    "≤ 1.5×",
+                    ratio,
+                    ratio <= 1.5,
+                    _times(ratio),
+                )
+            )
     link = _link_bytes_per_second(rate)
     if link:
         copies = (
@@ -1498,6 +1515,12 @@ def _cluster_section(rows: list[Row], run: dict[str, object]) -> list[str]:
     for server, label in puts:
         got = spread(select(cluster, op="put_latency", server=server), "seconds")
         if got is not None:
+            lines.append(f"| {label} | {_ms(got.median)} | | |")
+    appends = select(cluster, op="append_latency")
+    for count in sorted({int(r["rows_per_stream"]) for r in appends}):
+        got = spread([r for r in appends if int(r["rows_per_stream"]) == count], "seconds")
+        if got is not None:
+            label = f"1-row append, cluster, the last 50 of {count:,}"
             lines.append(f"| {label} | {_ms(got.median)} | | |")
     for server, label in ((QUIVER_CLUSTER, ""), (QUIVER_CLUSTER_TLS, ", TLS")):
         got = spread(select(cluster, op="rereplicate", server=server), _bytes_per_second)

@@ -1778,7 +1778,8 @@ def run_cluster(run: Run) -> None:
         done = subprocess.run(
             ["ip", "netns", "exec", namespace, sys.executable, "-m", "bench.cluster_worker",
              "--binary", str(run.binary), "--bytes", str(plan.cluster_bytes),
-             "--reps", str(plan.cluster_reps), "--rate", plan.cluster_rate],
+             "--reps", str(plan.cluster_reps), "--rate", plan.cluster_rate,
+             "--appends", str(plan.cluster_appends)],
             capture_output=True, text=True, timeout=3600, check=False,
             cwd=Path(__file__).resolve().parent.parent,
         )  # fmt: skip
@@ -1798,6 +1799,10 @@ def run_cluster(run: Run) -> None:
             server = QUIVER_CLUSTER if m["server"] == "cluster" else QUIVER
             run.add(Measurement("cluster", server, QUIVER_PYTHON, "put_latency",
                                 seconds=m["seconds"], ops=m["ops"]))  # fmt: skip
+        elif op == "append_latency":
+            run.add(Measurement("cluster", QUIVER_CLUSTER, QUIVER_PYTHON, "append_latency",
+                                seconds=m["seconds"], ops=m["ops"],
+                                rows_per_stream=m["appends"]))  # fmt: skip
         elif op == "rereplicate":
             server = QUIVER_CLUSTER_TLS if m.get("tls") else QUIVER_CLUSTER
             run.add(Measurement("cluster", server, "", "rereplicate",

@@ -896,9 +896,11 @@ def test_the_cluster_smoke_run_measures_reads_commits_and_re_replication(tmp_pat
         rows = [r for r in csv.DictReader(f) if r["suite"] == "cluster"]
     assert sorted({r["streams"] for r in rows if r["op"] == "read"}) == ["1", "2", "3"]
     assert {r["server"] for r in rows if r["op"] == "put_latency"} == {"quiver", "quiver-cluster"}
+    assert {r["rows_per_stream"] for r in rows if r["op"] == "append_latency"} == {"50", "400"}
     assert [r for r in rows if r["op"] == "rereplicate" and float(r["bytes"]) > 0]
     text = (tmp_path / "BENCHMARKS.md").read_text()
     section = text[text.index("## Several nodes") :]
-    for goal in ("spread over 3 nodes / over 1 node", "cluster commit adds", "re-replication"):
+    goals = ("spread over 3 nodes / over 1 node", "cluster commit adds", "re-replication", "append")
+    for goal in goals:
         line = next(line for line in section.splitlines() if goal in line)
         assert "n/a" not in line, line

@@ -358,6 +358,29 @@ def test_table_limits_bound_a_cluster_table_across_appends(etcd: Etcd, tmp_path:
             pytest.fail("\n".join(failures), pytrace=False)
 
 
+def test_a_table_appended_row_by_row_keeps_a_small_catalog_entry(cluster: Cluster) -> None:
+    # Every append adds a partition to the table's one etcd value; past 64 the
+    # small ones are merged, in order, so the value stops growing with the appends.
+    appends = 300
+    uris = [cluster.uri(node_id) for node_id in NODES]
+    clients = [quiver.connect(uri) for uri in uris]
+    try:
+        clients[0].put("log", ids(1), partitions=1)
+        for i in range(1, appends):
+            clients[i % 3].put("log", ids(1, i), mode="append", partitions=1)
+
+        def partitions() -> int:
+            metadata = info_of(uris[0], "log").app_metadata
+            return int(json.loads(metadata)["partitions"])
+
+        wait_until("small partitions merged", lambda: partitions() <= 64, 60)
+        for client in clients:
+            assert client.get("log").equals(ids(appends))
+    finally:
+        for client in clients:
+            client.close()
+
+
 def test_a_client_on_a_nodes_host_reads_its_partitions_over_shared_memory(
     etcd: Etcd, tmp_path: Path
 ) -> None:

@@ -15,6 +15,7 @@
 //! partitions. docs/cluster.md tells the design and what it promises.
 
 mod catalog;
+mod compact;
 mod error;
 mod etcd;
 mod node;

@@ -68,6 +68,10 @@ pub struct ClusterOptions {
     /// query's plan) are kept after their version is replaced: the query
     /// timeout, so that no query loses what it planned over.
     pub read_hold: Duration,
+    /// A table with more partitions than this has its runs of small ones
+    /// merged ([`crate::compact`]), so that its catalog entry, and what a
+    /// commit costs, stop growing with every append.
+    pub compact_above: usize,
 }
 
 /// This node's part in the cluster.
@@ -95,7 +99,7 @@ pub struct ClusterNode {
     /// The partitions this node handed to readers.
     pub(crate) reads: Reads,
     /// Distributed SQL over the cluster's tables.
-    sql: ClusterSql,
+    pub(crate) sql: ClusterSql,
 }
 
 impl ClusterNode {
@@ -368,7 +372,7 @@ impl ClusterNode {
 
     /// The nodes new copies go to: the live ones, less those whose calls
     /// failed lately while enough others are left.
-    fn placeable<'a>(&self, nodes: &'a Snapshot) -> Vec<&'a str> {
+    pub(crate) fn placeable<'a>(&self, nodes: &'a Snapshot) -> Vec<&'a str> {
         let trusted: Vec<&str> = nodes
             .nodes
             .values()
@@ -438,7 +442,7 @@ impl ClusterNode {
     /// next live node for the partition that holds no copy, one at a time
     /// until the copies are made or no node is left: one bad node costs a
     /// put a retry, not a failure.
-    async fn store_partition(
+    pub(crate) async fn store_partition(
         &self,
         schema: &SchemaRef,
         planned: Planned,
@@ -597,9 +601,9 @@ fn repeated(table: &str, id: &str, done: RequestEntry) -> Result<Published> {
 }
 
 /// A partition of a put, placed and not yet stored.
-struct Planned {
-    entry: PartitionEntry,
-    batches: Vec<RecordBatch>,
+pub(crate) struct Planned {
+    pub(crate) entry: PartitionEntry,
+    pub(crate) batches: Vec<RecordBatch>,
 }
 
 /// Registers at start. A key left by this id's previous run (killed, so

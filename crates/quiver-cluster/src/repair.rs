@@ -159,17 +159,20 @@ impl ClusterNode {
     }
 
     /// One tick: read the catalog, delete this node's intents left over
-    /// from failed puts, repair, collect.
+    /// from failed puts, repair, merge small partitions, collect.
     async fn tend(&self) -> Result<()> {
         let local = self.store.list(PARTITION_PREFIX);
         let snapshot = self.etcd.snapshot().await?;
         self.remember(snapshot.clone());
         self.forget_stale_intents(&snapshot).await;
-        let mut repaired = false;
+        let mut acted = false;
         for (name, (entry, _)) in &snapshot.tables {
-            repaired |= self.repair(name, entry, &snapshot).await;
+            acted |= self.repair(name, entry, &snapshot).await;
         }
-        if repaired {
+        for (name, (entry, _)) in &snapshot.tables {
+            acted |= self.compact(name, entry, &snapshot).await;
+        }
+        if acted {
             // Its copies are newer than this snapshot: look again.
             return self.collect().await;
         }

@@ -37,6 +37,7 @@ pub(crate) fn options(etcd: &TestEtcd, id: &str) -> ClusterOptions {
         repair_every: Duration::from_millis(250),
         orphan_grace: Duration::ZERO,
         read_hold: Duration::from_secs(2),
+        compact_above: 4,
     }
 }
 
@@ -63,10 +64,15 @@ pub(crate) async fn node(etcd: &TestEtcd, id: &str) -> Arc<ClusterNode> {
 
 /// A put of `rows` rows of one Int64 column as `table`.
 pub(crate) fn put(table: &str, mode: WriteMode, rows: i64) -> ClusterPut {
+    put_from(table, mode, 0..rows)
+}
+
+/// A put of the values `values` as `table`, in one partition.
+pub(crate) fn put_from(table: &str, mode: WriteMode, values: std::ops::Range<i64>) -> ClusterPut {
     let schema = Arc::new(Schema::new(vec![Field::new("v", DataType::Int64, false)]));
     let batch = RecordBatch::try_new(
         Arc::clone(&schema),
-        vec![Arc::new(Int64Array::from_iter_values(0..rows))],
+        vec![Arc::new(Int64Array::from_iter_values(values))],
     )
     .expect("a batch");
     // The writer only gathers; the scratch store is never written.

@@ -18,6 +18,9 @@ type CliResult<T> = Result<T, Box<dyn std::error::Error>>;
 /// end, for two small etcd reads per node per tick.
 const REPAIR_EVERY: std::time::Duration = std::time::Duration::from_millis(250);
 
+/// Partitions a cluster table may have before its small ones are merged.
+const COMPACT_ABOVE: usize = 64;
+
 /// Why a cluster flag cannot be used with the rest. `shared_tokens`: the
 /// tokens' key comes from `--token-secret-file`, not from this process.
 fn refuse(config: &ServerConfig, addr: SocketAddr, shared_tokens: bool) -> CliResult<()> {
@@ -72,6 +75,7 @@ pub(crate) async fn join(
         repair_every: REPAIR_EVERY,
         orphan_grace: args.orphan_grace(),
         read_hold: config.sql.query_timeout,
+        compact_above: COMPACT_ABOVE,
     };
     let node = quiver_cluster::ClusterNode::join(options, Arc::clone(store))
         .await
