@@ -96,6 +96,8 @@ pub struct ClusterNode {
     requests_lease: tokio::sync::Mutex<Option<(i64, Instant)>>,
     /// Local partitions no version held when last looked, and since when.
     pub(crate) orphans: Mutex<HashMap<String, Instant>>,
+    /// When the upkeep last looked for orphans.
+    pub(crate) collected: Mutex<Option<Instant>>,
     /// The partitions this node handed to readers.
     pub(crate) reads: Reads,
     /// Distributed SQL over the cluster's tables.
@@ -149,6 +151,7 @@ impl ClusterNode {
             intents: Mutex::new(HashSet::new()),
             requests_lease: tokio::sync::Mutex::new(None),
             orphans: Mutex::new(HashMap::new()),
+            collected: Mutex::new(None),
             reads: Reads::default(),
         }))
     }

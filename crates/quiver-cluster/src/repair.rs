@@ -21,6 +21,10 @@ use crate::reads::PUBLISH_EVERY;
 /// How long a node waits between attempts to register again.
 const REGISTER_BACKOFF: Duration = Duration::from_millis(500);
 
+/// How often at most the upkeep looks for orphans: under the shortest
+/// `--orphan-grace` (1 s), so none is kept much past its grace.
+const COLLECT_EVERY: Duration = Duration::from_millis(500);
+
 /// How often a node asks the others whether they answer (at most; a
 /// quarter of the lease when that is shorter).
 const PROBE_EVERY: Duration = Duration::from_millis(500);
@@ -159,9 +163,14 @@ impl ClusterNode {
     }
 
     /// One tick: read the catalog, delete this node's intents left over
-    /// from failed puts, repair, merge small partitions, collect.
+    /// from failed puts, repair, merge small partitions, and at most every
+    /// [`COLLECT_EVERY`] collect.
     async fn tend(&self) -> Result<()> {
-        let local = self.store.list(PARTITION_PREFIX);
+        let local = if self.collect_due() {
+            Some(self.store.list(PARTITION_PREFIX))
+        } else {
+            None
+        };
         let snapshot = self.etcd.snapshot().await?;
         self.remember(snapshot.clone());
         self.forget_stale_intents(&snapshot).await;
@@ -176,8 +185,27 @@ impl ClusterNode {
             // Its copies are newer than this snapshot: look again.
             return self.collect().await;
         }
-        self.drop_orphans(&local, &snapshot);
+        if let Some(local) = local {
+            self.drop_orphans(&local, &snapshot);
+        }
         Ok(())
+    }
+
+    /// Whether the last collection is [`COLLECT_EVERY`] old; if so, the
+    /// next starts now. Ticks come on every catalog change (each append),
+    /// and a collection hashes every local partition, orphans included:
+    /// once per change, that cost grew with the append rate.
+    fn collect_due(&self) -> bool {
+        let mut last = self
+            .collected
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        let now = Instant::now();
+        if last.is_some_and(|at| now.duration_since(at) < COLLECT_EVERY) {
+            return false;
+        }
+        *last = Some(now);
+        true
     }
 
     /// Deletes the intents of this node in `snapshot` that no put or repair
