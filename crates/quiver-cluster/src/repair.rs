@@ -430,6 +430,14 @@ mod tests {
         node.store.get(name).is_ok()
     }
 
+    /// Two collections: the first starts an orphan's grace (zero here), the
+    /// second drops it.
+    async fn collect_twice(node: &ClusterNode) {
+        node.collect().await.unwrap();
+        tokio::time::sleep(Duration::from_millis(10)).await;
+        node.collect().await.unwrap();
+    }
+
     #[tokio::test]
     async fn collection_spares_what_an_intent_names_and_drops_the_rest() {
         let Some((etcd, _)) = testing::etcd().await else {
@@ -440,17 +448,12 @@ mod tests {
         store_partition(&node, wanted);
         store_partition(&node, orphan);
         let intent = node.intend("t", vec![wanted.into()]).await.unwrap();
-        // The first pass starts the grace (zero here), the second drops.
-        node.collect().await.unwrap();
-        tokio::time::sleep(Duration::from_millis(10)).await;
-        node.collect().await.unwrap();
+        collect_twice(&node).await;
         assert!(held(&node, wanted), "an intent names it");
         assert!(!held(&node, orphan), "nothing names it");
         // Its put failed: the intent goes, and the partition with it.
         node.abandon(&intent, false).await;
-        node.collect().await.unwrap();
-        tokio::time::sleep(Duration::from_millis(10)).await;
-        node.collect().await.unwrap();
+        collect_twice(&node).await;
         assert!(!held(&node, wanted));
     }
 
@@ -479,19 +482,14 @@ mod tests {
         };
         node.hold_for_reader(&replaced);
         node.publish_reads_once().await;
-        let collect_twice = || async {
-            node.collect().await.unwrap();
-            tokio::time::sleep(Duration::from_millis(10)).await;
-            node.collect().await.unwrap();
-        };
-        collect_twice().await;
+        collect_twice(&node).await;
         assert!(held(&node, read), "a reader holds it");
         assert!(!held(&node, unread), "nothing holds it");
         // Held for read_hold (2 s here), then let go and dropped.
         tokio::time::sleep(node.options.read_hold).await;
         node.publish_reads_once().await;
         assert!(node.etcd.snapshot().await.unwrap().reads.is_empty());
-        collect_twice().await;
+        collect_twice(&node).await;
         assert!(!held(&node, read));
     }
 
