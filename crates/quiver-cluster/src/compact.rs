@@ -178,7 +178,6 @@ fn position(parts: &[PartitionEntry], run: &[PartitionEntry]) -> Option<usize> {
 
 #[cfg(test)]
 mod tests {
-    use quiver_flight::cluster::ClusterHooks;
     use quiver_store::WriteMode;
 
     use super::*;

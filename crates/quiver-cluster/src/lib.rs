@@ -25,6 +25,7 @@ mod reads;
 mod repair;
 mod sql;
 mod status;
+mod tables;
 #[cfg(test)]
 mod testing;
 

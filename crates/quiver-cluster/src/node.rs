@@ -10,11 +10,13 @@ use arrow::array::RecordBatch;
 use arrow::datatypes::SchemaRef;
 use arrow_flight::{FlightDescriptor, FlightEndpoint, FlightInfo, Ticket};
 use futures::future::{join_all, try_join_all};
-use quiver_flight::cluster::{ClusterHooks, ClusterPut, ClusterRead, Published};
+use quiver_flight::cluster::{ClusterHooks, ClusterPut, Published};
+use quiver_flight::tables::{LocalTables, TableRead, Tables};
+
+use crate::tables::CatalogTables;
 use quiver_flight::ticket::TableTicket;
 use quiver_store::{TableLimits, TableStore, WriteMode, batch_bytes};
 use serde_json::json;
-use tonic::Status;
 
 use crate::catalog::{
     IntentEntry, NodeEntry, PartitionEntry, RequestEntry, TableEntry, decode_schema, encode_schema,
@@ -703,13 +705,16 @@ fn published(entry: &TableEntry) -> Published {
     }
 }
 
-#[tonic::async_trait]
 impl ClusterHooks for ClusterNode {
     fn nodes(&self) -> quiver_flight::auth::Nodes {
         quiver_flight::auth::Nodes {
             key: self.peers.key().clone(),
             internal: self.sql.internal_paths(),
         }
+    }
+
+    fn tables(self: Arc<Self>, local: LocalTables) -> Arc<dyn Tables> {
+        Arc::new(CatalogTables::new(self, local))
     }
 
     fn sql_catalog(&self) -> Arc<dyn quiver_sql::ClusterCatalog> {
@@ -719,42 +724,47 @@ impl ClusterHooks for ClusterNode {
     fn add_services(&self, routes: &mut tonic::service::RoutesBuilder) {
         self.sql.add_services(routes);
     }
+}
 
-    async fn flight_info(
+/// The catalog's tables; each method answers `None` when the catalog has no
+/// table of that name ([`CatalogTables`] then asks the local store).
+impl ClusterNode {
+    /// The FlightInfo of catalog table `name`: one endpoint per partition,
+    /// its replicas' locations.
+    pub(crate) async fn flight_info(
         &self,
         name: &str,
         descriptor: FlightDescriptor,
-    ) -> Option<Result<FlightInfo, Status>> {
+    ) -> Option<Result<FlightInfo>> {
         let entry = self.entry(name).await?;
         let nodes = self.replicas_of(&entry).await;
         self.hold_for_reader(&entry);
-        Some(
-            self.info(name, &entry, &nodes, descriptor)
-                .map_err(Status::from),
-        )
+        Some(self.info(name, &entry, &nodes, descriptor))
     }
 
-    async fn schema(&self, name: &str) -> Option<Result<SchemaRef, Status>> {
+    /// Catalog table `name`'s schema.
+    pub(crate) async fn schema(&self, name: &str) -> Option<Result<SchemaRef>> {
         let entry = self.entry(name).await?;
-        Some(entry.schema().map_err(Status::from))
+        Some(entry.schema())
     }
 
-    async fn read(&self, name: &str) -> Option<Result<ClusterRead, Status>> {
+    /// Catalog table `name`'s current version, every partition read from
+    /// this node's copy or a replica's.
+    pub(crate) async fn read(&self, name: &str) -> Option<Result<TableRead>> {
         let entry = self.entry(name).await?;
         let nodes = self.replicas_of(&entry).await;
         self.hold_for_reader(&entry);
         let read = self.sql.read(name, &entry, &nodes).await;
-        Some(
-            read.map(|(schema, batches)| ClusterRead {
-                version: entry.version,
-                schema,
-                batches,
-            })
-            .map_err(Status::from),
-        )
+        Some(read.map(|(schema, batches)| TableRead {
+            version: entry.version,
+            schema,
+            batches,
+            held: None,
+        }))
     }
 
-    async fn list(&self, prefix: &str) -> Result<Vec<FlightInfo>, Status> {
+    /// The FlightInfo of every catalog table whose name starts with `prefix`.
+    pub(crate) async fn list(&self, prefix: &str) -> Result<Vec<FlightInfo>> {
         let snapshot = self.snapshot().await;
         snapshot
             .tables
@@ -763,12 +773,13 @@ impl ClusterHooks for ClusterNode {
             .map(|(name, (entry, _))| {
                 let descriptor = FlightDescriptor::new_path(vec![name.clone()]);
                 self.info(name, entry, &snapshot.nodes, descriptor)
-                    .map_err(Status::from)
             })
             .collect()
     }
 
-    async fn put(&self, put: ClusterPut) -> Result<Published, Status> {
+    /// Spreads `put` over the live nodes and publishes it as the table's
+    /// next version, once every partition is stored on its replicas.
+    pub async fn put(&self, put: ClusterPut) -> Result<Published> {
         self.lease_now()?;
         // A repeated request id is found by the commit, which records the
         // first: no read of its own on the path of every put.
@@ -822,7 +833,7 @@ impl ClusterHooks for ClusterNode {
             (_, Committed::Repeated(done)) => {
                 let id = request.map_or("", |(id, _)| id);
                 tracing::info!(table = %put.table, request = %id, "a repeated put: answered, not applied");
-                return Ok(repeated(&put.table, id, done)?);
+                return repeated(&put.table, id, done);
             }
             (partitions, Committed::Changed(_, new)) => {
                 let new = new.ok_or_else(|| ClusterError::Invalid("nothing committed".into()))?;
@@ -839,9 +850,10 @@ impl ClusterHooks for ClusterNode {
         Ok(published(&new))
     }
 
-    async fn delete(&self, name: &str) -> Option<Result<Published, Status>> {
+    /// Drops catalog table `name`.
+    pub(crate) async fn delete(&self, name: &str) -> Option<Result<Published>> {
         if let Err(e) = self.lease_now() {
-            return Some(Err(e.into()));
+            return Some(Err(e));
         }
         let result = self
             .commit_table(name, Guard::default(), |_| Ok(None))
@@ -850,18 +862,19 @@ impl ClusterHooks for ClusterNode {
         match result {
             Ok((None, _)) => None,
             Ok((Some(old), _)) => Some(Ok(published(&old))),
-            Err(e) => Some(Err(e.into())),
+            Err(e) => Some(Err(e)),
         }
     }
 
-    async fn rename(
+    /// Renames catalog table `from` to `to` in one catalog transaction.
+    pub(crate) async fn rename(
         &self,
         from: &str,
         to: &str,
         overwrite: bool,
-    ) -> Option<Result<Published, Status>> {
+    ) -> Option<Result<Published>> {
         if let Err(e) = self.lease_now() {
-            return Some(Err(e.into()));
+            return Some(Err(e));
         }
         for _ in 0..COMMIT_ATTEMPTS {
             let result = async {
@@ -898,31 +911,33 @@ impl ClusterHooks for ClusterNode {
                 Ok(None) => return None,
                 Ok(Some(Some(done))) => return Some(Ok(done)),
                 Ok(Some(None)) => continue,
-                Err(e) => return Some(Err(e.into())),
+                Err(e) => return Some(Err(e)),
             }
         }
         Some(Err(ClusterError::Conflict {
             table: to.to_string(),
             attempts: COMMIT_ATTEMPTS,
-        }
-        .into()))
+        }))
     }
 
-    async fn publish(
+    /// Publishes catalog tables `from` as table `into` in one catalog
+    /// transaction (the `publish` action); `None` when none of `from` is a
+    /// catalog table.
+    pub(crate) async fn publish(
         &self,
         into: &str,
         from: &[String],
         mode: WriteMode,
-    ) -> Option<Result<Published, Status>> {
+    ) -> Option<Result<Published>> {
         if let Err(e) = self.lease_now() {
-            return Some(Err(e.into()));
+            return Some(Err(e));
         }
         for attempt in 0..COMMIT_ATTEMPTS {
             let mut sources = Vec::with_capacity(from.len());
             for name in from {
                 match self.etcd.table(name).await {
                     Ok(read) => sources.push((name.as_str(), read)),
-                    Err(e) => return Some(Err(e.into())),
+                    Err(e) => return Some(Err(e)),
                 }
             }
             if attempt == 0 && sources.iter().all(|(_, read)| read.value.is_none()) {
@@ -931,14 +946,13 @@ impl ClusterHooks for ClusterNode {
             match self.publish_sources(into, sources, mode).await {
                 Ok(Some(done)) => return Some(Ok(done)),
                 Ok(None) => continue,
-                Err(e) => return Some(Err(e.into())),
+                Err(e) => return Some(Err(e)),
             }
         }
         Some(Err(ClusterError::Conflict {
             table: into.to_string(),
             attempts: COMMIT_ATTEMPTS,
-        }
-        .into()))
+        }))
     }
 }
 
@@ -1001,6 +1015,7 @@ mod tests {
 
     use arrow::datatypes::{DataType, Field, Schema};
     use quiver_etcd::{Compare, CompareResult, RequestOp};
+    use tonic::Status;
 
     use super::*;
     use crate::testing;
@@ -1171,6 +1186,7 @@ mod tests {
             .put(testing::put("u", WriteMode::Replace, 1).with_request(Some("r1".into())))
             .await
             .unwrap_err();
+        let elsewhere = Status::from(elsewhere);
         assert_eq!(elsewhere.code(), tonic::Code::InvalidArgument);
         assert!(
             elsewhere.message().contains("request id 'r1'"),
@@ -1250,7 +1266,7 @@ mod tests {
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
         let refused = refused.expect("the node found its lease lost");
-        let status = refused.expect_err("a write while not registered");
+        let status = Status::from(refused.expect_err("a write while not registered"));
         assert_eq!(status.code(), tonic::Code::Unavailable, "{status}");
         assert!(status.message().contains("not registered"), "{status}");
         node.put(testing::put("t", WriteMode::Replace, 1))

@@ -1,5 +1,6 @@
-//! DoAction: the store's actions (`delete`, `rename`, `publish`, `stats`,
-//! `health`) and their JSON results. Actions are decoded in [`crate::request`].
+//! DoAction's JSON results: the table actions' (`delete`, `rename`,
+//! `publish`, run on a node's [`crate::tables::Tables`]) and the server's
+//! (`stats`, `health`). Actions are decoded in [`crate::request`].
 
 use std::time::Instant;
 
@@ -7,78 +8,27 @@ use bytes::Bytes;
 use quiver_store::TableStore;
 use serde_json::json;
 
-use crate::Result;
-use crate::request::StoreAction;
 use quiver_wire::BodyPool;
 
-/// What one action did, for the RPC log.
-#[derive(Debug, Default)]
-pub(crate) struct ActionOutcome {
-    pub(crate) body: Bytes,
-    pub(crate) table: Option<String>,
-    pub(crate) rows: u64,
-    pub(crate) bytes: u64,
+/// The `stats` action's result: the store's totals.
+pub(crate) fn stats(store: &TableStore, body_pool: &BodyPool, started: Instant) -> Bytes {
+    let s = store.stats();
+    let pool = body_pool.stats();
+    json_bytes(json!({
+        "tables": s.tables,
+        "rows": s.rows,
+        "bytes": s.bytes,
+        "memory_used": s.memory_used,
+        "memory_limit": s.memory_limit,
+        "put_buffer_pool_bytes": pool.idle_bytes,
+        "uptime_seconds": started.elapsed().as_secs_f64(),
+        "version": env!("CARGO_PKG_VERSION"),
+    }))
 }
 
-/// Runs a store action.
-pub(crate) fn run(
-    store: &TableStore,
-    body_pool: &BodyPool,
-    started: Instant,
-    action: StoreAction,
-) -> Result<ActionOutcome> {
-    let uptime = started.elapsed().as_secs_f64();
-    match action {
-        StoreAction::Delete(name) => {
-            let removed = store.remove(&name)?;
-            Ok(ActionOutcome {
-                body: deleted_body(&name, removed.num_rows(), removed.num_bytes()),
-                table: Some(name),
-                rows: removed.num_rows(),
-                bytes: removed.num_bytes(),
-            })
-        }
-        StoreAction::Rename(args) => {
-            let renamed = store.rename(&args.from, &args.to, args.overwrite)?;
-            Ok(ActionOutcome {
-                body: renamed_body(&args.from, &args.to, renamed.version()),
-                table: Some(args.from),
-                rows: renamed.num_rows(),
-                bytes: renamed.num_bytes(),
-            })
-        }
-        StoreAction::Publish(args) => {
-            let version = store.publish(&args.into, &args.from, args.mode, args.partitions)?;
-            let (rows, bytes) = (version.num_rows(), version.num_bytes());
-            Ok(ActionOutcome {
-                body: published_body(&args.into, version.version(), rows, bytes),
-                table: Some(args.into),
-                rows,
-                bytes,
-            })
-        }
-        StoreAction::Stats => {
-            let s = store.stats();
-            let pool = body_pool.stats();
-            Ok(ActionOutcome {
-                body: json_bytes(json!({
-                    "tables": s.tables,
-                    "rows": s.rows,
-                    "bytes": s.bytes,
-                    "memory_used": s.memory_used,
-                    "memory_limit": s.memory_limit,
-                    "put_buffer_pool_bytes": pool.idle_bytes,
-                    "uptime_seconds": uptime,
-                    "version": env!("CARGO_PKG_VERSION"),
-                })),
-                ..Default::default()
-            })
-        }
-        StoreAction::Health => Ok(ActionOutcome {
-            body: json_bytes(json!({"status": "ok", "uptime_seconds": uptime})),
-            ..Default::default()
-        }),
-    }
+/// The `health` action's result.
+pub(crate) fn health(started: Instant) -> Bytes {
+    json_bytes(json!({"status": "ok", "uptime_seconds": started.elapsed().as_secs_f64()}))
 }
 
 /// The `delete` action's result, from a single node or a cluster.

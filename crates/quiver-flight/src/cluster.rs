@@ -1,6 +1,8 @@
-//! What a cluster node adds to the Flight service. The service calls these
-//! hooks when `--cluster` is on; crates/quiver-cluster implements them over
-//! etcd. With no cluster the service holds `None` and none of this runs.
+//! What a cluster node adds to the Flight service: its tables (the catalog
+//! in etcd, laid over the local store's), the services only nodes call, and
+//! the SQL engine's view of the catalog. crates/quiver-cluster implements
+//! [`ClusterHooks`]; with no cluster the service holds `None` and serves
+//! its [`LocalTables`].
 
 use std::sync::Arc;
 
@@ -8,9 +10,9 @@ pub use crate::requests::reused;
 
 use arrow::array::RecordBatch;
 use arrow::datatypes::SchemaRef;
-use arrow_flight::{FlightDescriptor, FlightInfo};
 use quiver_store::{MemoryCharge, TableWriter, WriteMode};
-use tonic::Status;
+
+use crate::tables::{LocalTables, Tables};
 
 /// A put received by a cluster node, to spread over the cluster.
 #[derive(Debug)]
@@ -72,18 +74,6 @@ pub struct Published {
     pub bytes: u64,
 }
 
-/// A cluster table's whole current version, read from its partitions'
-/// replicas.
-#[derive(Debug)]
-pub struct ClusterRead {
-    /// The version read.
-    pub version: u64,
-    /// The table's schema.
-    pub schema: SchemaRef,
-    /// Its rows, partition after partition.
-    pub batches: Vec<RecordBatch>,
-}
-
 impl From<&quiver_store::TableVersion> for Published {
     /// What committing `version` to a single node's store published.
     fn from(version: &quiver_store::TableVersion) -> Self {
@@ -96,57 +86,14 @@ impl From<&quiver_store::TableVersion> for Published {
 }
 
 /// The cluster side of a node, as the Flight service sees it.
-#[tonic::async_trait]
 pub trait ClusterHooks: Send + Sync + std::fmt::Debug {
     /// How this node tells the other nodes' calls from clients': the
     /// cluster's secret and the services only nodes may call.
     fn nodes(&self) -> crate::auth::Nodes;
 
-    /// The FlightInfo of table `name` from the catalog: one endpoint per
-    /// partition, its replicas' locations. `None` when the catalog has no
-    /// such table.
-    async fn flight_info(
-        &self,
-        name: &str,
-        descriptor: FlightDescriptor,
-    ) -> Option<Result<FlightInfo, Status>>;
-
-    /// The FlightInfo of every catalog table whose name starts with `prefix`.
-    async fn list(&self, prefix: &str) -> Result<Vec<FlightInfo>, Status>;
-
-    /// Table `name`'s schema from the catalog; `None` when the catalog has
-    /// no such table.
-    async fn schema(&self, name: &str) -> Option<Result<SchemaRef, Status>>;
-
-    /// Table `name`'s current version, every partition read from this
-    /// node's copy or a replica's; `None` when the catalog has no such table.
-    async fn read(&self, name: &str) -> Option<Result<ClusterRead, Status>>;
-
-    /// Spreads `put` over the live nodes and publishes it as the table's next
-    /// version, once every partition is stored on its replicas.
-    async fn put(&self, put: ClusterPut) -> Result<Published, Status>;
-
-    /// Drops a catalog table; `None` when the catalog has no such table.
-    async fn delete(&self, name: &str) -> Option<Result<Published, Status>>;
-
-    /// Renames catalog table `from` to `to` in one catalog transaction;
-    /// `None` when the catalog has no table `from`.
-    async fn rename(
-        &self,
-        from: &str,
-        to: &str,
-        overwrite: bool,
-    ) -> Option<Result<Published, Status>>;
-
-    /// Publishes catalog tables `from` as table `into` in one catalog
-    /// transaction (the `publish` action); `None` when none of `from` is a
-    /// catalog table.
-    async fn publish(
-        &self,
-        into: &str,
-        from: &[String],
-        mode: WriteMode,
-    ) -> Option<Result<Published, Status>>;
+    /// The cluster's tables, laid over this node's `local` ones: every
+    /// handler reads and writes tables through them.
+    fn tables(self: Arc<Self>, local: LocalTables) -> Arc<dyn Tables>;
 
     /// The cluster's tables as the SQL engine sees them, and the session
     /// that plans queries over them across the nodes.

@@ -22,16 +22,14 @@ use futures::stream::{self, BoxStream};
 use futures::{StreamExt, TryStreamExt};
 use quiver_functions::{FunctionPool, FunctionSpec};
 use quiver_sql::{InputStream, SqlEngine, SqlError};
-use quiver_store::{TableStore, TableWriter, WriteMode};
 use serde_json::json;
 use tonic::Streaming;
 
 use crate::auth::{Caller, Role};
-use crate::cluster::{Cluster, ClusterPut, Published};
 use crate::error::inbound_status;
 use crate::request::{Apply, Described, Exchange};
 use crate::rpc_log::RpcLog;
-use crate::{Error, PutOptions, Result};
+use crate::{Error, Result};
 
 mod ending;
 
@@ -402,79 +400,8 @@ impl ResultEncoder {
     }
 }
 
-/// Where apply reads its source and stores its results: this node's store,
-/// or on a cluster node the cluster's catalog (tables the local store does
-/// not hold).
-pub(crate) struct Tables {
-    pub(crate) store: Arc<TableStore>,
-    pub(crate) cluster: Option<Cluster>,
-}
-
-/// The table apply reads: one version, whole.
-struct Source {
-    version: u64,
-    schema: SchemaRef,
-    batches: Vec<RecordBatch>,
-}
-
-impl Tables {
-    /// Table `name`'s current version: a snapshot, so writes to the table
-    /// while apply runs do not disturb it.
-    async fn source(&self, name: &str) -> Result<Source> {
-        if let Some(cluster) = &self.cluster
-            && let Some(read) = cluster.read(name).await
-        {
-            let read = read.map_err(|status| Error::Status(Box::new(status)))?;
-            return Ok(Source {
-                version: read.version,
-                schema: read.schema,
-                batches: read.batches,
-            });
-        }
-        let version = self.store.get(name)?;
-        Ok(Source {
-            version: version.version(),
-            schema: Arc::clone(version.schema()),
-            batches: version.batches().cloned().collect(),
-        })
-    }
-
-    /// A writer of `into` that checks and charges the results; on a
-    /// cluster node it only gathers them for [`Tables::store`].
-    fn writer(
-        &self,
-        into: &str,
-        options: &PutOptions,
-        schema: SchemaRef,
-    ) -> Result<TableWriter<'_>> {
-        let mode = match self.cluster {
-            // Committed by the cluster, which checks the mode against its
-            // catalog: the local store's table of that name is not it.
-            Some(_) => WriteMode::Replace,
-            None => options.mode,
-        };
-        Ok(self.store.writer(into, mode, schema, options.partitions)?)
-    }
-
-    /// Commits `writer`'s rows as table `into`: into the local store, or
-    /// spread over the cluster and published in its catalog.
-    async fn store(
-        &self,
-        into: &str,
-        options: &PutOptions,
-        writer: TableWriter<'_>,
-    ) -> Result<Published> {
-        let Some(cluster) = &self.cluster else {
-            let version = quiver_sql::store_write(|| writer.commit())?;
-            return Ok(Published::from(&*version));
-        };
-        let put = ClusterPut::gathered(into.to_string(), options.mode, options.partitions, writer);
-        cluster
-            .put(put)
-            .await
-            .map_err(|status| Error::Status(Box::new(status)))
-    }
-}
+/// Where apply reads its source and stores its results: the node's tables.
+pub(crate) type Tables = Arc<dyn crate::tables::Tables>;
 
 /// A stored table through a function: its slices fed to the pool in
 /// parallel, the results stored atomically as `into`, or streamed back.
@@ -486,7 +413,8 @@ async fn apply(
     max_message: usize,
 ) -> Result<Replies> {
     let options = apply.options()?;
-    let source = tables.source(&apply.source).await?;
+    // A snapshot: writes to the table while apply runs do not disturb it.
+    let source = tables.read(&apply.source, 0, 1).await?;
     spec.check_input(&source.schema)?;
     let slices: Vec<RecordBatch> = source
         .batches
@@ -549,7 +477,7 @@ async fn apply(
                 tables.writer(&into, &options, schema)?
             }
         };
-        let published = tables.store(&into, &options, writer).await?;
+        let published = tables.commit(&into, &options, writer).await?;
         let summary = json!({
             "table": into,
             "version": published.version,

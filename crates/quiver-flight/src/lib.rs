@@ -34,6 +34,7 @@ mod rpc_log;
 pub mod server;
 mod service;
 mod sql;
+pub mod tables;
 pub mod ticket;
 pub mod timeouts;
 mod tls;

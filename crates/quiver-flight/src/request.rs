@@ -371,20 +371,22 @@ pub(crate) enum SqlAction {
     CancelQuery(FlightInfo),
 }
 
-/// An action on the store, its body decoded.
+/// An action that changes a table, its body decoded.
 #[derive(Debug)]
-pub(crate) enum StoreAction {
+pub(crate) enum TableAction {
     Delete(String),
     Rename(Rename),
     Publish(Publish),
-    Stats,
-    Health,
 }
 
 /// An action, its body decoded.
 #[derive(Debug)]
 pub(crate) enum ActionRequest {
-    Store(StoreAction),
+    Table(TableAction),
+    /// `stats`: the store's totals.
+    Stats,
+    /// `health`.
+    Health,
     ShmPut(ShmPut),
     Sql(SqlAction),
     /// `list-functions`.
@@ -399,7 +401,7 @@ impl ActionRequest {
                 let name = std::str::from_utf8(body)
                     .map_err(|_| Error::invalid("delete: body must be a UTF-8 table name"))?;
                 quiver_store::validate_name(name)?;
-                Self::Store(StoreAction::Delete(name.to_string()))
+                Self::Table(TableAction::Delete(name.to_string()))
             }
             ActionKind::Rename => {
                 let rename: Rename = serde_json::from_slice(body).map_err(|e| {
@@ -409,11 +411,11 @@ impl ActionRequest {
                 })?;
                 quiver_store::validate_name(&rename.from)?;
                 quiver_store::validate_name(&rename.to)?;
-                Self::Store(StoreAction::Rename(rename))
+                Self::Table(TableAction::Rename(rename))
             }
-            ActionKind::Publish => Self::Store(StoreAction::Publish(publish(body)?)),
-            ActionKind::Stats => Self::Store(StoreAction::Stats),
-            ActionKind::Health => Self::Store(StoreAction::Health),
+            ActionKind::Publish => Self::Table(TableAction::Publish(publish(body)?)),
+            ActionKind::Stats => Self::Stats,
+            ActionKind::Health => Self::Health,
             ActionKind::ShmPut => Self::ShmPut(shm_put(body)?),
             ActionKind::ListFunctions => Self::ListFunctions,
             ActionKind::CreatePreparedStatement => {
@@ -535,7 +537,7 @@ mod tests {
     fn publish_bodies_are_checked() {
         let decode = |body: &str| match ActionRequest::decode(ActionKind::Publish, body.as_bytes())?
         {
-            ActionRequest::Store(StoreAction::Publish(p)) => Ok(p),
+            ActionRequest::Table(TableAction::Publish(p)) => Ok(p),
             other => panic!("{other:?}"),
         };
         let p = decode(r#"{"into": "t", "from": ["a", "b"], "mode": "append"}"#).unwrap();

@@ -11,7 +11,7 @@ use arrow_flight::encode::{DictionaryHandling, FlightDataEncoderBuilder};
 use arrow_flight::error::FlightError;
 use arrow_flight::flight_service_server::FlightService;
 use arrow_flight::{
-    Action, ActionType, Criteria, Empty, FlightData, FlightDescriptor, FlightEndpoint, FlightInfo,
+    Action, ActionType, Criteria, Empty, FlightData, FlightDescriptor, FlightInfo,
     HandshakeRequest, HandshakeResponse, PollInfo, PutResult, SchemaAsIpc, SchemaResult, Ticket,
 };
 use base64::Engine as _;
@@ -19,7 +19,7 @@ use bytes::Bytes;
 use futures::stream::{self, BoxStream};
 use futures::{Stream, StreamExt, TryStreamExt};
 use quiver_sql::{EngineOptions, SqlEngine};
-use quiver_store::{TableStore, TableVersion, WriteMode, batch_bytes};
+use quiver_store::{TableStore, batch_bytes};
 use serde_json::json;
 use tonic::{Request, Response, Status, Streaming};
 
@@ -27,13 +27,15 @@ use quiver_shm::{self as shm, ShmServer};
 
 use crate::auth::{Caller, Role};
 use crate::body_watch::BodyOutcome;
-use crate::cluster::{Cluster, ClusterPut, ClusterRead, Published};
+use crate::cluster::{Cluster, Published};
 use crate::error::inbound_status;
+use crate::put_options::PutOptions;
 use crate::request::{
-    ActionKind, ActionRequest, Described, ShmPut, StoreAction, Ticketed, partition_not_here,
+    ActionKind, ActionRequest, Described, ShmPut, TableAction, Ticketed, partition_not_here,
 };
 use crate::rpc_log::{MAX_LOGGED_TEXT, RpcLog, handle, logged, truncated};
 use crate::sql::{Batches, FlightSql};
+use crate::tables::{LocalTables, Tables};
 use crate::ticket::TableTicket;
 use crate::wire::decode::PutDecoder;
 use crate::{Error, Result, actions, exchange, panics};
@@ -65,16 +67,16 @@ pub struct ServiceOptions {
     pub cluster: Option<Cluster>,
 }
 
-/// The Flight service: the standard RPCs over a [`TableStore`].
+/// The Flight service: the standard RPCs over a node's [`Tables`].
 #[derive(Debug, Clone)]
 pub struct QuiverService {
     store: Arc<TableStore>,
+    /// Where tables live: this node's store, or a cluster's catalog.
+    tables: Arc<dyn Tables>,
     options: Arc<ServiceOptions>,
     sql: Arc<FlightSql>,
     body_pool: BodyPool,
     started: Instant,
-    /// The request ids of puts this process committed lately.
-    requests: Arc<crate::requests::Requests>,
 }
 
 type BoxedStream<T> = Pin<Box<dyn Stream<Item = Result<T, Status>> + Send + 'static>>;
@@ -91,17 +93,26 @@ impl QuiverService {
             None => SqlEngine::new(Arc::clone(&store), options.sql.clone()),
         });
         let body_pool = BodyPool::new(options.put_buffer_pool);
+        let local = LocalTables::new(
+            Arc::clone(&store),
+            options.location.clone(),
+            options.default_partitions,
+        );
+        let tables = match &options.cluster {
+            Some(cluster) => Arc::clone(cluster).tables(local),
+            None => Arc::new(local),
+        };
         Self {
             sql: Arc::new(FlightSql::new(
                 engine,
-                Arc::clone(&store),
+                Arc::clone(&tables),
                 options.location.clone(),
             )),
             store,
+            tables,
             body_pool,
             options: Arc::new(options),
             started: Instant::now(),
-            requests: Arc::default(),
         }
     }
 
@@ -123,51 +134,6 @@ impl QuiverService {
     /// The store behind the service.
     pub fn store(&self) -> &Arc<TableStore> {
         &self.store
-    }
-
-    /// The cluster hooks, on a cluster node.
-    fn cluster(&self) -> Option<&Cluster> {
-        self.options.cluster.as_ref()
-    }
-
-    /// How many endpoints `table` is split over: its own setting or the
-    /// server's, never more than its rows, at least one.
-    fn partitions_for(&self, table: &TableVersion) -> usize {
-        let wanted = table
-            .partitions()
-            .unwrap_or(self.options.default_partitions);
-        let rows = usize::try_from(table.num_rows()).unwrap_or(usize::MAX);
-        wanted.min(rows).max(1)
-    }
-
-    fn flight_info(
-        &self,
-        table: &TableVersion,
-        descriptor: FlightDescriptor,
-    ) -> Result<FlightInfo> {
-        let partitions = self.partitions_for(table);
-        let endpoints = (0..partitions).map(|partition| {
-            let ticket = TableTicket {
-                table: table.name().to_string(),
-                version: Some(table.version()),
-                partition,
-                partitions,
-                columns: None,
-                filter: None,
-            };
-            FlightEndpoint::new()
-                .with_ticket(Ticket::new(ticket.encode()))
-                .with_location(self.options.location.clone())
-        });
-        let metadata = json!({"version": table.version(), "partitions": partitions});
-        Ok(FlightInfo::new()
-            .try_with_schema(table.schema())?
-            .with_descriptor(descriptor)
-            .with_endpoints(endpoints.collect())
-            .with_total_records(i64::try_from(table.num_rows()).unwrap_or(i64::MAX))
-            .with_total_bytes(i64::try_from(table.num_bytes()).unwrap_or(i64::MAX))
-            .with_ordered(true)
-            .with_app_metadata(metadata.to_string()))
     }
 
     async fn info_for(
@@ -202,30 +168,17 @@ impl QuiverService {
             Described::Table(name) => name,
         };
         log.table(&name);
-        if let Some(cluster) = self.cluster()
-            && let Some(info) = cluster.flight_info(&name, descriptor.clone()).await
-        {
-            let mut info = info.map_err(|status| Error::Status(Box::new(status)))?;
-            log.add(
-                u64::try_from(info.total_records).unwrap_or(0),
-                u64::try_from(info.total_bytes).unwrap_or(0),
-            );
-            if let (true, Some(shm)) = (want_shm, &self.options.shm) {
+        // Shared memory, when asked for and on, to a caller that passed
+        // authentication (any role may read a table).
+        let shm = match (want_shm, &self.options.shm) {
+            (true, Some(shm)) => {
                 caller?;
-                self.local_partitions_over_shm(&mut info, shm)?;
+                Some(&**shm)
             }
-            return Ok(info);
-        }
-        let table = self.store.get(&name)?;
-        log.add(table.num_rows(), table.num_bytes());
-        let mut info = self.flight_info(&table, descriptor)?;
-        // Asked for and on: one more endpoint, over shared memory. (Off: the
-        // client sees none and uses the gRPC endpoints.)
-        if let (true, Some(shm)) = (want_shm, &self.options.shm) {
-            // The caller passed authentication (any role may read a table).
-            caller?;
-            info.endpoint.push(shm.get_endpoint(table)?);
-        }
+            _ => None,
+        };
+        let info = self.tables.flight_info(&name, descriptor, shm).await?;
+        log_info(log, &info);
         Ok(info)
     }
 
@@ -281,27 +234,9 @@ impl QuiverService {
         Bytes::from(entry.to_string())
     }
 
-    /// A cluster table's FlightInfo for a client on this host: each endpoint
-    /// of a partition this node holds is replaced by one over shared memory
-    /// (in the same place); the others stay gRPC endpoints on their replicas.
-    fn local_partitions_over_shm(&self, info: &mut FlightInfo, shm: &ShmServer) -> Result<()> {
-        for endpoint in &mut info.endpoint {
-            let Some(ticket) = &endpoint.ticket else {
-                continue;
-            };
-            let Ok(ticket) = TableTicket::decode(&ticket.ticket) else {
-                continue;
-            };
-            if let Ok(version) = self.store.get(&ticket.table) {
-                *endpoint = shm.get_endpoint(version)?;
-            }
-        }
-        Ok(())
-    }
-
     /// The shared-memory put ticket of the `shm-put` action.
     fn shm_put(&self, request: ShmPut, caller: &Caller) -> Result<Bytes> {
-        if self.options.cluster.is_some() {
+        if !self.tables.direct_puts() {
             // Unimplemented: a client in "auto" mode puts over gRPC instead.
             return Err(Error::Unimplemented(
                 "shared-memory puts are not supported on a cluster node: a put over gRPC \
@@ -346,32 +281,18 @@ impl QuiverService {
                 log.table(kind.name());
                 self.sql.action(request).await
             }
-            ActionRequest::Store(request) => {
-                if let Some(result) = self.cluster_action(&request).await {
-                    let (table, published) = result?;
-                    log.table(&table);
-                    log.add(published.rows, published.bytes);
-                    let body = match request {
-                        StoreAction::Delete(_) => {
-                            actions::deleted_body(&table, published.rows, published.bytes)
-                        }
-                        StoreAction::Rename(args) => {
-                            actions::renamed_body(&args.from, &args.to, published.version)
-                        }
-                        _ => published_json(&table, published),
-                    };
-                    return Ok(vec![body]);
-                }
-                let outcome = quiver_sql::store_write(|| {
-                    actions::run(&self.store, &self.body_pool, self.started, request)
-                })?;
-                if let Some(table) = &outcome.table {
-                    log.table(table);
-                }
-                log.add(outcome.rows, outcome.bytes);
-                tracing::debug!(action = kind.name(), "action");
-                Ok(vec![outcome.body])
+            ActionRequest::Table(request) => {
+                let (table, published, body) = self.table_action(&request).await?;
+                log.table(&table);
+                log.add(published.rows, published.bytes);
+                Ok(vec![body])
             }
+            ActionRequest::Stats => Ok(vec![actions::stats(
+                &self.store,
+                &self.body_pool,
+                self.started,
+            )]),
+            ActionRequest::Health => Ok(vec![actions::health(self.started)]),
         }
     }
 
@@ -420,47 +341,25 @@ impl QuiverService {
             ))),
             _ => Ok(()),
         };
-        // A cluster table, read whole from its replicas, comes before a local
-        // table of the same name, as in GetFlightInfo; a partition (the
-        // tickets of a cluster table's endpoints) is this node's own.
-        let cluster_read = if quiver_store::is_reserved(&ticket.table) {
-            None
-        } else {
-            self.read_cluster_table(&ticket.table).await
+        let read = match self
+            .tables
+            .read(&ticket.table, ticket.partition, ticket.partitions)
+            .await
+        {
+            Err(Error::Store(quiver_store::StoreError::NotFound { name }))
+                if ticket.version.is_some() =>
+            {
+                return Err(Error::Aborted(format!(
+                    "table '{name}' was deleted or renamed since GetFlightInfo; \
+                     call GetFlightInfo again"
+                )));
+            }
+            other => other?,
         };
+        pinned(read.version)?;
         // The version read stays held (its memory charged) while the stream
         // reads it.
-        let (table, batches, schema) = match cluster_read {
-            Some(read) => {
-                let read = read?;
-                pinned(read.version)?;
-                if ticket.partitions != 1 {
-                    return Err(Error::invalid(format!(
-                        "a ticket naming cluster table '{}' reads it whole: take its \
-                         partitions' tickets from GetFlightInfo",
-                        ticket.table
-                    )));
-                }
-                (None, read.batches, read.schema)
-            }
-            None => {
-                let table = match self.store.get(&ticket.table) {
-                    Err(quiver_store::StoreError::NotFound { name })
-                        if ticket.version.is_some() =>
-                    {
-                        return Err(Error::Aborted(format!(
-                            "table '{name}' was deleted or renamed since GetFlightInfo; \
-                             call GetFlightInfo again"
-                        )));
-                    }
-                    other => other?,
-                };
-                pinned(table.version())?;
-                let batches = table.partition(ticket.partition, ticket.partitions)?;
-                let schema = Arc::clone(table.schema());
-                (Some(table), batches, schema)
-            }
-        };
+        let (table, batches, schema) = (read.held, read.batches, read.schema);
         if !ticket.pushes_down() {
             let batches = stream::iter(batches).map(move |batch| {
                 let _reading = &table;
@@ -511,13 +410,6 @@ impl QuiverService {
         Ok((projected, batches.boxed()))
     }
 
-    /// A cluster table's whole current version, on a cluster node; `None`
-    /// when there is no cluster or no such table.
-    async fn read_cluster_table(&self, name: &str) -> Option<Result<ClusterRead>> {
-        let read = self.cluster()?.read(name).await?;
-        Some(read.map_err(|status| Error::Status(Box::new(status))))
-    }
-
     /// Stores a DoPut stream (or hands a Flight SQL command to the SQL side).
     /// `outcome` tells whether the transport broke the stream off (tonic
     /// reports that as a clean end); `None` when `input` reports it as an
@@ -556,23 +448,20 @@ impl QuiverService {
             Described::Partition(name) => {
                 log.table(&name);
                 caller.require(Role::Node, "DoPut of a cluster partition's storage")?;
-                return self.put_local(name, first, input, outcome, log).await;
+                name
             }
-            Described::Table(name) => name,
+            Described::Table(name) => {
+                log.table(&name);
+                caller.require(Role::Write, "DoPut of a table")?;
+                name
+            }
         };
-        log.table(&name);
-        caller.require(Role::Write, "DoPut of a table")?;
-        if let Some(cluster) = self.cluster() {
-            let cluster = Arc::clone(cluster);
-            return self
-                .cluster_put(&cluster, name, first, input, outcome, log)
-                .await;
-        }
-        self.put_local(name, first, input, outcome, log).await
+        self.put_table(name, first, input, outcome, log).await
     }
 
-    /// A put into this node's store.
-    async fn put_local(
+    /// A put of table `name`: the stream read and checked as it comes, then
+    /// published.
+    async fn put_table(
         &self,
         name: String,
         first: FlightData,
@@ -580,87 +469,60 @@ impl QuiverService {
         outcome: Option<BodyOutcome>,
         log: &mut RpcLog,
     ) -> Result<PutResult> {
-        let mut request = None;
+        let mut asked = PutOptions::default();
         let writer = PutDecoder::new(first, input)
             .into_writer(outcome, |schema, options| {
-                request.clone_from(&options.request);
-                Ok(self
-                    .store
-                    .writer(&name, options.mode, schema, options.partitions)?)
+                let writer = self.tables.writer(&name, &options, schema);
+                asked = options;
+                writer
             })
             .await?;
-        let published = self.requests.once(request.as_deref(), &name, || {
-            let (rows, bytes) = (writer.num_rows(), writer.num_bytes());
-            let version = quiver_sql::store_write(|| writer.commit())?;
-            log.add(rows, bytes);
-            Ok(Published::from(&*version))
-        })?;
+        let (rows, bytes) = (writer.num_rows(), writer.num_bytes());
+        let published = self.tables.commit(&name, &asked, writer).await?;
+        log.add(rows, bytes);
         Ok(PutResult {
             app_metadata: published_json(&name, published),
+        })
+    }
+
+    /// An action that changes a table: the table named, what it published
+    /// and the action's result.
+    async fn table_action(&self, action: &TableAction) -> Result<(String, Published, Bytes)> {
+        Ok(match action {
+            TableAction::Delete(name) => {
+                let removed = self.tables.delete(name).await?;
+                let body = actions::deleted_body(name, removed.rows, removed.bytes);
+                (name.clone(), removed, body)
+            }
+            TableAction::Rename(args) => {
+                let renamed = self
+                    .tables
+                    .rename(&args.from, &args.to, args.overwrite)
+                    .await?;
+                let body = actions::renamed_body(&args.from, &args.to, renamed.version);
+                (args.from.clone(), renamed, body)
+            }
+            TableAction::Publish(args) => {
+                let published = self
+                    .tables
+                    .publish(&args.into, &args.from, args.mode, args.partitions)
+                    .await?;
+                (
+                    args.into.clone(),
+                    published,
+                    published_json(&args.into, published),
+                )
+            }
         })
     }
 }
 
-impl QuiverService {
-    /// A put of a cluster table: the stream is read and checked here as for a
-    /// local put, then spread over the cluster's nodes by `cluster`, which
-    /// publishes it in the catalog. Nothing is stored on this node unless it
-    /// is one of the partitions' replicas.
-    async fn cluster_put(
-        &self,
-        cluster: &Cluster,
-        name: String,
-        first: FlightData,
-        input: impl Stream<Item = Result<FlightData, Status>> + Send + Unpin + 'static,
-        outcome: Option<BodyOutcome>,
-        log: &mut RpcLog,
-    ) -> Result<PutResult> {
-        let mut asked = None;
-        let writer = PutDecoder::new(first, input)
-            .into_writer(outcome, |schema, options| {
-                asked = Some((options.mode, options.partitions, options.request.clone()));
-                // Never committed here: a writer only to read and charge the
-                // batches (a replace writer checks nothing of the local store).
-                Ok(self
-                    .store
-                    .writer(&name, WriteMode::Replace, schema, options.partitions)?)
-            })
-            .await?;
-        let (mode, partitions, request) = asked.unwrap_or_default();
-        let put =
-            ClusterPut::gathered(name.clone(), mode, partitions, writer).with_request(request);
-        let published = cluster
-            .put(put)
-            .await
-            .map_err(|status| Error::Status(Box::new(status)))?;
-        log.add(published.rows, published.bytes);
-        Ok(PutResult {
-            app_metadata: published_json(&name, published),
-        })
-    }
-
-    /// A store action on a cluster table, `None` when the action is not one
-    /// the catalog handles or names no catalog table.
-    async fn cluster_action(&self, action: &StoreAction) -> Option<Result<(String, Published)>> {
-        let cluster = self.options.cluster.as_ref()?;
-        let (table, result) = match action {
-            StoreAction::Delete(name) => (name.clone(), cluster.delete(name).await?),
-            StoreAction::Rename(args) => (
-                args.to.clone(),
-                cluster.rename(&args.from, &args.to, args.overwrite).await?,
-            ),
-            StoreAction::Publish(args) => (
-                args.into.clone(),
-                cluster.publish(&args.into, &args.from, args.mode).await?,
-            ),
-            _ => return None,
-        };
-        Some(
-            result
-                .map(|published| (table, published))
-                .map_err(|status| Error::Status(Box::new(status))),
-        )
-    }
+/// Adds a FlightInfo's rows and bytes to the RPC's log line.
+fn log_info(log: &mut RpcLog, info: &FlightInfo) {
+    log.add(
+        u64::try_from(info.total_records).unwrap_or(0),
+        u64::try_from(info.total_bytes).unwrap_or(0),
+    );
 }
 
 /// A put's or publish's result: DoPut's PutResult metadata.
@@ -736,21 +598,9 @@ impl FlightService for QuiverService {
                 let prefix = std::str::from_utf8(&request.get_ref().expression).map_err(|_| {
                     Error::invalid("ListFlights criteria must be a UTF-8 name prefix")
                 })?;
-                let mut infos = match &self.options.cluster {
-                    Some(cluster) => cluster
-                        .list(prefix)
-                        .await
-                        .map_err(|status| Error::Status(Box::new(status)))?,
-                    None => Vec::new(),
-                };
-                for t in self.store.list(prefix) {
-                    // A cluster node's partitions are the catalog tables' pieces.
-                    if quiver_store::is_reserved(t.name()) {
-                        continue;
-                    }
-                    log.add(t.num_rows(), t.num_bytes());
-                    let descriptor = FlightDescriptor::new_path(vec![t.name().to_string()]);
-                    infos.push(self.flight_info(&t, descriptor)?);
+                let infos = self.tables.list(prefix).await?;
+                for info in &infos {
+                    log_info(&mut log, info);
                 }
                 Ok::<_, Error>(infos)
             }
@@ -821,16 +671,7 @@ impl FlightService for QuiverService {
                     Described::Partition(_) => return Err(partition_not_here("GetSchema")),
                     Described::Table(name) => {
                         log.table(&name);
-                        let catalog = match self.cluster() {
-                            Some(cluster) => cluster.schema(&name).await,
-                            None => None,
-                        };
-                        match catalog {
-                            Some(schema) => {
-                                schema.map_err(|status| Error::Status(Box::new(status)))?
-                            }
-                            None => Arc::clone(self.store.get(&name)?.schema()),
-                        }
+                        self.tables.schema(&name).await?
                     }
                 };
                 let options = IpcWriteOptions::default();
@@ -911,10 +752,7 @@ impl FlightService for QuiverService {
             let caller = Caller::of(request.extensions());
             let plan = exchange::open(
                 self.options.functions.as_ref(),
-                exchange::Tables {
-                    store: Arc::clone(&self.store),
-                    cluster: self.cluster().cloned(),
-                },
+                Arc::clone(&self.tables),
                 self.sql_engine(),
                 self.options.max_flight_data_size,
                 request.into_inner(),

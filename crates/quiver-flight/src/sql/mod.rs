@@ -36,12 +36,14 @@ use futures::stream::{self, BoxStream};
 use futures::{Stream, StreamExt, TryStreamExt};
 use prost::Message;
 use quiver_sql::{CATALOG, Outcome, Query, SCHEMA, SqlEngine, row_values};
-use quiver_store::{StoreError, TableStore, WriteMode};
+use quiver_store::{StoreError, WriteMode};
 
 use crate::auth::{Caller, Role};
 use crate::body_watch::BodyOutcome;
+use crate::put_options::PutOptions;
 use crate::request::SqlAction;
 use crate::rpc_log::{MAX_LOGGED_TEXT, RpcLog, truncated};
+use crate::tables::Tables;
 use crate::wire::decode::PutDecoder;
 use crate::{Error, Result};
 use handles::{Results, Statements};
@@ -59,7 +61,8 @@ pub(crate) type Batches = BoxStream<'static, Result<RecordBatch>>;
 #[derive(Debug)]
 pub(crate) struct FlightSql {
     engine: Arc<SqlEngine>,
-    store: Arc<TableStore>,
+    /// Where bulk ingest stores tables.
+    tables: Arc<dyn Tables>,
     /// The URI every endpoint carries: the server's advertised location.
     location: String,
     results: Results,
@@ -125,11 +128,12 @@ fn no_transactions(transaction_id: Option<&Bytes>) -> Result<()> {
 }
 
 impl FlightSql {
-    /// The SQL side over `engine` and `store`; its endpoints carry `location`.
-    pub(crate) fn new(engine: Arc<SqlEngine>, store: Arc<TableStore>, location: String) -> Self {
+    /// The SQL side over `engine`, ingesting into `tables`; its endpoints
+    /// carry `location`.
+    pub(crate) fn new(engine: Arc<SqlEngine>, tables: Arc<dyn Tables>, location: String) -> Self {
         Self {
             engine,
-            store,
+            tables,
             location,
             results: Results::default(),
             statements: Statements::default(),
@@ -435,13 +439,6 @@ impl FlightSql {
         log: &mut RpcLog,
     ) -> Result<u64> {
         no_transactions(ingest.transaction_id.as_ref())?;
-        if self.engine.on_cluster() {
-            return Err(Error::Unimplemented(
-                "bulk ingest is not supported on a cluster node: put the table with DoPut \
-                 (Client.put, `quiver put`), which spreads and replicates it"
-                    .into(),
-            ));
-        }
         if ingest.temporary {
             return Err(Error::Unimplemented(
                 "temporary tables are not supported".into(),
@@ -459,7 +456,11 @@ impl FlightSql {
         let name = ingest.table;
         log.table(&name);
         let options = ingest.table_definition_options.unwrap_or_default();
-        let exists = self.store.get(&name).is_ok();
+        let exists = match self.tables.schema(&name).await {
+            Ok(_) => true,
+            Err(Error::Store(StoreError::NotFound { .. })) => false,
+            Err(e) => return Err(e),
+        };
         let mode = if exists {
             match TableExistsOption::try_from(options.if_exists) {
                 Ok(TableExistsOption::Append) => WriteMode::Append,
@@ -472,14 +473,16 @@ impl FlightSql {
                 _ => WriteMode::Create,
             }
         };
+        let mut asked = PutOptions::default();
         let writer = PutDecoder::new(first, input)
             .into_writer(outcome, |schema, put| {
-                Ok(self.store.writer(&name, mode, schema, put.partitions)?)
+                asked = PutOptions { mode, ..put };
+                self.tables.writer(&name, &asked, schema)
             })
             .await?;
-        let rows = writer.num_rows();
-        log.add(rows, writer.num_bytes());
-        quiver_sql::store_write(|| writer.commit())?;
+        let (rows, bytes) = (writer.num_rows(), writer.num_bytes());
+        self.tables.commit(&name, &asked, writer).await?;
+        log.add(rows, bytes);
         Ok(rows)
     }
 
@@ -592,9 +595,10 @@ mod tests {
     use crate::rpc_log::Lines;
 
     fn flight_sql(location: &str) -> FlightSql {
-        let store = Arc::new(TableStore::new(1 << 20));
+        let store = Arc::new(quiver_store::TableStore::new(1 << 20));
         let engine = Arc::new(SqlEngine::new(Arc::clone(&store), EngineOptions::default()));
-        FlightSql::new(engine, store, location.into())
+        let tables = crate::tables::LocalTables::new(store, location.into(), 1);
+        FlightSql::new(engine, Arc::new(tables), location.into())
     }
 
     #[tokio::test]
