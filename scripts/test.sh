@@ -29,9 +29,11 @@
 #   7. ruff, mypy on the client package (python/quiver), and pytest against the
 #      real server binary: the client's tests (Flight, Flight SQL through ADBC and
 #      JDBC, the sqllogictest files) and the benchmark harness's smoke tests (tiny
-#      sizes; never the benchmarks); then the client's own tests once more with
-#      QUIVER_CORE=0, through pyarrow's Flight client alone (the fallback of the
-#      package's Rust core).
+#      sizes; never the benchmarks); then the cluster's tests once more on a secure
+#      cluster (QUIVER_TEST_SECURE_CLUSTER=1: mutual TLS between the nodes, TLS and
+#      users for clients, etcd with TLS and its users); then the client's own tests
+#      once more with QUIVER_CORE=0, through pyarrow's Flight client alone (the
+#      fallback of the package's Rust core).
 #
 # Environment:
 #   CARGO_TARGET_DIR  where cargo builds (default: ./target)
@@ -193,6 +195,12 @@ await_install system "Java and the JDBC driver, PostgreSQL and psqlODBC, systemd
 step "pytest"
 # shellcheck disable=SC2086
 "$venv/bin/python" -m pytest python/tests bench/tests ${PYTEST_ARGS:-}
+
+step "pytest: the cluster tests again on a secure cluster (mTLS between nodes, TLS and users for clients, etcd with TLS and auth)"
+# QUIVER_TEST_SECURE_CLUSTER: python/tests/cluster_helpers.py's docstring says what changes.
+# shellcheck disable=SC2086
+QUIVER_TEST_SECURE_CLUSTER=1 "$venv/bin/python" -m pytest ${PYTEST_ARGS:-} \
+    python/tests/test_cluster.py python/tests/test_cluster_faults.py python/tests/test_cluster_sql.py
 
 step "pytest: the client's tests again through pyarrow alone (QUIVER_CORE=0, the fallback)"
 # shellcheck disable=SC2086

@@ -14,7 +14,7 @@ import pyarrow.flight as flight
 import pytest
 
 import quiver
-from cluster_helpers import NODES, Cluster, Etcd, wait_until
+from cluster_helpers import NODES, SECURE, Cluster, Etcd, start_secured_etcd, wait_until
 from engine_helpers import Planner, mixed_table
 from server_process import Server, ServerFactory, start_server
 
@@ -101,9 +101,14 @@ def replicas(tmp_path: Path) -> Iterator[tuple[list[Server], str]]:
 
 @pytest.fixture
 def etcd(tmp_path: Path) -> Iterator[Etcd]:
-    """A real etcd on 127.0.0.1 with a temporary data directory."""
-    server = Etcd(tmp_path / "etcd")
-    server.start()
+    """A real etcd on 127.0.0.1 with a temporary data directory; with
+    ``QUIVER_TEST_SECURE_CLUSTER``, over TLS with client certificates and users
+    (cluster_helpers.start_secured_etcd)."""
+    if SECURE:
+        server, _, _ = start_secured_etcd(tmp_path / "secure-etcd")
+    else:
+        server = Etcd(tmp_path / "etcd")
+        server.start()
     try:
         yield server
     finally:
@@ -112,7 +117,8 @@ def etcd(tmp_path: Path) -> Iterator[Etcd]:
 
 @pytest.fixture
 def cluster(etcd: Etcd, tmp_path: Path) -> Iterator[Cluster]:
-    """Nodes n1, n2 and n3 on 127.0.0.1, .2 and .3 over ``etcd``, two replicas."""
+    """Nodes n1, n2 and n3 on 127.0.0.1, .2 and .3 over ``etcd``, two replicas; with
+    ``QUIVER_TEST_SECURE_CLUSTER``, with TLS and users (cluster_helpers.py)."""
     nodes = Cluster(etcd, tmp_path)
     for node_id in NODES:
         nodes.start(node_id)

@@ -28,6 +28,14 @@ ROWS_PER_APPEND = 20
 
 LOG_SCHEMA = pa.schema([("writer", pa.int64()), ("seq", pa.int64())])
 
+#: How a quiver client of a URI is made (``quiver.connect``, or a cluster's
+#: ``Cluster.client`` with its TLS and credentials), with keyword arguments such as
+#: ``timeout``.
+Connect = Callable[..., quiver.Client]
+
+#: How a plain pyarrow client of a URI is made.
+OpenFlight = Callable[[str], flight.FlightClient]
+
 
 @dataclasses.dataclass
 class Record:
@@ -54,7 +62,7 @@ def append_rows(writer: int, seq: int) -> pa.Table:
 
 class Writers:
     """``count`` threads appending to ``table``, append ``seq`` of writer ``w`` through
-    ``uris(w, seq)``."""
+    ``uris(w, seq)``, each with a client from ``connect``."""
 
     def __init__(
         self,
@@ -63,9 +71,11 @@ class Writers:
         count: int = 3,
         every: float = 0.1,
         max_appends: int = 2000,
+        connect: Connect = quiver.connect,
     ) -> None:
         self.table = table
         self.uris = uris
+        self.connect = connect
         self.record = Record()
         self.stop = threading.Event()
         self.every = every
@@ -92,7 +102,7 @@ class Writers:
                 record.attempted.add((writer, seq))
             started = time.monotonic()
             try:
-                with quiver.connect(self.uris(writer, seq), timeout=15) as c:
+                with self.connect(self.uris(writer, seq), timeout=15) as c:
                     c.put(self.table, append_rows(writer, seq), mode="append")
             except quiver.QuiverError as error:
                 with record.lock:
@@ -135,17 +145,23 @@ def problems_in(seen: dict[tuple[int, int], int], record: Record, where: str) ->
     return found
 
 
-def every_copy(uri: str, name: str) -> Iterable[tuple[str, pa.Table | str]]:
-    """Each listed copy of each partition of ``name``: its location and rows (or error)."""
-    client = flight.FlightClient(uri)
+def every_copy(
+    uri: str, name: str, flight_client: OpenFlight = flight.FlightClient
+) -> Iterable[tuple[str, pa.Table | str]]:
+    """Each listed copy of each partition of ``name``: its location and rows (or error),
+    read with clients from ``flight_client``."""
+    client = flight_client(uri)
     try:
         info = client.get_flight_info(flight.FlightDescriptor.for_path(name))
+    except flight.FlightError as error:
+        yield uri, f"GetFlightInfo failed: {type(error).__name__}: {error}"
+        return
     finally:
         client.close()
     for endpoint in info.endpoints:
         for location in endpoint.locations:
             at = location.uri.decode()
-            replica = flight.FlightClient(at)
+            replica = flight_client(at)
             try:
                 yield at, replica.do_get(endpoint.ticket).read_all()
             except (flight.FlightError, pa.ArrowException) as error:
@@ -154,19 +170,26 @@ def every_copy(uri: str, name: str) -> Iterable[tuple[str, pa.Table | str]]:
                 replica.close()
 
 
-def check(uris: Iterable[str], table: str, record: Record) -> list[str]:
-    """Everything wrong with ``table`` as read through each of ``uris``, and each copy."""
+def check(
+    uris: Iterable[str],
+    table: str,
+    record: Record,
+    connect: Connect = quiver.connect,
+    flight_client: OpenFlight = flight.FlightClient,
+) -> list[str]:
+    """Everything wrong with ``table`` as read through each of ``uris``, and each copy,
+    with clients from ``connect`` and ``flight_client``."""
     found: list[str] = []
     uris = list(uris)
     for uri in uris:
         try:
-            with quiver.connect(uri) as c:
+            with connect(uri) as c:
                 read = c.get(table)
         except quiver.QuiverError as error:
             found.append(f"read through {uri} failed: {error}")
             continue
         found += problems_in(counts(read), record, f"through {uri}")
-    for at, copy in every_copy(uris[0], table):
+    for at, copy in every_copy(uris[0], table, flight_client):
         if isinstance(copy, str):
             found.append(f"a listed copy at {at} is not readable: {copy}")
     return found

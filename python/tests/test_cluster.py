@@ -39,8 +39,8 @@ def ids(rows: int, start: int = 0) -> pa.Table:
     return pa.table({"id": pa.array(range(start, start + rows), pa.int64())})
 
 
-def info_of(uri: str, name: str) -> flight.FlightInfo:
-    client = flight.FlightClient(uri)
+def info_of(client: flight.FlightClient, name: str) -> flight.FlightInfo:
+    """Table ``name``'s FlightInfo through ``client``, which it closes."""
     try:
         return client.get_flight_info(flight.FlightDescriptor.for_path(name))
     finally:
@@ -49,14 +49,14 @@ def info_of(uri: str, name: str) -> flight.FlightInfo:
 
 def test_a_put_through_one_node_is_read_through_the_others(cluster: Cluster) -> None:
     table = mixed_table()
-    with quiver.connect(cluster.uri("n1")) as c:
+    with cluster.client("n1") as c:
         result = c.put("trips", table)
     assert result.version == 1
     for node_id in ("n2", "n3"):
-        with quiver.connect(cluster.uri(node_id)) as c:
+        with cluster.client(node_id) as c:
             assert c.get("trips").equals(table)
             assert [t.name for t in c.list_tables()] == ["trips"]
-    info = info_of(cluster.uri("n2"), "trips")
+    info = info_of(cluster.flight_client("n2"), "trips")
     # One endpoint per live node, each on two distinct nodes, spread over all three.
     assert len(info.endpoints) == 3
     holders = set()
@@ -73,7 +73,7 @@ def test_a_put_through_one_node_is_read_through_the_others(cluster: Cluster) -> 
     # location: any Flight client works.
     parts = []
     for endpoint in info.endpoints:
-        client = flight.FlightClient(endpoint.locations[0].uri.decode())
+        client = cluster.flight_client(endpoint.locations[0].uri.decode())
         try:
             parts.append(client.do_get(endpoint.ticket).read_all())
         finally:
@@ -85,7 +85,7 @@ def test_a_put_through_one_node_is_read_through_the_others(cluster: Cluster) -> 
 
 
 def test_appends_replaces_deletes_and_renames_go_through_the_catalog(cluster: Cluster) -> None:
-    with quiver.connect(cluster.uri("n1")) as a, quiver.connect(cluster.uri("n3")) as c:
+    with cluster.client("n1") as a, cluster.client("n3") as c:
         a.put("t", ids(100))
         assert c.put("t", ids(50, 100), mode="append").version == 2
         assert c.get("t").column("id").to_pylist() == list(range(150))
@@ -94,7 +94,7 @@ def test_appends_replaces_deletes_and_renames_go_through_the_catalog(cluster: Cl
         with pytest.raises(quiver.NotFoundError):
             a.put("missing", ids(1), mode="append")
         assert a.put("t", ids(10), partitions=2).version == 3
-        assert len(info_of(cluster.uri("n2"), "t").endpoints) == 2
+        assert len(info_of(cluster.flight_client("n2"), "t").endpoints) == 2
         assert c.get("t").equals(ids(10))
         a.rename("t", "u")
         with pytest.raises(quiver.NotFoundError):
@@ -108,17 +108,17 @@ def test_appends_replaces_deletes_and_renames_go_through_the_catalog(cluster: Cl
 
 def test_a_node_killed_before_a_read_leaves_the_read_whole(cluster: Cluster) -> None:
     table = ids(300_000)
-    with quiver.connect(cluster.uri("n1")) as c:
+    with cluster.client("n1") as c:
         c.put("big", table)
     # Planned with n2 alive; n2 dies before the endpoints are read: every partition
     # it held is read from its other replica.
-    info = info_of(cluster.uri("n1"), "big")
+    info = info_of(cluster.flight_client("n1"), "big")
     cluster.kill("n2")
-    with quiver.connect(cluster.uri("n1")) as c:
+    with cluster.client("n1") as c:
         got = c.get("big")
     assert got.sort_by("id").equals(table)
     # The engines' splits (one per endpoint) fail over the same way.
-    plan = splits.plan_read(cluster.uri("n3"), "big")
+    plan = splits.plan_read(cluster.connection("n3"), "big")
     assert len(plan.splits) == len(info.endpoints)
     parts = [
         pa.Table.from_batches(list(splits.read_split(plan, s)), plan.schema) for s in plan.splits
@@ -127,13 +127,13 @@ def test_a_node_killed_before_a_read_leaves_the_read_whole(cluster: Cluster) -> 
 
 
 def test_a_node_killed_during_a_put_leaves_the_put_whole_or_absent(cluster: Cluster) -> None:
-    with quiver.connect(cluster.uri("n1")) as c:
+    with cluster.client("n1") as c:
         c.put("t", ids(10))
     outcome: dict[str, object] = {}
 
     def put() -> None:
         try:
-            with quiver.connect(cluster.uri("n1")) as c:
+            with cluster.client("n1") as c:
                 outcome["result"] = c.put("t", ids(4_000_000, 10), mode="append")
         except quiver.QuiverError as e:
             outcome["error"] = e
@@ -144,7 +144,7 @@ def test_a_node_killed_during_a_put_leaves_the_put_whole_or_absent(cluster: Clus
     cluster.kill("n3")
     thread.join(timeout=60)
     assert not thread.is_alive()
-    with quiver.connect(cluster.uri("n2")) as c:
+    with cluster.client("n2") as c:
         got = c.get("t").column("id")
     if "result" in outcome:
         assert len(got) == 4_000_010
@@ -157,7 +157,7 @@ def test_a_node_killed_during_a_put_leaves_the_put_whole_or_absent(cluster: Clus
 
 def test_a_lost_nodes_partitions_are_copied_again(cluster: Cluster) -> None:
     table = ids(90_000)
-    with quiver.connect(cluster.uri("n1")) as c:
+    with cluster.client("n1") as c:
         c.put("t", table, partitions=6)
     before = cluster.status()
     assert before["under_replicated"] == 0
@@ -175,18 +175,18 @@ def test_a_lost_nodes_partitions_are_copied_again(cluster: Cluster) -> None:
     wait_until("n3's partitions copied to n1 and n2", repaired, timeout=10 * LEASE_TTL_S + 20)
     # Both survivors hold everything: either alone serves the whole table.
     cluster.kill("n2")
-    with quiver.connect(cluster.uri("n1")) as c:
+    with cluster.client("n1") as c:
         assert c.get("t").sort_by("id").equals(table)
     # A node that joins takes new partitions.
     cluster.start("n3")
     wait_until("n3 back", lambda: len(cluster.status()["nodes"]) == 2)  # type: ignore[arg-type]
-    with quiver.connect(cluster.uri("n3")) as c:
+    with cluster.client("n3") as c:
         c.put("fresh", ids(1000), partitions=4)
         assert c.get("fresh").equals(ids(1000))
 
 
 def test_of_two_concurrent_commits_exactly_one_wins(cluster: Cluster) -> None:
-    with quiver.connect(cluster.uri("n1")) as a, quiver.connect(cluster.uri("n2")) as b:
+    with cluster.client("n1") as a, cluster.client("n2") as b:
         a.put("s1", ids(5))
         b.put("s2", ids(7, 100))
         results: dict[str, object] = {}
@@ -238,13 +238,13 @@ def test_with_etcd_gone_nodes_serve_what_they_have_and_refuse_commits(
     cluster: Cluster, etcd: Etcd
 ) -> None:
     table = ids(20_000)
-    with quiver.connect(cluster.uri("n1")) as c:
+    with cluster.client("n1") as c:
         c.put("t", table)
     # Each node reads the catalog four times a second: what it serves without etcd is what
     # it last read.
     time.sleep(2)
     etcd.stop()
-    with quiver.connect(cluster.uri("n2")) as c:
+    with cluster.client("n2") as c:
         assert c.get("t").sort_by("id").equals(table)
         started = time.monotonic()
         with pytest.raises(quiver.ServerUnavailableError, match="etcd"):
@@ -254,19 +254,20 @@ def test_with_etcd_gone_nodes_serve_what_they_have_and_refuse_commits(
 
     def commits() -> bool:
         try:
-            with quiver.connect(cluster.uri("n3")) as c:
+            with cluster.client("n3") as c:
                 c.put("t", ids(5, 20_000), mode="append")
             return True
         except quiver.ServerUnavailableError:
             return False
 
     wait_until("commits after etcd is back", commits, timeout=30)
-    with quiver.connect(cluster.uri("n1")) as c:
+    with cluster.client("n1") as c:
         assert c.get("t").num_rows == 20_005
 
 
 def test_a_node_cut_off_by_the_network_is_replaced_then_rejoins(tmp_path: Path) -> None:
-    """In a network namespace of the test's own, iptables drops everything n3 sends."""
+    """In a network namespace of the test's own, iptables drops everything n3 sends,
+    while three writers append through n1, n2 and n3 under the checker."""
     missing = [tool for tool in ("ip", "iptables") if shutil.which(tool) is None]
     if os.geteuid() != 0 or missing:
         reason = f"needs root and {', '.join(missing) or 'ip, iptables'} for a network namespace"
@@ -296,8 +297,13 @@ def test_a_node_cut_off_by_the_network_is_replaced_then_rejoins(tmp_path: Path) 
         "served while cut off",
         "healed",
         "rejoined",
+        "checked",
     ]
     assert "n3" not in steps[2]["replicas"]
+    # Appends through n1 and n2 went on after n3 was cut off, and the checker found every
+    # acknowledged one once (the script fails otherwise).
+    assert steps[-1]["acknowledged_since_cut"] > 0, steps[-1]
+    print(steps[-1])
 
 
 def test_partitions_no_version_holds_are_dropped(etcd: Etcd, tmp_path: Path) -> None:
@@ -305,15 +311,15 @@ def test_partitions_no_version_holds_are_dropped(etcd: Etcd, tmp_path: Path) -> 
     for node_id in NODES:
         nodes.start(node_id, "--orphan-grace", "1", "--query-timeout", "8")
     try:
-        with quiver.connect(nodes.uri("n1")) as c:
+        with nodes.client("n1") as c:
             c.put("t", ids(3000))
             # Handed to a reader: held for --query-timeout (8 s) from now.
-            old = info_of(nodes.uri("n1"), "t").endpoints
+            old = info_of(nodes.flight_client("n1"), "t").endpoints
             handed_out = time.monotonic()
             c.put("t", ids(10, 5000))
 
         def read_old(endpoint: flight.FlightEndpoint) -> bool:
-            client = flight.FlightClient(endpoint.locations[0].uri.decode())
+            client = nodes.flight_client(endpoint.locations[0].uri.decode())
             try:
                 client.do_get(endpoint.ticket).read_all()
                 return True
@@ -329,7 +335,7 @@ def test_partitions_no_version_holds_are_dropped(etcd: Etcd, tmp_path: Path) -> 
         assert time.monotonic() - handed_out < 7, "too slow to check the hold"
         assert all(read_old(e) for e in old)
         wait_until("old partitions dropped", lambda: not any(read_old(e) for e in old), 40)
-        with quiver.connect(nodes.uri("n2")) as c:
+        with nodes.client("n2") as c:
             assert c.get("t").equals(ids(10, 5000))
     finally:
         failures = nodes.stop_all()
@@ -343,14 +349,14 @@ def test_table_limits_bound_a_cluster_table_across_appends(etcd: Etcd, tmp_path:
     for node_id in NODES:
         nodes.start(node_id, "--max-table-rows", "100")
     try:
-        with quiver.connect(nodes.uri("n1")) as c:
+        with nodes.client("n1") as c:
             c.put("t", ids(60), partitions=3)
             c.put("t", ids(40, 60), mode="append", partitions=2)
             with pytest.raises(quiver.ResourceExhaustedError, match="--max-table-rows") as over:
                 c.put("t", ids(1, 100), mode="append")
             assert over.value.kind == "TABLE_LIMIT"
         for node_id in NODES:
-            with quiver.connect(nodes.uri(node_id)) as c:
+            with nodes.client(node_id) as c:
                 assert c.get("t").sort_by("id").equals(ids(100))
     finally:
         failures = nodes.stop_all()
@@ -362,15 +368,14 @@ def test_a_table_appended_row_by_row_keeps_a_small_catalog_entry(cluster: Cluste
     # Every append adds a partition to the table's one etcd value; past 64 the
     # small ones are merged, in order, so the value stops growing with the appends.
     appends = 300
-    uris = [cluster.uri(node_id) for node_id in NODES]
-    clients = [quiver.connect(uri) for uri in uris]
+    clients = [cluster.client(node_id) for node_id in NODES]
     try:
         clients[0].put("log", ids(1), partitions=1)
         for i in range(1, appends):
             clients[i % 3].put("log", ids(1, i), mode="append", partitions=1)
 
         def partitions() -> int:
-            metadata = info_of(uris[0], "log").app_metadata
+            metadata = info_of(cluster.flight_client(NODES[0]), "log").app_metadata
             return int(json.loads(metadata)["partitions"])
 
         wait_until("small partitions merged", lambda: partitions() <= 64, 60)
@@ -391,14 +396,14 @@ def test_a_client_on_a_nodes_host_reads_its_partitions_over_shared_memory(
         wait_until("three live nodes", lambda: len(nodes.status()["nodes"]) == 3)  # type: ignore[arg-type]
         table = ids(300_000)
         # A put in "auto" goes over gRPC (a shared-memory put would not be spread).
-        with quiver.connect(nodes.uri("n1")) as c:
+        with nodes.client("n1") as c:
             assert c.put("t", table, partitions=6).version == 1
         with (
-            quiver.connect(nodes.uri("n1"), transport="shm") as c,
+            nodes.client("n1", transport="shm") as c,
             pytest.raises(quiver.QuiverError, match="not supported on a cluster node"),
         ):
             c.put("u", ids(10))
-        info = quiver_shm_info(nodes.uri("n2"), "t")
+        info = quiver_shm_info(nodes.flight_client("n2"), "t")
         local = [e for e in info.endpoints if e.locations[0].uri.startswith(b"shm+")]
         # n2 holds four of the six partitions (two copies round a ring of three).
         assert len(local) == 4
@@ -406,9 +411,9 @@ def test_a_client_on_a_nodes_host_reads_its_partitions_over_shared_memory(
         for node_id in NODES:
             # "shm" requires shared memory: the node's own partitions come through it,
             # the others over gRPC, in table order.
-            with quiver.connect(nodes.uri(node_id), transport="shm") as c:
+            with nodes.client(node_id, transport="shm") as c:
                 assert c.get("t").equals(table)
-            with quiver.connect(nodes.uri(node_id)) as c:
+            with nodes.client(node_id) as c:
                 assert c.get("t").equals(table)
     finally:
         failures = nodes.stop_all()
@@ -416,9 +421,9 @@ def test_a_client_on_a_nodes_host_reads_its_partitions_over_shared_memory(
             pytest.fail("\n".join(failures), pytrace=False)
 
 
-def quiver_shm_info(uri: str, name: str) -> flight.FlightInfo:
-    """GetFlightInfo as a quiver client on this host asks it: shared memory wanted."""
-    client = flight.FlightClient(uri)
+def quiver_shm_info(client: flight.FlightClient, name: str) -> flight.FlightInfo:
+    """GetFlightInfo through ``client`` (closed after) as a quiver client on this host asks
+    it: shared memory wanted."""
     try:
         options = flight.FlightCallOptions(headers=[TRANSPORT_HEADER])
         return client.get_flight_info(flight.FlightDescriptor.for_path(name), options)
@@ -430,7 +435,7 @@ def test_a_single_node_without_cluster_is_unchanged(start_quiver) -> None:  # ty
     server = start_quiver()
     with quiver.connect(server.uri) as c:
         c.put("t", ids(10))
-        info = info_of(server.uri, "t")
+        info = info_of(flight.FlightClient(server.uri), "t")
         assert "cluster" not in json.loads(info.app_metadata or b"{}")
     assert "cluster" not in server.log().lower()
 
@@ -443,13 +448,15 @@ def test_checker_acknowledged_appends_survive_kills_and_none_is_torn(
     for node_id in NODES:
         nodes.start(node_id, data_dir=True)
     try:
-        with quiver.connect(nodes.uri("n1")) as c:
+        with nodes.client("n1") as c:
             c.put("log", nemesis.LOG_SCHEMA.empty_table())
 
         def uri(writer: int, seq: int) -> str:
             return nodes.uri(NODES[(writer + seq) % 3])
 
-        with nemesis.Writers("log", uri, count=3, every=0.0, max_appends=200) as writers:
+        with nemesis.Writers(
+            "log", uri, count=3, every=0.0, max_appends=200, connect=nodes.client
+        ) as writers:
             deadline = time.monotonic() + 40  # bounded in time
             for victim in ("n2", "n3", "n2"):
                 if time.monotonic() > deadline:
@@ -463,14 +470,20 @@ def test_checker_acknowledged_appends_survive_kills_and_none_is_torn(
 
         def read() -> pa.Table | None:
             try:
-                with quiver.connect(nodes.uri("n1")) as c:
+                with nodes.client("n1") as c:
                     return c.get("log")
             except quiver.QuiverError:
                 return None
 
         wait_until("a whole read of the log", read, timeout=30)
         # Every acknowledged append is there once, none in part, nothing never attempted.
-        problems = nemesis.check([nodes.uri(n) for n in NODES], "log", writers.record)
+        problems = nemesis.check(
+            [nodes.uri(n) for n in NODES],
+            "log",
+            writers.record,
+            connect=nodes.client,
+            flight_client=nodes.flight_client,
+        )
         assert not problems, problems
     finally:
         failures = nodes.stop_all()
@@ -485,7 +498,7 @@ def test_apply_reads_every_partition_of_a_cluster_table(etcd: Etcd, tmp_path: Pa
         for node_id in NODES:
             cluster.start(node_id, *function_flags(workers=1))
         wait_until("three live nodes", lambda: len(cluster.status()["nodes"]) == 3)  # type: ignore[arg-type]
-        with quiver.connect(cluster.uri("n2")) as c:
+        with cluster.client("n2") as c:
             put = c.put("features", table, partitions=3)
             # Each node holds some partitions, none all: apply must read them from the others.
             result = c.apply("score", source="features", into="scores")
@@ -496,7 +509,7 @@ def test_apply_reads_every_partition_of_a_cluster_table(etcd: Etcd, tmp_path: Pa
         expected = expected_scores(table)
         np.testing.assert_array_equal(streamed["score"].to_numpy(), expected)
         # The results are a cluster table, read whole through any node.
-        with quiver.connect(cluster.uri("n3")) as c:
+        with cluster.client("n3") as c:
             np.testing.assert_array_equal(c.get("scores")["score"].to_numpy(), expected)
         status = cluster.status()
         assert status["under_replicated"] == 0

@@ -3,7 +3,8 @@
 Real etcd, three real nodes on 127.0.0.1-3 (cluster_helpers.py), faults a user meets:
 a node paused (SIGSTOP) for less and for more than its lease, a node killed in the
 middle of steady appends, a second process started with a live node's id, the node a
-put goes through frozen while it copies. The checker of nemesis.py reads every
+put goes through frozen while it copies, etcd restarted. (A network partition runs in a
+namespace of its own: test_cluster.py.) The checker of nemesis.py reads every
 acknowledged append back through every node and every listed copy.
 """
 
@@ -67,7 +68,7 @@ def test_a_put_while_a_replica_is_paused_keeps_every_acknowledged_row(
         resume = threading.Timer(5.0, nodes.resume, args=("n3",))
         resume.start()
         try:
-            with quiver.connect(nodes.uri("n1"), timeout=30) as c:
+            with nodes.client("n1", timeout=30) as c:
                 assert c.put("t", table, partitions=6).version == 1
         finally:
             resume.join()
@@ -75,9 +76,9 @@ def test_a_put_while_a_replica_is_paused_keeps_every_acknowledged_row(
         time.sleep(4.0)
         wait_until("every partition fully replicated", lambda: fully_replicated(nodes), 30)
         for uri in uris(nodes):
-            with quiver.connect(uri) as c:
+            with nodes.client(uri) as c:
                 assert c.get("t").equals(table), uri
-        for at, copy in every_copy(nodes.uri("n2"), "t"):
+        for at, copy in every_copy(nodes.uri("n2"), "t", nodes.flight_client):
             assert not isinstance(copy, str), f"{at}: {copy}"
     finally:
         stop_cluster(nodes)
@@ -88,11 +89,13 @@ def test_appends_go_on_when_a_node_is_killed(etcd: Etcd, tmp_path: Path) -> None
     partitions have other places to go, so no append waits for its lease to end."""
     nodes = start_cluster(etcd, tmp_path)
     try:
-        with quiver.connect(nodes.uri("n1")) as c:
+        with nodes.client("n1") as c:
             c.put("log", LOG_SCHEMA.empty_table())
         query_failures: list[str] = []
         queries = 0
-        with Writers("log", lambda w, s: nodes.uri("n1"), count=1, every=0.1) as writers:
+        with Writers(
+            "log", lambda w, s: nodes.uri("n1"), count=1, every=0.1, connect=nodes.client
+        ) as writers:
             time.sleep(2.0)
             killed_at = time.monotonic()
             nodes.kill("n3")
@@ -100,7 +103,7 @@ def test_appends_go_on_when_a_node_is_killed(etcd: Etcd, tmp_path: Path) -> None
             while time.monotonic() < deadline:
                 queries += 1
                 try:
-                    with quiver.connect(nodes.uri("n2"), timeout=10) as c:
+                    with nodes.client("n2", timeout=10) as c:
                         c.sql("SELECT count(*) AS n, sum(seq) AS s FROM log")
                 except quiver.QuiverError as error:
                     query_failures.append(str(error)[:300])
@@ -111,7 +114,7 @@ def test_appends_go_on_when_a_node_is_killed(etcd: Etcd, tmp_path: Path) -> None
         assert len(record.acknowledged) > 40
         assert len(after_kill) <= 1, after_kill
         assert len(query_failures) <= 1, (queries, query_failures)
-        assert not check(uris(nodes), "log", record)
+        assert not check(uris(nodes), "log", record, nodes.client, nodes.flight_client)
         print(f"p99 append after the kill: {p99(latencies):.3f} s; queries {queries}")
     finally:
         stop_cluster(nodes)
@@ -120,7 +123,7 @@ def test_appends_go_on_when_a_node_is_killed(etcd: Etcd, tmp_path: Path) -> None
 def test_a_second_process_with_a_live_nodes_id_refuses_to_start(etcd: Etcd, tmp_path: Path) -> None:
     nodes = start_cluster(etcd, tmp_path)
     try:
-        with quiver.connect(nodes.uri("n1")) as c:
+        with nodes.client("n1") as c:
             c.put("t", ids(3000))
         duplicate = subprocess.run(
             [
@@ -132,6 +135,7 @@ def test_a_second_process_with_a_live_nodes_id_refuses_to_start(etcd: Etcd, tmp_
                 "off",
                 "--cluster",
                 etcd.url,
+                *nodes.access_flags("n2"),
                 "--node-id",
                 "n2",
                 "--lease-ttl",
@@ -142,13 +146,13 @@ def test_a_second_process_with_a_live_nodes_id_refuses_to_start(etcd: Etcd, tmp_
             timeout=30,
         )
         assert duplicate.returncode != 0
-        assert "node id 'n2' is in use by a live node at grpc+tcp://127.0.0.2:" in (
+        assert f"node id 'n2' is in use by a live node at {nodes.uri('n2')}" in (
             duplicate.stderr
         ), duplicate.stderr[-2000:]
         # The original is untouched: listed, holding its copies, taking puts.
         status = nodes.status()
         assert sorted(n["id"] for n in status["nodes"]) == ["n1", "n2", "n3"]  # type: ignore[index, union-attr]
-        with quiver.connect(nodes.uri("n2")) as c:
+        with nodes.client("n2") as c:
             c.put("u", ids(3000))
             assert c.get("t").equals(ids(3000))
         assert fully_replicated(nodes)
@@ -177,9 +181,15 @@ def test_a_node_paused_past_its_lease_rejoins_and_nothing_acknowledged_is_lost(
     lease, and a commit without its intent is refused."""
     nodes = start_cluster(etcd, tmp_path, "--orphan-grace", "1")
     try:
-        with quiver.connect(nodes.uri("n1")) as c:
+        with nodes.client("n1") as c:
             c.put("log", LOG_SCHEMA.empty_table())
-        with Writers("log", lambda w, s: nodes.uri(NODES[w % 3]), count=3, every=0.05) as writers:
+        with Writers(
+            "log",
+            lambda w, s: nodes.uri(NODES[w % 3]),
+            count=3,
+            every=0.05,
+            connect=nodes.client,
+        ) as writers:
             for victim, pause in (("n3", 1.0), ("n1", 5.0), ("n2", 5.0)):
                 time.sleep(1.0)
                 nodes.pause(victim)
@@ -189,8 +199,52 @@ def test_a_node_paused_past_its_lease_rejoins_and_nothing_acknowledged_is_lost(
         wait_until("three live nodes", lambda: len(nodes.status()["nodes"]) == 3)  # type: ignore[arg-type]
         wait_until("every partition fully replicated", lambda: fully_replicated(nodes), 30)
         assert len(writers.record.acknowledged) > 30
-        problems = check(uris(nodes), "log", writers.record)
+        problems = check(uris(nodes), "log", writers.record, nodes.client, nodes.flight_client)
         assert not problems, problems
+    finally:
+        stop_cluster(nodes)
+
+
+def test_etcd_restarted_under_steady_appends_loses_nothing_acknowledged(
+    etcd: Etcd, tmp_path: Path
+) -> None:
+    """Appends through all three nodes while etcd is stopped twice and started again on
+    its data: for 1 s, and for 5 s (past the nodes' 2 s lease). Commits fail while it
+    is gone; afterwards the nodes register again, appends are acknowledged again, and
+    every acknowledged append is there exactly once."""
+    nodes = start_cluster(etcd, tmp_path, "--orphan-grace", "1")
+    try:
+        with nodes.client("n1") as c:
+            c.put("log", LOG_SCHEMA.empty_table())
+        with Writers(
+            "log",
+            lambda w, s: nodes.uri(NODES[(w + s) % 3]),
+            count=3,
+            every=0.05,
+            connect=nodes.client,
+        ) as writers:
+            outages = []
+            for down in (1.0, 5.0):
+                time.sleep(1.5)
+                etcd.stop()
+                stopped = time.monotonic()
+                time.sleep(down)
+                etcd.start()
+                outages.append((stopped, time.monotonic()))
+            back = time.monotonic()
+            time.sleep(4.0)
+        wait_until("three live nodes", lambda: len(nodes.status()["nodes"]) == 3)  # type: ignore[arg-type]
+        record = writers.record
+        during = [f for start, end in outages for f in record.failures_between(start, end)]
+        after = [t for t, _ in record.latencies if t > back]
+        print(
+            f"acknowledged {len(record.acknowledged)}, failed {len(record.failed)} "
+            f"({len(during)} while etcd was down), acknowledged after: {len(after)}"
+        )
+        assert after, "no append was acknowledged after etcd came back"
+        problems = check(uris(nodes), "log", record, nodes.client, nodes.flight_client)
+        assert not problems, problems
+        wait_until("every partition fully replicated", lambda: fully_replicated(nodes), 30)
     finally:
         stop_cluster(nodes)
 
@@ -200,10 +254,10 @@ def test_a_put_retried_with_its_request_id_is_committed_once(etcd: Etcd, tmp_pat
     the same request id: it gets the first commit's result, and the rows are there once."""
     nodes = start_cluster(etcd, tmp_path)
     try:
-        with quiver.connect(nodes.uri("n1")) as c:
+        with nodes.client("n1") as c:
             c.put("log", ids(10))
             first = c.put("log", ids(5, 100), mode="append", request_id="append-1")
-        with quiver.connect(nodes.uri("n2")) as c:
+        with nodes.client("n2") as c:
             again = c.put("log", ids(5, 100), mode="append", request_id="append-1")
             assert again == first
             assert c.get("log").num_rows == 15

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import time
 from pathlib import Path
 
@@ -22,7 +21,7 @@ import pyarrow.flight as flight
 import pytest
 
 import quiver
-from cluster_helpers import NODES, Cluster, Etcd, wait_until
+from cluster_helpers import NODES, Cluster, Etcd, quiver_cluster, wait_until
 from security_helpers import (
     DATA,
     OTHER_ACTIONS,
@@ -38,7 +37,6 @@ from security_helpers import (
     refused_with,
     sql_update,
 )
-from server_process import quiver_bin
 from test_cluster_security import serve_fails
 
 #: What starts every ticket quiver issues (crates/quiver-flight/src/ticket.rs).
@@ -244,14 +242,6 @@ def test_a_cluster_with_users_needs_one_token_secret(etcd: Etcd, tmp_path: Path)
     users, _ = make_users(tmp_path)
     error = serve_fails(etcd, tmp_path, "--cluster", etcd.url, "--users", str(users))
     assert "--token-secret-file" in error, error
-
-
-def quiver_cluster(*args: str) -> None:
-    """Run ``quiver cluster ARGS``; it must succeed."""
-    done = subprocess.run(
-        [str(quiver_bin()), "cluster", *args], capture_output=True, text=True, timeout=60
-    )
-    assert done.returncode == 0, done.stderr
 
 
 def test_a_cluster_with_tls_between_its_nodes(etcd: Etcd, tmp_path: Path) -> None:

@@ -9,7 +9,6 @@ made by the openssl tool (security_helpers.make_certs); etcd's users by ``etcdct
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
@@ -18,82 +17,20 @@ import pyarrow as pa
 import pytest
 
 import quiver
-from cluster_helpers import Cluster, Etcd
-from security_helpers import Certs, make_certs
+from cluster_helpers import ETCD_USER, Cluster, Etcd, etcd_flags, start_secured_etcd
+from security_helpers import Certs
 from server_process import quiver_bin
-
-ETCD_USER, ETCD_PASSWORD = "quiver", "etcd-secret-pw"
-
-
-def etcdctl(etcd: Etcd, certs: Certs, *args: str) -> None:
-    """Run ``etcdctl`` on ``etcd`` with the test client's certificate; it must succeed."""
-    binary = shutil.which("etcdctl")
-    if binary is None:
-        pytest.fail("etcdctl not found: scripts/install-cluster-tools.sh installs it")
-    result = subprocess.run(
-        [
-            binary,
-            f"--endpoints={etcd.client_url}",
-            f"--cacert={certs.ca}",
-            f"--cert={certs.client_cert}",
-            f"--key={certs.client_key}",
-            *args,
-        ],
-        capture_output=True,
-        text=True,
-        timeout=30,
-        env={**os.environ, "ETCDCTL_API": "3"},
-        check=False,
-    )
-    assert result.returncode == 0, f"etcdctl {args}: {result.stderr}"
 
 
 @pytest.fixture
 def secured_etcd(tmp_path: Path) -> Iterator[tuple[Etcd, Certs, Path]]:
     """etcd over TLS that checks client certificates, with authentication on; a user
     ``quiver`` whose role reads and writes ``/quiver/`` only; its password file."""
-    (tmp_path / "pki").mkdir()
-    certs = make_certs(tmp_path / "pki")
-    etcd = Etcd(
-        tmp_path / "etcd",
-        tls=True,
-        extra_args=(
-            f"--cert-file={certs.server_cert}",
-            f"--key-file={certs.server_key}",
-            f"--trusted-ca-file={certs.ca}",
-            "--client-cert-auth",
-        ),
-    )
-    etcd.start()
+    etcd, certs, password_file = start_secured_etcd(tmp_path)
     try:
-        etcdctl(etcd, certs, "user", "add", "root:root-pw")
-        etcdctl(etcd, certs, "user", "add", f"{ETCD_USER}:{ETCD_PASSWORD}")
-        etcdctl(etcd, certs, "role", "add", "quiver")
-        grant = ("role", "grant-permission", "quiver", "--prefix=true", "readwrite", "/quiver/")
-        etcdctl(etcd, certs, *grant)
-        etcdctl(etcd, certs, "user", "grant-role", ETCD_USER, "quiver")
-        etcdctl(etcd, certs, "auth", "enable")
-        password_file = tmp_path / "etcd-password"
-        password_file.write_text(ETCD_PASSWORD + "\n")
-        password_file.chmod(0o600)
         yield etcd, certs, password_file
     finally:
         etcd.stop()
-
-
-def etcd_flags(certs: Certs, password_file: Path) -> tuple[str, ...]:
-    return (
-        "--etcd-ca",
-        str(certs.ca),
-        "--etcd-cert",
-        str(certs.client_cert),
-        "--etcd-key",
-        str(certs.client_key),
-        "--etcd-user",
-        ETCD_USER,
-        "--etcd-password-file",
-        str(password_file),
-    )
 
 
 def serve_fails(etcd: Etcd, tmp_path: Path, *flags: str) -> str:

@@ -80,36 +80,38 @@ def single(tmp_path: Path) -> Iterator[Server]:
 
 def spread(cluster: Cluster) -> None:
     """Put the tables through n1: trips in six partitions over the three nodes."""
-    with quiver.connect(cluster.uri("n1")) as c:
+    with cluster.client("n1") as c:
         c.put("trips", trips(), partitions=6)
         c.put("vendors", vendors())
 
 
-def sql(uri: str, query: str) -> pa.Table:
-    with quiver.connect(uri) as c:
-        return c.sql(query)
+def sql(client: quiver.Client, query: str) -> pa.Table:
+    """``query``'s result through ``client``, which it closes."""
+    with client:
+        return client.sql(query)
 
 
-def explain(uri: str, query: str) -> str:
-    """The distributed plan ``query`` ran with (EXPLAIN ANALYZE: plain EXPLAIN shows the
-    plan before the distributed planner cuts it into stages)."""
-    plan = sql(uri, f"EXPLAIN ANALYZE {query}")
+def explain(client: quiver.Client, query: str) -> str:
+    """The distributed plan ``query`` ran with through ``client``, which it closes
+    (EXPLAIN ANALYZE: plain EXPLAIN shows the plan before the distributed planner cuts
+    it into stages)."""
+    plan = sql(client, f"EXPLAIN ANALYZE {query}")
     return "\n".join(str(row) for row in plan.column("plan").to_pylist())
 
 
 def test_distributed_queries_give_the_single_node_results(cluster: Cluster, single: Server) -> None:
     spread(cluster)
-    expected = {name: sql(single.uri, query) for name, query in QUERIES.items()}
+    expected = {name: sql(quiver.connect(single.uri), query) for name, query in QUERIES.items()}
     assert expected["distinct"].column("n").to_pylist() == [ROWS]
     for node_id in NODES:
         for name, query in QUERIES.items():
-            got = sql(cluster.uri(node_id), query)
+            got = sql(cluster.client(node_id), query)
             assert got.equals(expected[name]), f"{name} through {node_id}:\n{got}\n{expected[name]}"
 
 
 def test_the_plan_runs_scans_on_the_nodes_holding_the_partitions(cluster: Cluster) -> None:
     spread(cluster)
-    plan = explain(cluster.uri("n2"), QUERIES["join"])
+    plan = explain(cluster.client("n2"), QUERIES["join"])
     assert "DistributedExec" in plan, plan
     # The small side is broadcast to the tasks scanning the large one.
     assert "NetworkBroadcastExec" in plan, plan
@@ -119,7 +121,7 @@ def test_the_plan_runs_scans_on_the_nodes_holding_the_partitions(cluster: Cluste
     assert {line.split("node=")[1].strip() for line in scans} == set(NODES), plan
     assert all(f"partitions=2, rows={ROWS // 3}" in line for line in scans), plan
     # Both sides of a join of two large inputs are shuffled by key between the nodes.
-    plan = explain(cluster.uri("n1"), QUERIES["shuffle_join"])
+    plan = explain(cluster.client("n1"), QUERIES["shuffle_join"])
     assert plan.count("NetworkShuffleExec") >= 2, plan
 
 
@@ -127,7 +129,7 @@ def test_a_lost_node_gives_whole_results_or_unavailable_then_is_left_out(
     cluster: Cluster, single: Server
 ) -> None:
     spread(cluster)
-    expected = sql(single.uri, QUERIES["join"])
+    expected = sql(quiver.connect(single.uri), QUERIES["join"])
     cluster.kill("n3")
     # Until n3's lease ends it is still a worker: a query routed to it fails with
     # UNAVAILABLE (worth a retry), never with a wrong or partial result. Now and then
@@ -140,7 +142,7 @@ def test_a_lost_node_gives_whole_results_or_unavailable_then_is_left_out(
         if time.monotonic() > deadline or len(cluster.status()["nodes"]) == 2:  # type: ignore[arg-type]
             break
         try:
-            got = sql(cluster.uri("n1"), QUERIES["join"])
+            got = sql(cluster.client("n1"), QUERIES["join"])
         except quiver.QuiverError as error:
             outcomes.append(f"{error.code}: {error}")
         else:
@@ -158,12 +160,12 @@ def test_a_lost_node_gives_whole_results_or_unavailable_then_is_left_out(
     wait_until("n3's lease to end", lambda: len(cluster.status()["nodes"]) == 2)  # type: ignore[arg-type]
     # Every partition has a copy on n1 or n2 (two replicas); the scans read those.
     for node_id in ("n1", "n2"):
-        assert sql(cluster.uri(node_id), QUERIES["join"]).equals(expected)
+        assert sql(cluster.client(node_id), QUERIES["join"]).equals(expected)
 
 
 def test_sql_lists_the_cluster_tables_and_refuses_writes(cluster: Cluster) -> None:
     spread(cluster)
-    with quiver.connect(cluster.uri("n3")) as c:
+    with cluster.client("n3") as c:
         names = c.sql(
             "SELECT table_name FROM information_schema.tables "
             "WHERE table_schema = 'public' ORDER BY table_name"
@@ -178,3 +180,26 @@ def test_sql_lists_the_cluster_tables_and_refuses_writes(cluster: Cluster) -> No
             c.sql("SELECT * FROM missing")
         # Nothing changed.
         assert c.get("vendors").equals(vendors())
+
+
+def test_adbc_bulk_ingest_spreads_a_cluster_table(cluster: Cluster) -> None:
+    """Flight SQL bulk ingest (ADBC's ``adbc_ingest``) is a put like any other: spread over
+    the nodes, replicated, published in the catalog, with the ingest's modes."""
+    rows = vendors()
+    with cluster.adbc("n1") as conn, conn.cursor() as cur:
+        assert cur.adbc_ingest("ingested", rows, mode="create") == rows.num_rows
+        with pytest.raises(Exception, match="already exists"):
+            cur.adbc_ingest("ingested", rows, mode="create")
+        assert cur.adbc_ingest("ingested", rows.slice(0, 3), mode="append") == 3
+        assert cur.adbc_ingest("fresh", rows, mode="create_append") == rows.num_rows
+    expected = pa.concat_tables([rows, rows.slice(0, 3)])
+    for node in NODES:
+        with cluster.client(node) as c:
+            got = c.get("ingested")
+            assert got.sort_by("vendor").equals(expected.sort_by("vendor")), node
+            assert c.get("fresh").sort_by("vendor").equals(rows.sort_by("vendor")), node
+    status = cluster.status()
+    assert status["under_replicated"] == 0, status
+    # Nothing of the ingest is left as a table of one node's store.
+    with cluster.client("n2") as c:
+        assert sorted(t.name for t in c.list_tables()) == ["fresh", "ingested"]
