@@ -20,7 +20,7 @@ use arrow::datatypes::SchemaRef;
 use arrow_flight::encode::{DictionaryHandling, FlightDataEncoderBuilder};
 use arrow_flight::error::FlightError;
 use arrow_flight::flight_service_client::FlightServiceClient;
-use futures::TryStreamExt;
+use futures::StreamExt;
 use quiver_flight::auth::{NODE_HEADER, NodeKey};
 use tonic::Status;
 use tonic::body::Body;
@@ -314,27 +314,52 @@ impl Peers {
         let mut client = FlightServiceClient::new(channel)
             .max_decoding_message_size(usize::MAX)
             .max_encoding_message_size(usize::MAX);
-        // Encoded before the call: a stream that failed halfway would end
-        // the request cleanly, and the replica would store part of the rows.
-        let data: Vec<_> = FlightDataEncoderBuilder::new()
+        // Encoded as the call sends, a batch at a time: no second copy of
+        // the partition in memory. A stream that ended early would end the
+        // request cleanly and the replica would store part of the rows, so
+        // an encoding error ends the call instead (the replica sees the
+        // stream broken off and stores nothing).
+        let (failed, encoding) = tokio::sync::oneshot::channel();
+        let encoded = FlightDataEncoderBuilder::new()
             .with_schema(schema)
             // Dictionaries stay dictionaries (the default would decode them).
             .with_dictionary_handling(DictionaryHandling::Resend)
             .with_flight_descriptor(Some(quiver_flight::partition_descriptor(name)))
             .build(futures::stream::iter(
                 batches.into_iter().map(Ok::<_, FlightError>),
-            ))
-            .try_collect()
-            .await
-            .map_err(|e| Status::internal(format!("encoding partition {name}: {e}")))?;
+            ));
+        let data = futures::stream::unfold(
+            (encoded, Some(failed)),
+            |(mut encoded, mut failed)| async move {
+                match encoded.next().await? {
+                    Ok(data) => Some((data, (encoded, failed))),
+                    Err(e) => {
+                        if let Some(failed) = failed.take() {
+                            let _ = failed.send(e);
+                        }
+                        futures::future::pending().await
+                    }
+                }
+            },
+        );
         let deadline = copy_deadline(bytes);
         let call = async {
-            let mut answers = client
-                .do_put(futures::stream::iter(data))
-                .await?
-                .into_inner();
+            let mut answers = client.do_put(data).await?.into_inner();
             while answers.message().await?.is_some() {}
             Ok::<_, Status>(())
+        };
+        let encoding_failed = async {
+            match encoding.await {
+                Ok(e) => Status::internal(format!("encoding partition {name}: {e}")),
+                // The whole stream was encoded.
+                Err(_) => futures::future::pending().await,
+            }
+        };
+        let call = async {
+            tokio::select! {
+                result = call => result,
+                status = encoding_failed => Err(status),
+            }
         };
         let result = tokio::time::timeout(deadline, call)
             .await
