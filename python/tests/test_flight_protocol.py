@@ -174,6 +174,10 @@ def test_list_actions(flight_client: flight.FlightClient) -> None:
         "CancelQuery",
         # Served functions (docs/functions.md)
         "list-functions",
+        # Flight's sessions
+        "SetSessionOptions",
+        "GetSessionOptions",
+        "CloseSession",
     }
     assert all(actions.values())
 

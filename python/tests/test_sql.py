@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import datetime as dt
+import json
 import subprocess
 from pathlib import Path
 
+import adbc_driver_flightsql
 import adbc_driver_flightsql.dbapi as flight_sql
 import pandas as pd
 import polars as pl
@@ -16,7 +18,7 @@ import pytest
 
 import quiver
 from quiver import _sql
-from server_process import ServerFactory, quiver_bin
+from server_process import Server, ServerFactory, quiver_bin
 
 
 def trips(rows: int = 1000) -> pa.Table:
@@ -219,3 +221,45 @@ def test_adbc_statement_update_and_errors(uri: str, stored: pa.Table) -> None:
         cur.execute("DROP TABLE copy")
         with pytest.raises(flight_sql.Error):
             cur.execute("SELECT * FROM copy")
+
+
+def test_flight_session_actions_through_adbc(server: Server) -> None:
+    """ADBC's session options go through SetSessionOptions/GetSessionOptions, and its close
+    through CloseSession: quiver has one catalog and one schema to set."""
+    options = adbc_driver_flightsql.ConnectionOptions
+    prefix = options.OPTION_SESSION_OPTION_PREFIX.value
+    with flight_sql.connect(adbc_uri(server.uri), autocommit=True) as conn:
+        conn.adbc_connection.set_options(**{f"{prefix}schema": "public"})
+        got = json.loads(conn.adbc_connection.get_option(options.OPTION_SESSION_OPTIONS.value))
+        assert got == {"catalog": "quiver", "schema": "public"}
+        with pytest.raises(flight_sql.Error, match="schema"):
+            conn.adbc_connection.set_options(**{f"{prefix}schema": "elsewhere"})
+        with pytest.raises(flight_sql.Error, match="nonsense"):
+            conn.adbc_connection.set_options(**{f"{prefix}nonsense": "1"})
+        with conn.cursor() as cur:
+            cur.execute("SELECT 1 AS one")
+            assert cur.fetchall() == [(1,)]
+    # Every session action was answered, the close's included.
+    assert 'failed rpc="DoAction"' not in server.log()
+
+
+def test_flight_session_actions_raw(flight_client: flight.FlightClient) -> None:
+    """The session actions over plain pyarrow: a session is started by SetSessionOptions
+    (its cookie in set-cookie), ended by CloseSession; an action quiver does not offer
+    is UNIMPLEMENTED."""
+    # CloseSessionResult{status: CLOSED}: field 1, varint 1.
+    closed = b"\x08\x01"
+    results = list(flight_client.do_action(flight.Action("CloseSession", b"")))
+    assert [r.body.to_pybytes() for r in results] == [closed]
+    # GetSessionOptionsResult without a session: the defaults.
+    got = list(flight_client.do_action(flight.Action("GetSessionOptions", b"")))
+    body = got[0].body.to_pybytes()
+    assert b"catalog" in body and b"quiver" in body and b"schema" in body and b"public" in body
+    # An unknown session is NOT_FOUND.
+    options = flight.FlightCallOptions(headers=[(b"cookie", b"arrow_flight_session_id=nope")])
+    with pytest.raises(KeyError, match="no session"):
+        list(flight_client.do_action(flight.Action("GetSessionOptions", b""), options))
+    with pytest.raises(NotImplementedError, match="RenewFlightEndpoint"):
+        list(flight_client.do_action(flight.Action("RenewFlightEndpoint", b"")))
+    actions = {a.type for a in flight_client.list_actions()}
+    assert {"SetSessionOptions", "GetSessionOptions", "CloseSession"} <= actions

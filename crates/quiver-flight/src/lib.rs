@@ -33,6 +33,7 @@ mod requests;
 mod rpc_log;
 pub mod server;
 mod service;
+mod session;
 mod sql;
 pub mod tables;
 pub mod ticket;

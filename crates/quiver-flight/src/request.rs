@@ -18,6 +18,7 @@ use prost::Message;
 use serde::Deserialize;
 
 use crate::auth::Role;
+use crate::session::SessionAction;
 use crate::ticket::TableTicket;
 use crate::{Error, PutOptions, Result, sql, table_name};
 
@@ -209,6 +210,12 @@ pub(crate) enum ActionKind {
     CancelQuery,
     /// The functions served, with their schemas.
     ListFunctions,
+    /// Flight: set options of the caller's session (starting one).
+    SetSessionOptions,
+    /// Flight: the options of the caller's session.
+    GetSessionOptions,
+    /// Flight: end the caller's session.
+    CloseSession,
 }
 
 /// Why a Flight SQL action quiver knows but does not offer is refused.
@@ -224,7 +231,7 @@ fn unsupported(kind: &str) -> Option<String> {
 
 impl ActionKind {
     /// Every kind, in the order ListActions gives them.
-    pub(crate) const ALL: [ActionKind; 11] = [
+    pub(crate) const ALL: [ActionKind; 14] = [
         Self::Delete,
         Self::Rename,
         Self::Publish,
@@ -236,6 +243,9 @@ impl ActionKind {
         Self::CancelFlightInfo,
         Self::CancelQuery,
         Self::ListFunctions,
+        Self::SetSessionOptions,
+        Self::GetSessionOptions,
+        Self::CloseSession,
     ];
 
     /// The action's type, as clients send it.
@@ -252,6 +262,9 @@ impl ActionKind {
             Self::CancelFlightInfo => "CancelFlightInfo",
             Self::CancelQuery => "CancelQuery",
             Self::ListFunctions => "list-functions",
+            Self::SetSessionOptions => "SetSessionOptions",
+            Self::GetSessionOptions => "GetSessionOptions",
+            Self::CloseSession => "CloseSession",
         }
     }
 
@@ -289,6 +302,18 @@ impl ActionKind {
                 "The functions served (DoExchange {\"function\": NAME}). Result: JSON \
                  {functions: [{name, description, input_schema, output_schema, ...}], workers}."
             }
+            Self::SetSessionOptions => {
+                "Set session options (catalog \"quiver\", schema \"public\"); starts a session, \
+                 named by the cookie arrow_flight_session_id. Request: SetSessionOptionsRequest. \
+                 Result: SetSessionOptionsResult."
+            }
+            Self::GetSessionOptions => {
+                "The session's options. Request: GetSessionOptionsRequest. Result: \
+                 GetSessionOptionsResult."
+            }
+            Self::CloseSession => {
+                "End the session. Request: CloseSessionRequest. Result: CloseSessionResult."
+            }
         }
     }
 
@@ -310,7 +335,7 @@ impl ActionKind {
             return Err(Error::Unimplemented(why));
         }
         let known: Vec<&str> = Self::ALL.iter().map(|k| k.name()).collect();
-        Err(Error::invalid(format!(
+        Err(Error::Unimplemented(format!(
             "unknown action {:?}; known actions: {}",
             kind.chars().take(100).collect::<String>(),
             known.join(", ")
@@ -391,6 +416,7 @@ pub(crate) enum ActionRequest {
     Sql(SqlAction),
     /// `list-functions`.
     ListFunctions,
+    Session(SessionAction),
 }
 
 impl ActionRequest {
@@ -418,6 +444,9 @@ impl ActionRequest {
             ActionKind::Health => Self::Health,
             ActionKind::ShmPut => Self::ShmPut(shm_put(body)?),
             ActionKind::ListFunctions => Self::ListFunctions,
+            ActionKind::SetSessionOptions => Self::Session(SessionAction::set(body)?),
+            ActionKind::GetSessionOptions => Self::Session(SessionAction::Get),
+            ActionKind::CloseSession => Self::Session(SessionAction::Close),
             ActionKind::CreatePreparedStatement => {
                 Self::Sql(SqlAction::CreatePrepared(unpack(body)?))
             }
@@ -504,7 +533,7 @@ mod tests {
             assert_eq!(ActionKind::parse(kind.name()).unwrap(), kind);
         }
         let unknown = ActionKind::parse("nope").unwrap_err();
-        assert!(matches!(unknown, Error::InvalidArgument(_)), "{unknown}");
+        assert!(matches!(unknown, Error::Unimplemented(_)), "{unknown}");
         assert!(
             unknown
                 .to_string()

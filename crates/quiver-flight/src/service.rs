@@ -34,6 +34,7 @@ use crate::request::{
     ActionKind, ActionRequest, Described, ShmPut, TableAction, Ticketed, partition_not_here,
 };
 use crate::rpc_log::{MAX_LOGGED_TEXT, RpcLog, handle, logged, truncated};
+use crate::session::Sessions;
 use crate::sql::{Batches, FlightSql};
 use crate::tables::{LocalTables, Tables};
 use crate::ticket::TableTicket;
@@ -77,6 +78,8 @@ pub struct QuiverService {
     sql: Arc<FlightSql>,
     body_pool: BodyPool,
     started: Instant,
+    /// Flight sessions (the session actions).
+    sessions: Arc<Sessions>,
 }
 
 type BoxedStream<T> = Pin<Box<dyn Stream<Item = Result<T, Status>> + Send + 'static>>;
@@ -113,6 +116,7 @@ impl QuiverService {
             body_pool,
             options: Arc::new(options),
             started: Instant::now(),
+            sessions: Arc::default(),
         }
     }
 
@@ -263,19 +267,39 @@ impl QuiverService {
         .into())
     }
 
-    /// Runs a DoAction: the caller's role is checked against the action's
-    /// kind before its body is read.
+    /// Runs a DoAction in the Flight session `session` names: the caller's
+    /// role is checked against the action's kind before its body is read.
+    /// Returns the results' bodies, and the cookie of a session it started.
     async fn action(
         &self,
         caller: Result<Caller>,
         action: &Action,
+        session: Option<&str>,
         log: &mut RpcLog,
-    ) -> Result<Vec<Bytes>> {
+    ) -> Result<(Vec<Bytes>, Option<String>)> {
         let caller = caller?;
         let kind = ActionKind::parse(&action.r#type)?;
         caller.require(kind.role(), &format!("action '{}'", kind.name()))?;
-        match ActionRequest::decode(kind, &action.body)? {
-            ActionRequest::ShmPut(request) => Ok(vec![self.shm_put(request, &caller)?]),
+        let bodies = match ActionRequest::decode(kind, &action.body)? {
+            ActionRequest::Session(request) => {
+                let answer = self.sessions.run(request, session, &caller.name)?;
+                return Ok((vec![answer.body], answer.set_cookie));
+            }
+            request => self.run_action(&caller, kind, request, log).await?,
+        };
+        Ok((bodies, None))
+    }
+
+    /// Runs a DoAction other than the session actions.
+    async fn run_action(
+        &self,
+        caller: &Caller,
+        kind: ActionKind,
+        request: ActionRequest,
+        log: &mut RpcLog,
+    ) -> Result<Vec<Bytes>> {
+        match request {
+            ActionRequest::ShmPut(request) => Ok(vec![self.shm_put(request, caller)?]),
             ActionRequest::ListFunctions => Ok(vec![self.list_functions()]),
             ActionRequest::Sql(request) => {
                 log.table(kind.name());
@@ -293,6 +317,9 @@ impl QuiverService {
                 self.started,
             )]),
             ActionRequest::Health => Ok(vec![actions::health(self.started)]),
+            ActionRequest::Session(_) => Err(Error::Internal(
+                "a session action outside its session".into(),
+            )),
         }
     }
 
@@ -806,13 +833,20 @@ impl FlightService for QuiverService {
     ) -> Result<Response<Self::DoActionStream>, Status> {
         handle("DoAction", |mut log| async move {
             let caller = Caller::of(request.extensions());
+            let session = crate::session::session_id(request.metadata());
             let action = request.into_inner();
-            let result = self.action(caller, &action, &mut log).await;
-            let bodies = log.outcome(result.map_err(Status::from))?;
+            let result = self
+                .action(caller, &action, session.as_deref(), &mut log)
+                .await;
+            let (bodies, set_cookie) = log.outcome(result.map_err(Status::from))?;
             let results = bodies
                 .into_iter()
                 .map(|body| Ok(arrow_flight::Result { body }));
-            Ok(Response::new(stream::iter(results).boxed()))
+            let mut response = Response::new(stream::iter(results).boxed());
+            if let Some(cookie) = set_cookie.and_then(|c| c.parse().ok()) {
+                response.metadata_mut().insert("set-cookie", cookie);
+            }
+            Ok(response)
         })
         .await
     }

@@ -35,6 +35,10 @@ async fn actions_delete_rename_stats_health() {
             "CancelFlightInfo",
             "CancelQuery",
             "list-functions",
+            // Flight's sessions
+            "SetSessionOptions",
+            "GetSessionOptions",
+            "CloseSession",
         ]
     );
 
@@ -69,7 +73,7 @@ async fn actions_delete_rename_stats_health() {
     assert!(server.store.get("c").is_err());
 
     let (c, m) = status(action(&mut client, "compact", "").await.unwrap_err());
-    assert_eq!(c, Code::InvalidArgument);
+    assert_eq!(c, Code::Unimplemented);
     assert!(m.contains("delete, rename, publish, stats, health"), "{m}");
 }
 
