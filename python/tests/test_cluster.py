@@ -79,6 +79,16 @@ def test_a_put_through_one_node_is_read_through_the_others(cluster: Cluster) -> 
         finally:
             client.close()
     assert pa.concat_tables(parts).equals(table)
+    # A ticket of the table's name reads it whole, through any node; one asking for a
+    # part of it is refused (the endpoints' tickets are the parts).
+    client = cluster.flight_client("n3")
+    try:
+        assert client.do_get(flight.Ticket(b"trips")).read_all().equals(table)
+        half = b'\0quiver-ticket-v1:{"t": "trips", "p": 0, "n": 2}'
+        with pytest.raises(pa.ArrowInvalid, match="reads it whole"):
+            client.do_get(flight.Ticket(half)).read_all()
+    finally:
+        client.close()
     status = cluster.status()
     assert status["under_replicated"] == 0
     assert [t["name"] for t in status["tables"]] == ["trips"]  # type: ignore[index]

@@ -81,16 +81,20 @@ impl Tables for CatalogTables {
         if is_reserved(name) {
             return self.local.read(name, index, count).await;
         }
-        let Some(read) = self.node.read(name).await else {
-            return self.local.read(name, index, count).await;
-        };
         if count != 1 {
-            return Err(quiver_flight::Error::invalid(format!(
-                "a ticket naming cluster table '{name}' reads it whole: take its \
-                 partitions' tickets from GetFlightInfo"
-            )));
+            // Refused before anything is read.
+            if self.node.schema(name).await.is_some() {
+                return Err(quiver_flight::Error::invalid(format!(
+                    "a ticket naming cluster table '{name}' reads it whole: take its \
+                     partitions' tickets from GetFlightInfo"
+                )));
+            }
+            return self.local.read(name, index, count).await;
         }
-        flight(read)
+        match self.node.read(name).await {
+            Some(read) => flight(read),
+            None => self.local.read(name, index, count).await,
+        }
     }
 
     fn writer(
