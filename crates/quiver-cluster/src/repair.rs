@@ -186,7 +186,7 @@ impl ClusterNode {
             return self.collect().await;
         }
         if let Some(local) = local {
-            self.drop_orphans(&local, &snapshot);
+            self.drop_orphans(&local, &snapshot).await;
         }
         Ok(())
     }
@@ -365,13 +365,35 @@ impl ClusterNode {
         let local = self.store.list(PARTITION_PREFIX);
         let snapshot = self.etcd.snapshot().await?;
         self.remember(snapshot.clone());
-        self.drop_orphans(&local, &snapshot);
+        self.drop_orphans(&local, &snapshot).await;
         Ok(())
     }
 
     /// The collection of [`ClusterNode::collect`] over `local`, listed
-    /// before `snapshot` was read.
-    fn drop_orphans(&self, local: &[Arc<TableVersion>], snapshot: &Snapshot) {
+    /// before `snapshot` was read: the partitions held by nothing for
+    /// `--orphan-grace` are dropped, all in one store commit, off the async
+    /// runtime (with `--data-dir` a commit writes the manifest; one per
+    /// partition froze a node for seconds when thousands came due at once).
+    async fn drop_orphans(&self, local: &[Arc<TableVersion>], snapshot: &Snapshot) {
+        let due = self.orphans_due(local, snapshot);
+        if due.is_empty() {
+            return;
+        }
+        for name in &due {
+            tracing::debug!(partition = %name, "dropping a partition no version holds");
+        }
+        let store = Arc::clone(&self.store);
+        match tokio::task::spawn_blocking(move || store.remove_all(&due)).await {
+            Ok(Ok(dropped)) => tracing::info!(dropped, "dropped partitions no version holds"),
+            Ok(Err(e)) => tracing::warn!("dropping partitions no version holds: {e}"),
+            Err(e) => tracing::warn!("dropping partitions no version holds: {e}"),
+        }
+    }
+
+    /// The partitions of `local` that no version, intent or reader has held
+    /// for `--orphan-grace`; they are forgotten as orphans here, and the
+    /// caller drops them.
+    fn orphans_due(&self, local: &[Arc<TableVersion>], snapshot: &Snapshot) -> Vec<String> {
         let me = self.options.node_id.as_str();
         let mut held: HashSet<&str> = snapshot
             .tables
@@ -386,19 +408,19 @@ impl ClusterNode {
         let mut orphans = self.orphans.lock().unwrap_or_else(PoisonError::into_inner);
         let listed: HashSet<&str> = local.iter().map(|t| t.name()).collect();
         orphans.retain(|name, _| !held.contains(name.as_str()) && listed.contains(name.as_str()));
+        let mut due = Vec::new();
         for table in local {
             let name = table.name();
             if held.contains(name) {
                 continue;
             }
             let since = *orphans.entry(name.to_string()).or_insert(now);
-            if now.duration_since(since) > self.options.orphan_grace
-                && self.store.remove(name).is_ok()
-            {
+            if now.duration_since(since) > self.options.orphan_grace {
                 orphans.remove(name);
-                tracing::info!(partition = %name, "dropped a partition no version holds");
+                due.push(name.to_string());
             }
         }
+        due
     }
 }
 

@@ -258,6 +258,31 @@ impl TableStore {
         Ok(old)
     }
 
+    /// Drops those of `names` the store holds, in one commit (one manifest
+    /// written with `--data-dir`, however many); returns how many it held.
+    pub fn remove_all(&self, names: &[String]) -> Result<usize> {
+        let _commit = self.lock_commits();
+        let held = {
+            let tables = self.read();
+            names
+                .iter()
+                .filter(|n| tables.contains_key(n.as_str()))
+                .count()
+        };
+        if held == 0 {
+            return Ok(0);
+        }
+        self.apply(
+            |tables| {
+                for name in names {
+                    tables.remove(name.as_str());
+                }
+            },
+            None,
+        )?;
+        Ok(held)
+    }
+
     /// Renames `from` to `to`. Fails with [`StoreError::AlreadyExists`] if `to`
     /// exists, unless `overwrite` is set.
     pub fn rename(&self, from: &str, to: &str, overwrite: bool) -> Result<Arc<TableVersion>> {

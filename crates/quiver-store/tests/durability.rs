@@ -59,6 +59,32 @@ fn segments(dir: &Path) -> Vec<String> {
 }
 
 #[test]
+fn many_tables_removed_at_once_stay_removed_after_a_restart() {
+    let dir = tempfile::tempdir().unwrap();
+    let b = batch(&[1, 2, 3]);
+    {
+        let store = open(dir.path());
+        for name in ["a", "b", "c", "d"] {
+            store
+                .put(name, WriteMode::Replace, b.schema(), [b.clone()])
+                .unwrap();
+        }
+        let gone = ["a", "c", "missing"].map(String::from);
+        // The two it holds, in one commit; a name it does not hold is skipped.
+        assert_eq!(store.remove_all(&gone).unwrap(), 2);
+        assert_eq!(store.remove_all(&gone).unwrap(), 0);
+    }
+    let store = open(dir.path());
+    let names: Vec<String> = store
+        .list("")
+        .iter()
+        .map(|t| t.name().to_string())
+        .collect();
+    assert_eq!(names, ["b", "d"]);
+    assert_eq!(values(&store.get("d").unwrap()), [1, 2, 3]);
+}
+
+#[test]
 fn every_kind_of_write_survives_a_restart() {
     let dir = tempfile::tempdir().unwrap();
     let b = batch(&[1, 2, 3]);
