@@ -79,6 +79,9 @@ impl From<DataFusionError> for SqlError {
                 Some(SqlError::Function(f)) => Self::Function(std::sync::Arc::clone(f)),
                 _ => match inner.downcast_ref::<StoreError>() {
                     Some(s) => Self::Store(s.clone()),
+                    // A call to another cluster node that did not get
+                    // through (datafusion-distributed passes its status on).
+                    None if out_of_reach(inner.as_ref()) => Self::Unavailable(message),
                     None => Self::Invalid(message),
                 },
             },
@@ -91,6 +94,26 @@ impl From<DataFusionError> for SqlError {
             _ => Self::Invalid(message),
         }
     }
+}
+
+/// Whether `error`, or an error it comes from, says a peer did not answer:
+/// a gRPC status UNAVAILABLE, or an I/O error of a peer out of reach.
+fn out_of_reach(error: &(dyn std::error::Error + 'static)) -> bool {
+    let mut next = Some(error);
+    while let Some(error) = next {
+        if let Some(status) = error.downcast_ref::<tonic::Status>()
+            && status.code() == tonic::Code::Unavailable
+        {
+            return true;
+        }
+        if let Some(io) = error.downcast_ref::<std::io::Error>()
+            && is_unreachable(io.kind())
+        {
+            return true;
+        }
+        next = error.source();
+    }
+    false
 }
 
 /// Whether an I/O error says a peer is out of reach.
@@ -125,6 +148,14 @@ mod tests {
         let down = std::io::Error::new(std::io::ErrorKind::NotConnected, "node n3 is down");
         let e = DataFusionError::IoError(down).context("scanning");
         assert!(matches!(SqlError::from(e), SqlError::Unavailable(m) if m.contains("n3")));
+        // A worker call that did not get through, as datafusion-distributed
+        // reports it; a status of another kind stays the statement's.
+        let refused = tonic::Status::unavailable("tcp connect error: Connection refused");
+        let e = DataFusionError::External(Box::new(refused));
+        assert!(matches!(SqlError::from(e), SqlError::Unavailable(_)));
+        let bad = tonic::Status::invalid_argument("no such column");
+        let e = DataFusionError::External(Box::new(bad));
+        assert!(matches!(SqlError::from(e), SqlError::Invalid(_)));
         let missing = std::io::Error::new(std::io::ErrorKind::NotFound, "no such file");
         assert!(matches!(
             SqlError::from(DataFusionError::IoError(missing)),
