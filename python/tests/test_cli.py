@@ -135,6 +135,47 @@ def test_errors_are_clear_and_fail_the_command(server: Server, tmp_path: Path) -
     assert nowhere.returncode != 0 and "cannot connect" in nowhere.stderr
 
 
+def test_a_csv_appended_is_read_with_the_tables_types(server: Server, tmp_path: Path) -> None:
+    """A CSV whose text suggests other types than the table's (whole-number fares where
+    the table has doubles) is appended with the table's types; a value that is not of
+    its column's type, or other columns, fail the command naming the file and column."""
+    trips = pa.table(
+        {
+            "id": pa.array([1, 2, 3], pa.int64()),
+            "fare": pa.array([7.5, 12.25, 9.0], pa.float64()),
+            "zone": pa.array(["a", None, "c"], pa.string()),
+        }
+    )
+    pq.write_table(trips, tmp_path / "trips.parquet")
+    (tmp_path / "more.csv").write_text("id,fare,zone\n4,8,b\n5,10,\n")
+    run_cli(server, "put", "trips", str(tmp_path / "trips.parquet"))
+    appended = run_cli(server, "put", "trips", str(tmp_path / "more.csv"), "--append")
+    assert "appended to 'trips': 5 rows" in appended.stdout
+    client = flight.FlightClient(server.uri)
+    try:
+        got = client.do_get(flight.Ticket(b"trips")).read_all()
+    finally:
+        client.close()
+    assert got.schema == trips.schema
+    assert got.column("fare").to_pylist() == [7.5, 12.25, 9.0, 8.0, 10.0]
+    assert got.column("zone").to_pylist() == ["a", None, "c", "b", None]
+
+    (tmp_path / "bad.csv").write_text("id,fare,zone\n6,cheap,d\n")
+    bad = run_cli(server, "put", "trips", str(tmp_path / "bad.csv"), "--append", check=False)
+    assert bad.returncode != 0
+    assert "bad.csv" in bad.stderr and "cheap" in bad.stderr and "1: fare" in bad.stderr
+    (tmp_path / "other.csv").write_text("id,price,zone\n6,1.5,d\n")
+    other = run_cli(server, "put", "trips", str(tmp_path / "other.csv"), "--append", check=False)
+    assert other.returncode != 0
+    assert "(id, price, zone) are not the table's (id, fare, zone)" in other.stderr
+    # Neither changed the table.
+    client = flight.FlightClient(server.uri)
+    try:
+        assert client.do_get(flight.Ticket(b"trips")).read_all().num_rows == 5
+    finally:
+        client.close()
+
+
 def test_serve_help_documents_every_flag() -> None:
     out = subprocess.run(
         [str(quiver_bin()), "serve", "--help"], capture_output=True, text=True, timeout=30

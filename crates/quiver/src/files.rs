@@ -52,6 +52,91 @@ pub(crate) struct FileSource {
     pub(crate) total_rows: Option<u64>,
 }
 
+/// Opens CSV file `path` (`file`) with the types of `schema`, whose column
+/// names its header must have, in order; without one, with the types
+/// inferred from its first 10,000 rows.
+pub(crate) fn csv(
+    path: &Path,
+    file: File,
+    batch_size: usize,
+    schema: Option<SchemaRef>,
+) -> Result<FileSource, Box<dyn std::error::Error>> {
+    let mut file = BufReader::new(file);
+    // An empty field is null, as pandas and pyarrow read it.
+    let empty = regex::Regex::new("^$").expect("valid regex");
+    let format = arrow::csv::reader::Format::default()
+        .with_header(true)
+        .with_null_regex(empty);
+    let (inferred, _) = format.infer_schema(&mut file, Some(10_000))?;
+    file.rewind()?;
+    let schema = match schema {
+        Some(schema) => {
+            let names = |s: &arrow::datatypes::Schema| -> Vec<String> {
+                s.fields().iter().map(|f| f.name().clone()).collect()
+            };
+            if names(&inferred) != names(&schema) {
+                return Err(format!(
+                    "{}: its columns ({}) are not the table's ({}), in the same order",
+                    path.display(),
+                    names(&inferred).join(", "),
+                    names(&schema).join(", ")
+                )
+                .into());
+            }
+            schema
+        }
+        None => Arc::new(inferred),
+    };
+    let reader = arrow::csv::ReaderBuilder::new(Arc::clone(&schema))
+        .with_format(format)
+        .with_batch_size(batch_size)
+        .build(file)?;
+    let path = path.display().to_string();
+    Ok(FileSource {
+        reader: Box::new(Explained {
+            reader,
+            schema,
+            path,
+        }),
+        total_rows: None,
+    })
+}
+
+/// A CSV reader whose errors say which file, and the name of the column a
+/// value could not be read as (arrow-csv gives its position).
+struct Explained<R> {
+    reader: R,
+    schema: SchemaRef,
+    path: String,
+}
+
+impl<R: Iterator<Item = Result<RecordBatch, ArrowError>>> Iterator for Explained<R> {
+    type Item = Result<RecordBatch, ArrowError>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        Some(self.reader.next()?.map_err(|e| {
+            let columns: Vec<String> = self
+                .schema
+                .fields()
+                .iter()
+                .enumerate()
+                .map(|(i, f)| format!("{i}: {} {}", f.name(), f.data_type()))
+                .collect();
+            ArrowError::ParseError(format!(
+                "{}: {e} (columns by position: {})",
+                self.path,
+                columns.join(", ")
+            ))
+        }))
+    }
+}
+
+impl<R: Iterator<Item = Result<RecordBatch, ArrowError>>> RecordBatchReader for Explained<R> {
+    fn schema(&self) -> SchemaRef {
+        Arc::clone(&self.schema)
+    }
+}
+
 /// Opens `path` for reading as `format`.
 pub(crate) fn open(
     path: &Path,
@@ -70,24 +155,7 @@ pub(crate) fn open(
                 total_rows,
             }
         }
-        Format::Csv => {
-            let mut file = BufReader::new(file);
-            // An empty field is null, as pandas and pyarrow read it.
-            let empty = regex::Regex::new("^$").expect("valid regex");
-            let format = arrow::csv::reader::Format::default()
-                .with_header(true)
-                .with_null_regex(empty);
-            let (schema, _) = format.infer_schema(&mut file, Some(10_000))?;
-            file.rewind()?;
-            let reader = arrow::csv::ReaderBuilder::new(Arc::new(schema))
-                .with_format(format)
-                .with_batch_size(batch_size)
-                .build(file)?;
-            FileSource {
-                reader: Box::new(reader),
-                total_rows: None,
-            }
-        }
+        Format::Csv => csv(path, file, batch_size, None)?,
         Format::Arrow => {
             let reader = arrow::ipc::reader::FileReader::try_new(BufReader::new(file), None)?;
             FileSource {
