@@ -9,6 +9,7 @@ From the repository root, with the venv of ``bench/requirements.txt``::
     python -m bench --suite functions  # one suite (--suite is --only)
     python -m bench --only sql --sql-rows 1e6 --reps 3   # one size of the sql suite
     python -m bench --suite engines --engines-rows 2e6   # Spark, Dask, Ray on 2M rows
+    python -m bench --full --only nemesis   # 30 minutes of cluster faults (not by default)
     python -m bench --report-only      # redraw and rewrite from bench/out/
 """
 
@@ -27,7 +28,7 @@ import pandas as pd
 import pyarrow as pa
 
 from . import plots, report, servers
-from .plan import SUITES, plan_for
+from .plan import DEFAULT_SUITES, SUITES, plan_for
 from .results import ResultsFile, git_revision, machine_info, now, read_results, read_run_info
 from .results import write_run_info as save_run_info
 from .suites import SUITE_FUNCTIONS, Run, log
@@ -75,8 +76,9 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     )
     parser.add_argument(
         "--only",
-        default=",".join(SUITES),
-        help=f"comma-separated suites to run, of: {','.join(SUITES)}",
+        default=",".join(DEFAULT_SUITES),
+        help=f"comma-separated suites to run, of: {','.join(SUITES)} (default: all but "
+        "nemesis, which runs only when asked for)",
     )
     parser.add_argument(
         "--suite",
@@ -98,6 +100,12 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument(
         "--engines-rows",
         help="rows of the taxi table the engines suite reads and writes (default: the mode's)",
+    )
+    parser.add_argument(
+        "--nemesis-seconds",
+        type=float,
+        help="how long the nemesis suite injects faults (default: the mode's: 30 s smoke, "
+        "150 s quick, 1800 s full)",
     )
     parser.add_argument(
         "--report",
@@ -138,6 +146,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
             parser.error(f"--engines-rows: expected a row count, got {args.engines_rows!r}")
         if args.engines_rows < 1:
             parser.error("--engines-rows: expected a positive row count")
+    if args.nemesis_seconds is not None and args.nemesis_seconds <= 0:
+        parser.error("--nemesis-seconds: expected a positive number of seconds")
     return args
 
 
@@ -156,6 +166,8 @@ def measure(args: argparse.Namespace, argv: list[str]) -> tuple[dict[str, object
         plan = dataclasses.replace(plan, sql_rows=args.sql_rows)
     if args.engines_rows:
         plan = dataclasses.replace(plan, engines_rows=args.engines_rows)
+    if args.nemesis_seconds:
+        plan = dataclasses.replace(plan, nemesis_seconds=args.nemesis_seconds)
     binary = servers.quiver_bin()
     if not binary.is_file():
         raise SystemExit(
@@ -281,6 +293,7 @@ def main(argv: list[str] | None = None) -> int:
         *sql_goals,
         *report.functions_goals(rows),
         *report.engines_goals(rows),
+        *report.nemesis_goals(rows),
     ]
     for goal in goals:
         log(f"goal: {goal.text}: {goal.shown} (target {goal.target}) {goal.verdict}")

@@ -25,7 +25,11 @@ SUITES = (
     "functions",
     "engines",
     "cluster",
+    "nemesis",
 )
+#: The suites a run without ``--only`` runs: all but ``nemesis``, which takes the whole of
+#: ``nemesis_seconds`` (30 minutes in full mode) and is run when asked for.
+DEFAULT_SUITES = tuple(s for s in SUITES if s != "nemesis")
 
 
 @dataclass(frozen=True)
@@ -133,6 +137,11 @@ class Plan:
         (past 64 partitions the small ones are merged).
     cluster_rate : str
         Each cluster node's link in the ``cluster`` suite, as ``tc`` takes it.
+    nemesis_seconds : float
+        How long the ``nemesis`` suite injects faults into three cluster nodes under
+        appends and queries (at least one of each kind of fault, whatever this says).
+    nemesis_calm_s : float
+        Seconds of calm after each of its faults.
     engines_timeout_s : float
         Longest an engine may take to start or to answer one read or write.
     engines_warm_ups : int
@@ -177,6 +186,8 @@ class Plan:
     cluster_reps: int = 2
     cluster_appends: int = 2_000
     cluster_rate: str = "1gbit"
+    nemesis_seconds: float = 150.0
+    nemesis_calm_s: float = 5.0
     engines_endpoints: int = 4
     engines_spark_memory: str = "2g"
     engines_timeout_s: float = 600.0
@@ -249,6 +260,8 @@ def plan_for(mode: str, ram_bytes: int) -> Plan:
             cluster_bytes=8 * MI,
             cluster_reps=1,
             cluster_appends=400,
+            nemesis_seconds=30.0,
+            nemesis_calm_s=2.0,
             engines_timeout_s=180.0,
             engines_warm_ups=0,
         )
@@ -319,6 +332,7 @@ def plan_for(mode: str, ram_bytes: int) -> Plan:
             engines_rows=10_000_000,
             cluster_bytes=1 * GIB,
             cluster_reps=3,
+            nemesis_seconds=1800.0,
             engines_spark_memory="8g",
             engines_timeout_s=1800.0,
         )

@@ -29,6 +29,8 @@ from .results import (
     FUNCTIONS_STREAM_SQL,
     IN_PROCESS,
     JSON_SOCKET,
+    NEMESIS_CALM,
+    NEMESIS_FAULTS,
     PARQUET,
     POSTGRESQL,
     PYARROW,
@@ -1554,6 +1556,144 @@ def _cluster_sql_lines(cluster: list[Row]) -> list[str]:
     ]
 
 
+#: The nemesis suite's goals: after a node's SIGKILL, at most this many failed appends per
+#: client (the one in flight, if it went through that node)...
+NEMESIS_KILL_FAILED_PER_CLIENT = 1
+#: ...and a 99th percentile append latency of at most this many seconds.
+NEMESIS_KILL_P99_S = 1.0
+
+
+def _nemesis_value(rows: list[Row], op: str, column: str) -> float | None:
+    """``column`` of the nemesis row ``op`` (the last, if a run has several)."""
+    found = [r for r in select(rows, suite="nemesis", op=op) if r.get(column) is not None]
+    return float(found[-1][column]) if found else None  # type: ignore[arg-type]
+
+
+def nemesis_goals(rows: list[Row]) -> list[Goal]:
+    """Return the nemesis suite's goals, from the same run's numbers: no acknowledged append
+    lost; after a node's SIGKILL at most one failed append per client and a p99 append
+    latency of at most 1 s; no failed query (one node at most is down at a time, and every
+    partition has two copies: each has a live one).
+    """  # noqa: D205
+    if not select(rows, suite="nemesis"):
+        return []
+    found = []
+    lost = _nemesis_value(rows, "lost", "errors")
+    found.append(
+        Goal(
+            "nemesis: acknowledged appends lost over the run",
+            "0",
+            lost,
+            None if lost is None else lost == 0,
+            "—" if lost is None else f"{lost:.0f}",
+        )
+    )
+    worst = _nemesis_value(rows, "append_worst_client:kill", "errors")
+    kills = _nemesis_value(rows, "append:kill", "streams")
+    found.append(
+        Goal(
+            "nemesis: failed appends of one client in one SIGKILL's window (the worst)",
+            f"≤ {NEMESIS_KILL_FAILED_PER_CLIENT}",
+            worst,
+            None if not kills or worst is None else worst <= NEMESIS_KILL_FAILED_PER_CLIENT,
+            "—" if not kills or worst is None else f"{worst:.0f} (over {kills:.0f} kill(s))",
+        )
+    )
+    p99 = _nemesis_value(rows, "append:kill", "p99_seconds")
+    found.append(
+        Goal(
+            "nemesis: p99 append latency in the SIGKILLs' windows",
+            f"≤ {NEMESIS_KILL_P99_S:g} s",
+            p99,
+            None if p99 is None else p99 <= NEMESIS_KILL_P99_S,
+            "—" if p99 is None else _duration(p99),
+        )
+    )
+    failed = _nemesis_value(rows, "queries", "errors")
+    asked = _nemesis_value(rows, "queries", "ops") or 0
+    found.append(
+        Goal(
+            "nemesis: failed queries over the run (every partition kept a live copy)",
+            "0",
+            failed,
+            None if failed is None else failed == 0,
+            "—" if failed is None else f"{failed:.0f} of {asked:,.0f}",
+        )
+    )
+    return found
+
+
+def _nemesis_section(rows: list[Row], run: dict[str, object]) -> list[str]:
+    nemesis = select(rows, suite="nemesis")
+    if not nemesis:
+        return []
+    plan = run.get("plan") or {}
+    calm = plan.get("nemesis_calm_s", 5.0) if isinstance(plan, dict) else 5.0
+
+    def value(op: str, column: str) -> int:
+        got = _nemesis_value(rows, op, column)
+        return 0 if got is None else int(got)
+
+    seconds = _nemesis_value(rows, "faults", "seconds") or 0.0
+    lines = [
+        "## Cluster under faults",
+        "",
+        "`python -m bench --only nemesis` (bench/nemesis_worker.py): etcd and three nodes "
+        "(`--replicas 2 --lease-ttl 2`, each with a `--data-dir`) in a network namespace of "
+        "their own. Three writers append 20-row batches tagged `(writer, seq)` every 100 ms, "
+        "each through the next node in turn, with a request id of its own and a 15 s "
+        "deadline, never retried; a query thread runs `SELECT count(*), sum(seq) FROM log` "
+        "every 200 ms through the nodes in turn. Appends and queries skip the node a fault "
+        "has taken down (killed, paused, cut off), as a client behind a health check would: "
+        "a failure is a live node's refusal, or a call in flight to the node when it went "
+        f"down. For {seconds:.0f} s a nemesis injects one fault at a time, on the next node "
+        f"each time, with {calm:g} s of calm after each. A fault's window runs from its start "
+        "to 2 s after its end, and a call counts for it when it was in flight during the "
+        "window (`calm`: in no window). At the end the checker reads the table through every "
+        "node and every listed copy of every partition.",
+        "",
+        f"{value('appends', 'ops'):,} appends attempted, {value('acknowledged', 'ops'):,} "
+        f"acknowledged, {value('appends', 'errors'):,} failed; {value('faults', 'ops')} faults "
+        f"injected; acknowledged appends lost: **{value('lost', 'errors')}**, torn or doubled: "
+        f"{value('torn_or_doubled', 'errors')}, never attempted but present: "
+        f"{value('invented', 'errors')}; the checker's other problems: "
+        f"{value('problems', 'errors')} (listed in the notes); three nodes and every "
+        f"partition fully replicated {_nemesis_value(rows, 'settle', 'seconds') or 0:.1f} s "
+        "after the load stopped" + (" (**not reached**)." if value("settle", "errors") else "."),
+        "",
+        "| goal | target | measured | result |",
+        "| --- | --- | --- | --- |",
+        *_goal_rows(nemesis_goals(rows)),
+        "",
+        "| fault | injected | appends | failed | worst client | p50 | p99 | queries | failed "
+        "queries | stale counts |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+    ]
+    for kind, what in (*NEMESIS_FAULTS.items(), (NEMESIS_CALM, "no fault's window")):
+        appends = select(nemesis, op=f"append:{kind}")
+        if not appends:
+            continue
+        row = appends[-1]
+        p50 = _duration(float(row["seconds"])) if int(row["ops"] or 0) else "—"  # type: ignore[call-overload]
+        p99 = "—" if row.get("p99_seconds") is None else _duration(float(row["p99_seconds"]))  # type: ignore[arg-type]
+        injected = "" if kind == NEMESIS_CALM else f"{row['streams']}"
+        lines.append(
+            f"| `{kind}`: {what} | {injected} | {int(row['ops'] or 0):,} | {row['errors']} | "  # type: ignore[call-overload]
+            f"{value(f'append_worst_client:{kind}', 'errors')} | {p50} | {p99} | "
+            f"{value(f'query:{kind}', 'ops'):,} | {value(f'query:{kind}', 'errors')} | "
+            f"{value(f'query_stale:{kind}', 'errors')} |"
+        )
+    lines += [
+        "",
+        "Worst client: the most failed appends of one writer in one window of the fault. "
+        "Latencies: of the acknowledged appends. Stale counts: queries that counted fewer "
+        "rows than the appends acknowledged before they started (a node plans over the "
+        "catalog it last read while etcd is away).",
+        "",
+    ]
+    return lines
+
+
 def _shm_section(rows: list[Row]) -> list[str]:
     shm = select(rows, suite="shm", server=QUIVER)
     if not shm:
@@ -1736,6 +1876,7 @@ def render(
         *_soak_section(rows),
         *_shm_section(rows),
         *_cluster_section(rows, run),
+        *_nemesis_section(rows, run),
     ]
     sql = _sql_section(rows, run, plots.get("sql_to_pandas"), report_dir)
     if sql:

@@ -56,6 +56,17 @@ FUNCTIONS_STREAM_SQL = {
     "stream_filter": "SELECT * FROM input WHERE f0 > 0.9",
     "stream_project": "SELECT f0, f1, f2, f3 FROM input",
 }
+#: The nemesis suite's kinds of fault (bench/nemesis_worker.py), in the order it injects
+#: them, and what each does; its rows' ``op`` is ``append:KIND``, ``query:KIND``... The
+#: calls in no fault's window are its ``calm`` rows.
+NEMESIS_FAULTS = {
+    "kill": "SIGKILL a node, restart it (same id and data) 4 s later",
+    "pause-short": "SIGSTOP a node for 1 s (shorter than its 2 s lease)",
+    "pause-long": "SIGSTOP a node for 5 s (longer than its lease)",
+    "etcd-restart": "stop etcd for 3 s, start it again on its data",
+    "partition": "cut a node off the network for 8 s (iptables)",
+}
+NEMESIS_CALM = "calm"
 
 
 @dataclass
@@ -66,7 +77,8 @@ class Measurement:
     ----------
     suite : str
         ``get``, ``put``, ``headline``, ``rust``, ``small``, ``json``, ``memory``,
-        ``ceilings``, ``sql``, ``soak``, ``shm``, ``functions``, ``engines``.
+        ``ceilings``, ``sql``, ``soak``, ``shm``, ``functions``, ``engines``, ``cluster``,
+        ``nemesis``.
     server : str
         ``quiver``, ``arrow-cpp``, ``json-socket``, ``postgresql``, ``duckdb``, empty for
         ceilings; for ``functions`` the peer (``in-process``, ``quiver-1-worker``...); for
@@ -92,7 +104,20 @@ class Measurement:
         (Spark's cached rows written to the sink), ``read_cpu_engine``,
         ``read_cpu_server``, ``write_cpu_engine``, ``write_cpu_server`` (the CPU seconds of
         that repetition: the engine's process tree, the server's), ``startup`` (the
-        engine's, once) and ``load`` (the source made from the generated table, once).
+        engine's, once) and ``load`` (the source made from the generated table, once); for
+        ``nemesis``, per kind of fault (``calm``: the calls in no fault's window):
+        ``append:KIND`` (the appends in flight during its windows: ``ops``, ``errors`` the
+        failed ones, ``seconds`` and ``p99_seconds`` the median and 99th percentile
+        latency of the acknowledged ones, ``streams`` the faults injected),
+        ``append_worst_client:KIND`` (``errors``: the most failed appends of one writer in
+        one window), ``query:KIND`` (queries: ``ops``, ``errors`` the failed ones) and
+        ``query_stale:KIND`` (``errors``: queries that counted fewer rows than the appends
+        acknowledged before they started); and for the whole run ``appends`` (``ops``
+        attempted, ``errors`` failed, latencies as above), ``queries`` (``ops``, ``errors``
+        failed), ``acknowledged`` (``ops``),
+        ``lost``, ``torn_or_doubled``, ``invented``, ``problems`` (``errors`` each, the
+        checker's counts), ``faults`` (``ops`` injected over ``seconds``) and ``settle``
+        (``seconds`` until three nodes and full replication after the load).
     streams, rows_per_stream, batch_rows : int
         The shape: parallel streams, records per stream, rows per record batch; for
         ``engines``: ``streams`` the partitions the engine read or wrote, and

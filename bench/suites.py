@@ -1816,6 +1816,106 @@ def run_cluster(run: Run) -> None:
         raise RuntimeError(f"cluster worker failed ({done.returncode}): {done.stderr[-2000:]}")
 
 
+def run_nemesis(run: Run) -> None:
+    """Three cluster nodes under faults, appends and queries: losses, failures, latency.
+
+    Runs :mod:`bench.nemesis_worker` in a network namespace of its own (``ip netns``) for
+    the plan's ``nemesis_seconds``; its progress goes to stderr as it runs, and the nodes'
+    and etcd's logs to ``out/logs/nemesis/``, with its JSON lines (``nemesis.jsonl``: one
+    per fault injected, when, and the first calls that failed in its window).
+    """
+    import shutil
+
+    plan = run.plan
+    why = _cluster_unavailable()
+    if why is None and shutil.which("iptables") is None:
+        why = "iptables not found (it cuts a node off the network)"
+    if why is not None:
+        run.note(f"nemesis suite skipped: {why}")
+        return
+    log_dir = run.log_dir / "nemesis"
+    log(f"nemesis: faults for {plan.nemesis_seconds:.0f} s, logs in {log_dir}")
+    namespace = f"quiver-nemesis-{os.getpid()}"
+    subprocess.run(["ip", "netns", "add", namespace], check=True)
+    tail: list[str] = []
+
+    def relay(stream: io.TextIOBase) -> None:
+        for line in stream:
+            sys.stderr.write(line)
+            tail.append(line)
+            del tail[:-60]
+
+    try:
+        with tempfile.TemporaryFile("w+") as stdout:
+            worker = subprocess.Popen(
+                ["ip", "netns", "exec", namespace, sys.executable, "-m", "bench.nemesis_worker",
+                 "--binary", str(run.binary), "--seconds", str(plan.nemesis_seconds),
+                 "--calm", str(plan.nemesis_calm_s), "--log-dir", str(log_dir)],
+                stdout=stdout, stderr=subprocess.PIPE, text=True,
+                cwd=Path(__file__).resolve().parent.parent,
+            )  # fmt: skip
+            assert worker.stderr is not None
+            relaying = threading.Thread(target=relay, args=(worker.stderr,), daemon=True)
+            relaying.start()
+            try:
+                # Bounded: the faults, a last fault begun at the deadline, settling, checking.
+                code = worker.wait(timeout=plan.nemesis_seconds + 900)
+            except subprocess.TimeoutExpired:
+                worker.kill()
+                code = worker.wait()
+            relaying.join(timeout=10)
+            stdout.seek(0)
+            lines = [json.loads(line) for line in stdout if line.startswith("{")]
+        # Every line, the faults one by one included, for a closer look.
+        log_dir.mkdir(parents=True, exist_ok=True)
+        (log_dir / "nemesis.jsonl").write_text("".join(json.dumps(m) + "\n" for m in lines))
+    finally:
+        subprocess.run(["ip", "netns", "del", namespace], check=False)
+    _record_nemesis(run, lines)
+    if code != 0:
+        raise RuntimeError(f"nemesis worker failed ({code}): {''.join(tail)[-2000:]}")
+
+
+def _record_nemesis(run: Run, lines: list[dict]) -> None:
+    """Turn the nemesis worker's JSON lines into rows and notes."""
+
+    def add(op: str, client: str = QUIVER_PYTHON, **values: object) -> None:
+        run.add(Measurement("nemesis", QUIVER_CLUSTER, client, op, **values))  # type: ignore[arg-type]
+
+    for m in lines:
+        if m["op"] == "fault":
+            kind = m["kind"]
+            add(f"append:{kind}", streams=m["injected"], ops=m["ops"], errors=m["failed"],
+                seconds=m["p50"] or 0.0, p99_seconds=m["p99"])  # fmt: skip
+            add(f"append_worst_client:{kind}", streams=m["injected"],
+                errors=m["failed_max_per_client"])  # fmt: skip
+            add(f"query:{kind}", client="query", streams=m["injected"], ops=m["queries"],
+                errors=m["queries_failed"])  # fmt: skip
+            add(f"query_stale:{kind}", client="query", streams=m["injected"],
+                ops=m["queries"], errors=m["queries_stale"])  # fmt: skip
+            for error in m["errors"][:3]:
+                run.note(f"nemesis, {kind}: a failed append: {error}")
+            for error in m["query_errors"][:3]:
+                run.note(f"nemesis, {kind}: a failed query: {error}")
+        elif m["op"] == "summary":
+            add("appends", ops=m["attempted"], errors=m["failed"], seconds=m["p50"] or 0.0,
+                p99_seconds=m["p99"])  # fmt: skip
+            add("acknowledged", ops=m["acknowledged"])
+            add("queries", client="query", ops=m["queries"], errors=m["queries_failed"])
+            for op in ("lost", "torn_or_doubled", "invented"):
+                add(op, ops=m["acknowledged"], errors=m[op])
+            add("problems", errors=len(m["problems"]))
+            add("faults", ops=m["faults"], seconds=m["seconds"])
+            add("settle", seconds=m["settle_seconds"], errors=0 if m["settled"] else 1)
+            for problem in m["problems"][:20]:
+                run.note(f"nemesis: {problem}")
+            if m["node_log_errors"]:
+                run.note(
+                    f"nemesis: {m['node_log_errors']} ERROR or panic lines in the nodes' logs, "
+                    f"e.g. {m['node_log_samples'][:3]}"
+                )
+
+
 SUITE_FUNCTIONS = {
     "ceilings": run_ceilings,
     "get": run_get,
@@ -1830,6 +1930,7 @@ SUITE_FUNCTIONS = {
     "functions": run_functions,
     "engines": run_engines,
     "cluster": run_cluster,
+    "nemesis": run_nemesis,
 }
 
 __all__ = ["ARROW_CPP", "QUIVER", "SUITE_FUNCTIONS", "Run", "log"]

@@ -35,12 +35,13 @@ import pytest
 from bench import engines, flight_client, report, sql_clients, sql_worker, taxi, workers
 from bench.peers import postgres
 from bench.peers.cpp_flight_server import partition_bounds
-from bench.plan import GIB, SUITES, plan_for
+from bench.plan import DEFAULT_SUITES, GIB, SUITES, plan_for
 from bench.results import (
     DASK,
     FASTAPI_JSON,
     FUNCTIONS_STREAM_SQL,
     IN_PROCESS,
+    NEMESIS_FAULTS,
     PARQUET,
     POSTGRESQL,
     PYARROW_FLIGHT,
@@ -68,9 +69,9 @@ PLOTS = (
 )
 INSTALL_POSTGRES = REPO / "scripts" / "install-postgres.sh"
 SETUP_JAVA = REPO / "scripts" / "setup-java.sh"
-#: The suites of the main smoke run: all but the engines and cluster suites, which have runs
-#: of their own.
-MAIN_SUITES = ",".join(s for s in SUITES if s not in ("engines", "cluster"))
+#: The suites of the main smoke run: all but the engines, cluster and nemesis suites, which
+#: have runs of their own.
+MAIN_SUITES = ",".join(s for s in SUITES if s not in ("engines", "cluster", "nemesis"))
 
 
 def _postgres_missing() -> str | None:
@@ -904,3 +905,102 @@ def test_the_cluster_smoke_run_measures_reads_commits_and_re_replication(tmp_pat
     for goal in goals:
         line = next(line for line in section.splitlines() if goal in line)
         assert "n/a" not in line, line
+
+
+# --- the nemesis suite ----------------------------------------------------------------------
+
+
+def test_the_nemesis_smoke_run_loses_nothing_and_reports_every_fault(tmp_path):
+    """One of each fault on three nodes under appends and queries (about a minute): the
+    suite runs, the checker finds no acknowledged append lost, and every number of the
+    report is there. The goals are reported, not asserted."""
+    if quiver_bin().is_file() is False:
+        pytest.fail(f"quiver binary not found at {quiver_bin()}", pytrace=False)
+    command = [
+        sys.executable, "-m", "bench", "--smoke", "--only", "nemesis",
+        "--out", str(tmp_path / "out"),
+        "--report", str(tmp_path / "BENCHMARKS.md"),
+        "--plots-dir", str(tmp_path / "plots"),
+    ]  # fmt: skip
+    result = subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stderr[-4000:]
+    notes = json.loads((tmp_path / "out" / "run.json").read_text())["notes"]
+    skipped = [n for n in notes if n.startswith("nemesis suite skipped")]
+    if skipped and os.environ.get("CI") != "true":
+        pytest.skip(skipped[0])
+    assert not skipped and not [n for n in notes if n.startswith("FAILED")], notes
+    with (tmp_path / "out" / "results.csv").open(newline="") as f:
+        rows = {r["op"]: r for r in csv.DictReader(f) if r["suite"] == "nemesis"}
+    assert rows["lost"]["errors"] == "0", [n for n in notes if n.startswith("nemesis")]
+    assert int(rows["acknowledged"]["ops"]) > 0
+    assert int(rows["faults"]["ops"]) >= len(NEMESIS_FAULTS)
+    for kind in NEMESIS_FAULTS:
+        appends = rows[f"append:{kind}"]
+        assert int(appends["streams"]) >= 1, appends
+        assert int(appends["ops"]) > 0, appends
+        assert appends["errors"] != "", appends
+        assert rows[f"append_worst_client:{kind}"]["errors"] != ""
+        assert rows[f"query:{kind}"]["errors"] != ""
+    text = (tmp_path / "BENCHMARKS.md").read_text()
+    section = text[text.index("## Cluster under faults") :]
+    for kind in NEMESIS_FAULTS:
+        assert f"| `{kind}`: " in section, kind
+    for goal in ("lost over the run", "SIGKILL's window", "SIGKILLs' windows", "failed queries"):
+        line = next(line for line in section.splitlines() if goal in line)
+        assert "n/a" not in line, line
+
+
+def test_the_nemesis_suite_runs_only_when_asked_for():
+    assert "nemesis" in SUITES
+    assert "nemesis" not in DEFAULT_SUITES
+    assert set(SUITES) - set(DEFAULT_SUITES) == {"nemesis"}
+    assert plan_for("full", GIB).nemesis_seconds == 1800
+
+
+def test_nemesis_goals_say_met_or_not_met_from_the_same_runs_numbers():
+    def rows(lost: int, worst: int, p99: float, failed_queries: int) -> list[dict[str, object]]:
+        def row(op: str, **values: object) -> dict[str, object]:
+            return {"suite": "nemesis", "server": "quiver-cluster", "op": op, **values}
+
+        return [
+            row("append:kill", streams=3, ops=120, errors=2, seconds=0.02, p99_seconds=p99),
+            row("append_worst_client:kill", streams=3, errors=worst),
+            row("lost", ops=900, errors=lost),
+            row("queries", client="query", ops=400, errors=failed_queries),
+        ]
+
+    met = report.nemesis_goals(rows(0, 1, 0.5, 0))
+    assert [g.verdict for g in met] == ["PASS"] * 4, [(g.text, g.shown) for g in met]
+    assert met[1].shown == "1 (over 3 kill(s))"
+    assert met[3].shown == "0 of 400"
+    missed = report.nemesis_goals(rows(2, 3, 1.5, 1))
+    assert [g.verdict for g in missed] == ["FAIL"] * 4, [(g.text, g.shown) for g in missed]
+    assert report.nemesis_goals([]) == []
+
+
+def test_nemesis_windows_count_the_calls_in_flight_during_them():
+    from types import SimpleNamespace
+
+    from bench.nemesis_worker import Call, Fault, fault_lines
+
+    # Writer 0's append 1 was in flight when the kill began; writer 1's append 3 started
+    # 1 s after the kill's end, inside the window's 2 s tail.
+    load = SimpleNamespace(
+        appends=[
+            Call(0, 0, 1, 0.0, 0.1, True),
+            Call(0, 1, 1, 9.9, 10.2, False, "ServerUnavailableError: broken pipe"),
+            Call(1, 2, 2, 10.5, 10.6, True),
+            Call(1, 3, 2, 15.0, 15.4, True),
+            Call(2, 4, 3, 30.0, 30.1, True),
+        ],
+        queries=[Call(-1, 0, 2, 12.0, 12.1, False, "InvalidArgumentError: x", None)],
+    )
+    lines = {m["kind"]: m for m in fault_lines([Fault("kill", "n1", 10.0, 14.0)], load)}
+    kill = lines["kill"]
+    assert (kill["injected"], kill["ops"], kill["failed"]) == (1, 3, 1)
+    assert kill["failed_max_per_client"] == 1
+    assert kill["p99"] is not None and kill["p99"] < 0.5
+    assert (kill["queries"], kill["queries_failed"]) == (1, 1)
+    calm = lines["calm"]
+    assert (calm["ops"], calm["failed"], calm["queries"]) == (2, 0, 0)
+    assert lines["partition"]["ops"] == 0 and lines["partition"]["p99"] is None
