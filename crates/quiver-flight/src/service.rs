@@ -285,42 +285,24 @@ impl QuiverService {
                 let answer = self.sessions.run(request, session, &caller.name)?;
                 return Ok((vec![answer.body], answer.set_cookie));
             }
-            request => self.run_action(&caller, kind, request, log).await?,
-        };
-        Ok((bodies, None))
-    }
-
-    /// Runs a DoAction other than the session actions.
-    async fn run_action(
-        &self,
-        caller: &Caller,
-        kind: ActionKind,
-        request: ActionRequest,
-        log: &mut RpcLog,
-    ) -> Result<Vec<Bytes>> {
-        match request {
-            ActionRequest::ShmPut(request) => Ok(vec![self.shm_put(request, caller)?]),
-            ActionRequest::ListFunctions => Ok(vec![self.list_functions()]),
+            ActionRequest::ShmPut(request) => vec![self.shm_put(request, &caller)?],
+            ActionRequest::ListFunctions => vec![self.list_functions()],
             ActionRequest::Sql(request) => {
                 log.table(kind.name());
-                self.sql.action(request).await
+                self.sql.action(request).await?
             }
             ActionRequest::Table(request) => {
                 let (table, published, body) = self.table_action(&request).await?;
                 log.table(&table);
                 log.add(published.rows, published.bytes);
-                Ok(vec![body])
+                vec![body]
             }
-            ActionRequest::Stats => Ok(vec![actions::stats(
-                &self.store,
-                &self.body_pool,
-                self.started,
-            )]),
-            ActionRequest::Health => Ok(vec![actions::health(self.started)]),
-            ActionRequest::Session(_) => Err(Error::Internal(
-                "a session action outside its session".into(),
-            )),
-        }
+            ActionRequest::Stats => {
+                vec![actions::stats(&self.store, &self.body_pool, self.started)]
+            }
+            ActionRequest::Health => vec![actions::health(self.started)],
+        };
+        Ok((bodies, None))
     }
 
     /// Largest FlightData message DoGet sends.

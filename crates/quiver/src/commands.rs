@@ -14,7 +14,7 @@ use serde_json::{Value, json};
 
 use crate::cli::{Command, GetArgs, LsArgs, NameArg, PutArgs};
 use crate::client::{Connector, describe};
-use crate::files::{FileSink, Format, csv, open};
+use crate::files::{FileSink, Format, open_as};
 use crate::size::ByteSize;
 
 type CmdResult = Result<(), Box<dyn std::error::Error>>;
@@ -63,22 +63,21 @@ pub(crate) fn progress_bar(total_rows: Option<u64>) -> ProgressBar {
 
 async fn put(connector: &Connector, args: PutArgs) -> CmdResult {
     let format = Format::resolve(args.format, &args.file)?;
-    let source = match (format, args.append) {
-        // Rows appended to a table are read with its types, not the ones a
-        // CSV's text suggests (`1` as an int where the table has a double).
+    // Rows appended to a table are read with its types, not the ones a
+    // CSV's text suggests (`1` as an int where the table has a double).
+    let csv_schema = match (format, args.append) {
         (Format::Csv, true) => {
             let mut client = connector.connect_server().await?;
-            let schema = match client.get_schema(descriptor(&args.name)).await {
-                Ok(schema) => Some(Arc::new(schema)),
-                // No such table: the put says so.
-                Err(_) => None,
-            };
-            let file = std::fs::File::open(&args.file)
-                .map_err(|e| format!("cannot open {}: {e}", args.file.display()))?;
-            csv(&args.file, file, args.batch_size, schema)?
+            // No such table: the put says so.
+            client
+                .get_schema(descriptor(&args.name))
+                .await
+                .ok()
+                .map(Arc::new)
         }
-        _ => open(&args.file, format, args.batch_size)?,
+        _ => None,
     };
+    let source = open_as(&args.file, format, args.batch_size, csv_schema)?;
     let schema = source.reader.schema();
     let bar = progress_bar(source.total_rows);
 

@@ -55,7 +55,7 @@ pub(crate) struct FileSource {
 /// Opens CSV file `path` (`file`) with the types of `schema`, whose column
 /// names its header must have, in order; without one, with the types
 /// inferred from its first 10,000 rows.
-pub(crate) fn csv(
+fn csv(
     path: &Path,
     file: File,
     batch_size: usize,
@@ -143,6 +143,17 @@ pub(crate) fn open(
     format: Format,
     batch_size: usize,
 ) -> Result<FileSource, Box<dyn std::error::Error>> {
+    open_as(path, format, batch_size, None)
+}
+
+/// Opens `path` for reading as `format`; a CSV with the types of
+/// `csv_schema` when given (the other formats carry their own).
+pub(crate) fn open_as(
+    path: &Path,
+    format: Format,
+    batch_size: usize,
+    csv_schema: Option<SchemaRef>,
+) -> Result<FileSource, Box<dyn std::error::Error>> {
     let file = File::open(path).map_err(|e| format!("cannot open {}: {e}", path.display()))?;
     Ok(match format {
         Format::Parquet => {
@@ -155,7 +166,7 @@ pub(crate) fn open(
                 total_rows,
             }
         }
-        Format::Csv => csv(path, file, batch_size, None)?,
+        Format::Csv => csv(path, file, batch_size, csv_schema)?,
         Format::Arrow => {
             let reader = arrow::ipc::reader::FileReader::try_new(BufReader::new(file), None)?;
             FileSource {
