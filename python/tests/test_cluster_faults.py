@@ -86,7 +86,8 @@ def test_a_put_while_a_replica_is_paused_keeps_every_acknowledged_row(
 
 def test_appends_go_on_when_a_node_is_killed(etcd: Etcd, tmp_path: Path) -> None:
     """Appends every 100 ms through n1 and queries through n2; n3 is SIGKILLed. Its
-    partitions have other places to go, so no append waits for its lease to end."""
+    partitions have other places to go, so no append waits for its lease to end, and
+    no query fails."""
     nodes = start_cluster(etcd, tmp_path)
     try:
         with nodes.client("n1") as c:
@@ -113,7 +114,8 @@ def test_appends_go_on_when_a_node_is_killed(etcd: Etcd, tmp_path: Path) -> None
         latencies = [d for t, d in record.latencies if t >= killed_at]
         assert len(record.acknowledged) > 40
         assert len(after_kill) <= 1, after_kill
-        assert len(query_failures) <= 1, (queries, query_failures)
+        # Every partition keeps a live copy: a query that meets n3 is planned again.
+        assert not query_failures, (queries, query_failures)
         assert not check(uris(nodes), "log", record, nodes.client, nodes.flight_client)
         print(f"p99 append after the kill: {p99(latencies):.3f} s; queries {queries}")
     finally:

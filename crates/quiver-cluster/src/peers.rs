@@ -197,6 +197,15 @@ impl Peers {
         futures::future::join_all(stale.into_iter().map(|l| self.probe(l))).await;
     }
 
+    /// Probes, at once and together, every one of `locations` that is no
+    /// suspect, however lately it answered: after a call failed in a way
+    /// that does not name the node (a query's stage broken off), so that
+    /// the nodes that stopped answering become suspects.
+    pub(crate) async fn recheck(&self, locations: impl Iterator<Item = &str>) {
+        let live: Vec<&str> = locations.filter(|l| !self.is_suspect(l)).collect();
+        futures::future::join_all(live.into_iter().map(|l| self.probe(l))).await;
+    }
+
     /// What signs this node's calls.
     pub(crate) fn key(&self) -> &NodeKey {
         &self.key

@@ -67,6 +67,11 @@ impl StoreSchema {
         self.cluster.is_some()
     }
 
+    /// The cluster's catalog, on a cluster node.
+    pub(crate) fn cluster(&self) -> Option<&Arc<dyn ClusterCatalog>> {
+        self.cluster.as_ref()
+    }
+
     /// The registered (not stored) table `name`, if any.
     pub(crate) fn registered(&self, name: &str) -> Option<Arc<dyn TableProvider>> {
         self.registered

@@ -27,4 +27,9 @@ pub trait ClusterCatalog: Send + Sync + Debug {
 
     /// The engine's session with what planning over the cluster needs.
     fn session(&self, builder: SessionStateBuilder) -> SessionStateBuilder;
+
+    /// Finds out now which nodes answer, so that the next plan passes over
+    /// those that do not: called before a query that failed because a node
+    /// was out of reach is planned again.
+    async fn recheck(&self);
 }

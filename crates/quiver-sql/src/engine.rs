@@ -26,7 +26,7 @@ use datafusion::catalog::SchemaProvider;
 use crate::catalog::{CATALOG, SCHEMA, StoreSchema, TableKind};
 use crate::cluster::ClusterCatalog;
 use crate::params::number_placeholders;
-use crate::query::Query;
+use crate::query::{Query, Replan};
 use crate::{Result, SqlError};
 
 /// Default memory one query may hold in its operators: 1 GiB.
@@ -365,11 +365,11 @@ impl SqlEngine {
         if effect > allowed {
             return Err(SqlError::Denied(effect));
         }
-        let plan = match params {
+        let bound = match params.clone() {
             Some(params) => plan.with_param_values(params)?,
             None => plan,
         };
-        match plan {
+        match bound {
             LogicalPlan::Ddl(DdlStatement::CreateMemoryTable(create)) => {
                 self.create_table(create).await.map(Outcome::Changed)
             }
@@ -429,7 +429,10 @@ impl SqlEngine {
                 "COPY is not supported: fetch the result and write it on the client".into(),
             )),
             plan => {
-                let query = self.query(&plan).await?;
+                let mut query = self.query(&plan).await?;
+                if let Some(cluster) = self.schema.cluster() {
+                    query = query.planned_again_by(self.replan(Arc::clone(cluster), sql, params));
+                }
                 query.count_from(started);
                 Ok(Outcome::Query(query))
             }
@@ -441,6 +444,37 @@ impl SqlEngine {
         let state = self.context.state();
         let physical = state.create_physical_plan(plan).await?;
         self.limited(&state, physical)
+    }
+
+    /// How to plan the query `sql` (bound to `params`) again over the
+    /// cluster's tables as they are then, with the nodes that answer then.
+    fn replan(
+        &self,
+        cluster: Arc<dyn ClusterCatalog>,
+        sql: String,
+        params: Option<ParamValues>,
+    ) -> Replan {
+        let context = self.context.clone();
+        let memory_limit = self.options.query_memory_limit;
+        Replan::new(move || {
+            let (cluster, context, sql, params) = (
+                Arc::clone(&cluster),
+                context.clone(),
+                sql.clone(),
+                params.clone(),
+            );
+            Box::pin(async move {
+                cluster.recheck().await;
+                let state = context.state();
+                let plan = state.create_logical_plan(&sql).await?;
+                let plan = match params {
+                    Some(params) => plan.with_param_values(params)?,
+                    None => plan,
+                };
+                let physical = state.create_physical_plan(&plan).await?;
+                Ok((physical, task_context(&state, memory_limit)?))
+            })
+        })
     }
 
     /// The engine's session with one partition (a plan over one stream or
@@ -465,13 +499,7 @@ impl SqlEngine {
         state: &SessionState,
         physical: Arc<dyn ExecutionPlan>,
     ) -> Result<Query> {
-        let runtime = RuntimeEnvBuilder::from_runtime_env(state.runtime_env())
-            .with_memory_pool(Arc::new(TrackConsumersPool::new(
-                GreedyMemoryPool::new(self.options.query_memory_limit),
-                std::num::NonZeroUsize::new(3).unwrap_or(std::num::NonZeroUsize::MIN),
-            )))
-            .build_arc()?;
-        let task = Arc::new(TaskContext::from(state).with_runtime(runtime));
+        let task = task_context(state, self.options.query_memory_limit)?;
         Ok(Query::new(physical, task, self.options.query_timeout))
     }
 
@@ -604,6 +632,17 @@ impl SqlEngine {
             )))
         }
     }
+}
+
+/// A task context of `state` whose memory pool holds `memory_limit` bytes.
+fn task_context(state: &SessionState, memory_limit: usize) -> Result<Arc<TaskContext>> {
+    let runtime = RuntimeEnvBuilder::from_runtime_env(state.runtime_env())
+        .with_memory_pool(Arc::new(TrackConsumersPool::new(
+            GreedyMemoryPool::new(memory_limit),
+            std::num::NonZeroUsize::new(3).unwrap_or(std::num::NonZeroUsize::MIN),
+        )))
+        .build_arc()?;
+    Ok(Arc::new(TaskContext::from(state).with_runtime(runtime)))
 }
 
 /// Whether a plan changes tables rather than returning rows.

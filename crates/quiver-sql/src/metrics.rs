@@ -8,12 +8,19 @@ use crate::SqlError;
 /// Statements finished, by `outcome`: `ok`, `failed`, `denied`, `timeout`,
 /// `cancelled` or `resources` (over the per-query memory limit).
 pub const QUERIES: &str = "quiver_sql_queries_total";
+/// Queries planned again after they lost a cluster node before their first row.
+pub const QUERIES_PLANNED_AGAIN: &str = "quiver_sql_queries_planned_again_total";
 /// Statement duration: planning to the end of the last partition fetched.
 pub const QUERY_SECONDS: &str = "quiver_sql_query_duration_seconds";
 
 /// Describes the engine's metrics to the installed recorder.
 pub fn describe() {
     metrics::describe_counter!(QUERIES, "SQL statements finished, by outcome");
+    metrics::describe_counter!(
+        QUERIES_PLANNED_AGAIN,
+        "queries planned again and run once more after losing a cluster node before their \
+         first row"
+    );
     metrics::describe_histogram!(
         QUERY_SECONDS,
         metrics::Unit::Seconds,

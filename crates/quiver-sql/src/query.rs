@@ -1,18 +1,20 @@
 //! A planned query: its partitions run on demand, under a deadline and a
 //! cancel switch shared by all of them.
 
+use std::pin::Pin;
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use arrow::datatypes::SchemaRef;
 use arrow::record_batch::RecordBatch;
 use datafusion::datasource::memory::MemorySourceConfig;
-use datafusion::execution::TaskContext;
+use datafusion::execution::{SendableRecordBatchStream, TaskContext};
 use datafusion::physical_plan::{ExecutionPlan, ExecutionPlanProperties};
 use futures::StreamExt;
+use futures::future::BoxFuture;
 use futures::stream::{self, BoxStream};
 use tokio::sync::watch;
-use tokio::time::Instant;
+use tokio::time::{Instant, Sleep};
 
 use crate::{Result, SqlError};
 
@@ -27,7 +29,34 @@ pub struct Query {
     plan: Arc<dyn ExecutionPlan>,
     task: Arc<TaskContext>,
     control: Arc<Control>,
+    /// How to plan the statement again, if it may be (a query over a
+    /// cluster's tables that loses a node).
+    again: Option<Replan>,
 }
+
+/// A physical plan and the task context to run it in.
+type Planned = (Arc<dyn ExecutionPlan>, Arc<TaskContext>);
+
+/// Plans a query's statement again, as of now.
+#[derive(Clone)]
+pub(crate) struct Replan(Arc<dyn Fn() -> BoxFuture<'static, Result<Planned>> + Send + Sync>);
+
+impl Replan {
+    pub(crate) fn new(
+        replan: impl Fn() -> BoxFuture<'static, Result<Planned>> + Send + Sync + 'static,
+    ) -> Self {
+        Self(Arc::new(replan))
+    }
+}
+
+impl std::fmt::Debug for Replan {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Replan")
+    }
+}
+
+/// How many times in all a query that loses a node runs.
+const TRIES: u32 = 3;
 
 #[derive(Debug)]
 struct Control {
@@ -75,6 +104,64 @@ impl Drop for Running {
     }
 }
 
+/// One partition of a query as it runs.
+struct Partition {
+    batches: SendableRecordBatchStream,
+    cancelled: watch::Receiver<bool>,
+    deadline: Pin<Box<Sleep>>,
+    running: Running,
+    schema: SchemaRef,
+    /// Set until the first batch is out, if the query may be planned again.
+    again: Option<Replan>,
+    /// How many times the query has run.
+    tries: u32,
+}
+
+impl Partition {
+    /// The next batch, the end, or how the partition failed.
+    async fn next(&mut self) -> Result<Option<RecordBatch>> {
+        tokio::select! {
+            biased;
+            // The sender lives in `control`, which this stream holds.
+            _ = self.cancelled.wait_for(|c| *c) => Err(SqlError::Cancelled),
+            () = &mut self.deadline => Err(SqlError::Timeout(self.running.control.timeout)),
+            next = self.batches.next() => next.transpose().map_err(SqlError::from),
+        }
+    }
+
+    fn can_try_again(&self) -> bool {
+        self.again.is_some() && self.tries < TRIES
+    }
+
+    /// Plans the query again and starts it over, after it lost a node
+    /// (`lost` says how); on failure, how.
+    async fn try_again(&mut self, lost: &str) -> Result<()> {
+        let Some(replan) = &self.again else {
+            return Err(SqlError::Unavailable(lost.to_string()));
+        };
+        self.tries += 1;
+        tracing::warn!(
+            try_ = self.tries,
+            "a query lost a node; planning it again: {lost}"
+        );
+        metrics::counter!(crate::metrics::QUERIES_PLANNED_AGAIN).increment(1);
+        let (plan, task) = tokio::select! {
+            biased;
+            _ = self.cancelled.wait_for(|c| *c) => return Err(SqlError::Cancelled),
+            () = &mut self.deadline => {
+                return Err(SqlError::Timeout(self.running.control.timeout));
+            }
+            planned = (replan.0)() => planned?,
+        };
+        // The table may have been replaced by one of other columns since.
+        if plan.schema() != self.schema || plan.output_partitioning().partition_count() != 1 {
+            return Err(SqlError::Unavailable(lost.to_string()));
+        }
+        self.batches = plan.execute(0, task)?;
+        Ok(())
+    }
+}
+
 impl Query {
     pub(crate) fn new(
         plan: Arc<dyn ExecutionPlan>,
@@ -92,6 +179,16 @@ impl Query {
                 counted_from: OnceLock::new(),
                 outcome: OnceLock::new(),
             }),
+            again: None,
+        }
+    }
+
+    /// The query, planned again by `replan` and run once more when it loses
+    /// a node before any row is out ([`SqlError::Unavailable`]).
+    pub(crate) fn planned_again_by(self, replan: Replan) -> Self {
+        Self {
+            again: Some(replan),
+            ..self
         }
     }
 
@@ -124,7 +221,9 @@ impl Query {
     }
 
     /// Runs partition `partition`. The stream ends with an error if the query
-    /// passes its deadline or is cancelled.
+    /// passes its deadline or is cancelled. A one-partition query that can be
+    /// planned again ([`Query::planned_again_by`]) and loses a node before
+    /// its first batch is planned again and run once more, twice at most.
     pub fn execute(&self, partition: usize) -> Result<BatchStream> {
         if partition >= self.partitions() {
             return Err(SqlError::invalid(format!(
@@ -138,35 +237,50 @@ impl Query {
         let batches = self.plan.execute(partition, Arc::clone(&self.task))?;
         let control = Arc::clone(&self.control);
         let cancelled = control.cancel.subscribe();
-        // One timer for the whole partition, not one per batch.
-        let deadline = Box::pin(tokio::time::sleep_until(control.deadline));
-        let running = Running {
-            control,
-            ended: false,
+        let again = match (&self.again, self.partitions()) {
+            (Some(replan), 1) => Some(replan.clone()),
+            _ => None,
         };
-        let state = Some((batches, cancelled, deadline, running));
-        Ok(stream::unfold(state, |state| async move {
-            let (mut batches, mut cancelled, mut deadline, mut running) = state?;
-            let next = tokio::select! {
-                biased;
-                // The sender lives in `control`, which this stream holds.
-                _ = cancelled.wait_for(|c| *c) => Err(SqlError::Cancelled),
-                () = &mut deadline => Err(SqlError::Timeout(running.control.timeout)),
-                next = batches.next() => Ok(next),
-            };
-            let failed = match next {
-                Ok(Some(Ok(batch))) => {
-                    return Some((Ok(batch), Some((batches, cancelled, deadline, running))));
+        let state = Partition {
+            batches,
+            cancelled,
+            // One timer for the whole partition, not one per batch.
+            deadline: Box::pin(tokio::time::sleep_until(control.deadline)),
+            running: Running {
+                control,
+                ended: false,
+            },
+            schema: self.schema(),
+            again,
+            tries: 1,
+        };
+        Ok(stream::unfold(Some(state), |state| async move {
+            let mut state = state?;
+            let failed = loop {
+                match state.next().await {
+                    Ok(Some(batch)) => {
+                        // Rows are out: the query cannot start over.
+                        state.again = None;
+                        return Some((Ok(batch), Some(state)));
+                    }
+                    Ok(None) => {
+                        state.running.ended = true;
+                        return None;
+                    }
+                    Err(SqlError::Unavailable(lost)) if state.can_try_again() => {
+                        match state.try_again(&lost).await {
+                            Ok(()) => continue,
+                            Err(e) => break e,
+                        }
+                    }
+                    Err(e) => break e,
                 }
-                Ok(None) => {
-                    running.ended = true;
-                    return None;
-                }
-                Ok(Some(Err(e))) => SqlError::from(e),
-                Err(e) => e,
             };
-            running.ended = true;
-            running.control.ended(crate::metrics::outcome_of(&failed));
+            state.running.ended = true;
+            state
+                .running
+                .control
+                .ended(crate::metrics::outcome_of(&failed));
             Some((Err(failed), None))
         })
         .boxed())

@@ -186,4 +186,16 @@ impl ClusterCatalog for ClusterSql {
             .set_extension(Arc::clone(&self.scan));
         builder
     }
+
+    async fn recheck(&self) {
+        let Ok(node) = self.node() else {
+            return;
+        };
+        let nodes = node.cached().nodes;
+        let others = nodes.values().filter(|n| n.id != self.scan.node_id);
+        self.scan
+            .peers
+            .recheck(others.map(|n| n.location.as_str()))
+            .await;
+    }
 }
