@@ -9,7 +9,7 @@ use arrow::error::ArrowError;
 use arrow::ipc::writer::{IpcWriteOptions, StreamEncoder};
 use arrow::record_batch::RecordBatch;
 use bytes::Bytes;
-use quiver_store::batch_bytes;
+use quiver_store::needed_bytes;
 
 /// The IPC header of a message that carries none: a flatbuffer `Message`
 /// table whose fields are all defaults (header type `NONE`, body length 0).
@@ -75,6 +75,9 @@ impl FlightMessageEncoder {
     pub fn encode(&mut self, batch: &RecordBatch) -> Result<Vec<FlightMessage>, ArrowError> {
         let mut out = Vec::new();
         for part in split(batch, self.max_message_bytes) {
+            // String views send every data buffer they hold, whatever the
+            // views point to: such a slice goes out in buffers of its own.
+            let part = quiver_store::compact_views(&part).unwrap_or(part);
             out.extend(messages(self.encoder.encode(&part)?)?);
         }
         Ok(out)
@@ -92,7 +95,9 @@ impl FlightMessageEncoder {
 /// and travel without a copy.
 pub fn split(batch: &RecordBatch, max_bytes: usize) -> Vec<RecordBatch> {
     let rows = batch.num_rows();
-    let bytes = usize::try_from(batch_bytes(batch)).unwrap_or(usize::MAX);
+    // What the messages will carry: a slice's own part of its buffers.
+    let bytes: u64 = batch.columns().iter().map(|c| needed_bytes(c)).sum();
+    let bytes = usize::try_from(bytes).unwrap_or(usize::MAX);
     if bytes <= max_bytes || rows <= 1 {
         return vec![batch.clone()];
     }

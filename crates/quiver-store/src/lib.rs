@@ -22,6 +22,7 @@
 //! On open it reads the tables back by memory-mapping those files.
 #![warn(missing_docs)]
 
+mod compact;
 mod data_dir;
 mod disk;
 mod error;
@@ -37,6 +38,7 @@ mod store;
 mod test_batches;
 mod version;
 
+pub use compact::{compact, compact_views, needed_bytes};
 pub use data_dir::{DurableOptions, Fsync};
 pub use error::{IoFailure, Result, StoreError};
 pub use limits::{Limit, MAX_ROWS_FLAG, MAX_TABLE_BYTES_FLAG, MAX_TABLE_ROWS_FLAG, TableLimits};

@@ -200,7 +200,7 @@ pub fn batch_bytes(batch: &RecordBatch) -> u64 {
         .sum()
 }
 
-fn data_bytes(data: &ArrayData) -> u64 {
+pub(crate) fn data_bytes(data: &ArrayData) -> u64 {
     let buffers: usize = data.buffers().iter().map(|b| b.len()).sum();
     let nulls = data.nulls().map_or(0, |n| n.buffer().len());
     let children: u64 = data.child_data().iter().map(data_bytes).sum();

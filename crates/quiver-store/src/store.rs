@@ -598,10 +598,14 @@ impl TableWriter<'_> {
     /// it better than the batch's buffer lengths tell. A batch decoded from a
     /// wire message holds the whole message body, however little of it its
     /// arrays reference, and a dictionary sent once serves many batches.
+    /// A batch holding well over what its rows need (a small slice, string
+    /// views over large buffers) is copied into buffers that fit, and
+    /// charged those ([`crate::compact`]).
     pub fn push_charged(&mut self, batch: RecordBatch, bytes: u64) -> Result<()> {
         if batch.schema_ref().fields() != self.schema.fields() {
             check_schema(&self.name, &self.schema, batch.schema_ref())?;
         }
+        let (batch, bytes) = crate::compact(batch, bytes);
         let rows = self.rows + batch.num_rows() as u64;
         let store = self.store;
         store.check_limits(
