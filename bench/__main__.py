@@ -211,7 +211,7 @@ def measure(args: argparse.Namespace, argv: list[str]) -> tuple[dict[str, object
             if suite in args.only:
                 with run.attempt(f"suite {suite}"):
                     SUITE_FUNCTIONS[suite](run)
-                # The clients of the small, json, memory, shm and soak suites live in this
+                # The clients of the small, bytes, json, memory, shm and soak suites live in this
                 # process: a run that grows it towards the machine's memory measures the
                 # kernel's reclaim, not the servers. Noted when it grew.
                 peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20  # KiB to GiB
@@ -291,6 +291,7 @@ def main(argv: list[str] | None = None) -> int:
     goals = [
         *report.goals(rows),
         *sql_goals,
+        *report.bytes_goals(rows),
         *report.functions_goals(rows),
         *report.engines_goals(rows),
         *report.nemesis_goals(rows),

@@ -2,7 +2,8 @@
 
 The throughput table is the paper's: records of four int64 columns, 32 bytes each, the same
 values ``quiver bench client`` generates. The JSON comparison uses a mixed table (integers,
-floats, strings), as a DataFrame a JSON peer can rebuild from the same seed.
+floats, strings), as a DataFrame a JSON peer can rebuild from the same seed. The ``bytes``
+suite puts one column of each of several kinds, some as slices of one array.
 """
 
 from __future__ import annotations
@@ -71,3 +72,64 @@ def mixed_frame(rows: int, seed: int = 42) -> pd.DataFrame:
 def mixed_table(rows: int, seed: int = 42) -> pa.Table:
     """Return :func:`mixed_frame` as an Arrow table (strings as ``large_string``)."""
     return pa.Table.from_pandas(mixed_frame(rows, seed), preserve_index=False)
+
+
+#: The ``bytes`` suite's column kinds, in the order of the report: plain utf8 strings in one
+#: tight array; the same strings as ``string_view``, and as utf8, and int64, each table made
+#: of slices of one array (what pyarrow hands out when it cuts a table: a slice keeps every
+#: buffer of the array, a ``string_view`` slice all of its data buffers); and a
+#: ``dictionary<int32, utf8>`` column, also as slices of one array.
+BYTES_KINDS = ("string", "string_view", "sliced string", "sliced int64", "dictionary")
+#: Slices of one array the sliced kinds' tables are made of.
+BYTES_SLICES = 10
+#: Bytes of each string of the ``bytes`` suite: past the 12 a ``string_view`` inlines, so
+#: each value lives in a data buffer.
+BYTES_STRING_LENGTH = 20
+#: Distinct values of the ``dictionary`` kind.
+BYTES_DICTIONARY_VALUES = 100
+
+
+def bytes_values(kind: str, rows: int) -> list[object]:
+    """Return the Python values of a ``bytes`` suite column of ``kind``, ``rows`` of them.
+
+    Strings are ``BYTES_STRING_LENGTH`` characters long, the same for the same row; the
+    dictionary kind's rows take one of ``BYTES_DICTIONARY_VALUES`` strings in turn.
+    """
+    if kind not in BYTES_KINDS:
+        raise ValueError(f"unknown kind {kind!r}: expected one of {', '.join(BYTES_KINDS)}")
+    if kind == "sliced int64":
+        return list(range(rows))
+    if kind == "dictionary":
+        distinct = [f"category-{j:03d}-abcdefg" for j in range(BYTES_DICTIONARY_VALUES)]
+        return [distinct[(i * 37) % len(distinct)] for i in range(rows)]
+    width = BYTES_STRING_LENGTH - 1
+    return [f"s{i * 2_654_435_761 % 10**width:0{width}d}" for i in range(rows)]
+
+
+def bytes_column(kind: str, values: list[object]) -> pa.Array:
+    """Return ``values`` as one fresh, tight array of ``kind``'s type.
+
+    Tight: each buffer holds these values and nothing else. ``pa.table({"c": ...}).nbytes``
+    of it is the suite's Arrow size of the rows.
+    """
+    if kind == "string_view":
+        return pa.array(values, pa.string_view())
+    if kind == "sliced int64":
+        return pa.array(values, pa.int64())
+    strings = pa.array(values, pa.string())
+    return strings.dictionary_encode() if kind == "dictionary" else strings
+
+
+def bytes_table(kind: str, column: pa.Array, slices: int = BYTES_SLICES) -> pa.Table:
+    """Return the table of column ``c`` the ``bytes`` suite puts for ``kind``.
+
+    ``string``: the tight ``column`` in one batch. Every other kind: ``slices`` batches,
+    each a slice of ``column`` (``pa.record_batch({"c": column.slice(i, k)})``), which
+    references all of ``column``'s buffers.
+    """
+    if kind == "string":
+        return pa.table({"c": column})
+    step = max(1, -(-len(column) // slices))
+    return pa.Table.from_batches(
+        [pa.record_batch({"c": column.slice(i, step)}) for i in range(0, len(column), step)]
+    )

@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import json
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
@@ -167,6 +168,70 @@ def timed_get(
     if keep:
         table = parts[0][1] if len(parts) == 1 else pa.concat_tables(t for _, t in parts)
     return GetResult(seconds, ttfb, rows, nbytes, len(endpoints), table)
+
+
+@dataclass
+class Received:
+    """What a DoGet of every endpoint of a FlightInfo brought, batch by batch.
+
+    Attributes
+    ----------
+    rows : int
+        Rows received.
+    batches : int
+        Record batches received.
+    buffer_bytes : int
+        ``get_total_buffer_size()`` summed over the received batches, each counted on its
+        own: every buffer a batch references, whole (a buffer two batches share, such as
+        a dictionary, counts once per batch).
+    endpoints : int
+        Endpoints read (one after another).
+    distinct_bytes : int
+        The same bytes with each buffer counted once however many batches reference it
+        (a buffer is its address and size): what the reader holds.
+    """
+
+    rows: int
+    batches: int
+    buffer_bytes: int
+    endpoints: int
+    distinct_bytes: int
+
+
+def _buffers(array: pa.Array) -> list[pa.Buffer]:
+    """Return every buffer ``array`` references: its own, its children's, its dictionary's."""
+    found = [b for b in array.buffers() if b is not None]
+    if pa.types.is_dictionary(array.type):
+        found += _buffers(array.dictionary)
+    return found
+
+
+def received(
+    client: flight.FlightClient,
+    info: flight.FlightInfo,
+    each: Callable[[pa.RecordBatch], None] | None = None,
+) -> Received:
+    """DoGet every endpoint of ``info`` in turn; count the rows, batches and buffer bytes.
+
+    ``each`` is called with every batch, in order. Every buffer received is held until the
+    end (so that no later buffer takes a freed one's address and passes for it), not the
+    batches.
+    """
+    rows = batches = buffer_bytes = 0
+    seen: dict[tuple[int, int], pa.Buffer] = {}
+    for endpoint in info.endpoints:
+        for chunk in client.do_get(endpoint.ticket):
+            if chunk.data is None:
+                continue
+            rows += chunk.data.num_rows
+            batches += 1
+            buffer_bytes += chunk.data.get_total_buffer_size()
+            for column in chunk.data.columns:
+                seen.update(((b.address, b.size), b) for b in _buffers(column))
+            if each is not None:
+                each(chunk.data)
+    distinct = sum(b.size for b in seen.values())
+    return Received(rows, batches, buffer_bytes, len(info.endpoints), distinct)
 
 
 def timed_put(clients: list[flight.FlightClient], table: pa.Table, batch_rows: int) -> float:

@@ -18,6 +18,7 @@ SUITES = (
     "memory",
     "rust",
     "small",
+    "bytes",
     "json",
     "sql",
     "soak",
@@ -77,6 +78,9 @@ class Plan:
         Gets timed one by one for the small-object latency, per server.
     json_rows : tuple of int
         Rows of the mixed table sent as JSON and over Flight.
+    bytes_rows : int
+        Rows of each one-column table the ``bytes`` suite puts, gets and stores (one
+        table per column kind).
     ceiling_reps : int
         Repetitions of each ceiling.
     tcp_seconds : float
@@ -169,6 +173,7 @@ class Plan:
     sql_rows: tuple[int, ...]
     sql_reps: int
     sql_row_clients_max_rows: int
+    bytes_rows: int = 200_000
     soak_clients: int = 64
     soak_seconds: float = 10.0
     soak_rows: int = 10_000
@@ -244,6 +249,7 @@ def plan_for(mode: str, ram_bytes: int) -> Plan:
             sql_rows=(2_000,),
             sql_reps=1,
             sql_row_clients_max_rows=2_000,
+            bytes_rows=20_000,
             soak_clients=8,
             soak_seconds=2.0,
             soak_rows=1_000,
@@ -286,6 +292,7 @@ def plan_for(mode: str, ram_bytes: int) -> Plan:
             sql_rows=(100_000,),
             sql_reps=3,
             sql_row_clients_max_rows=100_000,
+            bytes_rows=200_000,
             soak_clients=64,
             soak_seconds=10.0,
             soak_rows=10_000,
@@ -318,6 +325,7 @@ def plan_for(mode: str, ram_bytes: int) -> Plan:
             sql_rows=(1_000_000, 4_000_000, 16_000_000),
             sql_reps=5,
             sql_row_clients_max_rows=4_000_000,
+            bytes_rows=2_000_000,
             soak_clients=64,
             soak_seconds=60.0,
             soak_rows=10_000,

@@ -102,6 +102,9 @@ FUNCTIONS_VS_JSON = 50.0
 FUNCTIONS_ONE_ROW_P50_S = 0.001
 #: The CPU rows of a bulk repetition, and the column each heads.
 FUNCTIONS_CPU = (("cpu_server", "server"), ("cpu_workers", "workers"), ("cpu_client", "client"))
+#: The bytes suite's goals: quiver stores, and sends for a whole-table DoGet, at most this
+#: many times the tight Arrow size of the rows, for the worst column kind.
+BYTES_VS_ARROW = 1.1
 
 
 @dataclass(frozen=True)
@@ -922,6 +925,11 @@ def _goals_section(rows: list[Row], mode: str) -> list[str]:
             "The goals of query results into pandas are in "
             "[their section](#query-results-into-pandas-the-papers-figure-8).",
         ]
+    if select(rows, suite="bytes"):
+        lines += [
+            "",
+            "The goals of bytes stored and sent are in [their section](#bytes-stored-and-sent).",
+        ]
     if select(rows, suite="functions"):
         lines += [
             "",
@@ -1181,6 +1189,150 @@ def _memory_section(rows: list[Row]) -> list[str]:
             f"{_size(hwm)} |"
         )
     return lines
+
+
+def _bytes_row(rows: list[Row], what: str, kind: str, server: str | None = None) -> Row | None:
+    """Return the ``bytes`` suite's ``what:kind`` row of ``server`` (the last, if several).
+
+    ``server`` None: whichever (the ``arrow`` rows have none, an empty field in the CSV).
+    """
+    where = {} if server is None else {"server": server}
+    found = select(rows, suite="bytes", op=f"{what}:{kind}", **where)
+    return found[-1] if found else None
+
+
+def _bytes_kinds(rows: list[Row]) -> list[str]:
+    """Return the column kinds the ``bytes`` suite measured, in the order it measured them."""
+    kinds = [str(r["op"]).split(":", 1)[1] for r in select(rows, suite="bytes")]
+    return list(dict.fromkeys(kinds))
+
+
+def _bytes_ratio(rows: list[Row], what: str, kind: str, server: str) -> float | None:
+    """Return bytes ``what`` (``stored``, ``sent``...) by ``server`` / the rows' Arrow size."""
+    arrow = _bytes_row(rows, "arrow", kind)
+    got = _bytes_row(rows, what, kind, server)
+    if arrow is None or got is None or not arrow["bytes"]:
+        return None
+    return float(got["bytes"]) / float(arrow["bytes"])  # type: ignore[arg-type]
+
+
+def bytes_goals(rows: list[Row]) -> list[Goal]:
+    """Return the ``bytes`` suite's goals: quiver's bytes stored and sent / Arrow size, worst
+    kind, at most ``BYTES_VS_ARROW``. A kind not measured leaves the goal unmet only if a
+    measured one already misses it (else n/a).
+    """  # noqa: D205
+    kinds = _bytes_kinds(rows)
+    if not kinds:
+        return []
+    found = []
+    for what in ("stored", "sent"):
+        ratios = {k: _bytes_ratio(rows, what, k, QUIVER) for k in kinds}
+        measured = {k: r for k, r in ratios.items() if r is not None}
+        missing = [k for k, r in ratios.items() if r is None]
+        text = f"quiver: bytes {what} / Arrow size, worst kind"
+        target = f"≤ {BYTES_VS_ARROW:g}×"
+        if not measured:
+            found.append(Goal(text, target, None, None, "—"))
+            continue
+        worst = max(measured, key=lambda k: measured[k])
+        value = measured[worst]
+        shown = f"{value:.2f}× ({worst})"
+        passed: bool | None = value <= BYTES_VS_ARROW
+        if missing:
+            shown += f"; not measured: {', '.join(missing)}"
+            passed = None if passed else False
+        found.append(Goal(text, target, value, passed, shown))
+    return found
+
+
+def _bytes_cell(rows: list[Row], what: str, kind: str, server: str) -> str:
+    """``size (ratio×)`` of a stored or sent row, ``—`` when not measured."""
+    row = _bytes_row(rows, what, kind, server)
+    if row is None:
+        return "—"
+    cell = f"{_size(float(row['bytes']))} ({_times(_bytes_ratio(rows, what, kind, server))})"  # type: ignore[arg-type]
+    return f"{cell}, {row['note']}" if row.get("note") else cell
+
+
+def _bytes_section(rows: list[Row]) -> list[str]:
+    kinds = _bytes_kinds(rows)
+    if not kinds:
+        return []
+    first = _bytes_row(rows, "arrow", kinds[0])
+    count = int(first["rows_per_stream"]) if first else 0  # type: ignore[call-overload]
+    lines = [
+        "## Bytes stored and sent",
+        "",
+        f"One column `c` of {count:,} rows of each kind, put by pyarrow's DoPut with its "
+        "batches as they are into quiver and into the Arrow C++ server, in the same run "
+        "(bench/data.py: `string`, 20-byte utf8 values in one tight array; `string_view`, "
+        "the same values as `string_view`; `sliced string` and `sliced int64`; and "
+        "`dictionary`, `dictionary<int32, utf8>` of 100 distinct 20-byte values; all but "
+        "`string` as a table of batches that are slices of one array, as pyarrow hands out "
+        "when it cuts a table: each slice references every buffer of the array, a "
+        "`string_view` slice all of its data buffers, which Arrow IPC sends whole). "
+        '**Arrow size**: the tight size of the rows, `pa.table({"c": array}).nbytes` of '
+        "a fresh array of their values. **Stored**: the server's FlightInfo `total_bytes` "
+        "(the Arrow C++ server's is pyarrow's `Table.nbytes` of the batches it holds). "
+        "**Sent**: a pyarrow DoGet of the whole table, `get_total_buffer_size()` of each "
+        "batch received, summed: every buffer a batch references, whole. **LIMIT 3**: the "
+        "same for `SELECT c FROM t LIMIT 3` through quiver's Flight SQL, against the tight "
+        "size of those 3 rows. Ratios are to the Arrow size.",
+        "",
+        "| goal | target | measured | result |",
+        "| --- | --- | --- | --- |",
+        *_goal_rows(bytes_goals(rows)),
+        "",
+        "| kind | Arrow size | quiver stored | quiver sent | Arrow C++ stored | "
+        "Arrow C++ sent | quiver LIMIT 3 sent |",
+        "| --- | --- | --- | --- | --- | --- | --- |",
+    ]
+    for kind in kinds:
+        arrow = _bytes_row(rows, "arrow", kind)
+        limit = _bytes_row(rows, "limit3", kind, QUIVER)
+        tight = _bytes_row(rows, "arrow_limit3", kind)
+        limit_cell = "—"
+        if limit is not None:
+            limit_cell = _size(float(limit["bytes"]))  # type: ignore[arg-type]
+            if tight is not None:
+                limit_cell += f" (3 rows: {_size(float(tight['bytes']))})"  # type: ignore[arg-type]
+            if limit.get("note"):
+                limit_cell += f", {limit['note']}"
+        lines.append(
+            f"| {kind} | {'—' if arrow is None else _size(float(arrow['bytes']))} | "  # type: ignore[arg-type]
+            f"{_bytes_cell(rows, 'stored', kind, QUIVER)} | "
+            f"{_bytes_cell(rows, 'sent', kind, QUIVER)} | "
+            f"{_bytes_cell(rows, 'stored', kind, ARROW_CPP)} | "
+            f"{_bytes_cell(rows, 'sent', kind, ARROW_CPP)} | {limit_cell} |"
+        )
+    lines += ["", *_bytes_dictionary_lines(rows), ""]
+    return lines
+
+
+def _bytes_dictionary_lines(rows: list[Row]) -> list[str]:
+    """Say how the dictionary kind's sent bytes count the dictionary, with its numbers."""
+    text = (
+        "How a dictionary counts: once in the Arrow size, and in bytes sent once per batch "
+        "received, for every batch references it (`get_total_buffer_size()`), though an IPC "
+        "stream need carry it once. The dictionary's sent ratio is that of a reader that "
+        "counts the batches apart."
+    )
+    once = []
+    for server, label in ((QUIVER, "quiver"), (ARROW_CPP, "the Arrow C++ server")):
+        row = _bytes_row(rows, "sent_once", "dictionary", server)
+        if row is None:
+            continue
+        ratio = _bytes_ratio(rows, "sent_once", "dictionary", server)
+        once.append(
+            f"{label} {_size(float(row['bytes']))} ({_times(ratio)}) in "  # type: ignore[arg-type]
+            f"{row['ops']} batches"
+        )
+    if once:
+        text += (
+            " Counting each buffer received once, however many batches share it (what the "
+            "reader holds), the dictionary column's DoGet brought " + "; ".join(once) + "."
+        )
+    return [text]
 
 
 def _sql_intro(run: dict[str, object], cap: int | None, largest: int) -> list[str]:
@@ -1873,6 +2025,7 @@ def render(
         *_figure("JSON vs Flight", plots.get("json_vs_flight"), report_dir),
         *_memory_section(rows),
         "",
+        *_bytes_section(rows),
         *_soak_section(rows),
         *_shm_section(rows),
         *_cluster_section(rows, run),

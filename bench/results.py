@@ -76,9 +76,9 @@ class Measurement:
     Attributes
     ----------
     suite : str
-        ``get``, ``put``, ``headline``, ``rust``, ``small``, ``json``, ``memory``,
-        ``ceilings``, ``sql``, ``soak``, ``shm``, ``functions``, ``engines``, ``cluster``,
-        ``nemesis``.
+        ``get``, ``put``, ``headline``, ``rust``, ``small``, ``bytes``, ``json``,
+        ``memory``, ``ceilings``, ``sql``, ``soak``, ``shm``, ``functions``, ``engines``,
+        ``cluster``, ``nemesis``.
     server : str
         ``quiver``, ``arrow-cpp``, ``json-socket``, ``postgresql``, ``duckdb``, empty for
         ceilings; for ``functions`` the peer (``in-process``, ``quiver-1-worker``...); for
@@ -118,12 +118,23 @@ class Measurement:
         ``lost``, ``torn_or_doubled``, ``invented``, ``problems`` (``errors`` each, the
         checker's counts), ``faults`` (``ops`` injected over ``seconds``) and ``settle``
         (``seconds`` until three nodes and full replication after the load).
+        For ``bytes``, per column kind (:data:`bench.data.BYTES_KINDS`): ``arrow:KIND``
+        (``bytes`` the tight Arrow size of the rows, ``pa.table({"c": array}).nbytes`` of a
+        fresh array of their values; no server), ``stored:KIND`` (the server's FlightInfo
+        ``total_bytes`` after the put), ``sent:KIND`` (``get_total_buffer_size()`` summed
+        over the record batches a pyarrow DoGet of the whole table received, ``ops`` those
+        batches), ``sent_once:KIND`` (the same bytes, each buffer counted once however many
+        batches reference it, such as a dictionary), ``limit3:KIND`` (quiver only: the
+        same for ``SELECT c FROM t LIMIT 3`` through Flight SQL) and ``arrow_limit3:KIND``
+        (the tight Arrow size of those 3 rows); ``rows_per_stream`` the rows,
+        ``batch_rows`` the rows per batch put.
     streams, rows_per_stream, batch_rows : int
         The shape: parallel streams, records per stream, rows per record batch; for
         ``engines``: ``streams`` the partitions the engine read or wrote, and
         ``rows_per_stream`` every row of the table.
     bytes : int
-        Arrow bytes moved (the table's ``nbytes``), or stored bytes for ``memory``.
+        Arrow bytes moved (the table's ``nbytes``), or stored bytes for ``memory``; for
+        ``bytes``, the bytes measured (``op`` says which).
     seconds : float
         Wall time of the repetition.
     rep : int

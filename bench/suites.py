@@ -20,7 +20,7 @@ import threading
 import time
 import traceback
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TypeVar
@@ -545,6 +545,149 @@ def run_small(run: Run) -> None:
     for client in clients.values():
         flight_client.delete(client, "small")
         client.close()
+
+
+# --- bytes stored and sent --------------------------------------------------------------------
+
+#: The query whose result the ``bytes`` suite counts, per table, through quiver's Flight SQL.
+BYTES_LIMIT_QUERY = "SELECT c FROM {table} LIMIT 3"
+
+
+def run_bytes(run: Run) -> None:
+    """Bytes each server stores and sends for one column of each kind, against its Arrow size.
+
+    A server that keeps what it was given as it came can hold, and send back, far more
+    than the rows need: a slice of an array keeps every buffer of the array, and the IPC
+    writer cannot trim a ``string_view`` slice's data buffers, so each of ten slices of one
+    ``string_view`` array travels with all of its data. For each kind of
+    :data:`bench.data.BYTES_KINDS` (``Plan.bytes_rows`` rows), the table is put by pyarrow's
+    DoPut with its batches as they are into quiver and the Arrow C++ peer; then, per server,
+    the bytes stored (FlightInfo ``total_bytes``) and the bytes a pyarrow DoGet of the whole
+    table received (``get_total_buffer_size()`` of each batch, summed: a buffer several
+    batches share, a dictionary, counts once per batch; also each buffer once,
+    ``sent_once``), and for quiver the bytes of a 3-row ``LIMIT`` through Flight SQL, each
+    against the tight Arrow size of the same rows (``pa.table({"c": array}).nbytes`` of a
+    fresh array of their values). The values received are checked against those put.
+    Sizes, not times: one measurement each.
+    """
+    rows = run.plan.bytes_rows
+    alive = run.servers_alive()
+    log(f"bytes: {len(data.BYTES_KINDS)} column kinds of {rows:,} rows, stored and sent")
+    for kind in data.BYTES_KINDS:
+        with run.attempt(f"bytes {kind}"):
+            _measure_bytes(run, kind, rows, alive)
+
+
+def _bytes_table_name(kind: str) -> str:
+    return "bytes_" + kind.replace(" ", "_")
+
+
+#: How a ``bytes`` row is recorded: ``(op, server, bytes, rows=..., **columns)``.
+_BytesRecord = Callable[..., None]
+
+
+def _decoded(array: pa.Array) -> pa.Array:
+    return array.dictionary_decode() if pa.types.is_dictionary(array.type) else array
+
+
+class _SameRows:
+    """Checks, batch by batch, that a DoGet brings ``column``'s values back in order.
+
+    A dictionary is compared by its values (a server may rebuild it); a batch of another
+    type than ``column``'s is cast to it first (the type is noted apart).
+    """
+
+    def __init__(self, column: pa.Array) -> None:
+        self.want = _decoded(column)
+        self.offset = 0
+        self.types: set[pa.DataType] = set()
+        self.differs = False
+
+    def __call__(self, batch: pa.RecordBatch) -> None:
+        got = batch.column(0)
+        self.types.add(got.type)
+        got = _decoded(got)
+        expected = self.want.slice(self.offset, len(got))
+        self.offset += len(got)
+        try:
+            same = got.cast(expected.type).equals(expected)
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+            same = False
+        self.differs = self.differs or not same
+
+
+def _measure_bytes(run: Run, kind: str, rows: int, alive: list[ServerProcess]) -> None:
+    """Put ``kind``'s table into every server; record its Arrow size, stored and sent bytes."""
+    column = data.bytes_column(kind, data.bytes_values(kind, rows))
+    table = data.bytes_table(kind, column)
+    batch_rows = max(b.num_rows for b in table.to_batches())
+    name = _bytes_table_name(kind)
+
+    def record(op: str, server: str, nbytes: int, count: int = rows, **extra: object) -> None:
+        run.add(
+            Measurement(
+                "bytes", server, PYARROW, f"{op}:{kind}", 1, count, batch_rows,
+                bytes=nbytes, **extra,  # type: ignore[arg-type]
+            )
+        )  # fmt: skip
+
+    record("arrow", "", pa.table({"c": column}).nbytes)
+    for server in alive:
+        with run.attempt(f"bytes {kind} {server.name}"):
+            client = flight_client.connect(server.uri)
+            try:
+                # The batches as they are: none cut further (max_chunksize, the largest).
+                flight_client.put(client, name, table, batch_rows)
+                info = client.get_flight_info(flight_client.descriptor(name))
+                if info.total_bytes is not None and info.total_bytes >= 0:
+                    record("stored", server.name, info.total_bytes)
+                else:
+                    run.note(f"bytes: {server.name}'s FlightInfo reports no total_bytes")
+                check = _SameRows(column)
+                got = flight_client.received(client, info, check)
+                if got.rows != rows or check.differs:
+                    raise RuntimeError(f"{server.name} sent back {got.rows} rows, not those put")
+                note = _type_note(run, kind, server.name, check.types, column.type)
+                record(
+                    "sent", server.name, got.buffer_bytes, ops=got.batches,
+                    endpoints=got.endpoints, note=note,
+                )  # fmt: skip
+                record("sent_once", server.name, got.distinct_bytes, ops=got.batches, note=note)
+                if server.name == QUIVER:
+                    _record_limit(run, kind, client, column, record)
+            finally:
+                flight_client.delete(client, name)
+                client.close()
+
+
+def _type_note(run: Run, kind: str, server: str, types: set[pa.DataType], want: pa.DataType) -> str:
+    """Return a row's note when a server sent another type than it was given (noted too)."""
+    other = sorted(str(t) for t in types if t != want)
+    if not other:
+        return ""
+    run.note(f"bytes {kind}: {server} sent the column as {', '.join(other)}, not {want}")
+    return f"sent as {', '.join(other)}"
+
+
+def _record_limit(
+    run: Run, kind: str, client: flight.FlightClient, column: pa.Array, record: _BytesRecord
+) -> None:
+    """Run the 3-row ``LIMIT`` through quiver's Flight SQL; record its bytes and tight size."""
+    query = BYTES_LIMIT_QUERY.format(table=_bytes_table_name(kind))
+    info = client.get_flight_info(sql_clients.flight_sql_descriptor(query))
+    batches: list[pa.RecordBatch] = []
+    got = flight_client.received(client, info, batches.append)
+    if got.rows != 3:
+        raise RuntimeError(f"{query!r} returned {got.rows} rows, not 3")
+    types = {b.column(0).type for b in batches}
+    note = _type_note(run, kind, QUIVER, types, column.type)
+    values = [v for b in batches for v in _decoded(b.column(0)).to_pylist()]
+    tight = data.bytes_column(kind, values)
+    record("arrow_limit3", "", pa.table({"c": tight}).nbytes, count=3)
+    record(
+        "limit3", QUIVER, got.buffer_bytes, count=3, ops=got.batches, endpoints=got.endpoints,
+        note=note,
+    )  # fmt: skip
 
 
 # --- JSON over a socket -----------------------------------------------------------------------
@@ -1923,6 +2066,7 @@ SUITE_FUNCTIONS = {
     "memory": run_memory,
     "rust": run_rust,
     "small": run_small,
+    "bytes": run_bytes,
     "json": run_json,
     "sql": run_sql,
     "soak": run_soak,

@@ -2,9 +2,10 @@
 
 ``python -m bench --smoke`` starts quiver (``$QUIVER_BIN``, else the release build), the Arrow
 C++ peer and the JSON peer, measures every suite once on 10k rows (the sql suite on 2k rows,
-against a PostgreSQL server it starts) and writes its CSV, plots and report into a temporary
-directory: never the repository's BENCHMARKS.md or bench/plots. The engines suite runs in a
-smoke run of its own (``--only engines``, 20k rows): Spark, Dask and Ray each start once.
+against a PostgreSQL server it starts; the bytes suite on 20k) and writes its CSV, plots and
+report into a temporary directory: never the repository's BENCHMARKS.md or bench/plots. The
+engines suite runs in a smoke run of its own (``--only engines``, 20k rows): Spark, Dask and
+Ray each start once.
 
 Spark's JDBC peers need the PostgreSQL JDBC driver's jar (``scripts/setup-java.sh``, which the
 tests run when it is missing). An engine whose package is not importable is skipped, saying
@@ -32,7 +33,7 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 
-from bench import engines, flight_client, report, sql_clients, sql_worker, taxi, workers
+from bench import data, engines, flight_client, report, sql_clients, sql_worker, taxi, workers
 from bench.peers import postgres
 from bench.peers.cpp_flight_server import partition_bounds
 from bench.plan import DEFAULT_SUITES, GIB, SUITES, plan_for
@@ -50,9 +51,12 @@ from bench.results import (
     QUIVER_2_WORKERS,
     QUIVER_GRPC,
     RAY,
+    RUN_COLUMNS,
     SPARK,
     SPARK_CACHE,
     Measurement,
+    ResultsFile,
+    read_results,
 )
 from bench.servers import REPO, quiver_bench_available, quiver_bin, start_arrow_cpp
 
@@ -588,6 +592,91 @@ def test_the_soak_suite_mixed_operations_without_errors(smoke_run):
         assert int(by_op[op]["rss_bytes"]) > 0, op
     report = (smoke_run["tmp"] / "BENCHMARKS.md").read_text()
     assert "## Soak" in report
+
+
+def test_the_bytes_suite_measured_every_kind_on_both_servers(smoke_run):
+    rows = [r for r in smoke_run["rows"] if r["suite"] == "bytes"]
+    plan = plan_for("smoke", GIB)
+    found = {(r["op"], r["server"]): r for r in rows}
+    for kind in data.BYTES_KINDS:
+        arrow = found[f"arrow:{kind}", ""]
+        assert int(arrow["rows_per_stream"]) == plan.bytes_rows
+        assert int(arrow["bytes"]) > 0
+        for server in (QUIVER, "arrow-cpp"):
+            for what in ("stored", "sent", "sent_once"):
+                assert int(found[f"{what}:{kind}", server]["bytes"]) > 0, (what, kind, server)
+            # The string kind is one batch, the others as many as the slices put.
+            batches = 1 if kind == "string" else data.BYTES_SLICES
+            assert int(found[f"sent:{kind}", server]["ops"]) >= batches, (kind, server)
+        limit = found[f"limit3:{kind}", QUIVER]
+        assert (limit["rows_per_stream"], found[f"arrow_limit3:{kind}", ""]["rows_per_stream"]) == (
+            "3",
+            "3",
+        )
+        assert 0 < int(limit["bytes"]) < int(arrow["bytes"]), limit
+        assert (f"limit3:{kind}", "arrow-cpp") not in found
+    text = (smoke_run["tmp"] / "BENCHMARKS.md").read_text()
+    section = text.split("## Bytes stored and sent", 1)[1].split("\n## ", 1)[0]
+    for kind in data.BYTES_KINDS:
+        line = next(line for line in section.splitlines() if line.startswith(f"| {kind} |"))
+        assert "—" not in line, line
+    for what in ("stored", "sent"):
+        line = next(line for line in section.splitlines() if f"bytes {what} / Arrow size" in line)
+        assert "n/a" not in line, line
+
+
+def _bytes_rows(stored: float, sent: float) -> list[Measurement]:
+    """Rows of two kinds of 1,000 Arrow bytes; quiver's ``string_view`` at the given ratios."""
+    found = []
+    for kind in ("string", "string_view"):
+        scale = (stored, sent) if kind == "string_view" else (1.0, 1.0)
+        found += [
+            Measurement("bytes", "", "pyarrow", f"arrow:{kind}", bytes=1000),
+            Measurement("bytes", QUIVER, "pyarrow", f"stored:{kind}", bytes=int(1000 * scale[0])),
+            Measurement("bytes", QUIVER, "pyarrow", f"sent:{kind}", bytes=int(1000 * scale[1])),
+            Measurement("bytes", "arrow-cpp", "pyarrow", f"sent:{kind}", bytes=6000),
+        ]
+    return found
+
+
+def test_bytes_goals_read_the_worst_kind_from_the_csv(tmp_path):
+    # Through results.csv and back, as the report reads them: the Arrow size's rows have no
+    # server, an empty field that comes back as None.
+    def goals(measurements: list[Measurement]) -> list[report.Goal]:
+        run = {c: "x" for c in RUN_COLUMNS if c != "timestamp"}
+        results = ResultsFile(tmp_path / "results.csv", run)
+        for m in measurements:
+            results.add(m)
+        return report.bytes_goals(read_results(tmp_path / "results.csv"))
+
+    met = goals(_bytes_rows(1.0, 1.05))
+    assert [g.verdict for g in met] == ["PASS", "PASS"], [(g.text, g.shown) for g in met]
+    assert met[0].text == "quiver: bytes stored / Arrow size, worst kind"
+    assert met[1].shown == "1.05× (string_view)"
+    missed = goals(_bytes_rows(6.0, 1.2))
+    assert [g.verdict for g in missed] == ["FAIL", "FAIL"]
+    assert missed[0].shown == "6.00× (string_view)"
+    # A kind not measured: n/a while the others pass, still FAIL when one misses.
+    partial = [m for m in _bytes_rows(1.0, 1.2) if m.op != "stored:string"]
+    verdicts = [g.verdict for g in goals(partial)]
+    assert verdicts == ["n/a (not measured)", "FAIL"], verdicts
+    assert report.bytes_goals([]) == []
+
+
+def test_bytes_kinds_are_tight_arrays_and_slices_of_one():
+    for kind in data.BYTES_KINDS:
+        values = data.bytes_values(kind, 1000)
+        column = data.bytes_column(kind, values)
+        table = data.bytes_table(kind, column)
+        assert table.num_rows == 1000
+        assert table.column("c").to_pylist() == values
+        batches = table.to_batches()
+        assert len(batches) == (1 if kind == "string" else data.BYTES_SLICES), kind
+        if kind != "string":
+            # Each slice references the whole array's buffers.
+            assert batches[0].get_total_buffer_size() == column.get_total_buffer_size()
+    assert data.bytes_column("dictionary", ["a"]).type == pa.dictionary(pa.int32(), pa.string())
+    assert len(data.bytes_values("string", 3)[2]) == data.BYTES_STRING_LENGTH
 
 
 FUNCTIONS_SERVED = (IN_PROCESS, PYARROW_FLIGHT, FASTAPI_JSON, QUIVER_1_WORKER, QUIVER_2_WORKERS)
