@@ -58,6 +58,10 @@ pub(crate) enum Command {
     Info(NameArg),
     /// Delete a table.
     Rm(NameArg),
+    /// Run SQL: the statement given (a table on the terminal; CSV, JSON,
+    /// Parquet or Arrow with --format or -o), or an interactive shell when
+    /// none is.
+    Sql(SqlArgs),
     /// List the functions the server serves (`serve --functions`): name,
     /// input -> output fields, description.
     Functions(crate::functions::FunctionsArgs),
@@ -240,6 +244,27 @@ pub(crate) struct GetArgs {
     /// Output format, when the extension does not tell.
     #[arg(long, value_enum)]
     pub(crate) format: Option<crate::files::Format>,
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct SqlArgs {
+    /// The statement; without one, an interactive shell.
+    pub(crate) statement: Option<String>,
+    /// A value for the statement's next placeholder ($1, $2, ... or ?), in
+    /// order, cast to the type the statement takes there.
+    #[arg(long = "param", value_name = "VALUE")]
+    pub(crate) params: Vec<String>,
+    /// How to write the result: table (the default on standard output), csv,
+    /// json (one object per row), or, into -o, parquet, arrow or arrows.
+    #[arg(long, value_enum)]
+    pub(crate) format: Option<crate::sql::SqlFormat>,
+    /// Write the result into this file (the format from its extension, or
+    /// --format).
+    #[arg(short, long)]
+    pub(crate) output: Option<PathBuf>,
+    /// Print the rows and the time the statement took (to standard error).
+    #[arg(long)]
+    pub(crate) timing: bool,
 }
 
 #[derive(Debug, Args)]

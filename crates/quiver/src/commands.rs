@@ -1,5 +1,5 @@
 //! The client subcommands: put, get, ls, info, rm (functions, exchange and
-//! apply are in [`crate::functions`]).
+//! apply are in [`crate::functions`], sql in [`crate::sql`]).
 
 use std::sync::Arc;
 
@@ -36,6 +36,7 @@ pub(crate) async fn run(connector: &Connector, command: Command) -> CmdResult {
         Command::Ls(args) => ls(connector, args).await,
         Command::Info(args) => info(connector, args).await,
         Command::Rm(args) => rm(connector, args).await,
+        Command::Sql(args) => crate::sql::run(connector, args).await,
         Command::Functions(args) => crate::functions::list(connector, args).await,
         Command::Exchange(args) => crate::functions::exchange(connector, args).await,
         Command::Apply(args) => crate::functions::apply(connector, args).await,
@@ -209,7 +210,7 @@ fn table_name(info: &FlightInfo) -> String {
         .unwrap_or_default()
 }
 
-async fn ls(connector: &Connector, args: LsArgs) -> CmdResult {
+pub(crate) async fn ls(connector: &Connector, args: LsArgs) -> CmdResult {
     let mut client = connector.connect_server().await?;
     let infos: Vec<FlightInfo> = client
         .list_flights(args.prefix.into_bytes())
@@ -259,7 +260,7 @@ async fn ls(connector: &Connector, args: LsArgs) -> CmdResult {
     Ok(())
 }
 
-async fn info(connector: &Connector, args: NameArg) -> CmdResult {
+pub(crate) async fn info(connector: &Connector, args: NameArg) -> CmdResult {
     let mut client = connector.connect_server().await?;
     let info = client
         .get_flight_info(descriptor(&args.name))

@@ -11,6 +11,7 @@ mod files;
 mod functions;
 mod serve;
 mod size;
+mod sql;
 mod top;
 mod users;
 
