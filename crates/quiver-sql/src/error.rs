@@ -125,6 +125,7 @@ fn is_unreachable(kind: std::io::ErrorKind) -> bool {
             | K::ConnectionRefused
             | K::ConnectionReset
             | K::ConnectionAborted
+            | K::BrokenPipe
             | K::HostUnreachable
             | K::NetworkUnreachable
             | K::NetworkDown
@@ -152,6 +153,10 @@ mod tests {
         // reports it; a status of another kind stays the statement's.
         let refused = tonic::Status::unavailable("tcp connect error: Connection refused");
         let e = DataFusionError::External(Box::new(refused));
+        assert!(matches!(SqlError::from(e), SqlError::Unavailable(_)));
+        // A node that died while a stage streamed to it: the pipe broke.
+        let broken = std::io::Error::new(std::io::ErrorKind::BrokenPipe, "stream closed");
+        let e = DataFusionError::External(Box::new(broken));
         assert!(matches!(SqlError::from(e), SqlError::Unavailable(_)));
         let bad = tonic::Status::invalid_argument("no such column");
         let e = DataFusionError::External(Box::new(bad));
