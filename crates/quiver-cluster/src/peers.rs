@@ -193,8 +193,7 @@ impl Peers {
                 })
                 .collect()
         };
-        let stale: Vec<&str> = stale.into_iter().filter(|l| !self.is_suspect(l)).collect();
-        futures::future::join_all(stale.into_iter().map(|l| self.probe(l))).await;
+        self.recheck(stale.into_iter()).await;
     }
 
     /// Probes, at once and together, every one of `locations` that is no

@@ -365,11 +365,7 @@ impl SqlEngine {
         if effect > allowed {
             return Err(SqlError::Denied(effect));
         }
-        let bound = match params.clone() {
-            Some(params) => plan.with_param_values(params)?,
-            None => plan,
-        };
-        match bound {
+        match bind(plan, params.clone())? {
             LogicalPlan::Ddl(DdlStatement::CreateMemoryTable(create)) => {
                 self.create_table(create).await.map(Outcome::Changed)
             }
@@ -466,11 +462,7 @@ impl SqlEngine {
             Box::pin(async move {
                 cluster.recheck().await;
                 let state = context.state();
-                let plan = state.create_logical_plan(&sql).await?;
-                let plan = match params {
-                    Some(params) => plan.with_param_values(params)?,
-                    None => plan,
-                };
+                let plan = bind(state.create_logical_plan(&sql).await?, params)?;
                 let physical = state.create_physical_plan(&plan).await?;
                 Ok((physical, task_context(&state, memory_limit)?))
             })
@@ -632,6 +624,14 @@ impl SqlEngine {
             )))
         }
     }
+}
+
+/// `plan` with its placeholders bound to `params`, if any.
+fn bind(plan: LogicalPlan, params: Option<ParamValues>) -> Result<LogicalPlan> {
+    Ok(match params {
+        Some(params) => plan.with_param_values(params)?,
+        None => plan,
+    })
 }
 
 /// A task context of `state` whose memory pool holds `memory_limit` bytes.

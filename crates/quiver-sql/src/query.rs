@@ -129,19 +129,17 @@ impl Partition {
         }
     }
 
-    fn can_try_again(&self) -> bool {
-        self.again.is_some() && self.tries < TRIES
+    /// How to plan the query again, while it may be.
+    fn replan(&self) -> Option<Replan> {
+        self.again.clone().filter(|_| self.tries < TRIES)
     }
 
-    /// Plans the query again and starts it over, after it lost a node
-    /// (`lost` says how); on failure, how.
-    async fn try_again(&mut self, lost: &str) -> Result<()> {
-        let Some(replan) = &self.again else {
-            return Err(SqlError::Unavailable(lost.to_string()));
-        };
+    /// Plans the query again with `replan` and starts it over, after it
+    /// lost a node (`lost` says how); on failure, how.
+    async fn try_again(&mut self, replan: Replan, lost: &str) -> Result<()> {
         self.tries += 1;
         tracing::warn!(
-            try_ = self.tries,
+            run = self.tries,
             "a query lost a node; planning it again: {lost}"
         );
         metrics::counter!(crate::metrics::QUERIES_PLANNED_AGAIN).increment(1);
@@ -267,12 +265,13 @@ impl Query {
                         state.running.ended = true;
                         return None;
                     }
-                    Err(SqlError::Unavailable(lost)) if state.can_try_again() => {
-                        match state.try_again(&lost).await {
+                    Err(SqlError::Unavailable(lost)) => match state.replan() {
+                        Some(replan) => match state.try_again(replan, &lost).await {
                             Ok(()) => continue,
                             Err(e) => break e,
-                        }
-                    }
+                        },
+                        None => break SqlError::Unavailable(lost),
+                    },
                     Err(e) => break e,
                 }
             };

@@ -115,23 +115,23 @@ pub fn compact(batch: RecordBatch, held: u64) -> (RecordBatch, u64) {
 /// itself. Other slices need no such copy before they are encoded: Arrow's
 /// IPC writer sends only their own part of each buffer.
 pub fn compact_views(batch: &RecordBatch) -> Option<RecordBatch> {
-    let wasteful_views = |c: &ArrayRef| {
-        matches!(c.data_type(), DataType::Utf8View | DataType::BinaryView)
-            && wasteful(data_bytes(&c.to_data()), needed_bytes(c))
-    };
-    if !batch.columns().iter().any(wasteful_views) {
+    // Each column judged once: counting what views need reads every view.
+    let wasteful_views: Vec<bool> = batch
+        .columns()
+        .iter()
+        .map(|c| {
+            matches!(c.data_type(), DataType::Utf8View | DataType::BinaryView)
+                && wasteful(data_bytes(&c.to_data()), needed_bytes(c))
+        })
+        .collect();
+    if !wasteful_views.contains(&true) {
         return None;
     }
     let columns: Vec<ArrayRef> = batch
         .columns()
         .iter()
-        .map(|c| {
-            if wasteful_views(c) {
-                copied(c)
-            } else {
-                c.clone()
-            }
-        })
+        .zip(wasteful_views)
+        .map(|(c, wasteful)| if wasteful { copied(c) } else { c.clone() })
         .collect();
     let options = RecordBatchOptions::new().with_row_count(Some(batch.num_rows()));
     RecordBatch::try_new_with_options(batch.schema(), columns, &options).ok()

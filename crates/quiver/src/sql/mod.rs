@@ -41,8 +41,8 @@ pub(crate) async fn run(connector: &Connector, args: SqlArgs) -> CmdResult {
         }
         return shell::run(connector, args.format, args.timing).await;
     };
-    let mut session = Session::connect(connector).await?;
     let format = output::resolve(args.format, args.output.as_deref())?;
+    let mut session = Session::connect(connector).await?;
     let started = Instant::now();
     let rows = session
         .run(&statement, &args.params, format, args.output.as_deref())

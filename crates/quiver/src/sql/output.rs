@@ -15,6 +15,8 @@ type CmdResult<T = ()> = Result<T, Box<dyn std::error::Error>>;
 /// Rows a table on the terminal shows; the rest are counted.
 const SHOWN_ROWS: usize = 1000;
 
+const BINARY_NEEDS_A_FILE: &str = "Parquet and Arrow results are binary: give -o FILE";
+
 /// How `quiver sql` writes a result.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub(crate) enum SqlFormat {
@@ -42,7 +44,7 @@ pub(crate) fn resolve(explicit: Option<SqlFormat>, path: Option<&Path>) -> CmdRe
                 .into(),
         ),
         (Some(SqlFormat::Parquet | SqlFormat::Arrow | SqlFormat::Arrows), None) => {
-            Err("Parquet and Arrow results are binary: give -o FILE".into())
+            Err(BINARY_NEEDS_A_FILE.into())
         }
         (Some(format), _) => Ok(format),
         (None, None) => Ok(SqlFormat::Table),
@@ -64,17 +66,22 @@ pub(crate) fn resolve(explicit: Option<SqlFormat>, path: Option<&Path>) -> CmdRe
     }
 }
 
-/// A result being written, batch by batch.
-pub(crate) enum Output {
+/// A result being written, batch by batch, and the rows written so far.
+pub(crate) struct Output {
+    sink: Sink,
+    rows: u64,
+}
+
+/// Where the batches go.
+enum Sink {
     /// The first [`SHOWN_ROWS`] rows, printed as a table at the end.
     Table {
         schema: SchemaRef,
         shown: Vec<RecordBatch>,
-        rows: u64,
     },
-    Csv(arrow::csv::Writer<Box<dyn Write>>, u64),
-    Json(arrow::json::LineDelimitedWriter<Box<dyn Write>>, u64),
-    File(FileSink, u64),
+    Csv(arrow::csv::Writer<Box<dyn Write>>),
+    Json(arrow::json::LineDelimitedWriter<Box<dyn Write>>),
+    File(FileSink),
 }
 
 impl Output {
@@ -85,76 +92,60 @@ impl Output {
         path: Option<&Path>,
         schema: &SchemaRef,
     ) -> CmdResult<Self> {
-        let sink = |path: &Path| -> CmdResult<Box<dyn Write>> {
-            let file =
-                File::create(path).map_err(|e| format!("cannot create {}: {e}", path.display()))?;
-            Ok(Box::new(BufWriter::new(file)))
+        let text = || -> CmdResult<Box<dyn Write>> {
+            Ok(match path {
+                Some(path) => Box::new(BufWriter::new(
+                    File::create(path)
+                        .map_err(|e| format!("cannot create {}: {e}", path.display()))?,
+                )),
+                None => Box::new(BufWriter::new(std::io::stdout())),
+            })
         };
-        let text = |path: Option<&Path>| -> CmdResult<Box<dyn Write>> {
-            match path {
-                Some(path) => sink(path),
-                None => Ok(Box::new(BufWriter::new(std::io::stdout()))),
-            }
+        let file = |format: Format| -> CmdResult<Sink> {
+            let path = path.ok_or(BINARY_NEEDS_A_FILE)?;
+            Ok(Sink::File(FileSink::create(path, format, schema)?))
         };
-        let file = |format: Format| -> CmdResult<Self> {
-            let path = path.ok_or("Parquet and Arrow results are binary: give -o FILE")?;
-            Ok(Self::File(FileSink::create(path, format, schema)?, 0))
-        };
-        Ok(match format {
-            SqlFormat::Table => Self::Table {
+        let sink = match format {
+            SqlFormat::Table => Sink::Table {
                 schema: schema.clone(),
                 shown: Vec::new(),
-                rows: 0,
             },
-            SqlFormat::Csv => Self::Csv(arrow::csv::Writer::new(text(path)?), 0),
+            SqlFormat::Csv => Sink::Csv(arrow::csv::Writer::new(text()?)),
             // A null is written as `null`, not left out of its row.
-            SqlFormat::Json => Self::Json(
+            SqlFormat::Json => Sink::Json(
                 arrow::json::WriterBuilder::new()
                     .with_explicit_nulls(true)
-                    .build(text(path)?),
-                0,
+                    .build(text()?),
             ),
             SqlFormat::Parquet => file(Format::Parquet)?,
             SqlFormat::Arrow => file(Format::Arrow)?,
             SqlFormat::Arrows => file(Format::Arrows)?,
-        })
+        };
+        Ok(Self { sink, rows: 0 })
     }
 
     /// Writes `batch` (a table keeps it until [`Output::finish`]).
     pub(crate) fn write(&mut self, batch: &RecordBatch) -> CmdResult {
-        let added = batch.num_rows() as u64;
-        match self {
-            Self::Table { shown, rows, .. } => {
-                let room = SHOWN_ROWS.saturating_sub(*rows as usize);
+        match &mut self.sink {
+            Sink::Table { shown, .. } => {
+                let room = SHOWN_ROWS.saturating_sub(self.rows as usize);
                 if room > 0 {
                     shown.push(batch.slice(0, batch.num_rows().min(room)));
                 }
-                *rows += added;
             }
-            Self::Csv(writer, rows) => {
-                writer.write(batch)?;
-                *rows += added;
-            }
-            Self::Json(writer, rows) => {
-                writer.write(batch)?;
-                *rows += added;
-            }
-            Self::File(sink, rows) => {
-                sink.write(batch)?;
-                *rows += added;
-            }
+            Sink::Csv(writer) => writer.write(batch)?,
+            Sink::Json(writer) => writer.write(batch)?,
+            Sink::File(sink) => sink.write(batch)?,
         }
+        self.rows += batch.num_rows() as u64;
         Ok(())
     }
 
     /// Ends the output (a table is printed now); returns the rows written.
     pub(crate) fn finish(self) -> CmdResult<u64> {
-        Ok(match self {
-            Self::Table {
-                schema,
-                shown,
-                rows,
-            } => {
+        let rows = self.rows;
+        match self.sink {
+            Sink::Table { schema, shown } => {
                 let table = arrow::util::pretty::pretty_format_batches_with_schema(schema, &shown)?;
                 let plural = if rows == 1 { "" } else { "s" };
                 let footer = if rows as usize > SHOWN_ROWS {
@@ -166,22 +157,15 @@ impl Output {
                     format!("({rows} row{plural})")
                 };
                 println!("{table}\n{footer}");
-                rows
             }
-            Self::Csv(writer, rows) => {
-                writer.into_inner().flush()?;
-                rows
-            }
-            Self::Json(mut writer, rows) => {
+            Sink::Csv(writer) => writer.into_inner().flush()?,
+            Sink::Json(mut writer) => {
                 writer.finish()?;
                 writer.into_inner().flush()?;
-                rows
             }
-            Self::File(sink, rows) => {
-                sink.finish()?;
-                rows
-            }
-        })
+            Sink::File(sink) => sink.finish()?,
+        }
+        Ok(rows)
     }
 }
 
