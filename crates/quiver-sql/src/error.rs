@@ -97,13 +97,18 @@ impl From<DataFusionError> for SqlError {
 }
 
 /// Whether `error`, or an error it comes from, says a peer did not answer:
-/// a gRPC status UNAVAILABLE, or an I/O error of a peer out of reach.
+/// a gRPC status UNAVAILABLE, an I/O error of a peer out of reach, or a
+/// status the transport made (its source an HTTP error: the connection
+/// closed, or its body broke off), not one the peer answered.
 fn out_of_reach(error: &(dyn std::error::Error + 'static)) -> bool {
     let mut next = Some(error);
     while let Some(error) = next {
         if let Some(status) = error.downcast_ref::<tonic::Status>()
             && status.code() == tonic::Code::Unavailable
         {
+            return true;
+        }
+        if error.is::<hyper::Error>() {
             return true;
         }
         if let Some(io) = error.downcast_ref::<std::io::Error>()
@@ -166,5 +171,26 @@ mod tests {
             SqlError::from(DataFusionError::IoError(missing)),
             SqlError::File(_)
         ));
+    }
+
+    /// A status the transport made, not one a peer answered: a stage whose
+    /// node died under it ends with a status whose source is the HTTP
+    /// layer's error (the connection closed, its body broke off).
+    #[tokio::test]
+    async fn a_status_the_transport_made_is_unavailable() {
+        use tokio::io::AsyncWriteExt;
+        let (mut client, server) = tokio::io::duplex(1024);
+        client.write_all(b"not HTTP\r\n\r\n").await.unwrap();
+        let service = hyper::service::service_fn(|_| async {
+            Ok::<_, std::convert::Infallible>(hyper::Response::new(String::new()))
+        });
+        let broken = hyper::server::conn::http1::Builder::new()
+            .serve_connection(hyper_util::rt::TokioIo::new(server), service)
+            .await
+            .expect_err("not HTTP");
+        let status = tonic::Status::from_error(Box::new(broken));
+        assert_eq!(status.code(), tonic::Code::Unknown);
+        let e = DataFusionError::External(Box::new(status));
+        assert!(matches!(SqlError::from(e), SqlError::Unavailable(_)));
     }
 }
