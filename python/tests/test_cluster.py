@@ -17,6 +17,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -368,6 +369,65 @@ def test_table_limits_bound_a_cluster_table_across_appends(etcd: Etcd, tmp_path:
         for node_id in NODES:
             with nodes.client(node_id) as c:
                 assert c.get("t").sort_by("id").equals(ids(100))
+    finally:
+        failures = nodes.stop_all()
+        if failures:
+            pytest.fail("\n".join(failures), pytrace=False)
+
+
+def anon_rss(pid: int) -> int:
+    """Process ``pid``'s anonymous resident memory, in bytes: its heap, not the
+    pages of the files it maps (a durable node's stored tables)."""
+    status = Path(f"/proc/{pid}/status").read_text()
+    line = next(line for line in status.splitlines() if line.startswith("RssAnon:"))
+    return int(line.split()[1]) * 1024
+
+
+def test_a_put_four_times_a_nodes_memory_is_streamed_to_its_replicas(
+    etcd: Etcd, tmp_path: Path
+) -> None:
+    # --max-memory 128MiB: a node gathers 16 MiB of a put, ships it as a partition
+    # while the next rows arrive, and holds at most three such buffers of it. Durable
+    # nodes keep stored tables in files, so a put of 512 MiB goes through n1 whole,
+    # and n1's heap stays far below the put's size while it does.
+    nodes = Cluster(etcd, tmp_path)
+    for node_id in NODES:
+        nodes.start(node_id, "--max-memory", "128MiB", data_dir=True)
+    batches, rows = 512, 1 << 17  # 1 MiB of int64 a batch
+    schema = pa.schema([("id", pa.int64())])
+
+    def generate() -> Iterator[pa.RecordBatch]:
+        for i in range(batches):
+            yield pa.record_batch([pa.array(np.arange(i * rows, (i + 1) * rows))], schema=schema)
+
+    pid = nodes.nodes["n1"].process.pid
+    peak, stop = [anon_rss(pid)], threading.Event()
+
+    def sample() -> None:
+        for _ in range(100_000):
+            if stop.wait(0.02):
+                return
+            peak.append(anon_rss(pid))
+
+    sampler = threading.Thread(target=sample)
+    sampler.start()
+    try:
+        with nodes.client("n1") as c:
+            try:
+                put = c.put("big", pa.RecordBatchReader.from_batches(schema, generate()))
+            finally:
+                stop.set()
+                sampler.join()
+            total = batches * rows
+            assert put.rows == total
+            info = c.info("big")
+            assert info.partitions >= batches // 16, info
+        for node_id in NODES:
+            with nodes.client(node_id) as c:
+                result = c.sql("SELECT count(*) AS n, sum(id) AS s, min(id) AS lo FROM big")
+                assert result.to_pylist() == [{"n": total, "s": total * (total - 1) // 2, "lo": 0}]
+        grown = max(peak) - peak[0]
+        assert grown < 256 << 20, f"n1's heap grew by {grown >> 20} MiB during a 512 MiB put"
     finally:
         failures = nodes.stop_all()
         if failures:

@@ -22,8 +22,9 @@ use quiver_store::batch_bytes;
 use crate::catalog::{PartitionEntry, TableEntry, partition_name};
 use crate::error::{ClusterError, Result};
 use crate::etcd::{Guard, Snapshot};
-use crate::node::{ClusterNode, Planned};
+use crate::node::ClusterNode;
 use crate::placement::place;
+use crate::put::Planned;
 
 /// A partition under this many bytes is small: merged with its neighbours.
 pub(crate) const SMALL: u64 = 8 << 20;

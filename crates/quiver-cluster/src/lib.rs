@@ -21,6 +21,7 @@ mod etcd;
 mod node;
 mod peers;
 mod placement;
+mod put;
 mod reads;
 mod repair;
 mod sql;

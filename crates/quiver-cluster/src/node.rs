@@ -9,23 +9,23 @@ use std::time::{Duration, Instant};
 use arrow::array::RecordBatch;
 use arrow::datatypes::SchemaRef;
 use arrow_flight::{FlightDescriptor, FlightEndpoint, FlightInfo, Ticket};
-use futures::future::{join_all, try_join_all};
-use quiver_flight::cluster::{ClusterHooks, ClusterPut, Published};
+use futures::future::join_all;
+use quiver_flight::cluster::{ClusterHooks, Published};
 use quiver_flight::tables::{LocalTables, TableRead, Tables};
 
 use crate::tables::CatalogTables;
 use quiver_flight::ticket::TableTicket;
-use quiver_store::{TableLimits, TableStore, WriteMode, batch_bytes};
+use quiver_store::{TableLimits, TableStore, WriteMode};
 use serde_json::json;
 
 use crate::catalog::{
     IntentEntry, NodeEntry, PartitionEntry, RequestEntry, TableEntry, decode_schema, encode_schema,
-    partition_name,
 };
 use crate::error::{ClusterError, Result};
 use crate::etcd::{Commit, Etcd, EtcdConfig, Guard, Intent, Snapshot, Versioned};
 use crate::peers::Peers;
-use crate::placement::{place, replicas_for, split_rows};
+use crate::placement::replicas_for;
+use crate::put::Planned;
 use crate::reads::Reads;
 use crate::sql::ClusterSql;
 
@@ -391,57 +391,6 @@ impl ClusterNode {
         }
     }
 
-    /// Cuts a put into partitions and places them; nothing is stored yet.
-    fn plan(&self, put: &ClusterPut, nodes: &Snapshot) -> Result<Vec<Planned>> {
-        let live = nodes.nodes.len();
-        if live < self.options.replicas {
-            return Err(ClusterError::TooFewNodes {
-                live,
-                replicas: self.options.replicas,
-            });
-        }
-        let rows: usize = put.batches.iter().map(RecordBatch::num_rows).sum();
-        let count = put.partitions.unwrap_or(live).min(rows).max(1);
-        let parts = split_rows(&put.batches, rows, count);
-        let names: Vec<String> = (0..count).map(|i| partition_name(&put.table, i)).collect();
-        let placed = place(
-            &names[0],
-            self.placeable(nodes),
-            count,
-            self.options.replicas,
-        );
-        Ok(names
-            .into_iter()
-            .zip(parts)
-            .zip(placed)
-            .map(|((name, batches), replicas)| Planned {
-                entry: PartitionEntry {
-                    name,
-                    rows: batches.iter().map(|b| b.num_rows() as u64).sum(),
-                    bytes: batches.iter().map(batch_bytes).sum(),
-                    replicas,
-                },
-                batches,
-            })
-            .collect())
-    }
-
-    /// Stores the planned partitions, all at once; returns their entries,
-    /// with the nodes that took each copy.
-    async fn store_partitions(
-        &self,
-        schema: &SchemaRef,
-        planned: Vec<Planned>,
-        nodes: &Snapshot,
-    ) -> Result<Vec<PartitionEntry>> {
-        try_join_all(
-            planned
-                .into_iter()
-                .map(|p| self.store_partition(schema, p, nodes)),
-        )
-        .await
-    }
-
     /// Stores one partition on its planned nodes at once. A node that fails
     /// (down, frozen past its deadline, out of memory) is replaced by the
     /// next live node for the partition that holds no copy, one at a time
@@ -555,7 +504,7 @@ impl ClusterNode {
 
     /// The lease to record a request id under: taken anew once the last
     /// is [`REQUEST_LEASE_RENEW`] old.
-    async fn requests_lease(&self) -> Result<i64> {
+    pub(crate) async fn requests_lease(&self) -> Result<i64> {
         let mut slot = self.requests_lease.lock().await;
         if let Some((lease, since)) = *slot
             && since.elapsed() < REQUEST_LEASE_RENEW
@@ -591,7 +540,7 @@ impl Committed {
 
 /// What a put repeated with request id `id` answers: what the first put
 /// with it published, if it was of the same table.
-fn repeated(table: &str, id: &str, done: RequestEntry) -> Result<Published> {
+pub(crate) fn repeated(table: &str, id: &str, done: RequestEntry) -> Result<Published> {
     if done.table != table {
         return Err(ClusterError::Invalid(quiver_flight::cluster::reused(
             id,
@@ -603,12 +552,6 @@ fn repeated(table: &str, id: &str, done: RequestEntry) -> Result<Published> {
         rows: done.rows,
         bytes: done.bytes,
     })
-}
-
-/// A partition of a put, placed and not yet stored.
-pub(crate) struct Planned {
-    pub(crate) entry: PartitionEntry,
-    pub(crate) batches: Vec<RecordBatch>,
 }
 
 /// Registers at start. A key left by this id's previous run (killed, so
@@ -658,7 +601,7 @@ impl ClusterOptions {
 
 /// The entry of a table made of `partitions` after `old`, whose fields must
 /// match `schema` to be appended to.
-fn next_entry(
+pub(crate) fn next_entry(
     name: &str,
     old: Option<&TableEntry>,
     mode: WriteMode,
@@ -697,7 +640,7 @@ fn next_entry(
     })
 }
 
-fn published(entry: &TableEntry) -> Published {
+pub(crate) fn published(entry: &TableEntry) -> Published {
     Published {
         version: entry.version,
         rows: entry.rows,
@@ -775,79 +718,6 @@ impl ClusterNode {
                 self.info(name, entry, &snapshot.nodes, descriptor)
             })
             .collect()
-    }
-
-    /// Spreads `put` over the live nodes and publishes it as the table's
-    /// next version, once every partition is stored on its replicas.
-    pub async fn put(&self, put: ClusterPut) -> Result<Published> {
-        self.lease_now()?;
-        // A repeated request id is found by the commit, which records the
-        // first: no read of its own on the path of every put.
-        let nodes = self.etcd.snapshot().await?;
-        let read = nodes.tables.get(&put.table).map_or(
-            Versioned {
-                value: None,
-                revision: 0,
-            },
-            |(entry, revision)| Versioned {
-                value: Some(entry.clone()),
-                revision: *revision,
-            },
-        );
-        let planned = self.plan(&put, &nodes)?;
-        // Checked before anything is shipped, and again in the commit.
-        next_entry(
-            &put.table,
-            read.value.as_ref(),
-            put.mode,
-            &put.schema,
-            planned.iter().map(|p| p.entry.clone()).collect(),
-            self.store.limits(),
-        )?;
-        drop(put.batches);
-        let request = match &put.request {
-            Some(id) => Some((id.as_str(), self.requests_lease().await?)),
-            None => None,
-        };
-        let names = planned.iter().map(|p| p.entry.name.clone()).collect();
-        let intent = self.intend(&put.table, names).await?;
-        let guard = Guard {
-            intent: Some(&intent),
-            request,
-        };
-        let result = async {
-            let partitions = self.store_partitions(&put.schema, planned, &nodes).await?;
-            let committed = self
-                .commit_table_from(&put.table, Some(read), guard, |old| {
-                    let limits = self.store.limits();
-                    let partitions = partitions.clone();
-                    next_entry(&put.table, old, put.mode, &put.schema, partitions, limits).map(Some)
-                })
-                .await?;
-            Ok::<_, ClusterError>((partitions.len(), committed))
-        }
-        .await;
-        let applied = matches!(result, Ok((_, Committed::Changed(..))));
-        self.abandon(&intent, applied).await;
-        let new = match result? {
-            (_, Committed::Repeated(done)) => {
-                let id = request.map_or("", |(id, _)| id);
-                tracing::info!(table = %put.table, request = %id, "a repeated put: answered, not applied");
-                return repeated(&put.table, id, done);
-            }
-            (partitions, Committed::Changed(_, new)) => {
-                let new = new.ok_or_else(|| ClusterError::Invalid("nothing committed".into()))?;
-                tracing::info!(
-                    table = %put.table,
-                    version = new.version,
-                    partitions,
-                    rows = new.rows,
-                    "published"
-                );
-                new
-            }
-        };
-        Ok(published(&new))
     }
 
     /// Drops catalog table `name`.

@@ -33,24 +33,44 @@ pub(crate) fn replicas_for<'a>(
         .collect()
 }
 
-/// The replicas of each of a put's `count` partitions: on the ring of `nodes`
-/// ordered by their weight for `key`, partition `i` on the `replicas` nodes
-/// from position `i` on. Empty lists when there are no nodes.
+/// The live nodes ordered by their weights for one put's `key`: partition
+/// `i` of the put goes on the `replicas` nodes from position `i` on, so that
+/// every node gets as many partitions and first copies as any other, however
+/// many partitions the put turns out to have.
+#[derive(Debug, Clone)]
+pub(crate) struct Ring {
+    nodes: Vec<String>,
+    copies: usize,
+}
+
+impl Ring {
+    pub(crate) fn new<'a>(
+        key: &str,
+        nodes: impl IntoIterator<Item = &'a str>,
+        replicas: usize,
+    ) -> Self {
+        let nodes = replicas_for(key, nodes, usize::MAX);
+        let copies = replicas.min(nodes.len());
+        Self { nodes, copies }
+    }
+
+    /// The replicas of partition `i`: empty when there are no nodes.
+    pub(crate) fn replicas(&self, i: usize) -> Vec<String> {
+        (0..self.copies)
+            .map(|j| self.nodes[(i + j) % self.nodes.len()].clone())
+            .collect()
+    }
+}
+
+/// The replicas of each of a put's `count` partitions, on its [`Ring`].
 pub(crate) fn place<'a>(
     key: &str,
     nodes: impl IntoIterator<Item = &'a str>,
     count: usize,
     replicas: usize,
 ) -> Vec<Vec<String>> {
-    let ring = replicas_for(key, nodes, usize::MAX);
-    let copies = replicas.min(ring.len());
-    (0..count)
-        .map(|i| {
-            (0..copies)
-                .map(|j| ring[(i + j) % ring.len()].clone())
-                .collect()
-        })
-        .collect()
+    let ring = Ring::new(key, nodes, replicas);
+    (0..count).map(|i| ring.replicas(i)).collect()
 }
 
 /// The weight of `node` for `key`: a hash of both (SipHash with fixed keys),

@@ -12,14 +12,15 @@ use std::sync::Arc;
 use arrow::datatypes::SchemaRef;
 use arrow_flight::{FlightDescriptor, FlightInfo};
 use quiver_flight::PutOptions;
-use quiver_flight::cluster::{ClusterPut, Published};
-use quiver_flight::tables::{LocalTables, TableRead, Tables};
+use quiver_flight::cluster::Published;
+use quiver_flight::tables::{LocalTables, TablePut, TableRead, Tables};
 use quiver_shm::ShmServer;
-use quiver_store::{TableWriter, WriteMode, is_reserved};
+use quiver_store::{WriteMode, is_reserved};
 use tonic::Status;
 
 use crate::error::ClusterError;
 use crate::node::ClusterNode;
+use crate::put::CatalogPut;
 
 /// The tables a cluster node serves.
 #[derive(Debug)]
@@ -35,7 +36,7 @@ impl CatalogTables {
 }
 
 /// A cluster error as the Flight service's.
-fn flight<T>(result: Result<T, ClusterError>) -> quiver_flight::Result<T> {
+pub(crate) fn flight<T>(result: Result<T, ClusterError>) -> quiver_flight::Result<T> {
     result.map_err(|e| quiver_flight::Error::from(Status::from(e)))
 }
 
@@ -97,36 +98,28 @@ impl Tables for CatalogTables {
         }
     }
 
-    fn writer(
+    fn open(
         &self,
         name: &str,
         options: &PutOptions,
         schema: SchemaRef,
-    ) -> quiver_flight::Result<TableWriter<'_>> {
+    ) -> quiver_flight::Result<Box<dyn TablePut + '_>> {
         if is_reserved(name) {
-            return self.local.writer(name, options, schema);
+            return self.local.open(name, options, schema);
         }
         // Never committed here: a writer only to read and charge the rows
         // (a replace writer checks nothing of the local store); the mode is
-        // checked against the catalog at commit.
-        Ok(self
-            .local
-            .store()
-            .writer(name, WriteMode::Replace, schema, options.partitions)?)
-    }
-
-    async fn commit(
-        &self,
-        name: &str,
-        options: &PutOptions,
-        writer: TableWriter<'_>,
-    ) -> quiver_flight::Result<Published> {
-        if is_reserved(name) {
-            return self.local.commit(name, options, writer).await;
-        }
-        let put = ClusterPut::gathered(name.to_string(), options.mode, options.partitions, writer)
-            .with_request(options.request.clone());
-        flight(self.node.put(put).await)
+        // checked against the catalog when the put begins and at commit.
+        let writer =
+            self.local
+                .store()
+                .writer(name, WriteMode::Replace, schema, options.partitions)?;
+        Ok(Box::new(CatalogPut::new(
+            Arc::clone(&self.node),
+            name,
+            options,
+            writer,
+        )))
     }
 
     async fn delete(&self, name: &str) -> quiver_flight::Result<Published> {

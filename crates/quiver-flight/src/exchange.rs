@@ -453,14 +453,14 @@ async fn apply(
             expected.accept(&schema)?;
             let writer = match &mut writer {
                 Some(writer) => writer,
-                None => writer.insert(tables.writer(
+                None => writer.insert(tables.open(
                     &into,
                     &options,
                     Arc::clone(expected.schema.as_ref().unwrap_or(&schema)),
                 )?),
             };
             for batch in batches {
-                writer.push(expected.conform(batch))?;
+                writer.push(expected.conform(batch)).await?;
             }
         }
         let writer = match writer {
@@ -474,10 +474,10 @@ async fn apply(
                         apply.source, spec.name
                     ))
                 })?;
-                tables.writer(&into, &options, schema)?
+                tables.open(&into, &options, schema)?
             }
         };
-        let published = tables.commit(&into, &options, writer).await?;
+        let published = writer.commit().await?;
         let summary = json!({
             "table": into,
             "version": published.version,

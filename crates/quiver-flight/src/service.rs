@@ -29,7 +29,6 @@ use crate::auth::{Caller, Role};
 use crate::body_watch::BodyOutcome;
 use crate::cluster::{Cluster, Published};
 use crate::error::inbound_status;
-use crate::put_options::PutOptions;
 use crate::request::{
     ActionKind, ActionRequest, Described, ShmPut, TableAction, Ticketed, partition_not_here,
 };
@@ -478,16 +477,13 @@ impl QuiverService {
         outcome: Option<BodyOutcome>,
         log: &mut RpcLog,
     ) -> Result<PutResult> {
-        let mut asked = PutOptions::default();
-        let writer = PutDecoder::new(first, input)
-            .into_writer(outcome, |schema, options| {
-                let writer = self.tables.writer(&name, &options, schema);
-                asked = options;
-                writer
+        let put = PutDecoder::new(first, input)
+            .into_put(outcome, |schema, options| {
+                self.tables.open(&name, &options, schema)
             })
             .await?;
-        let (rows, bytes) = (writer.num_rows(), writer.num_bytes());
-        let published = self.tables.commit(&name, &asked, writer).await?;
+        let (rows, bytes) = (put.num_rows(), put.num_bytes());
+        let published = put.commit().await?;
         log.add(rows, bytes);
         Ok(PutResult {
             app_metadata: published_json(&name, published),

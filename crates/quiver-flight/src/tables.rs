@@ -65,24 +65,16 @@ pub trait Tables: Send + Sync + Debug {
     /// name: the ticket of an endpoint on this node.
     async fn read(&self, name: &str, index: usize, count: usize) -> Result<TableRead>;
 
-    /// A writer of table `name` that reads, checks and charges a put's
-    /// rows; [`Tables::commit`] publishes them.
-    fn writer(
+    /// A put of table `name`: it reads, checks and charges the rows pushed,
+    /// and [`TablePut::commit`] publishes them. A repeated put (the request
+    /// id of one committed lately) is answered with that commit's result,
+    /// not applied again.
+    fn open(
         &self,
         name: &str,
         options: &PutOptions,
         schema: SchemaRef,
-    ) -> Result<TableWriter<'_>>;
-
-    /// Publishes `writer`'s rows as table `name`'s next version. A put
-    /// repeated with the request id of one committed lately is answered
-    /// with that commit's result, not applied again.
-    async fn commit(
-        &self,
-        name: &str,
-        options: &PutOptions,
-        writer: TableWriter<'_>,
-    ) -> Result<Published>;
+    ) -> Result<Box<dyn TablePut + '_>>;
 
     /// Drops table `name`; answers with what it held.
     async fn delete(&self, name: &str) -> Result<Published>;
@@ -104,6 +96,74 @@ pub trait Tables: Send + Sync + Debug {
     /// Whether a put may write this node's store directly, as the
     /// shared-memory put does. A cluster spreads every put over its nodes.
     fn direct_puts(&self) -> bool;
+}
+
+/// A put under way: the rows pushed as they are received, published at
+/// once by [`TablePut::commit`]; dropped uncommitted, it publishes nothing.
+#[tonic::async_trait]
+pub trait TablePut: Send {
+    /// The schema every pushed batch must have.
+    fn schema(&self) -> &SchemaRef;
+
+    /// Adds a batch charged `bytes` ([`TableWriter::push_charged`]). A
+    /// cluster node may hand rows on to other nodes here, and wait for room.
+    async fn push_charged(&mut self, batch: RecordBatch, bytes: u64) -> Result<()>;
+
+    /// Adds a batch charged its buffers' bytes.
+    async fn push(&mut self, batch: RecordBatch) -> Result<()> {
+        let bytes = quiver_store::batch_bytes(&batch);
+        self.push_charged(batch, bytes).await
+    }
+
+    /// Rows pushed so far.
+    fn num_rows(&self) -> u64;
+
+    /// Bytes pushed so far.
+    fn num_bytes(&self) -> u64;
+
+    /// Publishes the rows pushed as the table's next version.
+    async fn commit(self: Box<Self>) -> Result<Published>;
+}
+
+/// A put into this node's store.
+#[derive(Debug)]
+struct LocalPut<'a> {
+    writer: TableWriter<'a>,
+    /// The put's request id.
+    request: Option<String>,
+    requests: &'a Requests,
+}
+
+#[tonic::async_trait]
+impl TablePut for LocalPut<'_> {
+    fn schema(&self) -> &SchemaRef {
+        self.writer.schema()
+    }
+
+    async fn push_charged(&mut self, batch: RecordBatch, bytes: u64) -> Result<()> {
+        Ok(self.writer.push_charged(batch, bytes)?)
+    }
+
+    fn num_rows(&self) -> u64 {
+        self.writer.num_rows()
+    }
+
+    fn num_bytes(&self) -> u64 {
+        self.writer.num_bytes()
+    }
+
+    async fn commit(self: Box<Self>) -> Result<Published> {
+        let Self {
+            writer,
+            request,
+            requests,
+        } = *self;
+        let name = writer.name().to_string();
+        requests.once(request.as_deref(), &name, || {
+            let version = quiver_sql::store_write(|| writer.commit())?;
+            Ok(Published::from(&*version))
+        })
+    }
 }
 
 /// The tables of this node's store.
@@ -230,27 +290,20 @@ impl Tables for LocalTables {
         })
     }
 
-    fn writer(
+    fn open(
         &self,
         name: &str,
         options: &PutOptions,
         schema: SchemaRef,
-    ) -> Result<TableWriter<'_>> {
-        Ok(self
+    ) -> Result<Box<dyn TablePut + '_>> {
+        let writer = self
             .store
-            .writer(name, options.mode, schema, options.partitions)?)
-    }
-
-    async fn commit(
-        &self,
-        name: &str,
-        options: &PutOptions,
-        writer: TableWriter<'_>,
-    ) -> Result<Published> {
-        self.requests.once(options.request.as_deref(), name, || {
-            let version = quiver_sql::store_write(|| writer.commit())?;
-            Ok(Published::from(&*version))
-        })
+            .writer(name, options.mode, schema, options.partitions)?;
+        Ok(Box::new(LocalPut {
+            writer,
+            request: options.request.clone(),
+            requests: &self.requests,
+        }))
     }
 
     async fn delete(&self, name: &str) -> Result<Published> {

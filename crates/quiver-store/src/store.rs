@@ -225,6 +225,7 @@ impl TableStore {
             partitions,
             batches: Vec::new(),
             rows: 0,
+            handed_on: 0,
             base,
             charge: self.pool.charge(),
         })
@@ -565,12 +566,19 @@ pub struct TableWriter<'a> {
     batches: Vec<RecordBatch>,
     /// Rows pushed so far.
     rows: u64,
+    /// Bytes of the batches [`TableWriter::take`] handed on.
+    handed_on: u64,
     /// Rows and bytes of the table appended to, when the write started.
     base: (u64, u64),
     charge: MemoryCharge,
 }
 
 impl TableWriter<'_> {
+    /// The table written.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
     /// The schema every pushed batch must have.
     pub fn schema(&self) -> &SchemaRef {
         &self.schema
@@ -581,9 +589,9 @@ impl TableWriter<'_> {
         self.rows
     }
 
-    /// Bytes charged so far.
+    /// Bytes pushed so far (those handed on by [`TableWriter::take`] included).
     pub fn num_bytes(&self) -> u64 {
-        self.charge.bytes()
+        self.handed_on + self.charge.bytes()
     }
 
     /// Adds a batch, charged its buffers' bytes ([`batch_bytes`]). Fails if its
@@ -612,12 +620,27 @@ impl TableWriter<'_> {
             &store.read(),
             &self.name,
             self.base.0 + rows,
-            self.base.1 + self.charge.bytes() + bytes,
+            self.base.1 + self.num_bytes() + bytes,
         )?;
         self.charge.try_grow(bytes)?;
         self.batches.push(batch);
         self.rows = rows;
         Ok(())
+    }
+
+    /// The batches pushed since the last call, with their charge: the caller
+    /// holds them (a cluster node ships them to other nodes while the put
+    /// goes on), and the writer goes on empty. Rows and bytes taken still
+    /// count toward the table's limits.
+    pub fn take(&mut self) -> (Vec<RecordBatch>, MemoryCharge) {
+        let charge = std::mem::replace(&mut self.charge, self.store.pool.charge());
+        self.handed_on += charge.bytes();
+        (std::mem::take(&mut self.batches), charge)
+    }
+
+    /// Bytes pushed and not taken yet: what the writer holds.
+    pub fn held_bytes(&self) -> u64 {
+        self.charge.bytes()
     }
 
     /// Ends the write without publishing anything: the batches pushed, still
@@ -633,7 +656,10 @@ impl TableWriter<'_> {
     /// the new manifest, and returns once both are on disk (blocking I/O).
     /// The version returned then holds the batches as mapped from the file,
     /// and the memory the written batches were charged is returned to the pool.
+    /// A writer whose batches were [taken](TableWriter::take) is not committed:
+    /// its rows are elsewhere.
     pub fn commit(self) -> Result<Arc<TableVersion>> {
+        debug_assert_eq!(self.handed_on, 0, "a writer whose batches were taken");
         let store = self.store;
         let (rows, bytes) = (self.rows, self.charge.bytes());
         let (segment, added) = match &store.durable {
@@ -1068,6 +1094,35 @@ mod tests {
             .unwrap();
         assert_eq!(values(&store.get("t").unwrap()), vec![1, 2, 3, 4]);
         assert_eq!(store.stats().rows, 6);
+    }
+
+    #[test]
+    fn batches_taken_leave_the_writer_and_count_toward_the_limits() {
+        let store = TableStore::new(1 << 20).with_limits(crate::TableLimits {
+            max_table_rows: 10,
+            max_table_bytes: 1 << 20,
+            max_rows: 100,
+        });
+        let four = batch(&[1, 2, 3, 4]); // 4 rows, 32 bytes
+        let mut writer = store
+            .writer("t", WriteMode::Replace, four.schema(), None)
+            .unwrap();
+        writer.push(four.clone()).unwrap();
+        writer.push(four.clone()).unwrap();
+        let (taken, charge) = writer.take();
+        assert_eq!((taken.len(), charge.bytes()), (2, 64));
+        assert_eq!(
+            store.memory().used(),
+            64,
+            "the charge went with the batches"
+        );
+        assert_eq!((writer.held_bytes(), writer.num_bytes()), (0, 64));
+        drop(charge);
+        assert_eq!(store.memory().used(), 0);
+        // 8 rows taken + 4 > 10: the rows taken still count.
+        let err = writer.push(four).unwrap_err();
+        assert!(err.to_string().contains("--max-table-rows"), "{err}");
+        assert_eq!(writer.num_rows(), 8);
     }
 
     #[test]

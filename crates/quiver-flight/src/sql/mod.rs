@@ -473,15 +473,14 @@ impl FlightSql {
                 _ => WriteMode::Create,
             }
         };
-        let mut asked = PutOptions::default();
-        let writer = PutDecoder::new(first, input)
-            .into_writer(outcome, |schema, put| {
-                asked = PutOptions { mode, ..put };
-                self.tables.writer(&name, &asked, schema)
+        let put = PutDecoder::new(first, input)
+            .into_put(outcome, |schema, put| {
+                let asked = PutOptions { mode, ..put };
+                self.tables.open(&name, &asked, schema)
             })
             .await?;
-        let (rows, bytes) = (writer.num_rows(), writer.num_bytes());
-        self.tables.commit(&name, &asked, writer).await?;
+        let (rows, bytes) = (put.num_rows(), put.num_bytes());
+        put.commit().await?;
         log.add(rows, bytes);
         Ok(rows)
     }

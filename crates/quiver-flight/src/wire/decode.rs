@@ -14,6 +14,7 @@ use std::panic::AssertUnwindSafe;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
 
+use crate::tables::TablePut;
 use arrow::array::RecordBatch;
 use arrow::datatypes::SchemaRef;
 use arrow_flight::FlightData;
@@ -22,7 +23,6 @@ use arrow_flight::error::FlightError;
 use bytes::Bytes;
 use futures::stream::{self, Stream};
 use futures::{FutureExt, StreamExt, TryStreamExt};
-use quiver_store::TableWriter;
 use tonic::Status;
 
 use crate::body_watch::BodyOutcome;
@@ -132,17 +132,17 @@ impl PutDecoder {
             .unwrap_or_default())
     }
 
-    /// Reads the batches into the writer `open` makes, and returns it
+    /// Reads the batches into the put `open` makes, and returns it
     /// uncommitted. `open` runs at the first batch (or at the end, for a table
     /// of no rows): by then the put's options have arrived, wherever the
     /// client put them. `outcome` tells whether the transport broke the stream
     /// off (tonic reports that as a clean end); `None` when the input reports
     /// it as an error itself.
-    pub(crate) async fn into_writer<'a>(
+    pub(crate) async fn into_put<'a>(
         mut self,
         outcome: Option<BodyOutcome>,
-        open: impl FnOnce(SchemaRef, PutOptions) -> Result<TableWriter<'a>>,
-    ) -> Result<TableWriter<'a>> {
+        open: impl FnOnce(SchemaRef, PutOptions) -> Result<Box<dyn TablePut + 'a>>,
+    ) -> Result<Box<dyn TablePut + 'a>> {
         let mut open = Some(open);
         let mut open_writer = |decoder: &Self| {
             let schema = decoder
@@ -163,7 +163,7 @@ impl PutDecoder {
                 None => writer.insert(open_writer(&self)?),
             };
             let received = self.received_bytes();
-            writer.push_charged(batch, received - charged)?;
+            writer.push_charged(batch, received - charged).await?;
             charged = received;
         }
         // tonic ends a cancelled request stream as if the client had finished it.

@@ -1,0 +1,632 @@
+//! A put through a cluster node: its rows cut into partitions, each stored
+//! on its replicas, and published as the table's next version by one
+//! catalog commit, or not at all.
+//!
+//! A put that fits in the node's put buffer ([`ClusterNode::put_buffer`]) is
+//! gathered whole and cut into even partitions, one per live node unless
+//! the put asks for a count. A larger one is cut as it arrives: each time
+//! the rows held reach the buffer they become the next partition, stored on
+//! its replicas in the background while the next rows arrive, at most
+//! [`IN_FLIGHT`] at once; beyond that the put waits for room, and gRPC's
+//! flow control slows the client down. A node holds at most
+//! `IN_FLIGHT + 1` buffers of one put, whatever its size. Each partition is
+//! named in the put's intent before its first copy, so no node drops it as
+//! an orphan while the put goes on.
+
+use std::sync::Arc;
+
+use arrow::array::RecordBatch;
+use arrow::datatypes::SchemaRef;
+use futures::future::try_join_all;
+use quiver_flight::PutOptions;
+use quiver_flight::cluster::{ClusterPut, Published};
+use quiver_flight::tables::TablePut;
+use quiver_store::{MemoryCharge, TableWriter, WriteMode, batch_bytes};
+use tokio::task::JoinSet;
+
+use crate::catalog::{IntentEntry, PartitionEntry, TableEntry, partition_name};
+use crate::error::{ClusterError, Result};
+use crate::etcd::{Guard, Intent, Snapshot, Versioned};
+use crate::node::{ClusterNode, Committed, next_entry, published, repeated};
+use crate::placement::{Ring, split_rows};
+use crate::tables::flight;
+
+/// Partitions of one put being stored at once, besides the one gathering.
+const IN_FLIGHT: usize = 2;
+
+/// The put buffer's bounds: an eighth of `--max-memory` between them.
+const MIN_BUFFER: u64 = 16 << 20;
+const MAX_BUFFER: u64 = 256 << 20;
+
+/// A partition of a put, placed and not yet stored.
+pub(crate) struct Planned {
+    pub(crate) entry: PartitionEntry,
+    pub(crate) batches: Vec<RecordBatch>,
+}
+
+/// A put under way: the catalog as read when it began, which it places its
+/// partitions by and commits after.
+#[derive(Debug)]
+struct Begun {
+    table: String,
+    mode: WriteMode,
+    schema: SchemaRef,
+    nodes: Arc<Snapshot>,
+    read: Versioned<TableEntry>,
+    /// The put's request id, and the lease its record lives under.
+    request: Option<(String, i64)>,
+    ring: Ring,
+}
+
+impl ClusterNode {
+    /// The bytes of one put this node gathers before it ships them as a
+    /// partition: an eighth of its memory limit, within 16 to 256 MiB.
+    pub(crate) fn put_buffer(&self) -> u64 {
+        (self.store.memory().limit() / 8).clamp(MIN_BUFFER, MAX_BUFFER)
+    }
+
+    /// Spreads `put`, gathered whole, over the live nodes and publishes it
+    /// as the table's next version once every partition is stored.
+    pub async fn put(&self, put: ClusterPut) -> Result<Published> {
+        let begun = self
+            .begin(put.table, put.mode, put.schema, put.request)
+            .await?;
+        let rows: usize = put.batches.iter().map(RecordBatch::num_rows).sum();
+        let count = put.partitions.unwrap_or(begun.nodes.nodes.len());
+        let planned = plan(&begun, &put.batches, rows, count, 0);
+        drop(put.batches);
+        // Checked before anything is shipped, and again in the commit.
+        begun.next_entry(self, planned.iter().map(|p| p.entry.clone()).collect())?;
+        let names = planned.iter().map(|p| p.entry.name.clone()).collect();
+        let intent = self.intend(&begun.table, names).await?;
+        let stored = try_join_all(
+            planned
+                .into_iter()
+                .map(|p| self.store_partition(&begun.schema, p, &begun.nodes)),
+        )
+        .await;
+        drop(put.charge);
+        self.finish(&begun, &intent, stored).await
+    }
+
+    /// Begins a put of `table`: reads the catalog, and takes the lease its
+    /// request id is recorded under.
+    async fn begin(
+        &self,
+        table: String,
+        mode: WriteMode,
+        schema: SchemaRef,
+        request: Option<String>,
+    ) -> Result<Begun> {
+        self.lease_now()?;
+        // A repeated request id is found by the commit, which records the
+        // first: no read of its own on the path of every put.
+        let nodes = self.etcd.snapshot().await?;
+        let live = nodes.nodes.len();
+        if live < self.options.replicas {
+            return Err(ClusterError::TooFewNodes {
+                live,
+                replicas: self.options.replicas,
+            });
+        }
+        let read = nodes.tables.get(&table).map_or(
+            Versioned {
+                value: None,
+                revision: 0,
+            },
+            |(entry, revision)| Versioned {
+                value: Some(entry.clone()),
+                revision: *revision,
+            },
+        );
+        let request = match request {
+            Some(id) => Some((id, self.requests_lease().await?)),
+            None => None,
+        };
+        // Different puts start the ring at different nodes.
+        let ring = Ring::new(
+            &partition_name(&table, 0),
+            self.placeable(&nodes),
+            self.options.replicas,
+        );
+        Ok(Begun {
+            table,
+            mode,
+            schema,
+            nodes: Arc::new(nodes),
+            read,
+            request,
+            ring,
+        })
+    }
+
+    /// Commits the partitions a put `stored` (unless it failed), under its
+    /// intent, which ends either way.
+    async fn finish(
+        &self,
+        begun: &Begun,
+        intent: &Intent,
+        stored: Result<Vec<PartitionEntry>>,
+    ) -> Result<Published> {
+        let result = match stored {
+            Ok(partitions) => {
+                let guard = Guard {
+                    intent: Some(intent),
+                    request: begun
+                        .request
+                        .as_ref()
+                        .map(|(id, lease)| (id.as_str(), *lease)),
+                };
+                let count = partitions.len();
+                self.commit_table_from(&begun.table, Some(begun.read.clone()), guard, |old| {
+                    begun.entry_after(self, old, partitions.clone()).map(Some)
+                })
+                .await
+                .map(|committed| (count, committed))
+            }
+            Err(e) => Err(e),
+        };
+        let applied = matches!(result, Ok((_, Committed::Changed(..))));
+        self.abandon(intent, applied).await;
+        match result? {
+            (_, Committed::Repeated(done)) => {
+                let id = begun.request.as_ref().map_or("", |(id, _)| id.as_str());
+                tracing::info!(table = %begun.table, request = %id, "a repeated put: answered, not applied");
+                repeated(&begun.table, id, done)
+            }
+            (partitions, Committed::Changed(_, new)) => {
+                let new = new.ok_or_else(|| ClusterError::Invalid("nothing committed".into()))?;
+                tracing::info!(
+                    table = %begun.table,
+                    version = new.version,
+                    partitions,
+                    rows = new.rows,
+                    "published"
+                );
+                Ok(published(&new))
+            }
+        }
+    }
+}
+
+impl Begun {
+    /// The table's entry with `partitions` put after `old`: checks the
+    /// put's mode, schema and the table's limits.
+    fn entry_after(
+        &self,
+        node: &ClusterNode,
+        old: Option<&TableEntry>,
+        partitions: Vec<PartitionEntry>,
+    ) -> Result<TableEntry> {
+        next_entry(
+            &self.table,
+            old,
+            self.mode,
+            &self.schema,
+            partitions,
+            node.store.limits(),
+        )
+    }
+
+    /// [`Begun::entry_after`] the table as the put read it.
+    fn next_entry(&self, node: &ClusterNode, partitions: Vec<PartitionEntry>) -> Result<()> {
+        self.entry_after(node, self.read.value.as_ref(), partitions)
+            .map(drop)
+    }
+}
+
+/// `batches` (`rows` rows) cut into `count` partitions (fewer if there are
+/// fewer rows), placed on the put's ring from position `first` on.
+fn plan(
+    begun: &Begun,
+    batches: &[RecordBatch],
+    rows: usize,
+    count: usize,
+    first: usize,
+) -> Vec<Planned> {
+    let count = count.min(rows).max(1);
+    split_rows(batches, rows, count)
+        .into_iter()
+        .enumerate()
+        .map(|(i, batches)| Planned {
+            entry: PartitionEntry {
+                name: partition_name(&begun.table, first + i),
+                rows: batches.iter().map(|b| b.num_rows() as u64).sum(),
+                bytes: batches.iter().map(batch_bytes).sum(),
+                replicas: begun.ring.replicas(first + i),
+            },
+            batches,
+        })
+        .collect()
+}
+
+/// A put of a cluster table through this node ([`TablePut`]): gathered
+/// until it passes the put buffer, then shipped as it arrives.
+pub(crate) struct CatalogPut<'a> {
+    node: Arc<ClusterNode>,
+    table: String,
+    options: PutOptions,
+    /// Reads, checks and charges the rows; never committed here.
+    writer: TableWriter<'a>,
+    buffer: u64,
+    /// Once the put passed the buffer: the partitions shipped so far.
+    shipping: Option<Shipping>,
+}
+
+impl<'a> CatalogPut<'a> {
+    pub(crate) fn new(
+        node: Arc<ClusterNode>,
+        table: &str,
+        options: &PutOptions,
+        writer: TableWriter<'a>,
+    ) -> Self {
+        Self {
+            buffer: node.put_buffer(),
+            node,
+            table: table.to_string(),
+            options: options.clone(),
+            writer,
+            shipping: None,
+        }
+    }
+
+    /// Ships the rows held as the put's next partitions (`count` of them
+    /// at most), beginning the put's shipping at the first.
+    async fn ship_held(&mut self, count: usize) -> Result<()> {
+        let shipping = match &mut self.shipping {
+            Some(shipping) => shipping,
+            None => {
+                let begun = self
+                    .node
+                    .begin(
+                        self.table.clone(),
+                        self.options.mode,
+                        Arc::clone(self.writer.schema()),
+                        self.options.request.clone(),
+                    )
+                    .await?;
+                let intent = self.node.intend(&self.table, Vec::new()).await?;
+                self.shipping.insert(Shipping {
+                    node: Arc::clone(&self.node),
+                    begun,
+                    intent,
+                    planned: Vec::new(),
+                    stored: Vec::new(),
+                    tasks: JoinSet::new(),
+                    ended: false,
+                })
+            }
+        };
+        let (batches, charge) = self.writer.take();
+        shipping.ship(batches, charge, count).await
+    }
+}
+
+#[tonic::async_trait]
+impl TablePut for CatalogPut<'_> {
+    fn schema(&self) -> &SchemaRef {
+        self.writer.schema()
+    }
+
+    async fn push_charged(&mut self, batch: RecordBatch, bytes: u64) -> quiver_flight::Result<()> {
+        self.writer.push_charged(batch, bytes)?;
+        if self.writer.held_bytes() >= self.buffer {
+            flight(self.ship_held(1).await)?;
+        }
+        Ok(())
+    }
+
+    fn num_rows(&self) -> u64 {
+        self.writer.num_rows()
+    }
+
+    fn num_bytes(&self) -> u64 {
+        self.writer.num_bytes()
+    }
+
+    async fn commit(mut self: Box<Self>) -> quiver_flight::Result<Published> {
+        if self.shipping.is_none() {
+            let Self {
+                node,
+                table,
+                options,
+                writer,
+                ..
+            } = *self;
+            let put = ClusterPut::gathered(table, options.mode, options.partitions, writer)
+                .with_request(options.request);
+            return flight(node.put(put).await);
+        }
+        // The rest, in as many partitions as the put asked for (one per
+        // live node by default) less those shipped, one at least.
+        let rest = match &self.shipping {
+            Some(shipping) => {
+                let asked = (self.options.partitions).unwrap_or(shipping.begun.nodes.nodes.len());
+                asked.saturating_sub(shipping.planned.len()).max(1)
+            }
+            None => 1,
+        };
+        let shipped = self.ship_held(rest).await;
+        let Some(mut shipping) = self.shipping.take() else {
+            return Err(quiver_flight::Error::Internal(
+                "a shipped put lost its state".into(),
+            ));
+        };
+        let stored = match shipped {
+            Ok(()) => shipping.stored().await,
+            Err(e) => Err(e),
+        };
+        shipping.ended = true;
+        flight(
+            self.node
+                .finish(&shipping.begun, &shipping.intent, stored)
+                .await,
+        )
+    }
+}
+
+/// The partitions of a put cut as it arrives.
+struct Shipping {
+    node: Arc<ClusterNode>,
+    begun: Begun,
+    intent: Intent,
+    /// Every partition planned so far, in order, as planned.
+    planned: Vec<PartitionEntry>,
+    /// Those stored, by index, with the nodes that took their copies.
+    stored: Vec<Option<PartitionEntry>>,
+    /// The partitions being stored: their index and how it went.
+    tasks: JoinSet<(usize, Result<PartitionEntry>)>,
+    /// Whether the put committed or gave up (its intent then ended).
+    ended: bool,
+}
+
+impl Shipping {
+    /// Stores `batches` as the put's next partitions (`count` at most) in
+    /// the background, once fewer than [`IN_FLIGHT`] others are being
+    /// stored; none makes none. Fails with the first partition that could
+    /// not be stored.
+    async fn ship(
+        &mut self,
+        batches: Vec<RecordBatch>,
+        charge: MemoryCharge,
+        count: usize,
+    ) -> Result<()> {
+        if batches.is_empty() {
+            return Ok(());
+        }
+        while let Some(done) = self.tasks.try_join_next() {
+            self.settle(done)?;
+        }
+        while self.tasks.len() >= IN_FLIGHT {
+            match self.tasks.join_next().await {
+                Some(done) => self.settle(done)?,
+                None => break,
+            }
+        }
+        let rows = batches.iter().map(RecordBatch::num_rows).sum();
+        let planned = plan(&self.begun, &batches, rows, count, self.planned.len());
+        drop(batches);
+        self.planned.extend(planned.iter().map(|p| p.entry.clone()));
+        self.stored.resize(self.planned.len(), None);
+        // The mode, the schema and the table's limits, over all shipped so
+        // far: a put that cannot be committed stops at once.
+        self.begun.next_entry(&self.node, self.planned.clone())?;
+        let lease = self.node.lease_now()?;
+        let intent = IntentEntry {
+            table: self.begun.table.clone(),
+            partitions: self.planned.iter().map(|p| p.name.clone()).collect(),
+        };
+        self.node
+            .etcd
+            .intend(&self.intent.key, &intent, lease)
+            .await?;
+        let charge = Arc::new(charge);
+        let first = self.planned.len() - planned.len();
+        for (i, planned) in planned.into_iter().enumerate() {
+            let (node, nodes) = (Arc::clone(&self.node), Arc::clone(&self.begun.nodes));
+            let (schema, charge) = (Arc::clone(&self.begun.schema), Arc::clone(&charge));
+            self.tasks.spawn(async move {
+                let stored = node.store_partition(&schema, planned, &nodes).await;
+                drop(charge);
+                (first + i, stored)
+            });
+        }
+        Ok(())
+    }
+
+    /// Records how the storing of one partition ended.
+    fn settle(
+        &mut self,
+        done: std::result::Result<(usize, Result<PartitionEntry>), tokio::task::JoinError>,
+    ) -> Result<()> {
+        let (index, stored) =
+            done.map_err(|e| ClusterError::Invalid(format!("storing a partition: {e}")))?;
+        let entry = stored?;
+        if let Some(slot) = self.stored.get_mut(index) {
+            *slot = Some(entry);
+        }
+        Ok(())
+    }
+
+    /// Waits for every partition to be stored; their entries, in order.
+    async fn stored(&mut self) -> Result<Vec<PartitionEntry>> {
+        while let Some(done) = self.tasks.join_next().await {
+            self.settle(done)?;
+        }
+        self.stored
+            .iter()
+            .cloned()
+            .collect::<Option<Vec<_>>>()
+            .ok_or_else(|| ClusterError::Invalid("a partition of the put was not stored".into()))
+    }
+}
+
+impl Drop for Shipping {
+    /// A put dropped before it ended (its client broke off, a batch was
+    /// refused): the copies being made stop (the tasks are aborted with
+    /// the set), and the intent goes, so that its partitions are collected.
+    fn drop(&mut self) {
+        if self.ended {
+            return;
+        }
+        let node = Arc::clone(&self.node);
+        let intent = Intent {
+            key: std::mem::take(&mut self.intent.key),
+        };
+        match tokio::runtime::Handle::try_current() {
+            Ok(runtime) => drop(runtime.spawn(async move { node.abandon(&intent, false).await })),
+            // No runtime to delete it on: the upkeep deletes it.
+            Err(_) => drop(node.lock_intents().remove(&intent.key)),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use arrow::array::{Array, Int64Array};
+    use arrow::datatypes::{DataType, Field, Schema};
+    use quiver_store::TableStore;
+
+    use super::*;
+    use crate::testing;
+
+    /// Rows of one 1 MiB batch.
+    const ROWS: i64 = 1 << 17;
+
+    /// A node over `etcd` whose store may hold 128 MiB: a 16 MiB put buffer.
+    async fn node(etcd: &quiver_etcd::testing::TestEtcd) -> Arc<ClusterNode> {
+        let store = Arc::new(TableStore::new(128 << 20));
+        let node = ClusterNode::join(testing::options(etcd, "n1"), store)
+            .await
+            .expect("the node joins");
+        assert_eq!(node.put_buffer(), 16 << 20);
+        node
+    }
+
+    fn schema() -> SchemaRef {
+        Arc::new(Schema::new(vec![Field::new("v", DataType::Int64, false)]))
+    }
+
+    /// The `i`th 1 MiB batch: values `i * ROWS..(i + 1) * ROWS`.
+    fn batch(i: i64) -> RecordBatch {
+        let values = Int64Array::from_iter_values(i * ROWS..(i + 1) * ROWS);
+        RecordBatch::try_new(schema(), vec![Arc::new(values)]).expect("a batch")
+    }
+
+    fn open(node: &Arc<ClusterNode>) -> CatalogPut<'_> {
+        let writer = node
+            .store
+            .writer("t", WriteMode::Replace, schema(), None)
+            .expect("a writer");
+        CatalogPut::new(Arc::clone(node), "t", &PutOptions::default(), writer)
+    }
+
+    /// The partitions named by the intents in the catalog.
+    async fn intended(node: &ClusterNode) -> Vec<String> {
+        let snapshot = node.etcd.snapshot().await.expect("a snapshot");
+        snapshot
+            .intents
+            .into_values()
+            .flat_map(|i| i.partitions)
+            .collect()
+    }
+
+    #[tokio::test]
+    async fn a_put_past_the_buffer_is_shipped_as_it_arrives_and_published_whole() {
+        let Some((etcd, _)) = testing::etcd().await else {
+            return;
+        };
+        let node = node(&etcd).await;
+        let mut put = open(&node);
+        for i in 0..40 {
+            put.push(batch(i)).await.expect("a push");
+            // Held: never more than a buffer; shipped: named in the intent
+            // before its copy is made.
+            assert!(put.writer.held_bytes() < 16 << 20);
+            if i == 20 {
+                assert_eq!(intended(&node).await.len(), 1);
+                assert!(node.etcd.snapshot().await.unwrap().tables.is_empty());
+            }
+        }
+        let published = Box::new(put).commit().await.expect("the commit");
+        assert_eq!(published.rows, 40 * ROWS as u64);
+        let snapshot = node.etcd.snapshot().await.unwrap();
+        assert!(snapshot.intents.is_empty(), "{:?}", snapshot.intents);
+        assert!(node.lock_intents().is_empty());
+        let (entry, _) = &snapshot.tables["t"];
+        let rows: Vec<u64> = entry.partitions.iter().map(|p| p.rows).collect();
+        assert_eq!(rows, [16, 16, 8].map(|b| b * ROWS as u64));
+        // Every row once, in order, across the partitions.
+        let mut next = 0;
+        for part in &entry.partitions {
+            for batch in node.store.get(&part.name).unwrap().batches() {
+                let values = batch
+                    .column(0)
+                    .as_any()
+                    .downcast_ref::<Int64Array>()
+                    .unwrap();
+                assert!(values.values().iter().all(|v| {
+                    next += 1;
+                    *v == next - 1
+                }));
+            }
+        }
+        assert_eq!(next, 40 * ROWS);
+        // Only the stored partitions are charged: no buffer is left over.
+        assert_eq!(node.store.memory().used(), 40 << 20);
+    }
+
+    #[tokio::test]
+    async fn a_put_dropped_while_shipping_ends_its_intent_and_publishes_nothing() {
+        let Some((etcd, _)) = testing::etcd().await else {
+            return;
+        };
+        let node = node(&etcd).await;
+        let mut put = open(&node);
+        for i in 0..20 {
+            put.push(batch(i)).await.expect("a push");
+        }
+        assert_eq!(intended(&node).await.len(), 1);
+        drop(put);
+        for _ in 0..50 {
+            if intended(&node).await.is_empty() {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        assert!(intended(&node).await.is_empty());
+        assert!(node.lock_intents().is_empty());
+        assert!(node.etcd.snapshot().await.unwrap().tables.is_empty());
+    }
+
+    #[tokio::test]
+    async fn a_put_refused_by_the_catalog_stops_at_its_first_shipment() {
+        let Some((etcd, _)) = testing::etcd().await else {
+            return;
+        };
+        let node = node(&etcd).await;
+        // An append to a table that does not exist: refused when the first
+        // buffer is shipped, not after the whole put has arrived.
+        let writer = node
+            .store
+            .writer("t", WriteMode::Replace, schema(), None)
+            .expect("a writer");
+        let options = PutOptions {
+            mode: WriteMode::Append,
+            ..PutOptions::default()
+        };
+        let mut put = CatalogPut::new(Arc::clone(&node), "t", &options, writer);
+        let mut refused = None;
+        for i in 0..20 {
+            if let Err(e) = put.push(batch(i)).await {
+                refused = Some((i, e));
+                break;
+            }
+        }
+        let (at, error) = refused.expect("the append is refused");
+        assert_eq!(at, 15, "{error}");
+        assert!(error.to_string().contains("not found"), "{error}");
+    }
+}
