@@ -80,8 +80,11 @@ impl From<DataFusionError> for SqlError {
                 _ => match inner.downcast_ref::<StoreError>() {
                     Some(s) => Self::Store(s.clone()),
                     // A call to another cluster node that did not get
-                    // through (datafusion-distributed passes its status on).
-                    None if out_of_reach(inner.as_ref()) => Self::Unavailable(message),
+                    // through (datafusion-distributed passes its status on,
+                    // or, from a stage on a third node, its text).
+                    None if out_of_reach(inner.as_ref()) || says_out_of_reach(&message) => {
+                        Self::Unavailable(message)
+                    }
                     None => Self::Invalid(message),
                 },
             },
@@ -119,6 +122,18 @@ fn out_of_reach(error: &(dyn std::error::Error + 'static)) -> bool {
         next = error.source();
     }
     false
+}
+
+/// Whether an error that crossed nodes as text alone says what
+/// [`out_of_reach`] finds in a status: datafusion-distributed sends a
+/// stage's external error on as its message, so a status a stage's own call
+/// to a lost node ended with reaches the query's node as tonic's words for
+/// it (`code: '...', message: ..., source: ...`).
+fn says_out_of_reach(text: &str) -> bool {
+    let unavailable = format!("code: '{}'", tonic::Code::Unavailable.description());
+    text.contains(&unavailable)
+        || text.contains("source: hyper::Error(")
+        || text.contains("source: tonic::transport::Error(")
 }
 
 /// Whether an I/O error says a peer is out of reach.
@@ -190,7 +205,23 @@ mod tests {
             .expect_err("not HTTP");
         let status = tonic::Status::from_error(Box::new(broken));
         assert_eq!(status.code(), tonic::Code::Unknown);
+        let text = status.to_string();
         let e = DataFusionError::External(Box::new(status));
         assert!(matches!(SqlError::from(e), SqlError::Unavailable(_)));
+        // The same from a stage on another node: its text alone.
+        let e = DataFusionError::External(text.into());
+        assert!(matches!(SqlError::from(e), SqlError::Unavailable(_)));
+    }
+
+    /// A stage on a third node whose call to a lost node was refused: its
+    /// status reaches the query's node as text.
+    #[test]
+    fn a_status_that_crossed_nodes_as_text_keeps_its_kind() {
+        let refused = tonic::Status::unavailable("tcp connect error");
+        let e = DataFusionError::External(refused.to_string().into());
+        assert!(matches!(SqlError::from(e), SqlError::Unavailable(_)));
+        let bad = tonic::Status::invalid_argument("no such column");
+        let e = DataFusionError::External(bad.to_string().into());
+        assert!(matches!(SqlError::from(e), SqlError::Invalid(_)));
     }
 }
