@@ -84,6 +84,35 @@ def test_a_put_while_a_replica_is_paused_keeps_every_acknowledged_row(
         stop_cluster(nodes)
 
 
+def test_an_append_whose_replica_freezes_is_copied_to_another_node_at_once(
+    etcd: Etcd, tmp_path: Path
+) -> None:
+    """n3 frozen (SIGSTOP), then appends of one row through n1, before a probe finds n3
+    out (2 s). An append's copy to n3 lags behind its partition's other copy: n1 tries
+    the third node too instead of waiting for n3's missed HTTP/2 pings, and the append
+    commits on n1 and n2. Before, the copy waited for the pings (3 s) and the next
+    appends passed n3 over as a suspect, so n1 never tried another node beside it."""
+    nodes = start_cluster(etcd, tmp_path, lease_ttl=8)
+    n1 = nodes.nodes["n1"]
+    appended = 0
+    try:
+        with nodes.client("n1", timeout=30) as c:
+            c.put("log", ids(0))
+            nodes.pause("n3")
+            try:
+                for i in range(20):  # each goes to n3 with odds of 2 in 3
+                    c.put("log", ids(1, i), mode="append", partitions=1)
+                    appended += 1
+                    if "trying another node too" in n1.log():
+                        break
+            finally:
+                nodes.resume("n3")
+            assert "trying another node too" in n1.log(), f"{appended} appends"
+            assert c.get("log").equals(ids(appended))
+    finally:
+        stop_cluster(nodes)
+
+
 def test_appends_go_on_when_a_node_is_killed(etcd: Etcd, tmp_path: Path) -> None:
     """Appends every 100 ms through n1 and queries through n2; n3 is SIGKILLed. Its
     partitions have other places to go, so no append waits for its lease to end, and

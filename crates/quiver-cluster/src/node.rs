@@ -9,7 +9,8 @@ use std::time::{Duration, Instant};
 use arrow::array::RecordBatch;
 use arrow::datatypes::SchemaRef;
 use arrow_flight::{FlightDescriptor, FlightEndpoint, FlightInfo, Ticket};
-use futures::future::join_all;
+use futures::StreamExt;
+use futures::stream::FuturesUnordered;
 use quiver_flight::cluster::{ClusterHooks, Published};
 use quiver_flight::tables::{LocalTables, TableRead, Tables};
 
@@ -28,6 +29,13 @@ use crate::placement::replicas_for;
 use crate::put::Planned;
 use crate::reads::Reads;
 use crate::sql::ClusterSql;
+
+/// The least a copy may lag behind the first of its partition before
+/// another node is tried too ([`hedge_after`]), and the largest partition
+/// for which it is: a larger one's copies take long enough that a node
+/// found out by its missed pings costs them little, and a spare copy much.
+const HEDGE_MIN: Duration = Duration::from_millis(250);
+const HEDGE_BYTES: u64 = 4 << 20;
 
 /// How many times a commit is tried again when another commit came first.
 const COMMIT_ATTEMPTS: usize = 16;
@@ -392,10 +400,15 @@ impl ClusterNode {
     }
 
     /// Stores one partition on its planned nodes at once. A node that fails
-    /// (down, frozen past its deadline, out of memory) is replaced by the
-    /// next live node for the partition that holds no copy, one at a time
-    /// until the copies are made or no node is left: one bad node costs a
-    /// put a retry, not a failure.
+    /// (down, out of memory, past its deadline) is replaced at once by the
+    /// next live node for the partition that holds no copy, until the
+    /// copies are made or no node is left. So is, for a partition of up to
+    /// [`HEDGE_BYTES`] (an append's), a copy that lags behind the first
+    /// ([`hedge_after`]): a frozen or cut-off node takes seconds to be found
+    /// out, many times what the copy takes. The first copies made are the
+    /// partition's; those still running then stop (one that finished anyway
+    /// is an orphan, and collected). One bad node costs a put a retry, not a
+    /// failure.
     pub(crate) async fn store_partition(
         &self,
         schema: &SchemaRef,
@@ -403,7 +416,8 @@ impl ClusterNode {
         nodes: &Snapshot,
     ) -> Result<PartitionEntry> {
         let Planned { mut entry, batches } = planned;
-        let (name, bytes) = (entry.name.as_str(), entry.bytes);
+        let (name, bytes, wanted) = (entry.name.clone(), entry.bytes, entry.replicas.len());
+        let name = name.as_str();
         let store = |id: String| {
             let batches = batches.clone();
             async move {
@@ -415,40 +429,75 @@ impl ClusterNode {
                     .map(|()| id)
             }
         };
-        let first = join_all(entry.replicas.iter().cloned().map(store)).await;
         let mut tried: HashSet<String> = entry.replicas.iter().cloned().collect();
-        let mut holders = Vec::with_capacity(entry.replicas.len());
-        let mut failure = None;
-        for result in first {
-            match result {
-                Ok(id) => holders.push(id),
-                Err(e) => {
-                    tracing::warn!(partition = %name, "{e}; trying another node");
-                    failure = Some(e);
-                }
-            }
-        }
-        while holders.len() < entry.replicas.len() {
+        let mut next = || {
             let untried: Vec<&str> = self
                 .placeable(nodes)
                 .into_iter()
                 .filter(|id| !tried.contains(*id))
                 .collect();
-            let Some(next) = replicas_for(name, untried, 1).pop() else {
-                return Err(failure.unwrap_or(ClusterError::TooFewNodes {
-                    live: nodes.nodes.len(),
-                    replicas: self.options.replicas,
-                }));
-            };
+            let next = replicas_for(name, untried, 1).pop()?;
             tried.insert(next.clone());
-            match store(next).await {
-                Ok(id) => holders.push(id),
-                Err(e) => {
-                    tracing::warn!(partition = %name, "{e}; trying another node");
-                    failure = Some(e);
+            Some(next)
+        };
+        let mut running: FuturesUnordered<_> = entry.replicas.iter().cloned().map(&store).collect();
+        let started = Instant::now();
+        let mut hedge_at: Option<Instant> = None;
+        let mut holders = Vec::with_capacity(wanted);
+        let mut failure = None;
+        while holders.len() < wanted {
+            if running.is_empty() {
+                let Some(id) = next() else {
+                    return Err(failure.unwrap_or(ClusterError::TooFewNodes {
+                        live: nodes.nodes.len(),
+                        replicas: self.options.replicas,
+                    }));
+                };
+                running.push(store(id));
+            }
+            let lagging = async {
+                match hedge_at {
+                    Some(at) => tokio::time::sleep_until(at.into()).await,
+                    None => std::future::pending().await,
+                }
+            };
+            tokio::select! {
+                Some(done) = running.next() => match done {
+                    Ok(id) => {
+                        holders.push(id);
+                        if bytes <= HEDGE_BYTES && hedge_at.is_none() {
+                            hedge_at = Some(started + hedge_after(started.elapsed()));
+                        }
+                    }
+                    Err(e) => {
+                        tracing::warn!(partition = %name, "{e}; trying another node");
+                        failure = Some(e);
+                        if let Some(id) = next() {
+                            running.push(store(id));
+                        }
+                    }
+                },
+                () = lagging => {
+                    let waited = started.elapsed();
+                    hedge_at = Some(Instant::now() + hedge_after(waited));
+                    if let Some(id) = next() {
+                        tracing::info!(
+                            partition = %name,
+                            node = %id,
+                            "a copy lags {} ms behind the others; trying another node too",
+                            waited.as_millis()
+                        );
+                        running.push(store(id));
+                    }
                 }
             }
         }
+        // In the planned order, those that stood in after them: readers try
+        // the first copy first, and the plan spreads the first copies.
+        holders.sort_by_key(|id| {
+            let planned = entry.replicas.iter().position(|planned| planned == id);
+            planned.unwrap_or(usize::MAX)
+        });
         entry.replicas = holders;
         Ok(entry)
     }
@@ -515,6 +564,13 @@ impl ClusterNode {
         *slot = Some((lease, Instant::now()));
         Ok(lease)
     }
+}
+
+/// How long the copies of a partition still running may lag once one is
+/// made in `first`: twice that again, and [`HEDGE_MIN`] at least (a copy
+/// of a few rows takes milliseconds; one of hundreds of MiB, seconds).
+fn hedge_after(first: Duration) -> Duration {
+    (first * 3).max(first + HEDGE_MIN)
 }
 
 /// How a [`ClusterNode::commit_table`] ended.
