@@ -304,10 +304,6 @@ impl<'a> CatalogPut<'a> {
 
 #[tonic::async_trait]
 impl TablePut for CatalogPut<'_> {
-    fn schema(&self) -> &SchemaRef {
-        self.writer.schema()
-    }
-
     async fn push_charged(&mut self, batch: RecordBatch, bytes: u64) -> quiver_flight::Result<()> {
         self.writer.push_charged(batch, bytes)?;
         if self.writer.held_bytes() >= self.buffer {

@@ -102,9 +102,6 @@ pub trait Tables: Send + Sync + Debug {
 /// once by [`TablePut::commit`]; dropped uncommitted, it publishes nothing.
 #[tonic::async_trait]
 pub trait TablePut: Send {
-    /// The schema every pushed batch must have.
-    fn schema(&self) -> &SchemaRef;
-
     /// Adds a batch charged `bytes` ([`TableWriter::push_charged`]). A
     /// cluster node may hand rows on to other nodes here, and wait for room.
     async fn push_charged(&mut self, batch: RecordBatch, bytes: u64) -> Result<()>;
@@ -136,10 +133,6 @@ struct LocalPut<'a> {
 
 #[tonic::async_trait]
 impl TablePut for LocalPut<'_> {
-    fn schema(&self) -> &SchemaRef {
-        self.writer.schema()
-    }
-
     async fn push_charged(&mut self, batch: RecordBatch, bytes: u64) -> Result<()> {
         Ok(self.writer.push_charged(batch, bytes)?)
     }
