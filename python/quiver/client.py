@@ -9,10 +9,10 @@ import json
 import threading
 import uuid
 import warnings
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, overload
+from typing import TYPE_CHECKING, Any, TypeVar, overload
 
 import pyarrow as pa
 import pyarrow.flight as flight
@@ -33,6 +33,8 @@ if TYPE_CHECKING:
     from . import _core
 
 __all__ = ["Client", "connect"]
+
+_T = TypeVar("_T")
 
 #: How many times :meth:`Client.get` asks for a new FlightInfo when the table
 #: changed under it.
@@ -187,6 +189,8 @@ class Client:
         )
         self._peers: dict[str, flight.FlightClient] = {}
         self._peers_lock = threading.Lock()
+        # A cluster's live nodes, as a node's last SQL answer named them.
+        self._nodes: tuple[str, ...] = ()
         # The Rust core moves the data of gets and puts (quiver._core), when it
         # is built and can honour every setting given.
         self._core = None
@@ -550,7 +554,8 @@ class Client:
 
         Stored tables are SQL tables of the same name; so are tables over files
         the server registered. The result's partitions are read in parallel, in
-        endpoint order.
+        endpoint order. On a cluster, a query whose node stops answering (killed,
+        cut off) before its result is read runs again on another live node.
 
         Parameters
         ----------
@@ -575,9 +580,15 @@ class Client:
         ResourceExhaustedError
             The query needed more memory than the server's per-query limit.
         """
-        info = self._sql_info(query)
+        if not isinstance(query, str):
+            raise TypeError(f"a query is a str, not {type(query).__name__}")
         with row_progress(progress, total=None, description="sql") as counter:
-            return self._read_endpoints(info.endpoints, info.schema, counter, max_workers)
+
+            def run(uri: str) -> pa.Table:
+                info = self._sql_info_at(uri, query)
+                return self._read_endpoints(info.endpoints, info.schema, counter, max_workers)
+
+            return self._on_any_node(run)
 
     def sql_reader(self, query: str) -> pa.RecordBatchReader:
         """Run a SQL query and stream its result batch by batch, as the server makes it.
@@ -657,11 +668,46 @@ class Client:
         return self.execute_update(statement)
 
     def _sql_info(self, query: str) -> flight.FlightInfo:
+        """Plan ``query`` on this server, or on another cluster node (:meth:`_on_any_node`)."""
         if not isinstance(query, str):
             raise TypeError(f"a query is a str, not {type(query).__name__}")
+        return self._on_any_node(lambda uri: self._sql_info_at(uri, query))
+
+    def _sql_info_at(self, uri: str, query: str) -> flight.FlightInfo:
+        """Plan ``query`` on the server at ``uri``; learn the cluster's nodes from its answer."""
         descriptor = flight.FlightDescriptor.for_command(_sql.statement_query(query))
         with translated_errors():
-            return self._flight.get_flight_info(descriptor, self._options)
+            info = self._client_at(uri).get_flight_info(descriptor, self._options)
+        self._learn_nodes(info)
+        return info
+
+    def _learn_nodes(self, info: flight.FlightInfo) -> None:
+        """Keep the live nodes a cluster node's SQL answer names (docs/protocol.md)."""
+        try:
+            metadata = json.loads(info.app_metadata or b"{}")
+        except ValueError:
+            return
+        nodes = metadata.get("nodes") if isinstance(metadata, dict) else None
+        if isinstance(nodes, list) and all(isinstance(n, str) for n in nodes):
+            self._nodes = tuple(nodes)
+
+    def _on_any_node(self, attempt: Callable[[str], _T]) -> _T:
+        """Return ``attempt(uri)`` on this server, or else on another cluster node.
+
+        Should this client's server not answer (UNAVAILABLE: killed, cut off) and be
+        a cluster node, the attempt is made on each other live node its last SQL
+        answer named, until one answers. Only queries go here: a cluster node runs
+        no statement that writes, and one that could not be reached ran nothing.
+        """
+
+        def uris() -> Iterator[str]:
+            yield self._uri
+            # Read after the first attempt, which may have taught them.
+            for uri in self._nodes:
+                if uri != self._uri:
+                    yield uri
+
+        return first_reachable(uris(), attempt)
 
     def to_pandas(self, name: str, **kwargs: Any) -> pandas.DataFrame:
         """Read table ``name`` into a pandas DataFrame.

@@ -174,6 +174,22 @@ def test_a_paused_node_costs_no_query(cluster: Cluster, single: Server) -> None:
         cluster.resume("n3")
 
 
+def test_a_client_whose_node_dies_runs_its_queries_on_another(
+    cluster: Cluster, single: Server
+) -> None:
+    # No node can answer for a client whose own node died: the client asks another
+    # of the live nodes the cluster named in its last SQL answer.
+    spread(cluster)
+    expected = sql(quiver.connect(single.uri), QUERIES["join"])
+    by_vendor = sql(quiver.connect(single.uri), QUERIES["group_by"])
+    with cluster.client("n3") as client:
+        assert client.sql(QUERIES["join"]).equals(expected)
+        cluster.kill("n3")
+        for _ in range(3):
+            assert client.sql(QUERIES["join"]).equals(expected)
+        assert client.sql_reader(QUERIES["group_by"]).read_all().equals(by_vendor)
+
+
 def test_sql_lists_the_cluster_tables_and_refuses_writes(cluster: Cluster) -> None:
     spread(cluster)
     with cluster.client("n3") as c:

@@ -32,4 +32,8 @@ pub trait ClusterCatalog: Send + Sync + Debug {
     /// those that do not: called before a query that failed because a node
     /// was out of reach is planned again.
     async fn recheck(&self);
+
+    /// The locations of the cluster's live nodes, as last read: where else a
+    /// client may ask a query should this node stop answering.
+    fn locations(&self) -> Vec<String>;
 }

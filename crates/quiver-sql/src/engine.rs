@@ -224,6 +224,12 @@ impl SqlEngine {
         self.schema.on_cluster()
     }
 
+    /// On a cluster node, the locations of the live nodes, any of which
+    /// plans and runs a query as this one does.
+    pub fn cluster_locations(&self) -> Option<Vec<String>> {
+        self.schema.cluster().map(|cluster| cluster.locations())
+    }
+
     /// The engine's limits.
     pub fn options(&self) -> &EngineOptions {
         &self.options

@@ -158,6 +158,14 @@ impl ClusterCatalog for ClusterSql {
         Ok(Some(Arc::new(table)))
     }
 
+    fn locations(&self) -> Vec<String> {
+        let Ok(node) = self.node() else {
+            return Vec::new();
+        };
+        let nodes = node.cached().nodes;
+        nodes.into_values().map(|n| n.location).collect()
+    }
+
     fn session(&self, builder: SessionStateBuilder) -> SessionStateBuilder {
         let mut builder = builder
             .with_distributed_planner()

@@ -37,6 +37,7 @@ use futures::{Stream, StreamExt, TryStreamExt};
 use prost::Message;
 use quiver_sql::{CATALOG, Outcome, Query, SCHEMA, SqlEngine, row_values};
 use quiver_store::{StoreError, WriteMode};
+use serde_json::json;
 
 use crate::auth::{Caller, Role};
 use crate::body_watch::BodyOutcome;
@@ -280,11 +281,17 @@ impl FlightSql {
             };
             self.endpoint(Ticket::new(ticket.as_any().encode_to_vec()))
         });
-        Ok(FlightInfo::new()
+        let info = FlightInfo::new()
             .try_with_schema(&schema)?
             .with_descriptor(descriptor)
             .with_endpoints(endpoints.collect())
-            .with_ordered(partitions <= 1))
+            .with_ordered(partitions <= 1);
+        // On a cluster, where else the query may be asked: the Python
+        // client asks another node when this one stops answering.
+        Ok(match self.engine.cluster_locations() {
+            Some(nodes) => info.with_app_metadata(json!({ "nodes": nodes }).to_string()),
+            None => info,
+        })
     }
 
     /// DoGet of a Flight SQL ticket: the schema and the batches.
