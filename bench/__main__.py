@@ -9,6 +9,7 @@ From the repository root, with the venv of ``bench/requirements.txt``::
     python -m bench --suite functions  # one suite (--suite is --only)
     python -m bench --only sql --sql-rows 1e6 --reps 3   # one size of the sql suite
     python -m bench --suite engines --engines-rows 2e6   # Spark, Dask, Ray on 2M rows
+    python -m bench --only tpch --tpch-scale 1   # the 22 TPC-H queries against DuckDB
     python -m bench --full --only nemesis   # 30 minutes of cluster faults (not by default)
     python -m bench --report-only      # redraw and rewrite from bench/out/
 """
@@ -102,6 +103,12 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         help="rows of the taxi table the engines suite reads and writes (default: the mode's)",
     )
     parser.add_argument(
+        "--tpch-scale",
+        type=float,
+        help="TPC-H scale factor of the tpch suite (default: the mode's: 0.01 smoke, 1 quick, "
+        "10 full)",
+    )
+    parser.add_argument(
         "--nemesis-seconds",
         type=float,
         help="how long the nemesis suite injects faults (default: the mode's: 30 s smoke, "
@@ -146,6 +153,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
             parser.error(f"--engines-rows: expected a row count, got {args.engines_rows!r}")
         if args.engines_rows < 1:
             parser.error("--engines-rows: expected a positive row count")
+    if args.tpch_scale is not None and not 0 < args.tpch_scale <= 1000:
+        parser.error("--tpch-scale: expected a scale factor above 0 (1: 1 GB of TPC-H data)")
     if args.nemesis_seconds is not None and args.nemesis_seconds <= 0:
         parser.error("--nemesis-seconds: expected a positive number of seconds")
     return args
@@ -168,6 +177,8 @@ def measure(args: argparse.Namespace, argv: list[str]) -> tuple[dict[str, object
         plan = dataclasses.replace(plan, engines_rows=args.engines_rows)
     if args.nemesis_seconds:
         plan = dataclasses.replace(plan, nemesis_seconds=args.nemesis_seconds)
+    if args.tpch_scale:
+        plan = dataclasses.replace(plan, tpch_scale=args.tpch_scale)
     binary = servers.quiver_bin()
     if not binary.is_file():
         raise SystemExit(
@@ -205,6 +216,7 @@ def measure(args: argparse.Namespace, argv: list[str]) -> tuple[dict[str, object
             log_dir=out / "logs",
             notes=notes,
             software=software,
+            out_dir=out,
         )
         noted_peak = 0.0
         for suite in SUITES:
@@ -294,6 +306,7 @@ def main(argv: list[str] | None = None) -> int:
         *report.bytes_goals(rows),
         *report.functions_goals(rows),
         *report.engines_goals(rows),
+        *report.tpch_goals(rows),
         *report.nemesis_goals(rows),
     ]
     for goal in goals:

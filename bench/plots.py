@@ -1,7 +1,8 @@
 """The figures: throughput vs streams, records and batch size (the paper's Figure 2, with the
 ceilings drawn), small-object latency, JSON vs Flight, query results into pandas (the
-paper's Figure 8), scoring over DoExchange (the paper's XGBatch), and Spark, Dask and Ray
-through quiver and their peers (the paper's Figure 10).
+paper's Figure 8), scoring over DoExchange (the paper's XGBatch), Spark, Dask and Ray
+through quiver and their peers (the paper's Figure 10), and TPC-H's 22 queries on quiver
+against DuckDB (issue 38).
 """  # noqa: D205
 
 from __future__ import annotations
@@ -17,10 +18,11 @@ import matplotlib.pyplot as plt
 from matplotlib.axes import Axes
 from matplotlib.ticker import FuncFormatter
 
-from . import sql_clients
+from . import sql_clients, tpch
 from .results import (
     ARROW_CPP,
     DASK,
+    DUCKDB,
     FASTAPI_JSON,
     FUNCTIONS_STREAM_ECHO,
     FUNCTIONS_STREAM_SQL,
@@ -34,6 +36,7 @@ from .results import (
     QUIVER,
     QUIVER_1_WORKER,
     QUIVER_2_WORKERS,
+    QUIVER_FILES,
     QUIVER_GRPC,
     QUIVER_PYTHON,
     RAY,
@@ -732,6 +735,136 @@ def engines_figure(rows: list[Row], path: Path) -> Path:
     return _save(fig, path)
 
 
+# --- TPC-H against DuckDB (issue 38) ----------------------------------------------------------
+
+#: The tpch suite's engines, in the order shown, with their colours.
+TPCH_COLORS = {DUCKDB: "tab:orange", QUIVER: "tab:blue", QUIVER_FILES: "#7fb2e5"}
+
+
+def tpch_queries(rows: list[Row]) -> list[str]:
+    """Return the TPC-H queries the tpch suite timed (``q01``...), in order."""
+    return sorted(
+        {str(r["op"]) for r in select(rows, suite="tpch") if str(r["op"]) in tpch.QUERY_IDS}
+    )
+
+
+def tpch_seconds(rows: list[Row], engine: str, qid: str) -> Spread | None:
+    """Return the spread of the timed runs of query ``qid`` on ``engine``."""
+    return spread(select(rows, suite="tpch", server=engine, op=qid), "seconds")
+
+
+def tpch_total(rows: list[Row], engine: str, queries: list[str]) -> float | None:
+    """Return the sum of ``engine``'s medians over ``queries`` (``None``: one is missing)."""
+    found = [tpch_seconds(rows, engine, q) for q in queries]
+    if not found or any(f is None for f in found):
+        return None
+    return sum(f.median for f in found if f is not None)
+
+
+def tpch_ratio(rows: list[Row], engine: str, qid: str) -> float | None:
+    """Return ``engine``'s median over DuckDB's for query ``qid``."""
+    ours, theirs = tpch_seconds(rows, engine, qid), tpch_seconds(rows, DUCKDB, qid)
+    if ours is None or theirs is None or theirs.median <= 0:
+        return None
+    return ours.median / theirs.median
+
+
+def tpch_both(rows: list[Row], engine: str, queries: list[str]) -> list[str]:
+    """Return those of ``queries`` timed on both ``engine`` and DuckDB."""
+    return [
+        q
+        for q in queries
+        if tpch_seconds(rows, engine, q) is not None and tpch_seconds(rows, DUCKDB, q) is not None
+    ]
+
+
+def _tpch_total_text(rows: list[Row], engine: str, queries: list[str], ratio: bool) -> str:
+    """Name ``engine``'s total (or its ratio to DuckDB's), of the queries both engines ran."""
+    both = queries if engine == DUCKDB else tpch_both(rows, engine, queries)
+    ours, theirs = tpch_total(rows, engine, both), tpch_total(rows, DUCKDB, both)
+    if ours is None or not theirs:
+        return ""
+    of = "" if len(both) == len(queries) else f" of {len(both)} queries"
+    return f" (total{of} {ours / theirs:.2f}×)" if ratio else f" (total{of} {_seconds(ours)})"
+
+
+def _log_seconds(value: float, _: object) -> str:
+    """Label the 1, 2 and 5 of each decade of a log scale of seconds."""
+    leading = round(value / 10 ** math.floor(math.log10(value)), 6) if value > 0 else 0
+    return _seconds(value) if leading in (1, 2, 5) else ""
+
+
+def tpch_figure(rows: list[Row], plan: dict[str, object], path: Path) -> Path:
+    """Per query: the median seconds of each engine, and quiver's time over DuckDB's."""
+    queries = tpch_queries(rows)
+    engines = [e for e in tpch.ENGINES if any(tpch_seconds(rows, e, q) for q in queries)]
+    fig, (top, bottom) = plt.subplots(2, 1, figsize=(13, 8), sharex=True)
+    width = 0.8 / max(1, len(engines))
+    xs = range(len(queries))
+    for k, engine in enumerate(engines):
+        offset = (k - (len(engines) - 1) / 2) * width
+        found = [tpch_seconds(rows, engine, q) for q in queries]
+        top.bar(
+            [x + offset for x, f in zip(xs, found, strict=True) if f is not None],
+            [f.median for f in found if f is not None],
+            width,
+            yerr=[
+                [f.median - f.low for f in found if f is not None],
+                [f.high - f.median for f in found if f is not None],
+            ],
+            capsize=2,
+            color=TPCH_COLORS[engine],
+            label=tpch.LABELS[engine] + _tpch_total_text(rows, engine, queries, ratio=False),
+        )
+    top.set_yscale("log")
+    top.yaxis.set_major_formatter(FuncFormatter(_log_seconds))
+    top.yaxis.set_minor_formatter(FuncFormatter(_log_seconds))
+    top.tick_params(axis="y", which="minor", labelsize=7)
+    top.set_ylabel("seconds (median; whiskers: min–max)")
+    top.legend(fontsize=8, ncol=3, loc="lower left", bbox_to_anchor=(0.0, 1.0))
+    top.grid(True, axis="y", alpha=0.3)
+    setups = [e for e in engines if e != DUCKDB]
+    width = 0.8 / max(1, len(setups))
+    for k, setup in enumerate(setups):
+        offset = (k - (len(setups) - 1) / 2) * width
+        ratios = [tpch_ratio(rows, setup, q) for q in queries]
+        bars = bottom.bar(
+            [x + offset for x, r in zip(xs, ratios, strict=True) if r is not None],
+            [r for r in ratios if r is not None],
+            width,
+            color=TPCH_COLORS[setup],
+            label=tpch.LABELS[setup] + _tpch_total_text(rows, setup, queries, ratio=True),
+        )
+        bottom.bar_label(bars, fmt="%.2f", fontsize=6, rotation=90, padding=2)
+        for x, ratio in zip(xs, ratios, strict=True):
+            if ratio is None:  # failed, or not run: said where its bar would be
+                bottom.text(
+                    x + offset, 0.05, "not timed", rotation=90, fontsize=7, ha="center",
+                    va="bottom", color=TPCH_COLORS[setup],
+                )  # fmt: skip
+    bottom.axhline(1.0, color="black", linewidth=1)
+    bottom.axhline(
+        1.5,
+        color="tab:red",
+        linestyle="--",
+        linewidth=1,
+        label="1.5×: the goal of each query, stored tables",
+    )
+    bottom.set_ylabel("× DuckDB's time (median over median)")
+    bottom.set_xticks(list(xs), [q.upper() for q in queries])
+    bottom.legend(fontsize=8, ncol=3, loc="upper left")
+    bottom.grid(True, axis="y", alpha=0.3)
+    top_ratio = max(
+        (r for s in setups for q in queries if (r := tpch_ratio(rows, s, q)) is not None),
+        default=1.5,
+    )
+    bottom.set_ylim(0, max(1.6, top_ratio) * 1.3)
+    scale = plan.get("tpch_scale")
+    at = "" if scale is None else f" at scale factor {float(scale):g}"  # type: ignore[arg-type]
+    fig.suptitle(f"TPC-H{at}: quiver (ADBC Flight SQL) against DuckDB in process, same Parquet")
+    return _save(fig, path)
+
+
 def draw_all(rows: list[Row], plan: dict[str, object], out_dir: Path) -> list[Path]:
     """Draw every figure the rows allow into ``out_dir``; return their paths."""
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -759,4 +892,6 @@ def draw_all(rows: list[Row], plan: dict[str, object], out_dir: Path) -> list[Pa
         drawn.append(functions_sql_stream(rows, out_dir / "functions_sql_stream.png"))
     if select(rows, suite="engines", op=("read", "write")):
         drawn.append(engines_figure(rows, out_dir / "engines.png"))
+    if tpch_queries(rows):
+        drawn.append(tpch_figure(rows, plan, out_dir / "tpch.png"))
     return drawn

@@ -6,7 +6,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from . import sql_clients
+from . import sql_clients, tpch
 from .plots import (
     ENGINE_NAMES,
     FUNCTIONS_PEERS,
@@ -20,10 +20,16 @@ from .plots import (
     functions_stream_rates,
     rows_text,
     sql_rows_of,
+    tpch_both,
+    tpch_queries,
+    tpch_ratio,
+    tpch_seconds,
+    tpch_total,
 )
 from .results import (
     ARROW_CPP,
     DASK,
+    DUCKDB,
     FASTAPI_JSON,
     FUNCTIONS_STREAM_ECHO,
     FUNCTIONS_STREAM_SQL,
@@ -40,6 +46,7 @@ from .results import (
     QUIVER_2_WORKERS,
     QUIVER_CLUSTER,
     QUIVER_CLUSTER_TLS,
+    QUIVER_FILES,
     QUIVER_PYTHON,
     QUIVER_PYTHON_SHM,
     SPARK,
@@ -896,6 +903,312 @@ def _engines_section(
     return [*lines, ""]
 
 
+# --- TPC-H against DuckDB (issue 38) ----------------------------------------------------------
+
+#: The tpch suite's goals (issue 38), in the same run: quiver's total time over the 22
+#: queries, tables stored, at most this many times DuckDB's...
+TPCH_STORED_TOTAL = 0.8
+#: ...no query on the stored tables above this many times DuckDB's...
+TPCH_STORED_QUERY = 1.5
+#: ...the files queried in place, total at most this many times DuckDB's...
+TPCH_FILES_TOTAL = 1.2
+#: ...and the stored tables' server's RSS while the queries run at most this many times the
+#: Arrow size of the tables.
+TPCH_RSS_VS_ARROW = 1.3
+#: The run's software entries the tpch suite added (shown in its section, not the sql's).
+TPCH_SOFTWARE = ("tpchgen-cli",)
+
+
+def _tpch_row(rows: list[Row], op: str, server: str | None = None) -> Row | None:
+    """Return the tpch suite's row ``op`` (of ``server``, when given; the last, if several)."""
+    found = select(rows, suite="tpch", op=op)
+    if server is not None:
+        found = select(found, server=server)
+    return found[-1] if found else None
+
+
+def _tpch_checks(rows: list[Row], setup: str) -> dict[str, Row]:
+    """Return the check of each query's first result on ``setup``, by query."""
+    checks = {}
+    for row in select(rows, suite="tpch", server=setup):
+        op = str(row["op"])
+        if op.startswith("check:"):
+            checks[op.removeprefix("check:")] = row
+    return checks
+
+
+def _tpch_total_goal(rows: list[Row], setup: str, threshold: float) -> Goal:
+    """Return the goal on the total of the 22 medians.
+
+    A query not timed on both engines fails it; the ratio over the queries that were is
+    shown beside.
+    """
+    both = tpch_both(rows, setup, list(tpch.QUERY_IDS))
+    missing = [q for q in tpch.QUERY_IDS if q not in both]
+    ours, theirs = (tpch_total(rows, e, both) for e in (setup, DUCKDB))
+    text = f"TPC-H, total of the 22 queries' medians: {tpch.LABELS[setup]} / DuckDB"
+    target = f"≤ {threshold:g}×"
+    if ours is None or not theirs:
+        return Goal(text, target, None, False, "— (not measured)")
+    ratio = ours / theirs
+    if missing:
+        shown = (
+            f"— (not measured: {', '.join(missing)}; the other {len(both)}: {_times(ratio)}, "
+            f"{ours:.3f} s vs {theirs:.3f} s)"
+        )
+        return Goal(text, target, None, False, shown)
+    shown = f"{_times(ratio)} ({ours:.3f} s vs {theirs:.3f} s)"
+    return Goal(text, target, ratio, ratio <= threshold, shown)
+
+
+def tpch_goals(rows: list[Row]) -> list[Goal]:
+    """Evaluate the tpch suite's goals (none when it did not run).
+
+    A query that failed or was not timed fails the goals it counts in: the totals are over
+    all 22 queries, and a result that differs from DuckDB's fails the first goal.
+    """
+    if not select(rows, suite="tpch"):
+        return []
+    out = []
+    count = len(tpch.QUERY_IDS)
+    for setup in tpch.SETUPS:
+        checks = _tpch_checks(rows, setup)
+        equal = [q for q in tpch.QUERY_IDS if q in checks and not checks[q]["errors"]]
+        wrong = [q for q in tpch.QUERY_IDS if q not in equal]
+        shown = f"{len(equal)} of {count}"
+        if wrong:
+            shown += f" (differ, failed or not run: {', '.join(wrong)})"
+        out.append(
+            Goal(
+                f"TPC-H results equal to DuckDB's: {tpch.LABELS[setup]}",
+                f"{count} of {count}",
+                float(len(equal)),
+                not wrong,
+                shown,
+            )
+        )
+    out.append(_tpch_total_goal(rows, QUIVER, TPCH_STORED_TOTAL))
+    ratios = {q: tpch_ratio(rows, QUIVER, q) for q in tpch.QUERY_IDS}
+    measured = {q: r for q, r in ratios.items() if r is not None}
+    text = f"TPC-H, slowest query against DuckDB's: {tpch.LABELS[QUIVER]}"
+    target = f"≤ {TPCH_STORED_QUERY:g}× each"
+    if measured:
+        worst = max(measured, key=lambda q: measured[q])
+        over = [q for q, r in measured.items() if r > TPCH_STORED_QUERY]
+        shown = f"{_times(measured[worst])} ({worst})"
+        if over:
+            shown += f"; above {TPCH_STORED_QUERY:g}×: {', '.join(over)}"
+        missing = [q for q in tpch.QUERY_IDS if q not in measured]
+        if missing:
+            shown += f"; not measured: {', '.join(missing)}"
+        out.append(Goal(text, target, measured[worst], not over and not missing, shown))
+    else:
+        out.append(Goal(text, target, None, False, "— (not measured)"))
+    out.append(_tpch_total_goal(rows, QUIVER_FILES, TPCH_FILES_TOTAL))
+    rss = _tpch_row(rows, "rss", QUIVER)
+    arrow = _tpch_row(rows, "arrow")
+    text = (
+        f"TPC-H, {tpch.LABELS[QUIVER]}: the server's peak RSS while the queries ran / the "
+        "Arrow size of the tables"
+    )
+    if rss is None or arrow is None or not rss.get("rss_bytes") or not arrow["bytes"]:
+        out.append(Goal(text, f"≤ {TPCH_RSS_VS_ARROW:g}×", None, None, "—"))
+    else:
+        peak, nbytes = float(rss["rss_bytes"]), float(arrow["bytes"])
+        ratio = peak / nbytes
+        shown = f"{_times(ratio)} ({_size(peak)} vs {_size(nbytes)})"
+        out.append(
+            Goal(text, f"≤ {TPCH_RSS_VS_ARROW:g}×", ratio, ratio <= TPCH_RSS_VS_ARROW, shown)
+        )
+    return out
+
+
+def _tpch_cell(found: Spread | None) -> str:
+    if found is None:
+        return "—"
+    return f"{found.median:.3f} ({found.low:.3f}–{found.high:.3f})"
+
+
+def _tpch_result(check: Row | None) -> str:
+    if check is None:
+        return "not run"
+    if not check["errors"]:
+        return "equal"
+    return "**failed**" if str(check.get("note") or "").startswith("failed: ") else "**differs**"
+
+
+def _tpch_table(rows: list[Row]) -> list[str]:
+    queries = tpch_queries(rows)
+    checks = {setup: _tpch_checks(rows, setup) for setup in tpch.SETUPS}
+    lines = [
+        "| query | result rows | DuckDB, s | quiver, stored tables, s | × DuckDB | "
+        "quiver, files in place, s | × DuckDB | results: stored, in place |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- |",
+    ]
+    for qid in queries:
+        result_rows = sorted(
+            {int(r["rows_per_stream"]) for r in select(rows, suite="tpch", op=qid)}
+        )
+        cells = [qid.upper(), "/".join(f"{n:,}" for n in result_rows)]
+        cells.append(_tpch_cell(tpch_seconds(rows, DUCKDB, qid)))
+        for setup in tpch.SETUPS:
+            cells.append(_tpch_cell(tpch_seconds(rows, setup, qid)))
+            cells.append(_times(tpch_ratio(rows, setup, qid)))
+        cells.append(", ".join(_tpch_result(checks[s].get(qid)) for s in tpch.SETUPS))
+        lines.append(f"| {' | '.join(cells)} |")
+    duckdb = tpch_total(rows, DUCKDB, queries)
+    cells = ["**total**", "", "—" if duckdb is None else f"{duckdb:.3f}"]
+    for setup in tpch.SETUPS:
+        # A query not timed on the setup leaves the total of the others, said so.
+        both = tpch_both(rows, setup, queries)
+        ours, theirs = tpch_total(rows, setup, both), tpch_total(rows, DUCKDB, both)
+        if ours is None or not theirs:
+            cells += ["—", "—"]
+            continue
+        partial = "" if len(both) == len(queries) else f" ({len(both)} of {len(queries)})"
+        cells += [f"{ours:.3f}{partial}", f"{_times(ours / theirs)}{partial}"]
+    cells.append("")
+    lines.append(f"| {' | '.join(cells)} |")
+    return lines
+
+
+def _tpch_memory_lines(rows: list[Row]) -> list[str]:
+    arrow = _tpch_row(rows, "arrow")
+    stored = _tpch_row(rows, "stored", QUIVER)
+    loaded = _tpch_row(rows, "rss_loaded", QUIVER)
+    peak = _tpch_row(rows, "rss", QUIVER)
+    files = _tpch_row(rows, "rss", QUIVER_FILES)
+    if arrow is None:
+        return []
+    text = (
+        f"Memory: the 8 tables put are {_size(float(arrow['bytes']))} of Arrow data (the sum "
+        "of the `nbytes` of the record batches put, as pyarrow reads them from the files)"
+    )
+    if stored is not None:
+        text += f"; the server says it stores {_size(float(stored['bytes']))} (`stats().bytes`)"
+    text += "."
+    if loaded is not None and loaded.get("rss_bytes"):
+        text += (
+            f" The stored tables' server: RSS {_size(float(loaded['rss_bytes']))} after the load"
+        )
+        if peak is not None and peak.get("rss_bytes"):
+            text += (
+                f", {_size(float(peak['rss_bytes']))} at the peak while the queries ran "
+                "(VmRSS sampled every 10 ms from the first query to the last), VmHWM "
+                f"{_size(float(peak['hwm_bytes'] or 0))} at the end (the load included)"
+            )
+        text += "."
+    if files is not None and files.get("rss_bytes"):
+        text += (
+            f" The files-in-place server's peak RSS while the queries ran: "
+            f"{_size(float(files['rss_bytes']))}."
+        )
+    return [text]
+
+
+def _tpch_load_lines(rows: list[Row]) -> list[str]:
+    loads = [
+        r for r in select(rows, suite="tpch", server=QUIVER) if str(r["op"]).startswith("load:")
+    ]
+    if not loads:
+        return []
+    seconds = sum(float(r["seconds"]) for r in loads)
+    count = sum(int(r["rows_per_stream"]) for r in loads)
+    each = ", ".join(
+        f"{str(r['op']).removeprefix('load:')} {float(r['seconds']):.2f} s" for r in loads
+    )
+    text = f"Loading: {count:,} rows put in {seconds:.1f} s ({each})"
+    generated = select(rows, suite="tpch", op="generate")
+    if generated:
+        text += f"; tpchgen-cli generated the files in {float(generated[-1]['seconds']):.1f} s"
+    else:
+        text += "; the files were generated by an earlier run (kept in `OUT/tpch/`)"
+    return [text + "."]
+
+
+def _tpch_mismatch_lines(rows: list[Row]) -> list[str]:
+    lines = []
+    for setup in tpch.SETUPS:
+        for qid, check in sorted(_tpch_checks(rows, setup).items()):
+            if check["errors"]:
+                lines.append(f"- {qid.upper()}, {tpch.LABELS[setup]}: {check.get('note') or ''}")
+    if not lines:
+        return []
+    return ["Results that differ from DuckDB's, or queries that failed:", "", *lines, ""]
+
+
+def _tpch_section(
+    rows: list[Row], run: dict[str, object], plot: Path | None, report_dir: Path
+) -> list[str]:
+    if not select(rows, suite="tpch"):
+        return []
+    plan = run.get("plan") or {}
+    assert isinstance(plan, dict)
+    scale = plan.get("tpch_scale")
+    at = "?" if scale is None else f"{float(scale):g}"  # type: ignore[arg-type]
+    reps = plan.get("reps", run.get("reps"))
+    software = run.get("sql_software") or {}
+    assert isinstance(software, dict)
+    versions = ", ".join(
+        f"{k} {software[k]}"
+        for k in ("duckdb", "adbc-driver-flightsql", *TPCH_SOFTWARE)
+        if k in software
+    )
+    lineitem = select(rows, suite="tpch", op="load:lineitem")
+    size = ""
+    if lineitem:
+        size = f" (lineitem {int(lineitem[-1]['rows_per_stream']):,} rows)"
+    lines = [
+        "## TPC-H: quiver against DuckDB (issue 38)",
+        "",
+        f"TPC-H at scale factor {at}{size}, generated by `tpchgen-cli` as Parquet, one file "
+        "per table as it writes them (snappy, `string_view` columns, decimals as "
+        "`decimal128(15, 2)`). The 22 queries are DuckDB's `tpch` extension's texts "
+        "(`bench/tpch_queries/`: the standard queries with the default substitution "
+        "parameters), run unchanged on:",
+        "",
+        "- quiver, stored tables: a fresh quiver holding the 8 tables, put by the quiver "
+        "Python client (`client.put(name, reader)` of the file's 65,536-row record batches, as "
+        "`quiver put FILE` reads them; the server's default of one partition per table);",
+        "- quiver, files in place: another fresh quiver, started with `--table NAME=PATH` "
+        "for each file (both with `quiver serve`'s defaults, its query settings among them: "
+        "`--query-memory-limit` 1 GiB per query; `--max-memory` 16 GiB, or twice the "
+        "tables' Arrow size when more);",
+        "- DuckDB in process, over views of `read_parquet` of the same files "
+        "(`con.sql(query).to_arrow_table()`).",
+        "",
+        "quiver is queried through ADBC Flight SQL (`adbc_driver_flightsql`: `execute`, then "
+        "`fetch_arrow_table()`). The clients of all three share one worker process; DuckDB "
+        "uses its default threads (one per core), and the servers run on the same cores. "
+        "Each query first runs once on every engine, untimed, DuckDB first; each quiver "
+        "result is compared with DuckDB's, row by row in order (every query of more than "
+        "one result row has an `ORDER BY`; rows tied on its keys would show as a "
+        "difference): integers and decimals exactly, to the last "
+        "digit, whatever their types (DuckDB sums into `decimal(38, s)`, DataFusion into "
+        "`decimal(25, s)` or `int64`); a decimal against DuckDB's `double` (its `avg` and "
+        "decimal division) closer than one unit of the decimal's last digit; two doubles "
+        f"within a relative {tpch.FLOAT_RELATIVE:g}; strings and dates equal; column names "
+        f"are not compared. Then {reps} timed run(s) per engine, the engines taking turns: "
+        "seconds from the call to the whole result held as an Arrow table. Median (min–max); "
+        "× DuckDB: the median over DuckDB's median. The totals add the medians of the 22 "
+        "queries (of those both engines ran, said so, when a query failed).",
+        "",
+        "| goal | target | measured | result |",
+        "| --- | --- | --- | --- |",
+        *_goal_rows(tpch_goals(rows)),
+        "",
+        *_figure("TPC-H against DuckDB", plot, report_dir),
+        *_tpch_table(rows),
+        "",
+        *_tpch_mismatch_lines(rows),
+    ]
+    for text in (*_tpch_memory_lines(rows), *_tpch_load_lines(rows)):
+        lines += [text, ""]
+    if versions:
+        lines += [f"- **Engines and generator**: {versions}", ""]
+    return lines
+
+
 def _duration(seconds: float) -> str:
     return _ms(seconds) if seconds < 1 else f"{seconds:.3f} s"
 
@@ -941,6 +1254,12 @@ def _goals_section(rows: list[Row], mode: str) -> list[str]:
             "",
             "The goals of Spark, Dask and Ray through quiver are in "
             "[their section](#engines-spark-dask-and-ray-through-quiver-the-papers-figure-10).",
+        ]
+    if select(rows, suite="tpch"):
+        lines += [
+            "",
+            "The goals of TPC-H against DuckDB are in "
+            "[their section](#tpc-h-quiver-against-duckdb-issue-38).",
         ]
     return lines
 
@@ -1338,7 +1657,11 @@ def _bytes_dictionary_lines(rows: list[Row]) -> list[str]:
 def _sql_intro(run: dict[str, object], cap: int | None, largest: int) -> list[str]:
     software = run.get("sql_software") or {}
     assert isinstance(software, dict)
-    versions = ", ".join(f"{k} {v}" for k, v in software.items() if k not in ENGINES_SOFTWARE)
+    versions = ", ".join(
+        f"{k} {v}"
+        for k, v in software.items()
+        if k not in ENGINES_SOFTWARE and k not in TPCH_SOFTWARE
+    )
     lines = [
         "## Query results into pandas (the paper's Figure 8)",
         "",
@@ -1994,7 +2317,9 @@ def render(
         "it also times query results into pandas: quiver's Flight SQL against PostgreSQL "
         "(ODBC, psycopg, ADBC) and DuckDB on Parquet; from its Figure 10, Spark, Dask and Ray "
         "reading (and Spark writing) a taxi table through quiver's connectors, against "
-        "Spark's JDBC reader and writer with PostgreSQL and each engine on local Parquet.",
+        "Spark's JDBC reader and writer with PostgreSQL and each engine on local Parquet; "
+        "and TPC-H's 22 queries on quiver, its tables stored and its files in place, "
+        "against DuckDB in process on the same Parquet files.",
         "",
         f"- **Run**: {mode} mode, {run['date']}, {run['reps']} repetitions per measurement"
         f"{_headline_reps_text(run)} (median and min–max shown){_warm_up_text(run)}; "
@@ -2036,6 +2361,7 @@ def render(
         lines += [*sql, ""]
     lines += _functions_section(rows, run, plots.get("functions_xgbatch"), report_dir)
     lines += _engines_section(rows, run, plots.get("engines"), report_dir)
+    lines += _tpch_section(rows, run, plots.get("tpch"), report_dir)
     notes = run.get("notes") or []
     assert isinstance(notes, list)
     if notes:

@@ -35,6 +35,9 @@ QUIVER_GRPC = "quiver-grpc"
 PYARROW = "pyarrow"
 QUIVER_PYTHON = "quiver-python"
 QUIVER_PYTHON_SHM = "quiver-python-shm"
+#: The tpch suite's quiver over the Parquet files in place (``quiver serve --table
+#: NAME=PATH``), where the ``quiver`` rows are its tables stored by ``put``.
+QUIVER_FILES = "quiver-files"
 #: The cluster suite's nodes with ``--cluster`` (``quiver``: the single node it compares to).
 QUIVER_CLUSTER = "quiver-cluster"
 #: The same nodes with TLS between them and to the client (mutual TLS, the cluster's CA).
@@ -78,12 +81,14 @@ class Measurement:
     suite : str
         ``get``, ``put``, ``headline``, ``rust``, ``small``, ``bytes``, ``json``,
         ``memory``, ``ceilings``, ``sql``, ``soak``, ``shm``, ``functions``, ``engines``,
-        ``cluster``, ``nemesis``.
+        ``tpch``, ``cluster``, ``nemesis``.
     server : str
         ``quiver``, ``arrow-cpp``, ``json-socket``, ``postgresql``, ``duckdb``, empty for
         ceilings; for ``functions`` the peer (``in-process``, ``quiver-1-worker``...); for
         ``engines`` the source or sink (``quiver``, ``quiver-grpc``, ``postgresql``,
-        ``parquet``, ``spark-cache``; empty for an engine's ``startup``).
+        ``parquet``, ``spark-cache``; empty for an engine's ``startup``); for ``tpch``
+        ``quiver`` (the tables stored by ``put``), ``quiver-files`` (the Parquet files in
+        place) or ``duckdb``.
     client : str
         ``pyarrow``, ``rust``, ``socket``, ``quiver-python`` (the quiver Python client,
         its Rust core moving the data over gRPC), ``quiver-python-shm`` (the same, with
@@ -118,6 +123,15 @@ class Measurement:
         ``lost``, ``torn_or_doubled``, ``invented``, ``problems`` (``errors`` each, the
         checker's counts), ``faults`` (``ops`` injected over ``seconds``) and ``settle``
         (``seconds`` until three nodes and full replication after the load).
+        For ``tpch``: ``q01`` ... ``q22`` (one timed run of the query: ``seconds`` from
+        the call to the whole Arrow result, ``rows_per_stream`` the result's rows),
+        ``check:qNN`` (the quiver setup's first result compared with DuckDB's: ``errors``
+        1 when it differs or the query failed, ``note`` how), ``generate`` (tpchgen-cli's
+        ``seconds``, when it ran), ``load:TABLE`` (the table's put: ``rows_per_stream``
+        rows, ``bytes`` their Arrow size, ``ops`` the batches), ``arrow`` (the Arrow size
+        of the 8 tables put, ``bytes``), ``stored`` (the server's ``stats().bytes``),
+        ``rss_loaded`` (the server's VmRSS and VmHWM after the load) and ``rss`` (the
+        largest VmRSS sampled while the queries ran, and the VmHWM after them).
         For ``bytes``, per column kind (:data:`bench.data.BYTES_KINDS`): ``arrow:KIND``
         (``bytes`` the tight Arrow size of the rows, ``pa.table({"c": array}).nbytes`` of a
         fresh array of their values; no server), ``stored:KIND`` (the server's FlightInfo

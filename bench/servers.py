@@ -11,6 +11,7 @@ import os
 import signal
 import subprocess
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 
 from quiver import testing
@@ -99,10 +100,20 @@ def start(
     )
 
 
-def start_quiver(binary: Path, log_dir: Path) -> ServerProcess:
-    """Start ``quiver serve`` on a free loopback port."""
-    command = [str(binary), "serve", "--listen", "127.0.0.1:0", "--max-memory", "16GiB"]
-    return start("quiver", command, "quiver listening on ", log_dir)
+def start_quiver(
+    binary: Path,
+    log_dir: Path,
+    name: str = "quiver",
+    extra: Sequence[str] = (),
+    max_memory: str = "16GiB",
+) -> ServerProcess:
+    """Start ``quiver serve`` on a free loopback port.
+
+    ``name`` names its log (``<name>.log``); ``extra`` are more flags (the tpch suite's
+    ``--table NAME=PATH``); ``max_memory`` is its ``--max-memory``.
+    """
+    command = [str(binary), "serve", "--listen", "127.0.0.1:0", "--max-memory", max_memory]
+    return start(name, [*command, *extra], "quiver listening on ", log_dir)
 
 
 def start_arrow_cpp(log_dir: Path) -> ServerProcess:

@@ -1,8 +1,9 @@
 """Client processes of their own: the throughput and sql clients run in worker processes.
 
-The pyarrow gets and puts of the grid and the headline (:mod:`bench.flight_worker`) and the
-sql suite's fetches (:mod:`bench.sql_worker`) are measured in workers; the suites of small
-gets, JSON, memory, shared memory and the soak keep their clients in the harness.
+The pyarrow gets and puts of the grid and the headline (:mod:`bench.flight_worker`), the
+sql suite's fetches (:mod:`bench.sql_worker`) and the tpch suite's loads and queries
+(:mod:`bench.tpch`) are measured in workers; the suites of small gets, JSON, memory, shared
+memory and the soak keep their clients in the harness.
 
 A :class:`Worker` is a process forked from a multiprocessing fork server that has imported
 pyarrow, pandas, the bench's client modules and the drivers' Python modules
@@ -48,6 +49,7 @@ PRELOAD = [
     "bench.flight_worker",
     "bench.scoring",
     "bench.sql_worker",
+    "bench.tpch",
     "adbc_driver_flightsql.dbapi",
     "adbc_driver_postgresql.dbapi",
     "psycopg",

@@ -28,12 +28,23 @@ import socket
 import subprocess
 import sys
 import time
+from decimal import Decimal
 from pathlib import Path
 
 import pyarrow as pa
 import pytest
 
-from bench import data, engines, flight_client, report, sql_clients, sql_worker, taxi, workers
+from bench import (
+    data,
+    engines,
+    flight_client,
+    report,
+    sql_clients,
+    sql_worker,
+    taxi,
+    tpch,
+    workers,
+)
 from bench.peers import postgres
 from bench.peers.cpp_flight_server import partition_bounds
 from bench.plan import DEFAULT_SUITES, GIB, SUITES, plan_for
@@ -49,6 +60,7 @@ from bench.results import (
     QUIVER,
     QUIVER_1_WORKER,
     QUIVER_2_WORKERS,
+    QUIVER_FILES,
     QUIVER_GRPC,
     RAY,
     RUN_COLUMNS,
@@ -73,9 +85,9 @@ PLOTS = (
 )
 INSTALL_POSTGRES = REPO / "scripts" / "install-postgres.sh"
 SETUP_JAVA = REPO / "scripts" / "setup-java.sh"
-#: The suites of the main smoke run: all but the engines, cluster and nemesis suites, which
-#: have runs of their own.
-MAIN_SUITES = ",".join(s for s in SUITES if s not in ("engines", "cluster", "nemesis"))
+#: The suites of the main smoke run: all but the engines, tpch, cluster and nemesis suites,
+#: which have runs of their own.
+MAIN_SUITES = ",".join(s for s in SUITES if s not in ("engines", "tpch", "cluster", "nemesis"))
 
 
 def _postgres_missing() -> str | None:
@@ -960,6 +972,204 @@ def test_engines_goals_say_met_or_not_met_from_the_ratios():
     verdicts = [g.verdict for g in missed.values()]
     assert verdicts == ["PASS", "FAIL", "FAIL", "FAIL", "PASS", "PASS"], missed
     assert report.engines_goals([]) == []
+
+
+# --- the tpch suite -------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def tpch_run(tmp_path_factory: pytest.TempPathFactory) -> dict[str, object]:
+    """The tpch suite at scale factor 0.01 (1,500 customers): generated, loaded, every query
+    on both quiver setups and DuckDB, each quiver result compared with DuckDB's."""
+    if not quiver_bin().is_file():
+        pytest.fail(f"quiver binary not found at {quiver_bin()}", pytrace=False)
+    tmp = tmp_path_factory.mktemp("tpch")
+    command = [
+        sys.executable, "-m", "bench", "--smoke", "--only", "tpch",
+        "--out", str(tmp / "out"),
+        "--report", str(tmp / "BENCHMARKS.md"),
+        "--plots-dir", str(tmp / "plots"),
+    ]  # fmt: skip
+    started = time.monotonic()
+    result = subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=300)
+    seconds = time.monotonic() - started
+    with (tmp / "out" / "results.csv").open(newline="") as f:
+        rows = [r for r in csv.DictReader(f) if r["suite"] == "tpch"]
+    return {"tmp": tmp, "result": result, "rows": rows, "seconds": seconds}
+
+
+def test_the_tpch_smoke_run_succeeds_and_stays_short(tpch_run):
+    result = tpch_run["result"]
+    assert result.returncode == 0, result.stderr[-6000:]
+    notes = json.loads((tpch_run["tmp"] / "out" / "run.json").read_text())["notes"]
+    assert not [n for n in notes if n.startswith(("FAILED", "tpch: q"))], notes
+    # Two cores in CI: tpchgen-cli, two servers and 22 queries x 3 engines x 2 runs.
+    assert tpch_run["seconds"] < 120, tpch_run["seconds"]
+
+
+def test_the_tpch_suite_compared_every_query_with_duckdb_on_both_setups(tpch_run):
+    rows = tpch_run["rows"]
+    for setup in (QUIVER, QUIVER_FILES):
+        checks = {r["op"]: r for r in rows if r["server"] == setup and r["op"].startswith("check")}
+        assert sorted(checks) == [f"check:{q}" for q in tpch.QUERY_IDS]
+        differ = {op: r["note"] for op, r in checks.items() if r["errors"] != "0"}
+        assert not differ, differ
+    plan = plan_for("smoke", GIB)
+    assert plan.tpch_scale == 0.01
+    for engine in (QUIVER, QUIVER_FILES, "duckdb"):
+        for qid in tpch.QUERY_IDS:
+            timed = [r for r in rows if r["server"] == engine and r["op"] == qid]
+            assert len(timed) == plan.reps, (engine, qid)
+            assert all(float(r["seconds"]) > 0 for r in timed)
+    # Each engine's result has the same rows: q13's 1,500 customers fall in a few dozen groups.
+    counts = {r["server"]: r["rows_per_stream"] for r in rows if r["op"] == "q13"}
+    assert len(set(counts.values())) == 1 and int(counts["duckdb"]) > 1, counts
+
+
+def test_the_tpch_suite_loaded_every_table_and_sampled_the_servers(tpch_run):
+    rows = {(r["server"], r["op"]): r for r in tpch_run["rows"]}
+    for table in tpch.TABLES:
+        load = rows[(QUIVER, f"load:{table}")]
+        assert int(load["rows_per_stream"]) > 0 and int(load["bytes"]) > 0, load
+    assert int(rows[(QUIVER, "load:lineitem")]["rows_per_stream"]) > 50_000
+    arrow = int(rows[("", "arrow")]["bytes"])
+    assert arrow == sum(int(rows[(QUIVER, f"load:{t}")]["bytes"]) for t in tpch.TABLES)
+    assert int(rows[(QUIVER, "stored")]["bytes"]) > 0
+    for setup in (QUIVER, QUIVER_FILES):
+        assert int(rows[(setup, "rss")]["rss_bytes"]) > 0
+
+
+def test_the_tpch_suite_reaches_the_report_and_its_figure(tpch_run):
+    tmp = tpch_run["tmp"]
+    assert (tmp / "out" / "plots" / "tpch.png").stat().st_size > 0
+    assert (tmp / "plots" / "tpch.png").is_file()
+    text = (tmp / "BENCHMARKS.md").read_text()
+    section = text[text.index("## TPC-H: quiver against DuckDB") :]
+    assert "(plots/tpch.png)" in section
+    for qid in tpch.QUERY_IDS:
+        assert f"| {qid.upper()} | " in section, qid
+    assert "| **total** |" in section
+    goals = [line for line in section.splitlines() if line.startswith("| TPC-H")]
+    assert len(goals) == 6, goals
+    assert all("n/a" not in line for line in goals), goals
+    assert all(line.endswith("| **PASS** |") for line in goals[:2]), goals[:2]
+    assert "[their section](#tpc-h-quiver-against-duckdb-issue-38)" in text
+
+
+def test_the_tpch_queries_are_duckdbs_texts():
+    assert len(tpch.QUERY_IDS) == 22
+    for qid in tpch.QUERY_IDS:
+        text = tpch.query(qid)
+        assert text.startswith(("SELECT", "WITH")) and not text.endswith(";"), qid
+    assert "l_shipdate <= CAST('1998-09-02' AS date)" in tpch.query("q01")
+    assert "sum(l_quantity) > 300" in tpch.query("q18")
+
+
+def test_full_mode_runs_tpch_at_scale_factor_10_where_the_machine_holds_it():
+    assert plan_for("quick", 8 * GIB).tpch_scale == 1.0
+    assert plan_for("full", 64 * GIB).tpch_scale == 10.0
+    # 23.5 GiB (this project's CI machine): scale factor 10 is 18 GB of Arrow data.
+    assert plan_for("full", int(23.5 * GIB)).tpch_scale == 3.0
+    assert plan_for("full", 4 * GIB).tpch_scale == 1.0
+
+
+def _table(**columns: pa.Array) -> pa.Table:
+    return pa.table(columns)
+
+
+def _decimals(values: list[str], kind: pa.DataType) -> pa.Array:
+    return pa.array([Decimal(v) for v in values], kind)
+
+
+def test_tpch_results_compare_decimals_to_the_last_digit():
+    dec = pa.decimal128(25, 2)
+    expected = _table(
+        flag=pa.array(["A", "N"], pa.string()),
+        total=_decimals(["37734107.00", "991417.65"], pa.decimal128(38, 2)),
+        count=_decimals(["1478493", "38854"], pa.decimal128(38, 0)),
+        avg=pa.array([25.522005853257337, 38273.129734621674], pa.float64()),
+        year=pa.array([1995, 1996], pa.int64()),
+    )
+    same = _table(
+        flag=pa.array(["A", "N"], pa.string_view()),
+        total=_decimals(["37734107.00", "991417.65"], dec),
+        count=pa.array([1478493, 38854], pa.int64()),
+        avg=_decimals(["25.522006", "38273.129735"], pa.decimal128(19, 6)),
+        year=pa.array([1995, 1996], pa.int32()),
+    )
+    assert tpch.compare(expected, same) is None
+    truncated = same.set_column(
+        3, "avg", _decimals(["25.522005", "38273.129734"], pa.decimal128(19, 6))
+    )
+    assert tpch.compare(expected, truncated) is None
+    cent = same.set_column(1, "total", _decimals(["37734107.01", "991417.65"], dec))
+    found = tpch.compare(expected, cent)
+    assert found is not None and found.startswith("1 cell(s) differ: row 0, column 2"), found
+    assert "Decimal('37734107.01')" in found and "Decimal('37734107.00')" in found
+    off = same.set_column(3, "avg", _decimals(["25.522007", "38273.129735"], pa.decimal128(19, 6)))
+    assert tpch.compare(expected, off) is not None
+    # (pyarrow has no take for string_view: the rows are swapped by hand)
+    columns = zip(same.column_names, same.columns, strict=True)
+    swapped = pa.table({n: pa.array(c.to_pylist()[::-1], c.type) for n, c in columns})
+    found = tpch.compare(expected, swapped)
+    assert found is not None and found.startswith("10 cell(s) differ"), found
+    assert found.endswith(" and 7 more"), found
+    assert tpch.compare(expected, same.slice(0, 1)) == "1 rows, DuckDB's 2"
+    assert tpch.compare(expected, same.drop_columns(["year"])) == "4 columns, DuckDB's 5"
+    other = same.set_column(0, "flag", pa.array(["A", "R"], pa.string_view()))
+    assert tpch.compare(expected, other) is not None
+
+
+def test_tpch_results_compare_floats_and_nulls():
+    assert tpch.cells_equal(0.1 + 0.2, 0.3, None, None)
+    assert not tpch.cells_equal(1.0, 1.0 + 1e-9, None, None)
+    assert tpch.cells_equal(None, None, None, None)
+    assert not tpch.cells_equal(None, 0, None, None)
+    assert not tpch.cells_equal(5.4, 5, None, None)
+    assert tpch.cells_equal(5.0, 5, None, None)
+
+
+def _tpch_rows(stored: float, files: float, worst: float, rss: int, differ: str = "") -> list:
+    rows = []
+    for qid in tpch.QUERY_IDS:
+        slow = worst if qid == "q18" else stored
+        for engine, seconds in (("duckdb", 1.0), (QUIVER, slow), (QUIVER_FILES, files)):
+            rows.append(Measurement("tpch", engine, "x", qid, 1, 10, seconds=seconds))
+        for setup in (QUIVER, QUIVER_FILES):
+            wrong = qid == differ and setup == QUIVER_FILES
+            rows.append(
+                Measurement(
+                    "tpch", setup, "x", f"check:{qid}", errors=int(wrong),
+                    note="1 cell(s) differ" if wrong else "",
+                )
+            )  # fmt: skip
+    rows.append(Measurement("tpch", "", "pyarrow", "arrow", 1, 100, bytes=1000))
+    rows.append(Measurement("tpch", QUIVER, "x", "rss", rss_bytes=rss))
+    path_rows = [dataclasses.asdict(r) for r in rows]
+    for row in path_rows:
+        row["server"] = row["server"] or None  # as read_results gives an empty field
+    return path_rows
+
+
+def test_tpch_goals_say_met_or_not_met_from_the_same_runs_medians():
+    met = report.tpch_goals(_tpch_rows(0.7, 1.1, 1.4, 1200))
+    assert [g.verdict for g in met] == ["PASS"] * 6, [(g.text, g.shown) for g in met]
+    assert met[0].shown == "22 of 22"
+    assert met[2].shown.startswith("0.73× (")  # (21 x 0.7 + 1.4) / 22
+    assert met[3].shown == "1.40× (q18)"
+    missed = report.tpch_goals(_tpch_rows(0.9, 1.3, 1.6, 1400, differ="q05"))
+    assert [g.verdict for g in missed] == ["PASS", "FAIL", "FAIL", "FAIL", "FAIL", "FAIL"]
+    assert missed[1].shown == "21 of 22 (differ, failed or not run: q05)"
+    assert missed[3].shown == "1.60× (q18); above 1.5×: q18"
+    assert missed[5].shown.startswith("1.40× (")
+    without = [
+        r for r in _tpch_rows(0.7, 1.1, 1.4, 1200) if r["op"] != "q07" or r["server"] != QUIVER
+    ]
+    goals = report.tpch_goals(without)
+    assert goals[2].verdict == "FAIL" and goals[2].value is None
+    assert goals[2].shown.startswith("— (not measured: q07; the other 21: 0.73×"), goals[2].shown
+    assert goals[3].verdict == "FAIL" and "not measured: q07" in goals[3].shown
+    assert report.tpch_goals([]) == []
 
 
 # --- the cluster suite ----------------------------------------------------------------------
