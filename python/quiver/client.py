@@ -19,7 +19,7 @@ import pyarrow.flight as flight
 
 from . import _native, _protocol, _shm, _sql, _status
 from ._convert import MESSAGE_TARGET_BYTES, BatchSource, batch_source, message_slices
-from ._endpoints import DEFAULT_MAX_WORKERS, first_reachable, read_endpoints
+from ._endpoints import DEFAULT_MAX_WORKERS, first_reachable, read_endpoints, unreachable
 from ._exchange import DEFAULT_BATCH_ROWS, ExchangeReader, cast_source, check_batch_rows
 from ._progress import RowCounter, ignore_rows, row_progress
 from ._protocol import ACTION_LIST_FUNCTIONS, DEFAULT_URI, JsonObject, PutMode, Transport
@@ -699,15 +699,15 @@ class Client:
         answer named, until one answers. Only queries go here: a cluster node runs
         no statement that writes, and one that could not be reached ran nothing.
         """
-
-        def uris() -> Iterator[str]:
-            yield self._uri
-            # Read after the first attempt, which may have taught them.
-            for uri in self._nodes:
-                if uri != self._uri:
-                    yield uri
-
-        return first_reachable(uris(), attempt)
+        try:
+            return attempt(self._uri)
+        except Exception as error:
+            # Read after the first attempt, which may have taught them. On one
+            # server, or for an error that is not its node's, it stands as it is.
+            others = [uri for uri in self._nodes if uri != self._uri]
+            if not others or not unreachable(error):
+                raise
+        return first_reachable(others, attempt)
 
     def to_pandas(self, name: str, **kwargs: Any) -> pandas.DataFrame:
         """Read table ``name`` into a pandas DataFrame.
