@@ -270,9 +270,9 @@ impl<'a> CatalogPut<'a> {
         }
     }
 
-    /// Ships the rows held as the put's next partitions (`count` of them
-    /// at most), beginning the put's shipping at the first.
-    async fn ship_held(&mut self, count: usize) -> Result<()> {
+    /// Ships the rows held as the put's next partition, beginning the
+    /// put's shipping at the first.
+    async fn ship_held(&mut self) -> Result<()> {
         let shipping = match &mut self.shipping {
             Some(shipping) => shipping,
             None => {
@@ -298,7 +298,7 @@ impl<'a> CatalogPut<'a> {
             }
         };
         let (batches, charge) = self.writer.take();
-        shipping.ship(batches, charge, count).await
+        shipping.ship(batches, charge, 1).await
     }
 }
 
@@ -307,7 +307,7 @@ impl TablePut for CatalogPut<'_> {
     async fn push_charged(&mut self, batch: RecordBatch, bytes: u64) -> quiver_flight::Result<()> {
         self.writer.push_charged(batch, bytes)?;
         if self.writer.held_bytes() >= self.buffer {
-            flight(self.ship_held(1).await)?;
+            flight(self.ship_held().await)?;
         }
         Ok(())
     }
@@ -321,7 +321,7 @@ impl TablePut for CatalogPut<'_> {
     }
 
     async fn commit(mut self: Box<Self>) -> quiver_flight::Result<Published> {
-        if self.shipping.is_none() {
+        let Some(mut shipping) = self.shipping.take() else {
             let Self {
                 node,
                 table,
@@ -332,23 +332,13 @@ impl TablePut for CatalogPut<'_> {
             let put = ClusterPut::gathered(table, options.mode, options.partitions, writer)
                 .with_request(options.request);
             return flight(node.put(put).await);
-        }
+        };
         // The rest, in as many partitions as the put asked for (one per
         // live node by default) less those shipped, one at least.
-        let rest = match &self.shipping {
-            Some(shipping) => {
-                let asked = (self.options.partitions).unwrap_or(shipping.begun.nodes.nodes.len());
-                asked.saturating_sub(shipping.planned.len()).max(1)
-            }
-            None => 1,
-        };
-        let shipped = self.ship_held(rest).await;
-        let Some(mut shipping) = self.shipping.take() else {
-            return Err(quiver_flight::Error::Internal(
-                "a shipped put lost its state".into(),
-            ));
-        };
-        let stored = match shipped {
+        let asked = (self.options.partitions).unwrap_or(shipping.begun.nodes.nodes.len());
+        let rest = asked.saturating_sub(shipping.planned.len()).max(1);
+        let (batches, charge) = self.writer.take();
+        let stored = match shipping.ship(batches, charge, rest).await {
             Ok(()) => shipping.stored().await,
             Err(e) => Err(e),
         };
