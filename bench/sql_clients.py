@@ -338,7 +338,8 @@ def flight_clients(server: str, uri: str) -> list[tuple[SqlPeer, str]]:
     return []
 
 
-def _adbc_flight_sql(uri: str) -> Any:
+def adbc_flight_sql(uri: str) -> Any:
+    """Return an ADBC Flight SQL connection (DB-API, autocommit) to quiver at ``uri``."""
     import adbc_driver_flightsql.dbapi
 
     return adbc_driver_flightsql.dbapi.connect(grpc_uri(uri), autocommit=True)
@@ -364,7 +365,7 @@ def _pyodbc(connection_string: str) -> Any:
 
 #: How each DB-API client connects, given its target (a URI or an ODBC connection string).
 _DBAPI_CONNECT = {
-    QUIVER_ADBC: _adbc_flight_sql,
+    QUIVER_ADBC: adbc_flight_sql,
     POSTGRES_ADBC: _adbc_postgres,
     POSTGRES_PSYCOPG: _psycopg,
     POSTGRES_ODBC: _pyodbc,

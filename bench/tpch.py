@@ -34,6 +34,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from .results import DUCKDB, QUIVER, QUIVER_FILES
+from .sql_clients import adbc_flight_sql
 
 #: The tables, smallest first, as tpchgen-cli names their files (``<name>.parquet``).
 TABLES = ("region", "nation", "supplier", "customer", "part", "partsupp", "orders", "lineitem")
@@ -226,7 +227,6 @@ class TpchClient:
     """
 
     def __init__(self, directory: str, uris: dict[str, str]) -> None:
-        import adbc_driver_flightsql.dbapi
         import duckdb
 
         self.duckdb = duckdb.connect()
@@ -235,12 +235,7 @@ class TpchClient:
         for table in TABLES:
             path = str(table_path(Path(directory), table)).replace("'", "''")
             self.duckdb.execute(f"CREATE VIEW {table} AS SELECT * FROM read_parquet('{path}')")
-        self.connections = {
-            setup: adbc_driver_flightsql.dbapi.connect(
-                "grpc://" + uri.split("://", 1)[1], autocommit=True
-            )
-            for setup, uri in uris.items()
-        }
+        self.connections = {setup: adbc_flight_sql(uri) for setup, uri in uris.items()}
         self.expected: dict[str, pa.Table] = {}
 
     def _execute(self, engine: str, text: str) -> pa.Table:
@@ -294,11 +289,6 @@ class TpchClient:
 
 
 # --- the check ---------------------------------------------------------------------------------
-
-
-def _values(column: pa.ChunkedArray) -> list[object]:
-    """Return a column's values as Python objects (decimals as ``Decimal``, exactly)."""
-    return column.to_pylist()
 
 
 def _scale(kind: pa.DataType) -> int | None:
@@ -368,7 +358,7 @@ def compare(expected: pa.Table, got: pa.Table) -> str | None:
     for index in range(expected.num_columns):
         ours, theirs = got.column(index), expected.column(index)
         our_scale, their_scale = _scale(ours.type), _scale(theirs.type)
-        for row, (a, b) in enumerate(zip(_values(ours), _values(theirs), strict=True)):
+        for row, (a, b) in enumerate(zip(ours.to_pylist(), theirs.to_pylist(), strict=True)):
             if not cells_equal(a, b, our_scale, their_scale):
                 differing += 1
                 if len(examples) < MISMATCH_EXAMPLES:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import os
 import threading
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import FIRST_EXCEPTION, Future, ThreadPoolExecutor, wait
 from typing import TypeVar
 
@@ -40,13 +40,11 @@ def unreachable(error: BaseException) -> bool:
     return isinstance(error, OSError)
 
 
-def first_reachable(uris: Iterable[str], attempt: Callable[[str], _T]) -> _T:
+def first_reachable(uris: Sequence[str], attempt: Callable[[str], _T]) -> _T:
     """Return ``attempt(uri)`` for the first of ``uris`` that can be reached.
 
     A location whose error is :func:`unreachable` passes the call to the next
-    one; any other error is raised at once. ``uris`` is read one at a time,
-    each after the attempts before it, so it may be a generator of locations
-    those attempts taught. The Rust core reads endpoints by
+    one; any other error is raised at once. The Rust core reads endpoints by
     the same rule (crates/quiver-python/src/get.rs).
 
     Raises
@@ -56,9 +54,7 @@ def first_reachable(uris: Iterable[str], attempt: Callable[[str], _T]) -> _T:
         the locations tried (as the core words it).
     """
     last: BaseException | None = None
-    tried: list[str] = []
     for uri in uris:
-        tried.append(uri)
         try:
             return attempt(uri)
         except Exception as error:
@@ -67,7 +63,7 @@ def first_reachable(uris: Iterable[str], attempt: Callable[[str], _T]) -> _T:
             last = error
     if last is None:
         raise ValueError("an endpoint to read with no location")
-    suffix = f" (locations tried: {', '.join(tried)})"
+    suffix = f" (locations tried: {', '.join(uris)})"
     raised: QuiverError
     if isinstance(last, QuiverError):
         raised = type(last)(last.message + suffix, last.code, last.kind)

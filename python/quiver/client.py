@@ -580,8 +580,6 @@ class Client:
         ResourceExhaustedError
             The query needed more memory than the server's per-query limit.
         """
-        if not isinstance(query, str):
-            raise TypeError(f"a query is a str, not {type(query).__name__}")
         with row_progress(progress, total=None, description="sql") as counter:
 
             def run(uri: str) -> pa.Table:
@@ -669,12 +667,12 @@ class Client:
 
     def _sql_info(self, query: str) -> flight.FlightInfo:
         """Plan ``query`` on this server, or on another cluster node (:meth:`_on_any_node`)."""
-        if not isinstance(query, str):
-            raise TypeError(f"a query is a str, not {type(query).__name__}")
         return self._on_any_node(lambda uri: self._sql_info_at(uri, query))
 
     def _sql_info_at(self, uri: str, query: str) -> flight.FlightInfo:
         """Plan ``query`` on the server at ``uri``; learn the cluster's nodes from its answer."""
+        if not isinstance(query, str):
+            raise TypeError(f"a query is a str, not {type(query).__name__}")
         descriptor = flight.FlightDescriptor.for_command(_sql.statement_query(query))
         with translated_errors():
             info = self._client_at(uri).get_flight_info(descriptor, self._options)

@@ -23,7 +23,7 @@ use crate::catalog::{PartitionEntry, TableEntry, partition_name};
 use crate::error::{ClusterError, Result};
 use crate::etcd::{Guard, Snapshot};
 use crate::node::ClusterNode;
-use crate::placement::place;
+use crate::placement::Ring;
 use crate::put::Planned;
 
 /// A partition under this many bytes is small: merged with its neighbours.
@@ -90,14 +90,12 @@ impl ClusterNode {
         let merged = concat_batches(&schema, &batches)?;
         drop(batches);
         let merged_name = partition_name(name, 0);
-        let replicas = place(
+        let replicas = Ring::new(
             &merged_name,
             self.placeable(snapshot),
-            1,
             self.options.replicas,
         )
-        .pop()
-        .unwrap_or_default();
+        .replicas(0);
         if replicas.is_empty() {
             return Err(ClusterError::TooFewNodes {
                 live: snapshot.nodes.len(),
@@ -225,11 +223,11 @@ mod tests {
         };
         let node = testing::node(&etcd, "n1").await;
         let appends = 10;
-        node.put(testing::put_from("t", WriteMode::Replace, 0..3))
+        testing::put_values(&node, "t", WriteMode::Replace, 0..3, None)
             .await
             .unwrap();
         for i in 1..appends {
-            node.put(testing::put_from("t", WriteMode::Append, i * 3..i * 3 + 3))
+            testing::put_values(&node, "t", WriteMode::Append, i * 3..i * 3 + 3, None)
                 .await
                 .unwrap();
         }
@@ -264,18 +262,18 @@ mod tests {
             return;
         };
         let node = testing::node(&etcd, "n1").await;
-        node.put(testing::put_from("t", WriteMode::Replace, 0..1))
+        testing::put_values(&node, "t", WriteMode::Replace, 0..1, None)
             .await
             .unwrap();
         for i in 1..6 {
-            node.put(testing::put_from("t", WriteMode::Append, i..i + 1))
+            testing::put_values(&node, "t", WriteMode::Append, i..i + 1, None)
                 .await
                 .unwrap();
         }
         let read = node.etcd.table("t").await.unwrap().value.unwrap();
         let snapshot = node.etcd.snapshot().await.unwrap();
         // An append lands after the entry the merge read.
-        node.put(testing::put_from("t", WriteMode::Append, 6..7))
+        testing::put_values(&node, "t", WriteMode::Append, 6..7, None)
             .await
             .unwrap();
         assert!(node.compact("t", &read, &snapshot).await);

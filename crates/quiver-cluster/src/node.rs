@@ -263,6 +263,12 @@ impl ClusterNode {
             .clone()
     }
 
+    /// The locations of the live nodes, as last read.
+    pub(crate) fn locations(&self) -> Vec<String> {
+        let cache = self.cache.read().unwrap_or_else(PoisonError::into_inner);
+        cache.nodes.values().map(|n| n.location.clone()).collect()
+    }
+
     pub(crate) fn remember(&self, snapshot: Snapshot) {
         *self.cache.write().unwrap_or_else(PoisonError::into_inner) = snapshot;
     }
@@ -416,8 +422,7 @@ impl ClusterNode {
         nodes: &Snapshot,
     ) -> Result<PartitionEntry> {
         let Planned { mut entry, batches } = planned;
-        let (name, bytes, wanted) = (entry.name.clone(), entry.bytes, entry.replicas.len());
-        let name = name.as_str();
+        let (name, bytes, wanted) = (entry.name.as_str(), entry.bytes, entry.replicas.len());
         let store = |id: String| {
             let batches = batches.clone();
             async move {
@@ -492,6 +497,8 @@ impl ClusterNode {
                 }
             }
         }
+        // The copies still running stop.
+        drop(running);
         // In the planned order, those that stood in after them: readers try
         // the first copy first, and the plan spreads the first copies.
         holders.sort_by_key(|id| {
@@ -1077,8 +1084,7 @@ mod tests {
             return;
         };
         let node = testing::node(&etcd, "n1").await;
-        let published = node
-            .put(testing::put("t", WriteMode::Replace, 10))
+        let published = testing::put(&node, "t", WriteMode::Replace, 10)
             .await
             .unwrap();
         assert_eq!((published.version, published.rows), (1, 10));
@@ -1096,20 +1102,18 @@ mod tests {
             return;
         };
         let node = testing::node(&etcd, "n1").await;
-        let append =
-            |id: &str| testing::put("t", WriteMode::Append, 5).with_request(Some(id.to_string()));
-        node.put(testing::put("t", WriteMode::Replace, 10))
+        let append = |id| testing::put_values(&node, "t", WriteMode::Append, 0..5, Some(id));
+        testing::put(&node, "t", WriteMode::Replace, 10)
             .await
             .unwrap();
-        let first = node.put(append("r1")).await.unwrap();
+        let first = append("r1").await.unwrap();
         assert_eq!((first.version, first.rows), (2, 15));
-        assert_eq!(node.put(append("r1")).await.unwrap(), first);
+        assert_eq!(append("r1").await.unwrap(), first);
         let entry = node.etcd.table("t").await.unwrap().value.unwrap();
         assert_eq!((entry.version, entry.rows), (2, 15));
-        let second = node.put(append("r2")).await.unwrap();
+        let second = append("r2").await.unwrap();
         assert_eq!((second.version, second.rows), (3, 20));
-        let elsewhere = node
-            .put(testing::put("u", WriteMode::Replace, 1).with_request(Some("r1".into())))
+        let elsewhere = testing::put_values(&node, "u", WriteMode::Replace, 0..1, Some("r1"))
             .await
             .unwrap_err();
         let elsewhere = Status::from(elsewhere);
@@ -1129,11 +1133,11 @@ mod tests {
             return;
         };
         let node = testing::node(&etcd, "n1").await;
-        node.put(testing::put("t", WriteMode::Replace, 10))
+        testing::put(&node, "t", WriteMode::Replace, 10)
             .await
             .unwrap();
-        let append = || testing::put("t", WriteMode::Append, 5).with_request(Some("r".into()));
-        let (a, b) = tokio::join!(node.put(append()), node.put(append()));
+        let append = || testing::put_values(&node, "t", WriteMode::Append, 0..5, Some("r"));
+        let (a, b) = tokio::join!(append(), append());
         assert_eq!(a.unwrap(), b.unwrap());
         let entry = node.etcd.table("t").await.unwrap().value.unwrap();
         assert_eq!(entry.rows, 15);
@@ -1183,7 +1187,7 @@ mod tests {
         loop {
             match node.lease_now() {
                 Err(ClusterError::NotRegistered) if refused.is_none() => {
-                    refused = Some(node.put(testing::put("t", WriteMode::Replace, 1)).await);
+                    refused = Some(testing::put(&node, "t", WriteMode::Replace, 1).await);
                 }
                 Ok(new) if new != lease => break,
                 _ => {}
@@ -1195,7 +1199,7 @@ mod tests {
         let status = Status::from(refused.expect_err("a write while not registered"));
         assert_eq!(status.code(), tonic::Code::Unavailable, "{status}");
         assert!(status.message().contains("not registered"), "{status}");
-        node.put(testing::put("t", WriteMode::Replace, 1))
+        testing::put(&node, "t", WriteMode::Replace, 1)
             .await
             .unwrap();
         // Its key is back, under the new lease.

@@ -3,7 +3,7 @@
 //!
 //! Each (key, node) pair gets a score from a hash of both names. A put's
 //! partitions go round a ring of the live nodes ordered by their scores for
-//! the put ([`place`]): every node gets as many partitions and as many first
+//! the put ([`Ring`]): every node gets as many partitions and as many first
 //! copies as any other (give or take one), so reads of the table spread
 //! evenly, and different puts start the ring at different nodes. A lost
 //! replica is replaced by the best-scoring node for the partition among those
@@ -60,17 +60,6 @@ impl Ring {
             .map(|j| self.nodes[(i + j) % self.nodes.len()].clone())
             .collect()
     }
-}
-
-/// The replicas of each of a put's `count` partitions, on its [`Ring`].
-pub(crate) fn place<'a>(
-    key: &str,
-    nodes: impl IntoIterator<Item = &'a str>,
-    count: usize,
-    replicas: usize,
-) -> Vec<Vec<String>> {
-    let ring = Ring::new(key, nodes, replicas);
-    (0..count).map(|i| ring.replicas(i)).collect()
 }
 
 /// The weight of `node` for `key`: a hash of both (SipHash with fixed keys),
@@ -156,6 +145,17 @@ mod tests {
         // About a quarter of the partitions move to the fourth node.
         assert!((20..=90).contains(&moved), "{moved}");
         assert_eq!(replicas_for("k", three.iter().copied(), 5).len(), 3);
+    }
+
+    /// The replicas of each of a put's `count` partitions on its ring.
+    fn place<'a>(
+        key: &str,
+        nodes: impl IntoIterator<Item = &'a str>,
+        count: usize,
+        replicas: usize,
+    ) -> Vec<Vec<String>> {
+        let ring = Ring::new(key, nodes, replicas);
+        (0..count).map(|i| ring.replicas(i)).collect()
     }
 
     #[test]

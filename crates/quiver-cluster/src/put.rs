@@ -2,24 +2,24 @@
 //! on its replicas, and published as the table's next version by one
 //! catalog commit, or not at all.
 //!
-//! A put that fits in the node's put buffer ([`ClusterNode::put_buffer`]) is
-//! gathered whole and cut into even partitions, one per live node unless
-//! the put asks for a count. A larger one is cut as it arrives: each time
-//! the rows held reach the buffer they become the next partition, stored on
-//! its replicas in the background while the next rows arrive, at most
-//! [`IN_FLIGHT`] at once; beyond that the put waits for room, and gRPC's
-//! flow control slows the client down. A node holds at most
-//! `IN_FLIGHT + 1` buffers of one put, whatever its size. Each partition is
-//! named in the put's intent before its first copy, so no node drops it as
-//! an orphan while the put goes on.
+//! The node gathers a put's rows up to its put buffer
+//! ([`ClusterNode::put_buffer`]). Each time they fill it, they become the
+//! put's next partition, stored on its replicas in the background while the
+//! next rows arrive, at most [`IN_FLIGHT`] at once; beyond that the put waits
+//! for room, and gRPC's flow control slows the client down. At the commit,
+//! the rows held are cut into as many partitions as the put asked for (one
+//! per live node by default) less those shipped: a put that fits in the
+//! buffer is spread evenly, and a node holds at most `IN_FLIGHT + 1` buffers
+//! of one put, whatever its size. Each partition is named in the put's
+//! intent before its first copy, so no node drops it as an orphan while the
+//! put goes on.
 
 use std::sync::Arc;
 
 use arrow::array::RecordBatch;
 use arrow::datatypes::SchemaRef;
-use futures::future::try_join_all;
 use quiver_flight::PutOptions;
-use quiver_flight::cluster::{ClusterPut, Published};
+use quiver_flight::cluster::Published;
 use quiver_flight::tables::TablePut;
 use quiver_store::{MemoryCharge, TableWriter, WriteMode, batch_bytes};
 use tokio::task::JoinSet;
@@ -44,204 +44,15 @@ pub(crate) struct Planned {
     pub(crate) batches: Vec<RecordBatch>,
 }
 
-/// A put under way: the catalog as read when it began, which it places its
-/// partitions by and commits after.
-#[derive(Debug)]
-struct Begun {
-    table: String,
-    mode: WriteMode,
-    schema: SchemaRef,
-    nodes: Arc<Snapshot>,
-    read: Versioned<TableEntry>,
-    /// The put's request id, and the lease its record lives under.
-    request: Option<(String, i64)>,
-    ring: Ring,
-}
-
 impl ClusterNode {
     /// The bytes of one put this node gathers before it ships them as a
     /// partition: an eighth of its memory limit, within 16 to 256 MiB.
     pub(crate) fn put_buffer(&self) -> u64 {
         (self.store.memory().limit() / 8).clamp(MIN_BUFFER, MAX_BUFFER)
     }
-
-    /// Spreads `put`, gathered whole, over the live nodes and publishes it
-    /// as the table's next version once every partition is stored.
-    pub async fn put(&self, put: ClusterPut) -> Result<Published> {
-        let begun = self
-            .begin(put.table, put.mode, put.schema, put.request)
-            .await?;
-        let rows: usize = put.batches.iter().map(RecordBatch::num_rows).sum();
-        let count = put.partitions.unwrap_or(begun.nodes.nodes.len());
-        let planned = plan(&begun, &put.batches, rows, count, 0);
-        drop(put.batches);
-        // Checked before anything is shipped, and again in the commit.
-        begun.next_entry(self, planned.iter().map(|p| p.entry.clone()).collect())?;
-        let names = planned.iter().map(|p| p.entry.name.clone()).collect();
-        let intent = self.intend(&begun.table, names).await?;
-        let stored = try_join_all(
-            planned
-                .into_iter()
-                .map(|p| self.store_partition(&begun.schema, p, &begun.nodes)),
-        )
-        .await;
-        drop(put.charge);
-        self.finish(&begun, &intent, stored).await
-    }
-
-    /// Begins a put of `table`: reads the catalog, and takes the lease its
-    /// request id is recorded under.
-    async fn begin(
-        &self,
-        table: String,
-        mode: WriteMode,
-        schema: SchemaRef,
-        request: Option<String>,
-    ) -> Result<Begun> {
-        self.lease_now()?;
-        // A repeated request id is found by the commit, which records the
-        // first: no read of its own on the path of every put.
-        let nodes = self.etcd.snapshot().await?;
-        let live = nodes.nodes.len();
-        if live < self.options.replicas {
-            return Err(ClusterError::TooFewNodes {
-                live,
-                replicas: self.options.replicas,
-            });
-        }
-        let read = nodes.tables.get(&table).map_or(
-            Versioned {
-                value: None,
-                revision: 0,
-            },
-            |(entry, revision)| Versioned {
-                value: Some(entry.clone()),
-                revision: *revision,
-            },
-        );
-        let request = match request {
-            Some(id) => Some((id, self.requests_lease().await?)),
-            None => None,
-        };
-        // Different puts start the ring at different nodes.
-        let ring = Ring::new(
-            &partition_name(&table, 0),
-            self.placeable(&nodes),
-            self.options.replicas,
-        );
-        Ok(Begun {
-            table,
-            mode,
-            schema,
-            nodes: Arc::new(nodes),
-            read,
-            request,
-            ring,
-        })
-    }
-
-    /// Commits the partitions a put `stored` (unless it failed), under its
-    /// intent, which ends either way.
-    async fn finish(
-        &self,
-        begun: &Begun,
-        intent: &Intent,
-        stored: Result<Vec<PartitionEntry>>,
-    ) -> Result<Published> {
-        let result = match stored {
-            Ok(partitions) => {
-                let guard = Guard {
-                    intent: Some(intent),
-                    request: begun
-                        .request
-                        .as_ref()
-                        .map(|(id, lease)| (id.as_str(), *lease)),
-                };
-                let count = partitions.len();
-                self.commit_table_from(&begun.table, Some(begun.read.clone()), guard, |old| {
-                    begun.entry_after(self, old, partitions.clone()).map(Some)
-                })
-                .await
-                .map(|committed| (count, committed))
-            }
-            Err(e) => Err(e),
-        };
-        let applied = matches!(result, Ok((_, Committed::Changed(..))));
-        self.abandon(intent, applied).await;
-        match result? {
-            (_, Committed::Repeated(done)) => {
-                let id = begun.request.as_ref().map_or("", |(id, _)| id.as_str());
-                tracing::info!(table = %begun.table, request = %id, "a repeated put: answered, not applied");
-                repeated(&begun.table, id, done)
-            }
-            (partitions, Committed::Changed(_, new)) => {
-                let new = new.ok_or_else(|| ClusterError::Invalid("nothing committed".into()))?;
-                tracing::info!(
-                    table = %begun.table,
-                    version = new.version,
-                    partitions,
-                    rows = new.rows,
-                    "published"
-                );
-                Ok(published(&new))
-            }
-        }
-    }
 }
 
-impl Begun {
-    /// The table's entry with `partitions` put after `old`: checks the
-    /// put's mode, schema and the table's limits.
-    fn entry_after(
-        &self,
-        node: &ClusterNode,
-        old: Option<&TableEntry>,
-        partitions: Vec<PartitionEntry>,
-    ) -> Result<TableEntry> {
-        next_entry(
-            &self.table,
-            old,
-            self.mode,
-            &self.schema,
-            partitions,
-            node.store.limits(),
-        )
-    }
-
-    /// [`Begun::entry_after`] the table as the put read it.
-    fn next_entry(&self, node: &ClusterNode, partitions: Vec<PartitionEntry>) -> Result<()> {
-        self.entry_after(node, self.read.value.as_ref(), partitions)
-            .map(drop)
-    }
-}
-
-/// `batches` (`rows` rows) cut into `count` partitions (fewer if there are
-/// fewer rows), placed on the put's ring from position `first` on.
-fn plan(
-    begun: &Begun,
-    batches: &[RecordBatch],
-    rows: usize,
-    count: usize,
-    first: usize,
-) -> Vec<Planned> {
-    let count = count.min(rows).max(1);
-    split_rows(batches, rows, count)
-        .into_iter()
-        .enumerate()
-        .map(|(i, batches)| Planned {
-            entry: PartitionEntry {
-                name: partition_name(&begun.table, first + i),
-                rows: batches.iter().map(|b| b.num_rows() as u64).sum(),
-                bytes: batches.iter().map(batch_bytes).sum(),
-                replicas: begun.ring.replicas(first + i),
-            },
-            batches,
-        })
-        .collect()
-}
-
-/// A put of a cluster table through this node ([`TablePut`]): gathered
-/// until it passes the put buffer, then shipped as it arrives.
+/// A put of a cluster table through this node ([`TablePut`]).
 pub(crate) struct CatalogPut<'a> {
     node: Arc<ClusterNode>,
     table: String,
@@ -249,7 +60,7 @@ pub(crate) struct CatalogPut<'a> {
     /// Reads, checks and charges the rows; never committed here.
     writer: TableWriter<'a>,
     buffer: u64,
-    /// Once the put passed the buffer: the partitions shipped so far.
+    /// From the put's first shipment on: what it shipped.
     shipping: Option<Shipping>,
 }
 
@@ -270,46 +81,54 @@ impl<'a> CatalogPut<'a> {
         }
     }
 
-    /// Ships the rows held as the put's next partition, beginning the
-    /// put's shipping at the first.
-    async fn ship_held(&mut self) -> Result<()> {
+    /// Adds a batch charged `bytes`; ships the rows held once they fill
+    /// the put buffer.
+    pub(crate) async fn add(&mut self, batch: RecordBatch, bytes: u64) -> Result<()> {
+        self.writer.push_charged(batch, bytes)?;
+        if self.writer.held_bytes() < self.buffer {
+            return Ok(());
+        }
         let shipping = match &mut self.shipping {
             Some(shipping) => shipping,
-            None => {
-                let begun = self
-                    .node
-                    .begin(
-                        self.table.clone(),
-                        self.options.mode,
-                        Arc::clone(self.writer.schema()),
-                        self.options.request.clone(),
-                    )
-                    .await?;
-                let intent = self.node.intend(&self.table, Vec::new()).await?;
-                self.shipping.insert(Shipping {
-                    node: Arc::clone(&self.node),
-                    begun,
-                    intent,
-                    planned: Vec::new(),
-                    stored: Vec::new(),
-                    tasks: JoinSet::new(),
-                    ended: false,
-                })
-            }
+            None => self.shipping.insert(self.begin().await?),
         };
         let (batches, charge) = self.writer.take();
         shipping.ship(batches, charge, 1).await
+    }
+
+    /// Ships the rows held, in as many partitions as the put asked for
+    /// (one per live node by default) less those shipped, one at least, and
+    /// publishes the put once every partition is stored.
+    pub(crate) async fn publish(mut self) -> Result<Published> {
+        let mut shipping = match self.shipping.take() {
+            Some(shipping) => shipping,
+            None => self.begin().await?,
+        };
+        let asked = (self.options.partitions).unwrap_or(shipping.nodes.nodes.len());
+        let count = asked.saturating_sub(shipping.planned.len()).max(1);
+        let (batches, charge) = self.writer.take();
+        let stored = match shipping.ship(batches, charge, count).await {
+            Ok(()) => shipping.stored().await,
+            Err(e) => Err(e),
+        };
+        shipping.publish(stored).await
+    }
+
+    async fn begin(&self) -> Result<Shipping> {
+        Shipping::begin(
+            Arc::clone(&self.node),
+            self.table.clone(),
+            &self.options,
+            Arc::clone(self.writer.schema()),
+        )
+        .await
     }
 }
 
 #[tonic::async_trait]
 impl TablePut for CatalogPut<'_> {
     async fn push_charged(&mut self, batch: RecordBatch, bytes: u64) -> quiver_flight::Result<()> {
-        self.writer.push_charged(batch, bytes)?;
-        if self.writer.held_bytes() >= self.buffer {
-            flight(self.ship_held().await)?;
-        }
-        Ok(())
+        flight(self.add(batch, bytes).await)
     }
 
     fn num_rows(&self) -> u64 {
@@ -320,64 +139,104 @@ impl TablePut for CatalogPut<'_> {
         self.writer.num_bytes()
     }
 
-    async fn commit(mut self: Box<Self>) -> quiver_flight::Result<Published> {
-        let Some(mut shipping) = self.shipping.take() else {
-            let Self {
-                node,
-                table,
-                options,
-                writer,
-                ..
-            } = *self;
-            let put = ClusterPut::gathered(table, options.mode, options.partitions, writer)
-                .with_request(options.request);
-            return flight(node.put(put).await);
-        };
-        // The rest, in as many partitions as the put asked for (one per
-        // live node by default) less those shipped, one at least.
-        let asked = (self.options.partitions).unwrap_or(shipping.begun.nodes.nodes.len());
-        let rest = asked.saturating_sub(shipping.planned.len()).max(1);
-        let (batches, charge) = self.writer.take();
-        let stored = match shipping.ship(batches, charge, rest).await {
-            Ok(()) => shipping.stored().await,
-            Err(e) => Err(e),
-        };
-        shipping.ended = true;
-        flight(
-            self.node
-                .finish(&shipping.begun, &shipping.intent, stored)
-                .await,
-        )
+    async fn commit(self: Box<Self>) -> quiver_flight::Result<Published> {
+        flight(self.publish().await)
     }
 }
 
-/// The partitions of a put cut as it arrives.
+/// A put's partitions, from the catalog read it places them by to its
+/// commit.
 struct Shipping {
     node: Arc<ClusterNode>,
-    begun: Begun,
-    intent: Intent,
+    table: String,
+    mode: WriteMode,
+    schema: SchemaRef,
+    /// The catalog when the put began: the nodes it places on, and the
+    /// table's entry it commits after.
+    nodes: Arc<Snapshot>,
+    read: Versioned<TableEntry>,
+    /// The put's request id, and the lease its record lives under.
+    request: Option<(String, i64)>,
+    ring: Ring,
+    /// The put's intent, from its first shipment until it is published or
+    /// given up.
+    intent: Option<Intent>,
     /// Every partition planned so far, in order, as planned.
     planned: Vec<PartitionEntry>,
     /// Those stored, by index, with the nodes that took their copies.
     stored: Vec<Option<PartitionEntry>>,
     /// The partitions being stored: their index and how it went.
     tasks: JoinSet<(usize, Result<PartitionEntry>)>,
-    /// Whether the put committed or gave up (its intent then ended).
-    ended: bool,
 }
 
 impl Shipping {
-    /// Stores `batches` as the put's next partitions (`count` at most) in
-    /// the background, once fewer than [`IN_FLIGHT`] others are being
-    /// stored; none makes none. Fails with the first partition that could
-    /// not be stored.
+    /// Begins a put of `table`: reads the catalog, and takes the lease its
+    /// request id is recorded under.
+    async fn begin(
+        node: Arc<ClusterNode>,
+        table: String,
+        options: &PutOptions,
+        schema: SchemaRef,
+    ) -> Result<Self> {
+        node.lease_now()?;
+        // A repeated request id is found by the commit, which records the
+        // first: no read of its own on the path of every put.
+        let nodes = node.etcd.snapshot().await?;
+        let live = nodes.nodes.len();
+        if live < node.options.replicas {
+            return Err(ClusterError::TooFewNodes {
+                live,
+                replicas: node.options.replicas,
+            });
+        }
+        let read = nodes.tables.get(&table).map_or(
+            Versioned {
+                value: None,
+                revision: 0,
+            },
+            |(entry, revision)| Versioned {
+                value: Some(entry.clone()),
+                revision: *revision,
+            },
+        );
+        let request = match &options.request {
+            Some(id) => Some((id.clone(), node.requests_lease().await?)),
+            None => None,
+        };
+        // Different puts start the ring at different nodes.
+        let ring = Ring::new(
+            &partition_name(&table, 0),
+            node.placeable(&nodes),
+            node.options.replicas,
+        );
+        Ok(Self {
+            node,
+            table,
+            mode: options.mode,
+            schema,
+            nodes: Arc::new(nodes),
+            read,
+            request,
+            ring,
+            intent: None,
+            planned: Vec::new(),
+            stored: Vec::new(),
+            tasks: JoinSet::new(),
+        })
+    }
+
+    /// Stores `batches` as the put's next partitions (`count`, fewer if
+    /// there are fewer rows) in the background, once fewer than
+    /// [`IN_FLIGHT`] others are being stored. No rows make no partition,
+    /// but for an empty put's one. Fails with the first partition that could
+    /// not be stored, or when the put could not be committed.
     async fn ship(
         &mut self,
         batches: Vec<RecordBatch>,
         charge: MemoryCharge,
         count: usize,
     ) -> Result<()> {
-        if batches.is_empty() {
+        if batches.is_empty() && !self.planned.is_empty() {
             return Ok(());
         }
         while let Some(done) = self.tasks.try_join_next() {
@@ -389,28 +248,30 @@ impl Shipping {
                 None => break,
             }
         }
-        let rows = batches.iter().map(RecordBatch::num_rows).sum();
-        let planned = plan(&self.begun, &batches, rows, count, self.planned.len());
+        let planned = self.plan(&batches, count);
         drop(batches);
+        let first = self.planned.len();
         self.planned.extend(planned.iter().map(|p| p.entry.clone()));
         self.stored.resize(self.planned.len(), None);
         // The mode, the schema and the table's limits, over all shipped so
         // far: a put that cannot be committed stops at once.
-        self.begun.next_entry(&self.node, self.planned.clone())?;
-        let lease = self.node.lease_now()?;
-        let intent = IntentEntry {
-            table: self.begun.table.clone(),
-            partitions: self.planned.iter().map(|p| p.name.clone()).collect(),
-        };
-        self.node
-            .etcd
-            .intend(&self.intent.key, &intent, lease)
-            .await?;
+        self.entry_after(self.read.value.as_ref(), self.planned.clone())?;
+        let names: Vec<String> = self.planned.iter().map(|p| p.name.clone()).collect();
+        match &self.intent {
+            None => self.intent = Some(self.node.intend(&self.table, names).await?),
+            Some(intent) => {
+                let entry = IntentEntry {
+                    table: self.table.clone(),
+                    partitions: names,
+                };
+                let lease = self.node.lease_now()?;
+                self.node.etcd.intend(&intent.key, &entry, lease).await?;
+            }
+        }
         let charge = Arc::new(charge);
-        let first = self.planned.len() - planned.len();
         for (i, planned) in planned.into_iter().enumerate() {
-            let (node, nodes) = (Arc::clone(&self.node), Arc::clone(&self.begun.nodes));
-            let (schema, charge) = (Arc::clone(&self.begun.schema), Arc::clone(&charge));
+            let (node, nodes) = (Arc::clone(&self.node), Arc::clone(&self.nodes));
+            let (schema, charge) = (Arc::clone(&self.schema), Arc::clone(&charge));
             self.tasks.spawn(async move {
                 let stored = node.store_partition(&schema, planned, &nodes).await;
                 drop(charge);
@@ -418,6 +279,44 @@ impl Shipping {
             });
         }
         Ok(())
+    }
+
+    /// `batches` cut into `count` partitions (fewer if there are fewer
+    /// rows), placed on the put's ring after those planned before.
+    fn plan(&self, batches: &[RecordBatch], count: usize) -> Vec<Planned> {
+        let rows = batches.iter().map(RecordBatch::num_rows).sum();
+        let first = self.planned.len();
+        split_rows(batches, rows, count.min(rows).max(1))
+            .into_iter()
+            .enumerate()
+            .map(|(i, batches)| Planned {
+                entry: PartitionEntry {
+                    name: partition_name(&self.table, first + i),
+                    rows: batches.iter().map(|b| b.num_rows() as u64).sum(),
+                    bytes: batches.iter().map(batch_bytes).sum(),
+                    replicas: self.ring.replicas(first + i),
+                },
+                batches,
+            })
+            .collect()
+    }
+
+    /// The table's entry with `partitions` put after `old`: checks the
+    /// put's mode, schema and the table's limits.
+    fn entry_after(
+        &self,
+        old: Option<&TableEntry>,
+        partitions: Vec<PartitionEntry>,
+    ) -> Result<TableEntry> {
+        let limits = self.node.store.limits();
+        next_entry(
+            &self.table,
+            old,
+            self.mode,
+            &self.schema,
+            partitions,
+            limits,
+        )
     }
 
     /// Records how the storing of one partition ended.
@@ -445,6 +344,53 @@ impl Shipping {
             .collect::<Option<Vec<_>>>()
             .ok_or_else(|| ClusterError::Invalid("a partition of the put was not stored".into()))
     }
+
+    /// Commits the partitions the put `stored` (unless it failed) under its
+    /// intent, which ends either way.
+    async fn publish(mut self, stored: Result<Vec<PartitionEntry>>) -> Result<Published> {
+        let intent = self.intent.take();
+        let result = async {
+            let partitions = stored?;
+            let intent = intent.as_ref().ok_or_else(|| {
+                ClusterError::Invalid("a put stored partitions under no intent".into())
+            })?;
+            let guard = Guard {
+                intent: Some(intent),
+                request: (self.request.as_ref()).map(|(id, lease)| (id.as_str(), *lease)),
+            };
+            let count = partitions.len();
+            let read = Some(self.read.clone());
+            self.node
+                .commit_table_from(&self.table, read, guard, |old| {
+                    self.entry_after(old, partitions.clone()).map(Some)
+                })
+                .await
+                .map(|committed| (count, committed))
+        }
+        .await;
+        if let Some(intent) = &intent {
+            let applied = matches!(result, Ok((_, Committed::Changed(..))));
+            self.node.abandon(intent, applied).await;
+        }
+        match result? {
+            (_, Committed::Repeated(done)) => {
+                let id = self.request.as_ref().map_or("", |(id, _)| id.as_str());
+                tracing::info!(table = %self.table, request = %id, "a repeated put: answered, not applied");
+                repeated(&self.table, id, done)
+            }
+            (partitions, Committed::Changed(_, new)) => {
+                let new = new.ok_or_else(|| ClusterError::Invalid("nothing committed".into()))?;
+                tracing::info!(
+                    table = %self.table,
+                    version = new.version,
+                    partitions,
+                    rows = new.rows,
+                    "published"
+                );
+                Ok(published(&new))
+            }
+        }
+    }
 }
 
 impl Drop for Shipping {
@@ -452,13 +398,10 @@ impl Drop for Shipping {
     /// refused): the copies being made stop (the tasks are aborted with
     /// the set), and the intent goes, so that its partitions are collected.
     fn drop(&mut self) {
-        if self.ended {
+        let Some(intent) = self.intent.take() else {
             return;
-        }
-        let node = Arc::clone(&self.node);
-        let intent = Intent {
-            key: std::mem::take(&mut self.intent.key),
         };
+        let node = Arc::clone(&self.node);
         match tokio::runtime::Handle::try_current() {
             Ok(runtime) => drop(runtime.spawn(async move { node.abandon(&intent, false).await })),
             // No runtime to delete it on: the upkeep deletes it.
@@ -501,12 +444,17 @@ mod tests {
         RecordBatch::try_new(schema(), vec![Arc::new(values)]).expect("a batch")
     }
 
-    fn open(node: &Arc<ClusterNode>) -> CatalogPut<'_> {
+    /// A put of table `t` through `node`, as `mode`.
+    fn open(node: &Arc<ClusterNode>, mode: WriteMode) -> CatalogPut<'_> {
         let writer = node
             .store
             .writer("t", WriteMode::Replace, schema(), None)
             .expect("a writer");
-        CatalogPut::new(Arc::clone(node), "t", &PutOptions::default(), writer)
+        let options = PutOptions {
+            mode,
+            ..PutOptions::default()
+        };
+        CatalogPut::new(Arc::clone(node), "t", &options, writer)
     }
 
     /// The partitions named by the intents in the catalog.
@@ -525,7 +473,7 @@ mod tests {
             return;
         };
         let node = node(&etcd).await;
-        let mut put = open(&node);
+        let mut put = open(&node, WriteMode::Replace);
         for i in 0..40 {
             put.push(batch(i)).await.expect("a push");
             // Held: never more than a buffer; shipped: named in the intent
@@ -536,7 +484,7 @@ mod tests {
                 assert!(node.etcd.snapshot().await.unwrap().tables.is_empty());
             }
         }
-        let published = Box::new(put).commit().await.expect("the commit");
+        let published = put.publish().await.expect("the commit");
         assert_eq!(published.rows, 40 * ROWS as u64);
         let snapshot = node.etcd.snapshot().await.unwrap();
         assert!(snapshot.intents.is_empty(), "{:?}", snapshot.intents);
@@ -570,7 +518,7 @@ mod tests {
             return;
         };
         let node = node(&etcd).await;
-        let mut put = open(&node);
+        let mut put = open(&node, WriteMode::Replace);
         for i in 0..20 {
             put.push(batch(i)).await.expect("a push");
         }
@@ -595,15 +543,7 @@ mod tests {
         let node = node(&etcd).await;
         // An append to a table that does not exist: refused when the first
         // buffer is shipped, not after the whole put has arrived.
-        let writer = node
-            .store
-            .writer("t", WriteMode::Replace, schema(), None)
-            .expect("a writer");
-        let options = PutOptions {
-            mode: WriteMode::Append,
-            ..PutOptions::default()
-        };
-        let mut put = CatalogPut::new(Arc::clone(&node), "t", &options, writer);
+        let mut put = open(&node, WriteMode::Append);
         let mut refused = None;
         for i in 0..20 {
             if let Err(e) = put.push(batch(i)).await {

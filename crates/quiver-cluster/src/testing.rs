@@ -9,11 +9,14 @@ use arrow::array::{Int64Array, RecordBatch};
 use arrow::datatypes::{DataType, Field, Schema};
 use quiver_etcd::testing::{TestEtcd, free_port};
 use quiver_etcd::{Client, ConnectOptions};
-use quiver_flight::cluster::ClusterPut;
+use quiver_flight::PutOptions;
+use quiver_flight::cluster::Published;
 use quiver_store::{TableStore, WriteMode};
 
+use crate::error::Result;
 use crate::etcd::{Etcd, EtcdConfig};
 use crate::node::{ClusterNode, ClusterOptions};
+use crate::put::CatalogPut;
 
 /// The prefix of the tests' keys.
 pub(crate) const PREFIX: &str = "/test/";
@@ -62,24 +65,43 @@ pub(crate) async fn node(etcd: &TestEtcd, id: &str) -> Arc<ClusterNode> {
         .expect("the node joins")
 }
 
-/// A put of `rows` rows of one Int64 column as `table`.
-pub(crate) fn put(table: &str, mode: WriteMode, rows: i64) -> ClusterPut {
-    put_from(table, mode, 0..rows)
+/// A put of `rows` rows of one Int64 column as `table`, through `node`.
+pub(crate) async fn put(
+    node: &Arc<ClusterNode>,
+    table: &str,
+    mode: WriteMode,
+    rows: i64,
+) -> Result<Published> {
+    put_values(node, table, mode, 0..rows, None).await
 }
 
-/// A put of the values `values` as `table`, in one partition.
-pub(crate) fn put_from(table: &str, mode: WriteMode, values: std::ops::Range<i64>) -> ClusterPut {
+/// A put of the values `values` as `table` in one partition through
+/// `node`, with request id `request`.
+pub(crate) async fn put_values(
+    node: &Arc<ClusterNode>,
+    table: &str,
+    mode: WriteMode,
+    values: std::ops::Range<i64>,
+    request: Option<&str>,
+) -> Result<Published> {
     let schema = Arc::new(Schema::new(vec![Field::new("v", DataType::Int64, false)]));
     let batch = RecordBatch::try_new(
         Arc::clone(&schema),
         vec![Arc::new(Int64Array::from_iter_values(values))],
     )
     .expect("a batch");
-    // The writer only gathers; the scratch store is never written.
-    let scratch = TableStore::new(u64::MAX);
-    let mut writer = scratch
+    // Only to read and charge the rows, as a put's writer on a cluster node.
+    let writer = node
+        .store
         .writer(table, WriteMode::Replace, schema, None)
         .expect("a writer");
-    writer.push(batch).expect("rows");
-    ClusterPut::gathered(table.to_string(), mode, Some(1), writer)
+    let options = PutOptions {
+        mode,
+        partitions: Some(1),
+        request: request.map(str::to_string),
+    };
+    let mut put = CatalogPut::new(Arc::clone(node), table, &options, writer);
+    let bytes = quiver_store::batch_bytes(&batch);
+    put.add(batch, bytes).await?;
+    put.publish().await
 }

@@ -8,60 +8,7 @@ use std::sync::Arc;
 
 pub use crate::requests::reused;
 
-use arrow::array::RecordBatch;
-use arrow::datatypes::SchemaRef;
-use quiver_store::{MemoryCharge, TableWriter, WriteMode};
-
 use crate::tables::{LocalTables, Tables};
-
-/// A put received by a cluster node, to spread over the cluster.
-#[derive(Debug)]
-pub struct ClusterPut {
-    /// The table written.
-    pub table: String,
-    /// Replace, append or create.
-    pub mode: WriteMode,
-    /// Partitions asked for by the put (`None`: one per live node).
-    pub partitions: Option<usize>,
-    /// The batches' schema.
-    pub schema: SchemaRef,
-    /// The batches, in order.
-    pub batches: Vec<RecordBatch>,
-    /// Their memory, charged to this node's pool until they are shipped.
-    pub charge: MemoryCharge,
-    /// The put's request id: a put with the id of one already committed is
-    /// answered with that commit's result, not applied again.
-    pub request: Option<String>,
-}
-
-impl ClusterPut {
-    /// A put of `writer`'s rows as `table`: the writer read, checked and
-    /// charged them, and is never committed.
-    pub fn gathered(
-        table: String,
-        mode: WriteMode,
-        partitions: Option<usize>,
-        writer: TableWriter<'_>,
-    ) -> Self {
-        let (schema, batches, charge) = writer.into_batches();
-        Self {
-            table,
-            mode,
-            partitions,
-            schema,
-            batches,
-            charge,
-            request: None,
-        }
-    }
-
-    /// The put, carrying request id `request`.
-    #[must_use]
-    pub fn with_request(mut self, request: Option<String>) -> Self {
-        self.request = request;
-        self
-    }
-}
 
 /// What a cluster commit published.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

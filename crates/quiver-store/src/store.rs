@@ -643,13 +643,6 @@ impl TableWriter<'_> {
         self.charge.bytes()
     }
 
-    /// Ends the write without publishing anything: the batches pushed, still
-    /// charged to the memory pool while the caller holds them. A cluster node
-    /// uses it to spread a put over other nodes instead of storing it here.
-    pub fn into_batches(self) -> (SchemaRef, Vec<RecordBatch>, MemoryCharge) {
-        (self.schema, self.batches, self.charge)
-    }
-
     /// Publishes the write atomically and returns the new version.
     ///
     /// In a durable store this writes the batches to a new segment file and

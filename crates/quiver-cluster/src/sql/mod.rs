@@ -159,11 +159,7 @@ impl ClusterCatalog for ClusterSql {
     }
 
     fn locations(&self) -> Vec<String> {
-        let Ok(node) = self.node() else {
-            return Vec::new();
-        };
-        let nodes = node.cached().nodes;
-        nodes.into_values().map(|n| n.location).collect()
+        self.node().map(|node| node.locations()).unwrap_or_default()
     }
 
     fn session(&self, builder: SessionStateBuilder) -> SessionStateBuilder {
