@@ -21,6 +21,7 @@ pub mod metrics;
 mod params;
 mod query;
 mod scan;
+mod stats;
 mod stream;
 mod table;
 

@@ -32,6 +32,11 @@ pub(crate) struct StoredScanExec {
     /// Each partition's batches, already projected and limited.
     partitions: Vec<Vec<RecordBatch>>,
     properties: Arc<PlanProperties>,
+    /// The statistics of the whole scan (before its limit), if known.
+    statistics: Option<Statistics>,
+    /// How many stored batches the query's filters pruned.
+    pruned: usize,
+    limited: bool,
 }
 
 impl StoredScanExec {
@@ -72,7 +77,18 @@ impl StoredScanExec {
         Ok(Self {
             partitions,
             properties: Arc::new(properties),
+            statistics: None,
+            pruned: 0,
+            limited: limit.is_some(),
         })
+    }
+
+    /// The scan with `statistics` of the whole (its columns those of the
+    /// projection), after its filters pruned `pruned` stored batches.
+    pub(crate) fn with_statistics(mut self, statistics: Statistics, pruned: usize) -> Self {
+        self.statistics = Some(statistics);
+        self.pruned = pruned;
+        self
     }
 
     fn rows(&self, partition: Option<usize>) -> usize {
@@ -102,12 +118,18 @@ fn first_rows(batches: &[RecordBatch], limit: usize) -> Vec<RecordBatch> {
 impl DisplayAs for StoredScanExec {
     fn fmt_as(&self, t: DisplayFormatType, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match t {
-            DisplayFormatType::Default | DisplayFormatType::Verbose => write!(
-                f,
-                "StoredScanExec: partitions={}, rows={}",
-                self.partitions.len(),
-                self.rows(None)
-            ),
+            DisplayFormatType::Default | DisplayFormatType::Verbose => {
+                write!(
+                    f,
+                    "StoredScanExec: partitions={}, rows={}",
+                    self.partitions.len(),
+                    self.rows(None)
+                )?;
+                if self.pruned > 0 {
+                    write!(f, ", pruned_batches={}", self.pruned)?;
+                }
+                Ok(())
+            }
             DisplayFormatType::TreeRender => write!(f, "rows={}", self.rows(None)),
         }
     }
@@ -169,8 +191,27 @@ impl ExecutionPlan for StoredScanExec {
         {
             return internal_err!("StoredScanExec: partition {i} of {}", self.partitions.len());
         }
-        let mut stats = Statistics::new_unknown(&self.schema());
-        stats.num_rows = Precision::Exact(self.rows(args.partition()));
+        let rows = self.rows(args.partition());
+        let Some(whole) = &self.statistics else {
+            let mut stats = Statistics::new_unknown(&self.schema());
+            stats.num_rows = Precision::Exact(rows);
+            return Ok(Arc::new(stats));
+        };
+        if args.partition().is_none() && !self.limited {
+            return Ok(Arc::new(whole.clone()));
+        }
+        // A part of the whole: its rows are known, the rest is the whole's
+        // bounds and a share of its bytes.
+        let mut stats = whole.clone().to_inexact();
+        if let Precision::Exact(all) | Precision::Inexact(all) = whole.num_rows
+            && all > 0
+            && let Precision::Exact(bytes) = whole.total_byte_size
+        {
+            let share = u128::try_from(bytes).unwrap_or(u128::MAX) * rows as u128 / all as u128;
+            stats.total_byte_size =
+                Precision::Inexact(usize::try_from(share).unwrap_or(usize::MAX));
+        }
+        stats.num_rows = Precision::Exact(rows);
         Ok(Arc::new(stats))
     }
 }

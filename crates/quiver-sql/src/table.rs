@@ -1,17 +1,24 @@
-//! A stored table as a DataFusion table: its batches, scanned in place.
+//! A stored table as a DataFusion table: its batches, scanned in place,
+//! with the statistics of [`crate::stats`] and its batches pruned by a
+//! query's filters.
 
 use std::sync::Arc;
 
 use arrow::datatypes::SchemaRef;
+use arrow::record_batch::RecordBatch;
 use async_trait::async_trait;
 use datafusion::catalog::Session;
+use datafusion::common::DFSchema;
 use datafusion::datasource::TableProvider;
-use datafusion::error::Result;
-use datafusion::logical_expr::{Expr, TableType};
+use datafusion::error::{DataFusionError, Result};
+use datafusion::logical_expr::utils::conjunction;
+use datafusion::logical_expr::{Expr, TableProviderFilterPushDown, TableType};
+use datafusion::physical_optimizer::pruning::PruningPredicateBuilder;
 use datafusion::physical_plan::ExecutionPlan;
-use quiver_store::TableVersion;
+use quiver_store::{TableVersion, partition_rows};
 
 use crate::scan::StoredScanExec;
+use crate::stats::VersionStats;
 
 /// One version of a stored table. A query sees the version it was planned
 /// against, however the table changes while it runs.
@@ -23,6 +30,42 @@ pub(crate) struct StoredTable {
 impl StoredTable {
     pub(crate) fn new(version: Arc<TableVersion>) -> Self {
         Self { version }
+    }
+
+    /// The batches that may hold rows passing every filter of `filters`
+    /// (indexes into the version's batches), by their minimums, maximums
+    /// and null counts; all of them when the filters say nothing of those.
+    fn prune(&self, state: &dyn Session, filters: &[Expr], stats: &VersionStats) -> Vec<usize> {
+        let all = || (0..stats.batches()).collect();
+        let Some(predicate) = conjunction(filters.iter().cloned()) else {
+            return all();
+        };
+        let schema = self.version.schema();
+        let kept = DFSchema::try_from(Arc::clone(schema))
+            .and_then(|df_schema| state.create_physical_expr(predicate, &df_schema))
+            .and_then(|expr| {
+                PruningPredicateBuilder::new()
+                    .with_file_schema(Arc::clone(schema))
+                    .try_build(expr)
+            })
+            .and_then(|pruning| {
+                if pruning.always_true() {
+                    return Ok(None);
+                }
+                pruning.prune(&stats.pruning(schema)).map(Some)
+            });
+        match kept {
+            Ok(Some(keep)) => keep
+                .iter()
+                .enumerate()
+                .filter_map(|(i, keep)| keep.then_some(i))
+                .collect(),
+            Ok(None) => all(),
+            Err(e) => {
+                tracing::debug!(table = %self.version.name(), "no pruning: {e}");
+                all()
+            }
+        }
     }
 }
 
@@ -36,23 +79,43 @@ impl TableProvider for StoredTable {
         TableType::Base
     }
 
+    /// Every filter prunes batches, and is applied to the rows above the
+    /// scan as well.
+    fn supports_filters_pushdown(
+        &self,
+        filters: &[&Expr],
+    ) -> Result<Vec<TableProviderFilterPushDown>> {
+        Ok(vec![TableProviderFilterPushDown::Inexact; filters.len()])
+    }
+
     async fn scan(
         &self,
         state: &dyn Session,
         projection: Option<&Vec<usize>>,
-        _filters: &[Expr],
+        filters: &[Expr],
         limit: Option<usize>,
     ) -> Result<Arc<dyn ExecutionPlan>> {
+        let stats = VersionStats::of(&self.version);
+        let kept = self.prune(state, filters, &stats);
+        let batches: Vec<&RecordBatch> = self.version.batches().collect();
+        let kept_batches: Vec<&RecordBatch> = kept.iter().map(|&i| batches[i]).collect();
+        let rows: u64 = kept_batches.iter().map(|b| b.num_rows() as u64).sum();
         // One partition per core at most, each a run of zero-copy row slices;
         // a table of few rows is not split into empty partitions.
-        let rows = usize::try_from(self.version.num_rows()).unwrap_or(usize::MAX);
-        let count = state.config().target_partitions().min(rows).max(1);
+        let count = state
+            .config()
+            .target_partitions()
+            .min(usize::try_from(rows).unwrap_or(usize::MAX))
+            .max(1);
         let partitions = (0..count)
-            .map(|i| self.version.partition(i, count))
+            .map(|i| partition_rows(kept_batches.iter().copied(), rows, i, count))
             .collect::<Result<Vec<_>, _>>()
-            .map_err(|e| datafusion::error::DataFusionError::External(Box::new(e)))?;
+            .map_err(|e| DataFusionError::External(Box::new(e)))?;
+        let columns = self.version.schema().fields().len();
+        let statistics = stats.of_batches(&kept, projection.map(Vec::as_slice), columns);
         // Scanned as stored: no re-cut into `batch_size` rows (scan.rs).
-        let scan = StoredScanExec::try_new(partitions, self.version.schema(), projection, limit)?;
+        let scan = StoredScanExec::try_new(partitions, self.version.schema(), projection, limit)?
+            .with_statistics(statistics, batches.len() - kept.len());
         Ok(Arc::new(scan))
     }
 }

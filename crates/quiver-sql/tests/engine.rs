@@ -4,7 +4,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use arrow::array::{ArrayRef, Int64Array, RecordBatch, StringArray, UInt64Array};
+use arrow::array::{Array, ArrayRef, Int64Array, RecordBatch, StringArray, UInt64Array};
 use arrow::compute::concat_batches;
 use futures::StreamExt;
 use quiver_sql::{EngineOptions, Outcome, SqlEngine, SqlError, TableKind};
@@ -428,4 +428,34 @@ async fn statements_beyond_what_is_allowed_are_refused_before_they_run() {
         panic!("INSERT is not a query");
     };
     assert_eq!(rows, 1);
+}
+
+#[tokio::test]
+async fn filters_that_prune_stored_batches_still_give_every_matching_row() {
+    // Trips is stored as two batches: ids 0..600 and 600..1000.
+    let (_, engine) = engine();
+    for (sql, expected) in [
+        ("SELECT count(*) FROM Trips WHERE id >= 700", 300),
+        ("SELECT count(*) FROM Trips WHERE id < 600", 600),
+        (
+            "SELECT count(*) FROM Trips WHERE id BETWEEN 590 AND 610",
+            21,
+        ),
+        ("SELECT count(*) FROM Trips WHERE id > 5000", 0),
+        ("SELECT count(*) FROM Trips WHERE \"Name\" = 'n999'", 1),
+        ("SELECT count(*) FROM Trips WHERE id >= 700 OR id = 3", 301),
+    ] {
+        let counted = query(&engine, sql).await.unwrap();
+        assert_eq!(int(&counted, 0, 0), expected, "{sql}");
+    }
+    let explained = query(&engine, "EXPLAIN SELECT * FROM Trips WHERE id >= 700")
+        .await
+        .unwrap();
+    let plans = explained
+        .column(1)
+        .as_any()
+        .downcast_ref::<StringArray>()
+        .unwrap();
+    let physical = plans.value(plans.len() - 1);
+    assert!(physical.contains("pruned_batches=1"), "{physical}");
 }

@@ -46,4 +46,4 @@ pub use memory::{MemoryCharge, MemoryPool, batch_bytes};
 pub use name::{MAX_NAME_LEN, RESERVED_PREFIX, is_reserved, validate_name, validate_storage_name};
 pub use store::{StoreStats, TableStore, TableWriter, WriteMode};
 use version::Segment;
-pub use version::TableVersion;
+pub use version::{TableVersion, partition_rows};

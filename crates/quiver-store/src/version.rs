@@ -86,9 +86,10 @@ pub struct TableVersion {
     rows: u64,
     bytes: u64,
     partitions: Option<usize>,
-    /// Something a server derived from this version and keeps for as long as
-    /// the version lives (the shared-memory export of `quiver-flight`).
-    attachment: Mutex<Option<Arc<dyn Any + Send + Sync>>>,
+    /// What servers derived from this version and keep for as long as the
+    /// version lives, one value of each type (the shared-memory export of
+    /// `quiver-shm`, the statistics of `quiver-sql`).
+    attachments: Mutex<Vec<Arc<dyn Any + Send + Sync>>>,
 }
 
 impl TableVersion {
@@ -109,7 +110,7 @@ impl TableVersion {
             rows,
             bytes,
             partitions,
-            attachment: Mutex::new(None),
+            attachments: Mutex::new(Vec::new()),
         }
     }
 
@@ -123,7 +124,7 @@ impl TableVersion {
             rows: self.rows,
             bytes: self.bytes,
             partitions: self.partitions,
-            attachment: Mutex::new(None),
+            attachments: Mutex::new(Vec::new()),
         }
     }
 
@@ -158,9 +159,8 @@ impl TableVersion {
     }
 
     /// The value of type `T` attached to this version, made by `make` the first
-    /// time (or when the one attached is of another type). Callers asking at
-    /// once wait for one `make`; a failed `make` attaches nothing. The value is
-    /// dropped with the version.
+    /// time. Callers asking at once wait for one `make`; a failed `make`
+    /// attaches nothing. The value is dropped with the version.
     pub fn attachment<T, E>(
         &self,
         make: impl FnOnce() -> std::result::Result<T, E>,
@@ -169,26 +169,26 @@ impl TableVersion {
         T: Any + Send + Sync,
     {
         let mut slot = self
-            .attachment
+            .attachments
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
-        if let Some(value) = slot
-            .as_ref()
-            .and_then(|v| Arc::clone(v).downcast::<T>().ok())
-        {
+        if let Some(value) = slot.iter().find_map(|v| Arc::clone(v).downcast::<T>().ok()) {
             return Ok(value);
         }
         let value = Arc::new(make()?);
-        *slot = Some(Arc::clone(&value) as Arc<dyn Any + Send + Sync>);
+        slot.push(Arc::clone(&value) as Arc<dyn Any + Send + Sync>);
         Ok(value)
     }
 
-    /// Attaches `value` (see [`TableVersion::attachment`]), replacing what was.
+    /// Attaches `value` (see [`TableVersion::attachment`]), replacing the
+    /// value of its type.
     pub fn attach<T: Any + Send + Sync>(&self, value: Arc<T>) {
-        *self
-            .attachment
+        let mut slot = self
+            .attachments
             .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(value);
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        slot.retain(|v| !v.is::<T>());
+        slot.push(value);
     }
 
     pub(crate) fn segments(&self) -> &[Arc<Segment>] {
@@ -205,30 +205,42 @@ impl TableVersion {
     /// slices of the stored batches. Together the partitions hold every row
     /// exactly once, in order.
     pub fn partition(&self, index: usize, count: usize) -> Result<Vec<RecordBatch>> {
-        if count == 0 || index >= count {
-            return Err(StoreError::InvalidPartition { index, count });
-        }
-        let (count, index) = (count as u128, index as u128);
-        let rows = self.rows as u128;
-        let start = (index * rows / count) as u64;
-        let end = ((index + 1) * rows / count) as u64;
-        let mut out = Vec::new();
-        let mut offset = 0u64;
-        for batch in self.batches() {
-            let len = batch.num_rows() as u64;
-            let (lo, hi) = (offset, offset + len);
-            offset = hi;
-            if hi <= start || lo >= end {
-                continue;
-            }
-            let from = start.max(lo) - lo;
-            let to = end.min(hi) - lo;
-            if from == 0 && to == len {
-                out.push(batch.clone());
-            } else {
-                out.push(batch.slice(from as usize, (to - from) as usize));
-            }
-        }
-        Ok(out)
+        partition_rows(self.batches(), self.rows, index, count)
     }
+}
+
+/// Of `batches` (holding `rows` rows), partition `index` of `count`: the
+/// rows `[index * rows / count, (index + 1) * rows / count)`, as zero-copy
+/// slices. Together the partitions hold every row exactly once, in order.
+pub fn partition_rows<'a>(
+    batches: impl IntoIterator<Item = &'a RecordBatch>,
+    rows: u64,
+    index: usize,
+    count: usize,
+) -> Result<Vec<RecordBatch>> {
+    if count == 0 || index >= count {
+        return Err(StoreError::InvalidPartition { index, count });
+    }
+    let (count, index) = (count as u128, index as u128);
+    let rows = u128::from(rows);
+    let start = (index * rows / count) as u64;
+    let end = ((index + 1) * rows / count) as u64;
+    let mut out = Vec::new();
+    let mut offset = 0u64;
+    for batch in batches {
+        let len = batch.num_rows() as u64;
+        let (lo, hi) = (offset, offset + len);
+        offset = hi;
+        if hi <= start || lo >= end {
+            continue;
+        }
+        let from = start.max(lo) - lo;
+        let to = end.min(hi) - lo;
+        if from == 0 && to == len {
+            out.push(batch.clone());
+        } else {
+            out.push(batch.slice(from as usize, (to - from) as usize));
+        }
+    }
+    Ok(out)
 }

@@ -1,0 +1,404 @@
+//! What the planner knows of a stored table: each stored batch's rows and,
+//! per column, its bytes, nulls, minimum and maximum.
+//!
+//! Computed once per version, at the first query that scans it, and kept
+//! with the version for as long as it lives (a version never changes). With
+//! them DataFusion sizes a scan exactly: it picks join sides and broadcasts
+//! small tables by their bytes, and estimates filters from the columns'
+//! ranges. A query's filters prune stored batches by the same minimums and
+//! maximums ([`BatchStatistics`], DataFusion's `PruningPredicate`), as
+//! Parquet row groups are pruned.
+
+use std::collections::HashSet;
+use std::convert::Infallible;
+use std::sync::Arc;
+
+use arrow::array::{Array, ArrayRef, AsArray, BooleanArray, RecordBatch, UInt64Array};
+use arrow::compute::{
+    max, max_boolean, max_string, max_string_view, min, min_boolean, min_string, min_string_view,
+};
+use arrow::datatypes::{
+    ArrowPrimitiveType, DataType, Date32Type, Date64Type, Decimal128Type, Decimal256Type,
+    Float32Type, Float64Type, Int8Type, Int16Type, Int32Type, Int64Type, Schema, TimeUnit,
+    TimestampMicrosecondType, TimestampMillisecondType, TimestampNanosecondType,
+    TimestampSecondType, UInt8Type, UInt16Type, UInt32Type, UInt64Type,
+};
+use datafusion::common::pruning::PruningStatistics;
+use datafusion::common::stats::Precision;
+use datafusion::common::{Column, ColumnStatistics, ScalarValue, Statistics};
+use quiver_store::TableVersion;
+
+/// One column of one batch.
+#[derive(Debug, Clone)]
+struct ColumnFacts {
+    nulls: usize,
+    /// The bytes of the column's own part of its buffers.
+    bytes: usize,
+    /// The smallest and largest values, typed nulls when every value is
+    /// null; `None` for a type whose order quiver does not keep.
+    range: Option<(ScalarValue, ScalarValue)>,
+}
+
+/// One stored batch.
+#[derive(Debug, Clone)]
+struct BatchFacts {
+    rows: usize,
+    columns: Vec<ColumnFacts>,
+}
+
+/// A version's statistics, batch by batch in its order.
+#[derive(Debug)]
+pub(crate) struct VersionStats {
+    batches: Vec<BatchFacts>,
+}
+
+impl VersionStats {
+    /// The statistics of `version`, computed at the first call.
+    pub(crate) fn of(version: &TableVersion) -> Arc<Self> {
+        let made = version.attachment(|| {
+            Ok::<_, Infallible>(Self {
+                batches: version.batches().map(facts).collect(),
+            })
+        });
+        match made {
+            Ok(stats) => stats,
+            Err(never) => match never {},
+        }
+    }
+
+    /// How many stored batches there are.
+    pub(crate) fn batches(&self) -> usize {
+        self.batches.len()
+    }
+
+    /// The statistics of the batches `kept` (indexes into the version's
+    /// batches), projected to `projection` (all `columns` when `None`).
+    /// Exact: the batches are scanned whole, sliced at most into the scan's
+    /// partitions.
+    pub(crate) fn of_batches(
+        &self,
+        kept: &[usize],
+        projection: Option<&[usize]>,
+        columns: usize,
+    ) -> Statistics {
+        let chosen: Vec<usize> =
+            projection.map_or_else(|| (0..columns).collect(), <[usize]>::to_vec);
+        let batches: Vec<&BatchFacts> = kept.iter().map(|&i| &self.batches[i]).collect();
+        let column_statistics: Vec<ColumnStatistics> = chosen
+            .iter()
+            .map(|&c| column_statistics(batches.iter().map(|b| &b.columns[c])))
+            .collect();
+        let bytes = column_statistics
+            .iter()
+            .map(|c| match c.byte_size {
+                Precision::Exact(bytes) => bytes,
+                _ => 0,
+            })
+            .sum();
+        Statistics {
+            num_rows: Precision::Exact(batches.iter().map(|b| b.rows).sum()),
+            total_byte_size: Precision::Exact(bytes),
+            column_statistics,
+        }
+    }
+
+    /// The batches a predicate is checked against, with `schema` naming
+    /// their columns.
+    pub(crate) fn pruning<'a>(&'a self, schema: &'a Schema) -> BatchStatistics<'a> {
+        BatchStatistics {
+            stats: self,
+            schema,
+        }
+    }
+}
+
+/// The facts of one batch.
+fn facts(batch: &RecordBatch) -> BatchFacts {
+    BatchFacts {
+        rows: batch.num_rows(),
+        columns: batch
+            .columns()
+            .iter()
+            .map(|column| ColumnFacts {
+                nulls: column.null_count(),
+                bytes: column.to_data().get_slice_memory_size().unwrap_or(0),
+                range: range(column.as_ref()),
+            })
+            .collect(),
+    }
+}
+
+/// The smallest and largest values of `array`, for the types whose order
+/// DataFusion and arrow agree on.
+fn range(array: &dyn Array) -> Option<(ScalarValue, ScalarValue)> {
+    fn primitive<T: ArrowPrimitiveType>(array: &dyn Array) -> Option<(ScalarValue, ScalarValue)> {
+        let values = array.as_primitive::<T>();
+        let kind = array.data_type();
+        let low = ScalarValue::new_primitive::<T>(min(values), kind).ok()?;
+        let high = ScalarValue::new_primitive::<T>(max(values), kind).ok()?;
+        Some((low, high))
+    }
+    let text = |low: Option<&str>, high: Option<&str>, make: fn(Option<String>) -> ScalarValue| {
+        Some((
+            make(low.map(str::to_string)),
+            make(high.map(str::to_string)),
+        ))
+    };
+    match array.data_type() {
+        DataType::Int8 => primitive::<Int8Type>(array),
+        DataType::Int16 => primitive::<Int16Type>(array),
+        DataType::Int32 => primitive::<Int32Type>(array),
+        DataType::Int64 => primitive::<Int64Type>(array),
+        DataType::UInt8 => primitive::<UInt8Type>(array),
+        DataType::UInt16 => primitive::<UInt16Type>(array),
+        DataType::UInt32 => primitive::<UInt32Type>(array),
+        DataType::UInt64 => primitive::<UInt64Type>(array),
+        DataType::Float32 => primitive::<Float32Type>(array),
+        DataType::Float64 => primitive::<Float64Type>(array),
+        DataType::Decimal128(_, _) => primitive::<Decimal128Type>(array),
+        DataType::Decimal256(_, _) => primitive::<Decimal256Type>(array),
+        DataType::Date32 => primitive::<Date32Type>(array),
+        DataType::Date64 => primitive::<Date64Type>(array),
+        DataType::Timestamp(TimeUnit::Second, _) => primitive::<TimestampSecondType>(array),
+        DataType::Timestamp(TimeUnit::Millisecond, _) => {
+            primitive::<TimestampMillisecondType>(array)
+        }
+        DataType::Timestamp(TimeUnit::Microsecond, _) => {
+            primitive::<TimestampMicrosecondType>(array)
+        }
+        DataType::Timestamp(TimeUnit::Nanosecond, _) => primitive::<TimestampNanosecondType>(array),
+        DataType::Boolean => {
+            let values = array.as_boolean();
+            Some((
+                ScalarValue::Boolean(min_boolean(values)),
+                ScalarValue::Boolean(max_boolean(values)),
+            ))
+        }
+        DataType::Utf8 => {
+            let values = array.as_string::<i32>();
+            text(min_string(values), max_string(values), ScalarValue::Utf8)
+        }
+        DataType::LargeUtf8 => {
+            let values = array.as_string::<i64>();
+            text(
+                min_string(values),
+                max_string(values),
+                ScalarValue::LargeUtf8,
+            )
+        }
+        DataType::Utf8View => {
+            let values = array.as_string_view();
+            text(
+                min_string_view(values),
+                max_string_view(values),
+                ScalarValue::Utf8View,
+            )
+        }
+        _ => None,
+    }
+}
+
+/// One column's statistics over several batches.
+fn column_statistics<'a>(columns: impl Iterator<Item = &'a ColumnFacts>) -> ColumnStatistics {
+    let (mut nulls, mut bytes) = (0, 0);
+    let mut low: Option<ScalarValue> = None;
+    let mut high: Option<ScalarValue> = None;
+    let mut ranged = true;
+    for column in columns {
+        nulls += column.nulls;
+        bytes += column.bytes;
+        let Some((l, h)) = &column.range else {
+            ranged = false;
+            continue;
+        };
+        if !l.is_null() && low.as_ref().is_none_or(|low| l < low) {
+            low = Some(l.clone());
+        }
+        if !h.is_null() && high.as_ref().is_none_or(|high| h > high) {
+            high = Some(h.clone());
+        }
+    }
+    let exact = |value: Option<ScalarValue>| match value {
+        Some(value) if ranged => Precision::Exact(value),
+        _ => Precision::Absent,
+    };
+    ColumnStatistics {
+        null_count: Precision::Exact(nulls),
+        max_value: exact(high),
+        min_value: exact(low),
+        sum_value: Precision::Absent,
+        distinct_count: Precision::Absent,
+        byte_size: Precision::Exact(bytes),
+    }
+}
+
+/// A version's batches as the containers DataFusion's pruning checks a
+/// predicate against.
+#[derive(Debug)]
+pub(crate) struct BatchStatistics<'a> {
+    stats: &'a VersionStats,
+    schema: &'a Schema,
+}
+
+impl BatchStatistics<'_> {
+    /// The minimums (`low`) or maximums of `column`, one per batch.
+    fn bounds(&self, column: &Column, low: bool) -> Option<ArrayRef> {
+        let index = self.schema.index_of(column.name()).ok()?;
+        let values = self
+            .stats
+            .batches
+            .iter()
+            .map(|b| {
+                b.columns[index]
+                    .range
+                    .as_ref()
+                    .map(|(l, h)| if low { l.clone() } else { h.clone() })
+            })
+            .collect::<Option<Vec<_>>>()?;
+        ScalarValue::iter_to_array(values).ok()
+    }
+}
+
+impl PruningStatistics for BatchStatistics<'_> {
+    fn min_values(&self, column: &Column) -> Option<ArrayRef> {
+        self.bounds(column, true)
+    }
+
+    fn max_values(&self, column: &Column) -> Option<ArrayRef> {
+        self.bounds(column, false)
+    }
+
+    fn num_containers(&self) -> usize {
+        self.stats.batches.len()
+    }
+
+    fn null_counts(&self, column: &Column) -> Option<ArrayRef> {
+        let index = self.schema.index_of(column.name()).ok()?;
+        let counts = self
+            .stats
+            .batches
+            .iter()
+            .map(|b| b.columns[index].nulls as u64);
+        Some(Arc::new(UInt64Array::from_iter_values(counts)))
+    }
+
+    fn row_counts(&self) -> Option<ArrayRef> {
+        let rows = self.stats.batches.iter().map(|b| b.rows as u64);
+        Some(Arc::new(UInt64Array::from_iter_values(rows)))
+    }
+
+    fn contained(&self, _column: &Column, _values: &HashSet<ScalarValue>) -> Option<BooleanArray> {
+        None
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)] // a failed unwrap is a failed test
+
+    use super::*;
+    use crate::table::StoredTable;
+    use arrow::array::{Int64Array, StringArray};
+    use arrow::datatypes::Field;
+    use datafusion::datasource::TableProvider;
+    use datafusion::logical_expr::{col, lit};
+    use datafusion::physical_plan::ExecutionPlan;
+    use datafusion::physical_plan::statistics::{StatisticsArgs, StatisticsContext};
+    use datafusion::prelude::SessionContext;
+    use quiver_store::{TableStore, WriteMode};
+
+    /// Table `t`: 4 batches of 100 rows, ids 0..400, a string column
+    /// `s` that is null in the second batch.
+    fn version() -> Arc<TableVersion> {
+        let store = TableStore::new(1 << 30);
+        let schema = Arc::new(Schema::new(vec![
+            Field::new("id", DataType::Int64, false),
+            Field::new("s", DataType::Utf8, true),
+        ]));
+        let batches: Vec<RecordBatch> = (0..4)
+            .map(|b| {
+                let ids = Int64Array::from_iter_values(b * 100..(b + 1) * 100);
+                let names: StringArray = (b * 100..(b + 1) * 100)
+                    .map(|i| (b != 1).then(|| format!("v{i:03}")))
+                    .collect();
+                RecordBatch::try_new(
+                    Arc::clone(&schema),
+                    vec![Arc::new(ids) as ArrayRef, Arc::new(names) as ArrayRef],
+                )
+                .unwrap()
+            })
+            .collect();
+        store.put("t", WriteMode::Replace, schema, batches).unwrap()
+    }
+
+    fn whole(plan: &dyn ExecutionPlan) -> Arc<Statistics> {
+        StatisticsContext::new()
+            .compute(plan, &StatisticsArgs::new())
+            .unwrap()
+    }
+
+    async fn scan(filters: &[datafusion::logical_expr::Expr]) -> Arc<dyn ExecutionPlan> {
+        let context = SessionContext::new();
+        StoredTable::new(version())
+            .scan(&context.state(), None, filters, None)
+            .await
+            .unwrap()
+    }
+
+    #[tokio::test]
+    async fn a_scan_knows_its_rows_bytes_nulls_and_ranges_exactly() {
+        let plan = scan(&[]).await;
+        let stats = whole(plan.as_ref());
+        assert_eq!(stats.num_rows, Precision::Exact(400));
+        let Precision::Exact(bytes) = stats.total_byte_size else {
+            panic!("{stats:?}");
+        };
+        // 400 ids of 8 bytes, and the strings with their offsets.
+        assert!(bytes > 3200, "{bytes}");
+        let [id, s] = &stats.column_statistics[..] else {
+            panic!("{stats:?}");
+        };
+        assert_eq!(id.min_value, Precision::Exact(ScalarValue::Int64(Some(0))));
+        assert_eq!(
+            id.max_value,
+            Precision::Exact(ScalarValue::Int64(Some(399)))
+        );
+        assert_eq!(id.null_count, Precision::Exact(0));
+        assert_eq!(s.null_count, Precision::Exact(100));
+        assert_eq!(
+            s.min_value,
+            Precision::Exact(ScalarValue::Utf8(Some("v000".into())))
+        );
+        assert_eq!(
+            s.max_value,
+            Precision::Exact(ScalarValue::Utf8(Some("v399".into())))
+        );
+        // Computed once, kept with the version.
+        let version = version();
+        assert!(Arc::ptr_eq(
+            &VersionStats::of(&version),
+            &VersionStats::of(&version)
+        ));
+    }
+
+    #[tokio::test]
+    async fn filters_prune_the_batches_their_ranges_rule_out() {
+        let plan = scan(&[col("id").gt_eq(lit(250_i64))]).await;
+        // Batches 0 and 1 hold ids below 250.
+        let stats = whole(plan.as_ref());
+        assert_eq!(stats.num_rows, Precision::Exact(200));
+        let shown = datafusion::physical_plan::displayable(plan.as_ref())
+            .one_line()
+            .to_string();
+        assert!(shown.contains("pruned_batches=2"), "{shown}");
+        // A batch all null is ruled out by a filter on values...
+        let plan = scan(&[col("s").eq(lit("v150"))]).await;
+        assert_eq!(whole(plan.as_ref()).num_rows, Precision::Exact(0));
+        // ...and kept for IS NULL, the only batch that may match.
+        let plan = scan(&[col("s").is_null()]).await;
+        assert_eq!(whole(plan.as_ref()).num_rows, Precision::Exact(100));
+        // A filter its ranges say nothing of keeps every batch.
+        let plan = scan(&[(col("id") % lit(7_i64)).eq(lit(3_i64))]).await;
+        assert_eq!(whole(plan.as_ref()).num_rows, Precision::Exact(400));
+    }
+}
