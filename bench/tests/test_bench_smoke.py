@@ -829,9 +829,7 @@ def engines_run(tmp_path_factory: pytest.TempPathFactory) -> dict[str, object]:
     tmp = tmp_path_factory.mktemp("engines")
     postgres_missing = _set_up_postgres()
     jdbc_missing = _set_up_jdbc_jar() if engines.missing(SPARK) is None else "no Spark"
-    started = time.monotonic()
     result = run_smoke("engines", tmp, timeout=ENGINES_SMOKE_TIMEOUT_S)
-    seconds = time.monotonic() - started
     out = tmp / "out" / "results.csv"
     rows = []
     if out.exists():
@@ -841,7 +839,6 @@ def engines_run(tmp_path_factory: pytest.TempPathFactory) -> dict[str, object]:
         "tmp": tmp,
         "result": result,
         "rows": rows,
-        "seconds": seconds,
         "jdbc_missing": jdbc_missing or postgres_missing,
     }
 
@@ -929,11 +926,6 @@ def test_the_engines_suite_reaches_the_report_and_its_figure(engines_run):
     assert "(plots/engines.png)" in section
     assert "| Dask | read | quiver, 4 endpoints |" in section or engines.missing(DASK)
     assert "Engine start-up (once per run, not in the timings):" in section
-
-
-def test_the_engines_smoke_run_stays_short(engines_run):
-    # CI runs it on two cores: the engines start once each and every peer is read once.
-    assert engines_run["seconds"] < 150, engines_run["seconds"]
 
 
 def _engine_row(engine: str, op: str, server: str, endpoints: int, seconds: float) -> dict:
