@@ -196,6 +196,83 @@ def test_a_lost_nodes_partitions_are_copied_again(cluster: Cluster) -> None:
         assert c.get("fresh").equals(ids(1000))
 
 
+def copies_on(status: dict[str, object], node: str) -> int:
+    """How many partition copies the catalog lists on ``node``."""
+    parts = [p for t in status["tables"] for p in t["partitions"]]  # type: ignore[attr-defined]
+    return sum(node in p["replicas"] for p in parts)
+
+
+def test_a_node_that_joins_takes_its_share_while_readers_read(etcd: Etcd, tmp_path: Path) -> None:
+    """A table of 12 partitions put on n1 and n2 (two copies each: 24 copies), then n3
+    joins: copies move to n3 until each node holds a third (8), while readers through
+    n1 and n2 read the whole table without a failure; the copies moved away are
+    dropped, and n1's memory with them. Before rebalancing, n3 got nothing."""
+    nodes = Cluster(etcd, tmp_path)
+    for node_id in ("n1", "n2"):
+        nodes.start(node_id, "--orphan-grace", "1", "--query-timeout", "5")
+    try:
+        wait_until("two live nodes", lambda: len(nodes.status()["nodes"]) == 2)  # type: ignore[arg-type]
+        table = ids(1_200_000)
+        expected = pc.sum(table["id"]).as_py()
+        with nodes.client("n1") as c:
+            c.put("t", table, partitions=12)
+            before = c.stats().memory_used
+        stop = threading.Event()
+        reads: list[str] = []
+        failures: list[str] = []
+
+        def read() -> None:
+            for i in range(500):  # bounded in count, and by the test's time
+                if stop.is_set():
+                    return
+                node = ("n1", "n2")[i % 2]
+                try:
+                    with nodes.client(node, timeout=20) as c:
+                        got = c.get("t")
+                        [row] = c.sql("SELECT count(*) AS n, sum(id) AS s FROM t").to_pylist()
+                    if (got.num_rows, pc.sum(got["id"]).as_py()) != (table.num_rows, expected):
+                        failures.append(f"{node}: get gave {got.num_rows} rows")
+                    if (row["n"], row["s"]) != (table.num_rows, expected):
+                        failures.append(f"{node}: SQL gave {row}")
+                    reads.append(node)
+                except quiver.QuiverError as error:
+                    failures.append(f"{node}: {error}")
+
+        reader = threading.Thread(target=read)
+        reader.start()
+        try:
+            time.sleep(1.0)
+            nodes.start("n3", "--orphan-grace", "1", "--query-timeout", "5")
+            wait_until(
+                "a third of the copies on each node",
+                lambda: [copies_on(nodes.status(), n) for n in NODES] == [8, 8, 8],
+                60,
+            )
+            time.sleep(1.0)
+        finally:
+            stop.set()
+            reader.join(timeout=120)
+        assert not reader.is_alive(), "the reader hung"
+        assert not failures, failures[:5]
+        assert len(reads) >= 4, reads
+        status = nodes.status()
+        assert status["under_replicated"] == 0, status
+        # The copies moved away are dropped once their readers' hold (5 s) ends.
+        with nodes.client("n1") as c:
+            wait_until(
+                "n1 drops the copies it gave away",
+                lambda: c.stats().memory_used < before * 3 // 4,
+                40,
+            )
+        for node in NODES:
+            with nodes.client(node) as c:
+                assert c.get("t").sort_by("id").equals(table), node
+    finally:
+        failures = nodes.stop_all()
+        if failures:
+            pytest.fail("\n".join(failures), pytrace=False)
+
+
 def test_of_two_concurrent_commits_exactly_one_wins(cluster: Cluster) -> None:
     with cluster.client("n1") as a, cluster.client("n2") as b:
         a.put("s1", ids(5))

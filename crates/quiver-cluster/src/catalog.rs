@@ -12,9 +12,10 @@
 //!   the node's lease, and deleted by the commit that publishes them. A
 //!   partition an intent names is not an orphan; a commit whose intent is
 //!   gone (the node lost its lease meanwhile) fails.
-//! - `reads/<node>`: the partitions that node handed to readers lately
-//!   (FlightInfo endpoints, SQL plans) and holds for them ([`ReadsEntry`],
-//!   under the node's lease): not orphans while they are named there.
+//! - `reads/<node>`: the copies of partitions that node handed to readers
+//!   lately (FlightInfo endpoints, SQL plans) and holds for them
+//!   ([`ReadsEntry`], under the node's lease): not orphans while they are
+//!   named there.
 //! - `written/<request id>`: what the put with that id published
 //!   ([`RequestEntry`]), written by its commit, kept at least 5 minutes: a put
 //!   retried with its id is answered with it instead of being applied again.
@@ -83,11 +84,16 @@ pub(crate) struct IntentEntry {
     pub(crate) partitions: Vec<String>,
 }
 
-/// The partitions a node's readers hold.
+/// The copies a node's readers hold.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub(crate) struct ReadsEntry {
-    /// Their storage names.
+    /// The partitions' storage names (what nodes of earlier builds read:
+    /// they spare every copy of these).
     pub(crate) partitions: Vec<String>,
+    /// The copies themselves: (partition, node) for each replica the
+    /// readers were handed. Absent in an entry of an earlier build.
+    #[serde(default)]
+    pub(crate) copies: Vec<(String, String)>,
 }
 
 /// What a put with a request id published.

@@ -4,7 +4,7 @@
 //! with a clear UNAVAILABLE instead of hanging.
 
 use std::collections::{BTreeMap, HashSet};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use quiver_etcd::{Client, Compare, CompareResult, ConnectOptions, Credentials, RequestOp, Tls};
 use serde::Serialize;
@@ -45,13 +45,40 @@ impl Snapshot {
             .collect()
     }
 
-    /// Every partition some node's readers hold.
-    pub(crate) fn read(&self) -> impl Iterator<Item = &str> {
-        self.reads
-            .values()
-            .flat_map(|reads| &reads.partitions)
-            .map(String::as_str)
+    /// The partitions whose copies on node `node` some node's readers hold
+    /// (every copy of those an entry of an earlier build names).
+    pub(crate) fn read_on<'a>(&'a self, node: &'a str) -> impl Iterator<Item = &'a str> {
+        self.reads.values().flat_map(move |reads| {
+            let copies = reads
+                .copies
+                .iter()
+                .filter(move |(_, holder)| holder == node)
+                .map(|(partition, _)| partition.as_str());
+            let names = reads
+                .copies
+                .is_empty()
+                .then_some(&reads.partitions)
+                .into_iter()
+                .flatten()
+                .map(String::as_str);
+            copies.chain(names)
+        })
     }
+}
+
+/// Why a lease's renewals stopped.
+#[derive(Debug)]
+pub(crate) enum LeaseEnd {
+    /// etcd answered that the lease has expired: its keys are gone.
+    Expired,
+    /// etcd did not answer (it is down, restarting, or out of reach). The
+    /// lease may well be alive: etcd keeps leases over a restart, and gives
+    /// each its whole TTL again when a leader takes over.
+    Unanswered(ClusterError),
+}
+
+fn ttl_duration(seconds: i64) -> Duration {
+    Duration::from_secs(u64::try_from(seconds).unwrap_or(0))
 }
 
 /// An intent this node wrote: its key, deleted by the commit it fences.
@@ -170,21 +197,22 @@ impl Etcd {
         Ok(())
     }
 
-    /// Records that node `node`'s readers hold `partitions`, under `lease`
-    /// (the node's); none: the key is deleted.
+    /// Records that node `node`'s readers hold `copies` (partition, node),
+    /// under `lease` (the node's); none: the key is deleted.
     pub(crate) async fn hold_reads(
         &self,
         node: &str,
-        partitions: Vec<String>,
+        copies: Vec<(String, String)>,
         lease: i64,
     ) -> Result<()> {
         let key = self.keys.reads_of(node);
-        if partitions.is_empty() {
+        if copies.is_empty() {
             self.client.delete(key.as_str()).await?;
         } else {
-            self.client
-                .put(key.as_str(), json(&ReadsEntry { partitions }), lease)
-                .await?;
+            let mut partitions: Vec<String> = copies.iter().map(|(p, _)| p.clone()).collect();
+            partitions.dedup();
+            let entry = ReadsEntry { partitions, copies };
+            self.client.put(key.as_str(), json(&entry), lease).await?;
         }
         Ok(())
     }
@@ -395,21 +423,35 @@ impl Etcd {
         })
     }
 
-    /// Keeps `lease` alive until it cannot: returns when etcd stops answering
-    /// or the lease has expired (then the node must register again).
-    pub(crate) async fn keep_alive(&self, lease: i64, every: Duration) -> ClusterError {
+    /// Keeps `lease` alive until it cannot. `sure_until` is moved on with
+    /// every renewal etcd answers: the lease cannot end before it (etcd
+    /// renewed it after the renewal was asked for, for the TTL it names).
+    pub(crate) async fn keep_alive(
+        &self,
+        lease: i64,
+        every: Duration,
+        sure_until: &mut Instant,
+    ) -> LeaseEnd {
+        let mut asked = Instant::now();
         let mut keeper = match self.client.lease_keep_alive(lease).await {
             Ok(keeper) => keeper,
-            Err(e) => return e.into(),
+            Err(e) => return LeaseEnd::Unanswered(e.into()),
         };
         loop {
             match keeper.keep_alive().await {
-                Ok(ttl) if ttl > 0 => {}
-                Ok(_) => return ClusterError::Catalog(format!("lease {lease:x} expired")),
-                Err(e) => return e.into(),
+                Ok(ttl) if ttl > 0 => *sure_until = asked + ttl_duration(ttl),
+                Ok(_) => return LeaseEnd::Expired,
+                Err(e) => return LeaseEnd::Unanswered(e.into()),
             }
             tokio::time::sleep(every).await;
+            asked = Instant::now();
         }
+    }
+
+    /// Renews `lease` once: `Ok(false)` when etcd says it has expired.
+    pub(crate) async fn renew(&self, lease: i64) -> Result<bool> {
+        let mut keeper = self.client.lease_keep_alive(lease).await?;
+        Ok(keeper.keep_alive().await? > 0)
     }
 
     /// Calls `changed` whenever a key of the cluster changes (a node joins

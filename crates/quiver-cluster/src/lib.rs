@@ -23,6 +23,7 @@ mod peers;
 mod placement;
 mod put;
 mod reads;
+mod rebalance;
 mod repair;
 mod sql;
 mod status;

@@ -212,12 +212,17 @@ impl ClusterNode {
         }
     }
 
-    /// Holds `entry`'s partitions for a reader: no node drops them for
-    /// [`ClusterOptions::read_hold`], even once another version replaced it.
+    /// Holds `entry`'s copies for a reader: no node drops the copies the
+    /// entry lists for [`ClusterOptions::read_hold`], even once another
+    /// version replaced it or a copy moved elsewhere.
     pub(crate) fn hold_for_reader(&self, entry: &TableEntry) {
         let until = Instant::now() + self.options.read_hold;
-        self.reads
-            .hold(entry.partitions.iter().map(|p| p.name.as_str()), until);
+        let copies = entry.partitions.iter().flat_map(|p| {
+            p.replicas
+                .iter()
+                .map(move |node| (p.name.as_str(), node.as_str()))
+        });
+        self.reads.hold(copies, until);
     }
 
     /// Records in the catalog, under this node's lease, that `partitions`
@@ -1169,6 +1174,46 @@ mod tests {
             Status::from(ClusterError::Fenced).code(),
             tonic::Code::Unavailable
         );
+    }
+
+    #[tokio::test]
+    async fn a_node_keeps_its_lease_over_an_etcd_restart() {
+        let Some((mut etcd, _)) = testing::etcd().await else {
+            return;
+        };
+        let node = testing::node(&etcd, "n1").await;
+        node.spawn_background();
+        let lease = node.lease_now().unwrap();
+        // Away for longer than the 2 s lease: past its last renewal's TTL
+        // the node does not know whether it holds it, and takes no write.
+        etcd.kill();
+        tokio::time::sleep(Duration::from_millis(3_000)).await;
+        assert!(
+            matches!(node.lease_now(), Err(ClusterError::NotRegistered)),
+            "{:?}",
+            node.lease_now()
+        );
+        etcd.start_again();
+        // etcd kept the lease, and the node renews it rather than
+        // registering again: its key and the intents of its puts in
+        // flight stay as they were for the rest of the cluster.
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            match node.lease_now() {
+                Ok(now) => {
+                    assert_eq!(now, lease, "the node registered again under a new lease");
+                    break;
+                }
+                Err(_) => assert!(Instant::now() < deadline, "not renewed in 10 s"),
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        let client = etcd.client(quiver_etcd::ConnectOptions::default()).await;
+        let key = client.get("/test/nodes/n1").await.unwrap().unwrap();
+        assert_eq!(key.lease, lease);
+        testing::put(&node, "t", WriteMode::Replace, 1)
+            .await
+            .unwrap();
     }
 
     #[tokio::test]

@@ -1,8 +1,10 @@
 //! The node's background work: keeping its registration alive, and on every
 //! tick (and at once whenever the watched catalog changes) reading the
 //! catalog, copying again the partitions that lost a replica (where this
-//! node is the first live holder), and dropping the partitions no version
-//! holds, no put in flight is storing and no reader holds.
+//! node is the first live holder), merging small partitions, moving copies
+//! onto nodes that hold less ([`crate::rebalance`]), and dropping the
+//! partitions no version holds, no put in flight is storing and no reader
+//! holds.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::Ordering;
@@ -13,7 +15,7 @@ use quiver_store::TableVersion;
 
 use crate::catalog::{PARTITION_PREFIX, PartitionEntry, TableEntry};
 use crate::error::{ClusterError, Result};
-use crate::etcd::{Guard, Intent, Snapshot};
+use crate::etcd::{Guard, Intent, LeaseEnd, Snapshot};
 use crate::node::ClusterNode;
 use crate::placement::replicas_for;
 use crate::reads::PUBLISH_EVERY;
@@ -73,13 +75,13 @@ impl ClusterNode {
 
     /// One step of [`ClusterNode::publish_reads`].
     pub(crate) async fn publish_reads_once(&self) {
-        let Some(partitions) = self.reads.changed(Instant::now()) else {
+        let Some(copies) = self.reads.changed(Instant::now()) else {
             return;
         };
         let published = match self.lease_now() {
             Ok(lease) => {
                 self.etcd
-                    .hold_reads(&self.options.node_id, partitions, lease)
+                    .hold_reads(&self.options.node_id, copies, lease)
                     .await
             }
             Err(e) => Err(e),
@@ -120,51 +122,104 @@ impl ClusterNode {
         }
     }
 
-    /// Renews the lease; when it is lost (etcd was away longer than the
-    /// lease, or this process was frozen), the node stops taking writes and
-    /// registers again, as often as it takes. A registration refused
-    /// because another process took this id meanwhile is logged as the
-    /// error it is; the node keeps serving reads of what it holds.
+    /// Renews the lease for as long as the node runs.
+    ///
+    /// When etcd stops answering, the node keeps its lease: etcd keeps
+    /// leases over a restart, so the node renews the same lease once etcd
+    /// is back, and nothing about it changes for the rest of the cluster.
+    /// Meanwhile it writes under the lease only while the lease surely
+    /// lasts (its last renewal's TTL). When etcd says the lease expired
+    /// (etcd was away longer than the lease and did not keep it, or this
+    /// process was frozen), the node stops taking writes and registers
+    /// again, as often as it takes. A registration refused because another
+    /// process took this id meanwhile is logged as the error it is; the
+    /// node keeps serving reads of what it holds.
     async fn stay_registered(&self) {
         let every = self.options.lease_ttl / 3;
+        // Nothing is known of the lease before its first renewal here.
+        let mut sure_until = Instant::now();
         loop {
             let lease = *self.lease.lock().unwrap_or_else(PoisonError::into_inner);
             let Some(lease) = lease else { return };
-            let lost = self.etcd.keep_alive(lease, every).await;
-            self.registered.store(false, Ordering::Release);
-            tracing::warn!(node = %self.options.node_id, "cluster lease: {lost}; registering again");
-            let mut told = false;
-            loop {
-                tokio::time::sleep(REGISTER_BACKOFF).await;
-                match self
-                    .etcd
-                    .register(&self.options.me(), self.options.ttl_seconds(), Some(lease))
-                    .await
-                {
-                    Ok(new) => {
-                        let mut slot = self.lease.lock().unwrap_or_else(PoisonError::into_inner);
-                        if slot.is_none() {
-                            // Left meanwhile (shutdown).
-                            return;
-                        }
-                        *slot = Some(new);
-                        self.registered.store(true, Ordering::Release);
-                        tracing::info!(node = %self.options.node_id, "registered again");
-                        break;
-                    }
-                    Err(e @ ClusterError::IdInUse { .. }) if !told => {
-                        tracing::error!(node = %self.options.node_id, "{e}");
-                        told = true;
-                    }
-                    Err(e) => tracing::debug!("registering again: {e}"),
+            if let LeaseEnd::Unanswered(e) =
+                self.etcd.keep_alive(lease, every, &mut sure_until).await
+            {
+                tracing::warn!(node = %self.options.node_id, "cluster lease: {e}; renewing it when etcd answers");
+                if self.renew_when_etcd_answers(lease, sure_until).await {
+                    tracing::info!(node = %self.options.node_id, "cluster lease renewed again; still registered");
+                    continue;
                 }
+            }
+            self.registered.store(false, Ordering::Release);
+            tracing::warn!(node = %self.options.node_id, "cluster lease {lease:x} expired; registering again");
+            if !self.register_again(lease).await {
+                return;
+            }
+            sure_until = Instant::now();
+        }
+    }
+
+    /// Renews `lease` once etcd answers again: true once renewed, false
+    /// when etcd says it expired. Writes are refused from `sure_until` on,
+    /// while it is not known whether the lease is still alive.
+    async fn renew_when_etcd_answers(&self, lease: i64, sure_until: Instant) -> bool {
+        loop {
+            if Instant::now() >= sure_until {
+                self.registered.store(false, Ordering::Release);
+            }
+            tokio::time::sleep(REGISTER_BACKOFF).await;
+            match self.etcd.renew(lease).await {
+                Ok(alive) => {
+                    self.registered.store(alive, Ordering::Release);
+                    return alive;
+                }
+                Err(e) => tracing::debug!("renewing the cluster lease: {e}"),
+            }
+        }
+    }
+
+    /// Registers this node again under a new lease, after `lost`: false
+    /// when it left meanwhile (a shutdown).
+    async fn register_again(&self, lost: i64) -> bool {
+        let mut told = false;
+        loop {
+            tokio::time::sleep(REGISTER_BACKOFF).await;
+            if self
+                .lease
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .is_none()
+            {
+                return false;
+            }
+            match self
+                .etcd
+                .register(&self.options.me(), self.options.ttl_seconds(), Some(lost))
+                .await
+            {
+                Ok(new) => {
+                    let mut slot = self.lease.lock().unwrap_or_else(PoisonError::into_inner);
+                    if slot.is_none() {
+                        return false;
+                    }
+                    *slot = Some(new);
+                    self.registered.store(true, Ordering::Release);
+                    tracing::info!(node = %self.options.node_id, "registered again");
+                    return true;
+                }
+                Err(e @ ClusterError::IdInUse { .. }) if !told => {
+                    tracing::error!(node = %self.options.node_id, "{e}");
+                    told = true;
+                }
+                Err(e) => tracing::debug!("registering again: {e}"),
             }
         }
     }
 
     /// One tick: read the catalog, delete this node's intents left over
-    /// from failed puts, repair, merge small partitions, and at most every
-    /// [`COLLECT_EVERY`] collect.
+    /// from failed puts, repair, merge small partitions, even out the nodes
+    /// (when nothing else was done), and at most every [`COLLECT_EVERY`]
+    /// collect.
     async fn tend(&self) -> Result<()> {
         let local = if self.collect_due() {
             Some(self.store.list(PARTITION_PREFIX))
@@ -180,6 +235,9 @@ impl ClusterNode {
         }
         for (name, (entry, _)) in &snapshot.tables {
             acted |= self.compact(name, entry, &snapshot).await;
+        }
+        if !acted {
+            acted = self.rebalance(&snapshot).await;
         }
         if acted {
             // Its copies are newer than this snapshot: look again.
@@ -403,7 +461,7 @@ impl ClusterNode {
             .map(|p| p.name.as_str())
             .collect();
         held.extend(snapshot.intended());
-        held.extend(snapshot.read());
+        held.extend(snapshot.read_on(me));
         let now = Instant::now();
         let mut orphans = self.orphans.lock().unwrap_or_else(PoisonError::into_inner);
         let listed: HashSet<&str> = local.iter().map(|t| t.name()).collect();

@@ -14,6 +14,8 @@ use crate::{Client, ConnectOptions};
 #[derive(Debug)]
 pub struct TestEtcd {
     child: Child,
+    /// How it was started, to start it again on the same data and ports.
+    command: Vec<std::ffi::OsString>,
     /// Its client address, `127.0.0.1:PORT` (no scheme).
     pub endpoint: String,
     _dir: tempfile::TempDir,
@@ -48,6 +50,15 @@ fn etcd_binary() -> Option<PathBuf> {
     })
 }
 
+fn spawn(command: &[std::ffi::OsString]) -> Child {
+    Command::new(&command[0])
+        .args(&command[1..])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("etcd starts")
+}
+
 impl TestEtcd {
     /// etcd on loopback with `flags`, its client URL https when `tls`;
     /// `None` (outside CI only) when etcd is not installed.
@@ -68,25 +79,39 @@ impl TestEtcd {
         let scheme = if tls { "https" } else { "http" };
         let client_url = format!("{scheme}://127.0.0.1:{client}");
         let peer_url = format!("http://127.0.0.1:{peer}");
-        let child = Command::new(binary)
-            .arg("--name=quiver-etcd-test")
-            .arg(format!("--data-dir={}", dir.path().join("data").display()))
-            .arg(format!("--listen-client-urls={client_url}"))
-            .arg(format!("--advertise-client-urls={client_url}"))
-            .arg(format!("--listen-peer-urls={peer_url}"))
-            .arg(format!("--initial-advertise-peer-urls={peer_url}"))
-            .arg(format!("--initial-cluster=quiver-etcd-test={peer_url}"))
-            .arg("--log-level=error")
-            .args(flags)
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("etcd starts");
+        let mut command = vec![
+            binary.into_os_string(),
+            "--name=quiver-etcd-test".into(),
+            format!("--data-dir={}", dir.path().join("data").display()).into(),
+            format!("--listen-client-urls={client_url}").into(),
+            format!("--advertise-client-urls={client_url}").into(),
+            format!("--listen-peer-urls={peer_url}").into(),
+            format!("--initial-advertise-peer-urls={peer_url}").into(),
+            format!("--initial-cluster=quiver-etcd-test={peer_url}").into(),
+            "--log-level=error".into(),
+        ];
+        command.extend(flags.iter().map(Into::into));
         Some(Self {
-            child,
+            child: spawn(&command),
+            command,
             endpoint: format!("127.0.0.1:{client}"),
             _dir: dir,
         })
+    }
+
+    /// Kills etcd (SIGKILL: it recovers from its write-ahead log when
+    /// started again).
+    pub fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+
+    /// Starts etcd again on the same data and ports, after [`TestEtcd::kill`].
+    ///
+    /// # Panics
+    /// When etcd cannot be started.
+    pub fn start_again(&mut self) {
+        self.child = spawn(&self.command);
     }
 
     /// A client with `options`, once etcd answers (within 20 s).
