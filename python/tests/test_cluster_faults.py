@@ -243,7 +243,8 @@ def test_etcd_restarted_under_steady_appends_loses_nothing_acknowledged(
     its data: for 1 s, and for 5 s (past the nodes' 2 s lease). Commits fail while it
     is gone; afterwards every acknowledged append is there exactly once. etcd keeps the
     nodes' leases over its restarts, and the nodes renew them rather than registering
-    again (before, each took a new lease, and its puts in flight lost their intents)."""
+    again (before, each took a new lease and left its puts in flight with intents under
+    the old one, which nobody renewed)."""
     nodes = start_cluster(etcd, tmp_path, "--orphan-grace", "1")
     try:
         with nodes.client("n1") as c:
