@@ -544,27 +544,36 @@ mod tests {
         };
         let node = testing::node(&etcd, "n1").await;
         let (read, unread) = (".quiver-part/t#1.a.0", ".quiver-part/t#1.b.0");
+        let elsewhere = ".quiver-part/t#1.c.0";
         store_partition(&node, read);
         store_partition(&node, unread);
+        store_partition(&node, elsewhere);
         let schema = Schema::new(vec![Field::new("v", DataType::Int64, false)]);
-        // A version a reader was handed, since replaced: no version names it.
+        let part = |name: &str, on: &str| PartitionEntry {
+            name: name.into(),
+            rows: 3,
+            bytes: 24,
+            replicas: vec![on.into()],
+        };
+        // A version a reader was handed, since replaced: no version names
+        // it. The reader was given `read` on n1, and `elsewhere` on n2 only
+        // (as after a move from n1 to n2): n1's copy of it is no one's.
         let replaced = TableEntry {
             version: 1,
             schema: encode_schema(&schema).unwrap(),
-            rows: 3,
-            bytes: 24,
-            partitions: vec![PartitionEntry {
-                name: read.into(),
-                rows: 3,
-                bytes: 24,
-                replicas: vec!["n1".into()],
-            }],
+            rows: 6,
+            bytes: 48,
+            partitions: vec![part(read, "n1"), part(elsewhere, "n2")],
         };
         node.hold_for_reader(&replaced);
         node.publish_reads_once().await;
         collect_twice(&node).await;
         assert!(held(&node, read), "a reader holds it");
         assert!(!held(&node, unread), "nothing holds it");
+        assert!(
+            !held(&node, elsewhere),
+            "a reader holds another node's copy"
+        );
         // Held for read_hold (2 s here), then let go and dropped.
         tokio::time::sleep(node.options.read_hold).await;
         node.publish_reads_once().await;
