@@ -209,6 +209,7 @@ impl Etcd {
         if copies.is_empty() {
             self.client.delete(key.as_str()).await?;
         } else {
+            // `copies` come sorted: a partition's copies are next to each other.
             let mut partitions: Vec<String> = copies.iter().map(|(p, _)| p.clone()).collect();
             partitions.dedup();
             let entry = ReadsEntry { partitions, copies };

@@ -16,7 +16,7 @@ use quiver_flight::tables::{LocalTables, TableRead, Tables};
 
 use crate::tables::CatalogTables;
 use quiver_flight::ticket::TableTicket;
-use quiver_store::{TableLimits, TableStore, WriteMode};
+use quiver_store::{TableLimits, TableStore, TableVersion, WriteMode};
 use serde_json::json;
 
 use crate::catalog::{
@@ -392,6 +392,19 @@ impl ClusterNode {
                 location: node.location.clone(),
                 status: Box::new(status),
             })
+    }
+
+    /// Stores this node's copy `here` of partition `name` on `node` too.
+    pub(crate) async fn copy_to(
+        &self,
+        node: &NodeEntry,
+        name: &str,
+        here: &TableVersion,
+        bytes: u64,
+    ) -> Result<()> {
+        let batches = here.batches().cloned().collect();
+        self.store_on(node, name, Arc::clone(here.schema()), batches, bytes)
+            .await
     }
 
     /// The nodes new copies go to: the live ones, less those whose calls

@@ -18,7 +18,6 @@
 //! version stay as they were: readers keep reading throughout.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
-use std::sync::Arc;
 
 use crate::catalog::TableEntry;
 use crate::etcd::{Guard, Snapshot};
@@ -170,12 +169,7 @@ impl ClusterNode {
             else {
                 continue;
             };
-            let batches = here.batches().cloned().collect();
-            let schema = Arc::clone(here.schema());
-            match self
-                .store_on(node, &m.partition, schema, batches, m.bytes)
-                .await
-            {
+            match self.copy_to(node, &m.partition, &here, m.bytes).await {
                 Ok(()) => {
                     moved.insert(m.partition.as_str(), m.to.as_str());
                 }

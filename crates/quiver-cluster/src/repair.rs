@@ -399,14 +399,11 @@ impl ClusterNode {
             .filter(|id| !holders.contains(id))
             .map(String::as_str);
         let targets = replicas_for(&part.name, candidates, wanted.saturating_sub(holders.len()));
-        let batches: Vec<_> = here.batches().cloned().collect();
         for target in &targets {
             let Some(node) = snapshot.nodes.get(target) else {
                 continue;
             };
-            let schema = Arc::clone(here.schema());
-            self.store_on(node, &part.name, schema, batches.clone(), part.bytes)
-                .await?;
+            self.copy_to(node, &part.name, here, part.bytes).await?;
             tracing::info!(%table, partition = %part.name, to = %target, "partition copied");
         }
         Ok(holders.iter().chain(&targets).cloned().collect())

@@ -207,7 +207,7 @@ impl ExecutionPlan for StoredScanExec {
             && all > 0
             && let Precision::Exact(bytes) = whole.total_byte_size
         {
-            let share = u128::try_from(bytes).unwrap_or(u128::MAX) * rows as u128 / all as u128;
+            let share = bytes as u128 * rows as u128 / all as u128;
             stats.total_byte_size =
                 Precision::Inexact(usize::try_from(share).unwrap_or(usize::MAX));
         }
