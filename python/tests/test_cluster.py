@@ -28,7 +28,7 @@ import pytest
 
 import nemesis
 import quiver
-from cluster_helpers import LEASE_TTL_S, NODES, Cluster, Etcd, wait_until
+from cluster_helpers import LEASE_TTL_S, NODES, Cluster, Etcd, quiver_cluster, wait_until
 from engine_helpers import mixed_table
 from functions_fixture import features
 from quiver import splits
@@ -264,6 +264,42 @@ def test_a_node_that_joins_takes_its_share_while_readers_read(etcd: Etcd, tmp_pa
                 lambda: c.stats().memory_used < before * 3 // 4,
                 40,
             )
+        for node in NODES:
+            with nodes.client(node) as c:
+                assert c.get("t").sort_by("id").equals(table), node
+    finally:
+        failures = nodes.stop_all()
+        if failures:
+            pytest.fail("\n".join(failures), pytrace=False)
+
+
+def test_rebalancing_turned_off_moves_no_copy_until_turned_on(etcd: Etcd, tmp_path: Path) -> None:
+    """``quiver cluster rebalance off`` (for maintenance, say): a node that joins gets no
+    copies while the nodes tend the cluster every 250 ms; ``on`` again, it takes its
+    share. ``cluster status`` says which."""
+    nodes = Cluster(etcd, tmp_path)
+    for node_id in ("n1", "n2"):
+        nodes.start(node_id)
+    switch = ("--cluster", etcd.url, *nodes.etcd_flags)
+    try:
+        wait_until("two live nodes", lambda: len(nodes.status()["nodes"]) == 2)  # type: ignore[arg-type]
+        table = ids(60_000)
+        with nodes.client("n1") as c:
+            c.put("t", table, partitions=6)
+        assert nodes.status()["rebalance"] is True
+        quiver_cluster("rebalance", "off", *switch)
+        assert nodes.status()["rebalance"] is False
+        nodes.start("n3")
+        wait_until("three live nodes", lambda: len(nodes.status()["nodes"]) == 3)  # type: ignore[arg-type]
+        # A dozen upkeep ticks: with rebalancing on, copies move within the first few.
+        time.sleep(3.0)
+        assert [copies_on(nodes.status(), n) for n in NODES] == [6, 6, 0]
+        quiver_cluster("rebalance", "on", *switch)
+        wait_until(
+            "a third of the copies on each node",
+            lambda: [copies_on(nodes.status(), n) for n in NODES] == [4, 4, 4],
+            60,
+        )
         for node in NODES:
             with nodes.client(node) as c:
                 assert c.get("t").sort_by("id").equals(table), node

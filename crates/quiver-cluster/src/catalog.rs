@@ -20,6 +20,8 @@
 //!   ([`RequestEntry`]), written by its commit, kept at least 5 minutes: a put
 //!   retried with its id is answered with it instead of being applied again.
 //!   (After `tables/` in key order, so outside what a snapshot reads.)
+//! - `settings`: what `quiver cluster rebalance` and the like set for the
+//!   whole cluster ([`Settings`]); absent, every default holds.
 
 use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
@@ -107,6 +109,26 @@ pub(crate) struct RequestEntry {
     pub(crate) bytes: u64,
 }
 
+/// What is set for the whole cluster, not per node: every node reads it with
+/// the catalog.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct Settings {
+    /// Whether nodes move copies to even out what they hold
+    /// ([`crate::rebalance`]); on unless turned off.
+    #[serde(default = "on")]
+    pub(crate) rebalance: bool,
+}
+
+impl Default for Settings {
+    fn default() -> Self {
+        Self { rebalance: on() }
+    }
+}
+
+fn on() -> bool {
+    true
+}
+
 impl TableEntry {
     /// The table's schema.
     pub fn schema(&self) -> Result<SchemaRef> {
@@ -170,8 +192,13 @@ impl Keys {
         format!("{}reads/{id}", self.prefix)
     }
 
+    /// The cluster's [`Settings`].
+    pub(crate) fn settings(&self) -> String {
+        format!("{}settings", self.prefix)
+    }
+
     /// The keys a snapshot reads, `[start, end)`: intents, nodes, reads, the
-    /// secret and tables, not the records of requests (`written/`), which
+    /// secret, the settings and tables, not the records of requests (`written/`), which
     /// only puts that carry an id read, one by one.
     pub(crate) fn snapshot_range(&self) -> (String, String) {
         // "tables0" is the first key after every "tables/..." ('0' follows '/').
@@ -264,11 +291,21 @@ mod tests {
             keys.intents_of("n1"),
             keys.node("n1"),
             keys.secret(),
+            keys.settings(),
             keys.table("t"),
             keys.table("\u{10ffff}"),
         ] {
             assert!(read(&key), "{key}");
         }
         assert!(!read(&keys.written("r")) && !read("/r/tables/t"));
+    }
+
+    #[test]
+    fn settings_absent_from_an_entry_keep_their_defaults() {
+        let empty: Settings = serde_json::from_str("{}").unwrap();
+        assert_eq!(empty, Settings::default());
+        assert!(empty.rebalance);
+        let off: Settings = serde_json::from_str(r#"{"rebalance": false}"#).unwrap();
+        assert!(!off.rebalance);
     }
 }

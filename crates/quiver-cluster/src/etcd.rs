@@ -10,7 +10,9 @@ use quiver_etcd::{Client, Compare, CompareResult, ConnectOptions, Credentials, R
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
-use crate::catalog::{IntentEntry, Keys, NodeEntry, ReadsEntry, RequestEntry, TableEntry};
+use crate::catalog::{
+    IntentEntry, Keys, NodeEntry, ReadsEntry, RequestEntry, Settings, TableEntry,
+};
 use crate::error::{ClusterError, Result};
 
 /// A catalog record and the etcd modification revision it was read at (0: absent).
@@ -33,6 +35,8 @@ pub(crate) struct Snapshot {
     pub(crate) intents: BTreeMap<String, IntentEntry>,
     /// What each node's readers hold, by node.
     pub(crate) reads: BTreeMap<String, ReadsEntry>,
+    /// What is set for the whole cluster.
+    pub(crate) settings: Settings,
 }
 
 impl Snapshot {
@@ -164,7 +168,7 @@ impl Etcd {
     /// to a table's version is seen in one or the other, never neither).
     pub(crate) async fn snapshot(&self) -> Result<Snapshot> {
         let (nodes, tables, intents) = (self.keys.nodes(), self.keys.tables(), self.keys.intents());
-        let reads = self.keys.reads();
+        let (reads, settings) = (self.keys.reads(), self.keys.settings());
         let (start, end) = self.keys.snapshot_range();
         let all = self.client.get_range(start, end).await?;
         let mut snapshot = Snapshot::default();
@@ -184,9 +188,20 @@ impl Etcd {
             } else if let Some(node) = key.strip_prefix(&reads) {
                 let held: ReadsEntry = parse(&kv.key, &kv.value)?;
                 snapshot.reads.insert(node.to_string(), held);
+            } else if key == settings {
+                snapshot.settings = parse(&kv.key, &kv.value)?;
             }
         }
         Ok(snapshot)
+    }
+
+    /// Sets what is set for the whole cluster (no lease: it outlives every
+    /// node).
+    pub(crate) async fn set_settings(&self, settings: &Settings) -> Result<()> {
+        self.client
+            .put(self.keys.settings(), json(settings), 0)
+            .await?;
+        Ok(())
     }
 
     /// Records `intent` at `key` (from [`Etcd::intent_key`]) under

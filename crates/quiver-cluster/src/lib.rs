@@ -36,4 +36,4 @@ pub use error::{ClusterError, Result};
 pub use etcd::EtcdConfig;
 pub use node::{ClusterNode, ClusterOptions};
 pub use quiver_etcd::{Credentials as EtcdCredentials, Tls as EtcdTls};
-pub use status::{ClusterStatus, PartitionStatus, TableStatus, status};
+pub use status::{ClusterStatus, PartitionStatus, TableStatus, set_rebalance, status};

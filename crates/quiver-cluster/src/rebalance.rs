@@ -123,6 +123,10 @@ impl ClusterNode {
     /// next plan sees its moves). Failures are logged; the next tick plans
     /// again. Whether it did anything.
     pub(crate) async fn rebalance(&self, snapshot: &Snapshot) -> bool {
+        if !snapshot.settings.rebalance {
+            // Turned off for the cluster (`quiver cluster rebalance off`).
+            return false;
+        }
         let me = self.options.node_id.as_str();
         let nodes: Vec<&str> = snapshot.nodes.keys().map(String::as_str).collect();
         if snapshot

@@ -1,11 +1,12 @@
 //! `quiver cluster status`: nodes, tables, partitions and the data with
-//! fewer live copies than asked for, read from etcd.
+//! fewer live copies than asked for, read from etcd; and `quiver cluster
+//! rebalance`, which turns moving copies between nodes on or off.
 
 use std::fmt;
 
 use serde::Serialize;
 
-use crate::catalog::NodeEntry;
+use crate::catalog::{NodeEntry, Settings};
 use crate::error::Result;
 use crate::etcd::{Etcd, EtcdConfig};
 
@@ -22,6 +23,8 @@ pub struct ClusterStatus {
     pub under_replicated: usize,
     /// Partitions with no live copy.
     pub unavailable: usize,
+    /// Whether nodes move copies to even out what they hold.
+    pub rebalance: bool,
 }
 
 /// One table.
@@ -97,7 +100,18 @@ pub async fn status(etcd: &EtcdConfig, replicas: usize) -> Result<ClusterStatus>
         replicas,
         under_replicated: under,
         unavailable,
+        rebalance: snapshot.settings.rebalance,
     })
+}
+
+/// Turns rebalancing on or off for the whole cluster whose catalog `etcd`
+/// names: every node reads it with the catalog, and moves no copy while it
+/// is off (a repair of lost copies is not a move: it goes on).
+pub async fn set_rebalance(etcd: &EtcdConfig, on: bool) -> Result<()> {
+    let etcd = Etcd::connect(etcd)?;
+    let mut settings: Settings = etcd.snapshot().await?.settings;
+    settings.rebalance = on;
+    etcd.set_settings(&settings).await
 }
 
 impl fmt::Display for ClusterStatus {
@@ -132,6 +146,8 @@ impl fmt::Display for ClusterStatus {
             f,
             "under-replicated partitions: {} (of {} copies each); unavailable: {}",
             self.under_replicated, self.replicas, self.unavailable
-        )
+        )?;
+        let rebalance = if self.rebalance { "on" } else { "off" };
+        writeln!(f, "rebalancing: {rebalance}")
     }
 }

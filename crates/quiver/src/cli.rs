@@ -18,7 +18,7 @@ use clap::{Args, Parser, Subcommand};
 
 use crate::client::{Connector, Credentials, DEFAULT_SERVER};
 
-pub(crate) use cluster_args::{ClusterArgs, ClusterCommand};
+pub(crate) use cluster_args::{ClusterArgs, ClusterCommand, Switch};
 pub(crate) use config_file::{Invocation, parse};
 pub(crate) use serve_args::{LogFormat, ServeArgs};
 

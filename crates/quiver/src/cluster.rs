@@ -9,7 +9,7 @@ use quiver_flight::ServerConfig;
 use quiver_flight::server::advertised_location;
 use quiver_store::TableStore;
 
-use crate::cli::{ClusterArgs, ClusterCommand};
+use crate::cli::{ClusterArgs, ClusterCommand, Switch};
 
 type CliResult<T> = Result<T, Box<dyn std::error::Error>>;
 
@@ -151,6 +151,15 @@ pub(crate) async fn run(command: ClusterCommand) -> CliResult<()> {
             } else {
                 print!("{status}");
             }
+            Ok(())
+        }
+        ClusterCommand::Rebalance(args) => {
+            let etcd = args.etcd.config(&args.cluster)?;
+            let on = args.state == Switch::On;
+            quiver_cluster::set_rebalance(&etcd, on)
+                .await
+                .map_err(|e| format!("{}: {e}{}", args.cluster, hint(&etcd)(&e)))?;
+            println!("rebalancing: {}", if on { "on" } else { "off" });
             Ok(())
         }
         ClusterCommand::InitCa(args) => Ok(crate::certs::init_ca(&args.dir, args.days)?),

@@ -217,6 +217,34 @@ pub(crate) enum ClusterCommand {
     /// and DIR/NODE.key, its --tls-cert and --tls-key (for TLS to clients
     /// and to the other nodes).
     IssueCert(IssueCertArgs),
+    /// Turn rebalancing on or off for the whole cluster: while off, no node
+    /// moves copies to even out what the nodes hold (lost copies are still
+    /// copied again). On unless turned off.
+    Rebalance(RebalanceArgs),
+}
+
+/// `quiver cluster rebalance`'s flags.
+#[derive(Debug, Args)]
+pub(crate) struct RebalanceArgs {
+    /// `on` or `off`.
+    #[arg(value_enum)]
+    pub(crate) state: Switch,
+
+    /// The cluster: etcd://HOST:PORT[,HOST:PORT...][/PREFIX], or etcds://...
+    /// for etcd over TLS (with --etcd-ca).
+    #[arg(long, env = "QUIVER_CLUSTER")]
+    pub(crate) cluster: String,
+
+    /// How to reach etcd: TLS and user.
+    #[command(flatten)]
+    pub(crate) etcd: EtcdArgs,
+}
+
+/// A cluster setting's state.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub(crate) enum Switch {
+    On,
+    Off,
 }
 
 /// `quiver cluster init-ca`'s flags.
