@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import os
 import subprocess
 from pathlib import Path
 
@@ -149,6 +150,47 @@ def test_bad_external_table_stops_the_server_with_the_path(
     )
     assert run.returncode != 0
     assert "missing.parquet" in run.stderr
+
+
+def test_sql_settings_show_in_explain_and_a_bad_one_stops_the_server(
+    start_quiver: ServerFactory, tmp_path: Path
+) -> None:
+    """``--sql-setting`` sets DataFusion settings over quiver's choices; EXPLAIN's last row,
+    ``quiver_settings``, shows what the plan was made under; a setting DataFusion does not
+    have stops the server with its name."""
+    table = trips(2_000)
+    pq.write_table(table, tmp_path / "trips.parquet", row_group_size=500)
+    server = start_quiver(
+        "--table",
+        f"ptrips={tmp_path / 'trips.parquet'}",
+        "--sql-setting",
+        "execution.batch_size=512",
+    )
+    with quiver.connect(server.uri) as client:
+        explained = client.sql("EXPLAIN SELECT count(*) AS n FROM ptrips WHERE fare > 10")
+        types, plans = explained["plan_type"].to_pylist(), explained["plan"].to_pylist()
+        rows = dict(zip(types, plans, strict=True))
+        settings = rows["quiver_settings"].splitlines()
+        assert "execution.batch_size=512" in settings, settings
+        assert "execution.parquet.pushdown_filters=false" in settings, settings
+        # Filters evaluated while decoding drop exactly the rows the filter drops.
+        expected = sum(1 for fare in table["fare"].to_pylist() if fare is not None and fare > 10)
+        got = client.sql("SELECT count(*) AS n FROM ptrips WHERE fare > 10")
+        assert got["n"][0].as_py() == expected
+    env = {k: v for k, v in os.environ.items() if not k.startswith("QUIVER_")}
+    for bad, says in [
+        ("execution.no_such_setting=1", "no_such_setting"),
+        ("execution.batch_size=lots", "lots"),
+    ]:
+        run = subprocess.run(
+            [str(quiver_bin()), "serve", "--listen", "127.0.0.1:0", "--sql-setting", bad],
+            capture_output=True,
+            text=True,
+            timeout=30,
+            env=env,
+        )
+        assert run.returncode != 0
+        assert says in run.stderr and "--sql-setting" in run.stderr, run.stderr
 
 
 # -- ADBC ------------------------------------------------------------------------------------

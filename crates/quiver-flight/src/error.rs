@@ -225,7 +225,9 @@ impl Error {
             Error::Store(s) => store_class(s),
             Error::Sql(s) => match s {
                 SqlError::Invalid(_) => (Code::InvalidArgument, "INVALID_SQL"),
-                SqlError::File(_) => (Code::InvalidArgument, "INVALID_ARGUMENT"),
+                SqlError::File(_) | SqlError::Setting(_) => {
+                    (Code::InvalidArgument, "INVALID_ARGUMENT")
+                }
                 SqlError::Unsupported(_) => (Code::Unimplemented, "UNIMPLEMENTED"),
                 SqlError::ResourcesExhausted(_) => (Code::ResourceExhausted, "QUERY_RESOURCES"),
                 SqlError::Timeout(_) => (Code::DeadlineExceeded, "DEADLINE_EXCEEDED"),

@@ -9,6 +9,7 @@ use arrow::record_batch::{RecordBatch, RecordBatchOptions};
 use datafusion::catalog::{CatalogProvider, MemoryCatalogProvider};
 use datafusion::common::{ParamValues, TableReference};
 use datafusion::datasource::file_format::options::ArrowReadOptions;
+use datafusion::datasource::memory::MemorySourceConfig;
 use datafusion::execution::TaskContext;
 use datafusion::execution::memory_pool::{GreedyMemoryPool, TrackConsumersPool};
 use datafusion::execution::runtime_env::RuntimeEnvBuilder;
@@ -17,7 +18,7 @@ use datafusion::logical_expr::dml::InsertOp;
 use datafusion::logical_expr::{CreateMemoryTable, ScalarUDF};
 use datafusion::logical_expr::{DdlStatement, DmlStatement, LogicalPlan, WriteOp};
 use datafusion::physical_plan::{ExecutionPlan, execute_stream};
-use datafusion::prelude::{CsvReadOptions, ParquetReadOptions, SessionConfig, SessionContext};
+use datafusion::prelude::{CsvReadOptions, ParquetReadOptions, SessionContext};
 use futures::StreamExt;
 use quiver_store::{StoreError, TableStore, WriteMode};
 
@@ -27,6 +28,7 @@ use crate::catalog::{CATALOG, SCHEMA, StoreSchema, TableKind};
 use crate::cluster::ClusterCatalog;
 use crate::params::number_placeholders;
 use crate::query::{Query, Replan};
+use crate::settings::Setting;
 use crate::{Result, SqlError};
 
 /// Default memory one query may hold in its operators: 1 GiB.
@@ -46,6 +48,8 @@ pub struct EngineOptions {
     /// Partitions a query runs in (and endpoints a result is offered as);
     /// 0: one per core.
     pub target_partitions: usize,
+    /// DataFusion settings over quiver's own choices (`--sql-setting`).
+    pub settings: Vec<Setting>,
 }
 
 impl Default for EngineOptions {
@@ -54,6 +58,7 @@ impl Default for EngineOptions {
             query_memory_limit: DEFAULT_QUERY_MEMORY_LIMIT,
             query_timeout: DEFAULT_QUERY_TIMEOUT,
             target_partitions: 0,
+            settings: Vec::new(),
         }
     }
 }
@@ -174,14 +179,15 @@ impl SqlEngine {
             0 => std::thread::available_parallelism().map_or(1, |n| n.get()),
             n => n,
         };
-        let mut config = SessionConfig::new()
+        let mut config = crate::settings::session_config(partitions, &options.settings)
             .with_create_default_catalog_and_schema(false)
             .with_default_catalog_and_schema(CATALOG, SCHEMA)
-            .with_information_schema(true)
-            .with_target_partitions(partitions);
+            .with_information_schema(true);
         // Table and column names are as stored: `SELECT VendorID FROM Taxi`
         // reads the column and table of exactly those names.
         config.options_mut().sql_parser.enable_ident_normalization = false;
+        // An operator's `execution.target_partitions` wins over the cores.
+        let partitions = config.target_partitions();
         let builder = SessionStateBuilder::new()
             .with_config(config)
             .with_default_features();
@@ -441,10 +447,17 @@ impl SqlEngine {
         }
     }
 
-    /// Plans `plan` for execution with the per-query memory limit and timeout.
+    /// Plans `plan` for execution with the per-query memory limit and
+    /// timeout; an `EXPLAIN` also shows the session's settings.
     async fn query(&self, plan: &LogicalPlan) -> Result<Query> {
         let state = self.context.state();
-        let physical = state.create_physical_plan(plan).await?;
+        let mut physical = state.create_physical_plan(plan).await?;
+        if let Some(rows) =
+            crate::settings::explained_with_settings(&physical, state.config_options()).await?
+        {
+            let schema = rows.schema();
+            physical = MemorySourceConfig::try_new_exec(&[vec![rows]], schema, None)?;
+        }
         self.limited(&state, physical)
     }
 

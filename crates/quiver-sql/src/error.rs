@@ -43,6 +43,10 @@ pub enum SqlError {
     /// A file or directory given to `--table` or `CREATE EXTERNAL TABLE` is unusable.
     #[error("{0}")]
     File(String),
+    /// A DataFusion setting (`--sql-setting`) DataFusion does not have, or
+    /// a value it does not take.
+    #[error("{0}")]
+    Setting(String),
     /// The statement does more than the caller may.
     #[error("permission denied: the statement is {}, more than this caller may run", .0.describe())]
     Denied(crate::Effect),

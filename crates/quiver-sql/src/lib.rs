@@ -21,6 +21,7 @@ pub mod metrics;
 mod params;
 mod query;
 mod scan;
+mod settings;
 mod stats;
 mod stream;
 mod table;
@@ -37,4 +38,5 @@ pub use engine::{
 pub use error::{Result, SqlError};
 pub use params::{number_placeholders, row_values};
 pub use query::{BatchStream, Query};
+pub use settings::{SETTINGS_ROW, Setting};
 pub use stream::{INPUT_TABLE, InputStream};

@@ -7,7 +7,7 @@ use std::time::Duration;
 use arrow::array::{Array, ArrayRef, Int64Array, RecordBatch, StringArray, UInt64Array};
 use arrow::compute::concat_batches;
 use futures::StreamExt;
-use quiver_sql::{EngineOptions, Outcome, SqlEngine, SqlError, TableKind};
+use quiver_sql::{EngineOptions, Outcome, SETTINGS_ROW, Setting, SqlEngine, SqlError, TableKind};
 use quiver_store::{StoreError, TableStore, WriteMode};
 
 fn trips(ids: std::ops::Range<i64>) -> RecordBatch {
@@ -451,11 +451,53 @@ async fn filters_that_prune_stored_batches_still_give_every_matching_row() {
     let explained = query(&engine, "EXPLAIN SELECT * FROM Trips WHERE id >= 700")
         .await
         .unwrap();
-    let plans = explained
-        .column(1)
-        .as_any()
-        .downcast_ref::<StringArray>()
-        .unwrap();
-    let physical = plans.value(plans.len() - 1);
+    let physical = explained_row(&explained, "physical_plan");
     assert!(physical.contains("pruned_batches=1"), "{physical}");
+}
+
+/// The plan of the `EXPLAIN` row of type `plan_type`.
+fn explained_row(explained: &RecordBatch, plan_type: &str) -> String {
+    let column = |i: usize| {
+        explained
+            .column(i)
+            .as_any()
+            .downcast_ref::<StringArray>()
+            .unwrap()
+            .clone()
+    };
+    let (types, plans) = (column(0), column(1));
+    let row = (0..types.len())
+        .find(|&i| types.value(i) == plan_type)
+        .unwrap_or_else(|| panic!("no {plan_type} row in {explained:?}"));
+    plans.value(row).to_string()
+}
+
+#[tokio::test]
+async fn explain_shows_the_settings_a_plan_was_made_under() {
+    let (_, engine) = engine_with(EngineOptions {
+        target_partitions: 3,
+        settings: vec![Setting::parse("execution.batch_size=1024").unwrap()],
+        ..Default::default()
+    });
+    let explained = query(
+        &engine,
+        "EXPLAIN SELECT \"Name\", count(*) FROM Trips GROUP BY \"Name\"",
+    )
+    .await
+    .unwrap();
+    assert!(explained_row(&explained, "physical_plan").contains("AggregateExec"));
+    let settings = explained_row(&explained, SETTINGS_ROW);
+    for shown in [
+        "execution.target_partitions=3",
+        "execution.batch_size=1024",
+        "execution.parquet.pushdown_filters=false",
+        "optimizer.repartition_joins=true",
+    ] {
+        assert!(settings.contains(shown), "{shown} in {settings}");
+    }
+    // EXPLAIN ANALYZE runs the query and shows its metrics, as DataFusion does.
+    let analyzed = query(&engine, "EXPLAIN ANALYZE SELECT count(*) FROM Trips")
+        .await
+        .unwrap();
+    assert_eq!(analyzed.num_rows(), 1);
 }

@@ -7,7 +7,8 @@
 //! Every flag has a `QUIVER_...` environment variable but `--table` and
 //! `--functions`, which are repeatable: one variable could not hold a list of tables without a
 //! separator of its own, and paths may contain any separator; and
-//! `--print-config`, an action. Every setting can also come from the file
+//! `--print-config`, an action. (`--sql-setting` is repeatable too, and its
+//! variable takes several separated by commas: no setting's value has one.) Every setting can also come from the file
 //! `--config` names ([`super::config_file`]).
 
 use std::net::SocketAddr;
@@ -20,7 +21,7 @@ use quiver_flight::TlsConfig;
 use quiver_flight::auth::{Authenticator, DEFAULT_TOKEN_TTL, TokenSigner, UsersFile};
 use quiver_flight::server::{self, Http2Config, ServerConfig, ServerLimits};
 use quiver_functions::FunctionConfig;
-use quiver_sql::{DEFAULT_QUERY_MEMORY_LIMIT, DEFAULT_QUERY_TIMEOUT, EngineOptions};
+use quiver_sql::{DEFAULT_QUERY_MEMORY_LIMIT, DEFAULT_QUERY_TIMEOUT, EngineOptions, Setting};
 use quiver_store::{DurableOptions, Fsync, TableLimits, TableStore};
 
 use crate::size::{ByteSize, machine_memory};
@@ -483,6 +484,15 @@ pub(crate) struct SqlArgs {
     #[arg(long, env = "QUIVER_QUERY_TIMEOUT",
           default_value_t = DEFAULT_QUERY_TIMEOUT.as_secs_f64())]
     pub(crate) query_timeout: f64,
+
+    /// A DataFusion setting for every query, over quiver's own choices:
+    /// KEY=VALUE as in datafusion.execution.parquet.pushdown_filters=false
+    /// (the `datafusion.` may be left out). Repeatable; the variable takes
+    /// several, separated by commas. EXPLAIN shows the settings that shape
+    /// plans.
+    #[arg(long = "sql-setting", env = "QUIVER_SQL_SETTINGS", value_name = "KEY=VALUE",
+          value_delimiter = ',', value_parser = parse_setting)]
+    pub(crate) settings: Vec<Setting>,
 }
 
 impl SqlArgs {
@@ -491,9 +501,15 @@ impl SqlArgs {
         Ok(EngineOptions {
             query_memory_limit: size(self.query_memory_limit),
             query_timeout: duration("--query-timeout", self.query_timeout)?,
+            settings: self.settings.clone(),
             ..EngineOptions::default()
         })
     }
+}
+
+/// `KEY=VALUE` of `--sql-setting`, checked against DataFusion's settings.
+fn parse_setting(value: &str) -> Result<Setting, String> {
+    Setting::parse(value).map_err(|e| e.to_string())
 }
 
 /// `NAME=PATH` of `--table`.
