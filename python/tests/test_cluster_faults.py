@@ -282,6 +282,8 @@ def test_etcd_restarted_under_steady_appends_loses_nothing_acknowledged(
             f"({len(during)} while etcd was down, {len(after)} after it answered: "
             f"{sorted(round(f[0], 2) for f in after)} s after)"
         )
+        for f in after:
+            print(f"  writer {f[1]}, {f[0]:.2f} s after etcd answered: {f[2]}")
         worst = max((sum(f[1] == w for f in after) for w in range(3)), default=0)
         assert worst <= len(outages), after
         for node_id, server in nodes.nodes.items():
