@@ -76,7 +76,7 @@ from pyspark.sql.types import StructType
 from . import splits
 from .splits import Connection, ReadPlan, Split, TaskWrite, WriteJob
 
-__all__ = ["QuiverDataSource", "register", "spark_schema"]
+__all__ = ["JVM_SOURCE", "QuiverDataSource", "jvm_source_loaded", "register", "spark_schema"]
 
 #: The session setting without which Spark refuses a reader that pushes filters.
 PUSHDOWN_CONF = "spark.sql.python.filterPushdown.enabled"
@@ -93,8 +93,32 @@ _WIDER = {
 }
 
 
+#: The JVM connector's data source class (``java/spark``, docs/engines.md).
+JVM_SOURCE = "quiver.spark.QuiverDataSource"
+
+
+def jvm_source_loaded(spark: SparkSession) -> bool:
+    """Whether the JVM connector's jar is on ``spark``'s classpath (``spark.jars``).
+
+    Always ``False`` for Spark Connect, whose server's classpath is not seen from here.
+    """
+    jvm = getattr(spark, "_jvm", None)
+    if jvm is None:
+        return False
+    try:
+        loader = jvm.org.apache.spark.util.Utils.getContextOrSparkClassLoader()
+        jvm.java.lang.Class.forName(JVM_SOURCE, False, loader)
+    except Exception:  # py4j raises its own error for a missing class
+        return False
+    return True
+
+
 def register(spark: SparkSession, *, pushdown: bool = True) -> None:
     """Register the ``quiver`` data source with ``spark``.
+
+    When the JVM connector's jar is on the session's classpath, Spark already has a
+    ``quiver`` source, which reads columnar batches without a Python worker: it is
+    kept, and this registers nothing.
 
     Parameters
     ----------
@@ -104,6 +128,8 @@ def register(spark: SparkSession, *, pushdown: bool = True) -> None:
         Push filters to the server; sets ``spark.sql.python.filterPushdown.enabled``
         for the session. With ``False``, Spark filters every row itself.
     """
+    if jvm_source_loaded(spark):
+        return
     if pushdown:
         spark.conf.set(PUSHDOWN_CONF, "true")
         spark.dataSource.register(QuiverDataSource)

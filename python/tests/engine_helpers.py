@@ -40,6 +40,19 @@ def mixed_table(rows: int = ROWS) -> pa.Table:
     )
 
 
+def spark_view(table: pa.Table) -> pa.Table:
+    """``table`` as Spark gives it back: dictionaries decoded, timestamps in UTC."""
+    fields = []
+    for f in table.schema:
+        t = f.type
+        if pa.types.is_dictionary(t):
+            t = t.value_type
+        elif pa.types.is_timestamp(t) and t.tz is not None:
+            t = pa.timestamp("us", "UTC")
+        fields.append(pa.field(f.name, t))
+    return table.cast(pa.schema(fields))
+
+
 class Planner(flight.FlightServerBase):  # type: ignore[misc]
     """A Flight server that plans reads over replicas: a real pyarrow server, no data.
 

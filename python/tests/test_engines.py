@@ -19,7 +19,7 @@ import pyarrow.compute as pc
 import pytest
 
 import quiver
-from engine_helpers import mixed_table, staging_left
+from engine_helpers import mixed_table, spark_view, staging_left
 from server_process import Server
 
 pyspark = pytest.importorskip("pyspark", reason="pip install 'quiver-client[spark]'")
@@ -33,19 +33,6 @@ import quiver.spark  # noqa: E402
 import quiver.splits  # noqa: E402
 
 STAGING = ".quiver-staging/"
-
-
-def spark_view(table: pa.Table) -> pa.Table:
-    """``table`` as Spark gives it back: dictionaries decoded, timestamps in UTC."""
-    fields = []
-    for f in table.schema:
-        t = f.type
-        if pa.types.is_dictionary(t):
-            t = t.value_type
-        elif pa.types.is_timestamp(t) and t.tz is not None:
-            t = pa.timestamp("us", "UTC")
-        fields.append(pa.field(f.name, t))
-    return table.cast(pa.schema(fields))
 
 
 # -- Spark -----------------------------------------------------------------------------------

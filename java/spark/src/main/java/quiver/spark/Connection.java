@@ -1,0 +1,168 @@
+package quiver.spark;
+
+import java.io.FileInputStream;
+import java.io.IOException;
+import java.io.InputStream;
+import java.io.Serializable;
+import java.net.URI;
+import java.util.ArrayList;
+import java.util.List;
+import java.util.Map;
+import java.util.Optional;
+import java.util.concurrent.TimeUnit;
+import org.apache.arrow.flight.CallOption;
+import org.apache.arrow.flight.CallOptions;
+import org.apache.arrow.flight.FlightClient;
+import org.apache.arrow.flight.Location;
+import org.apache.arrow.flight.auth2.BearerCredentialWriter;
+import org.apache.arrow.flight.grpc.CredentialCallOption;
+import org.apache.arrow.memory.BufferAllocator;
+
+/**
+ * How to reach a quiver server: the data source's options (the Python connector's names),
+ * kept as strings so that a task on an executor can open its own client.
+ */
+final class Connection implements Serializable {
+  private static final long serialVersionUID = 1L;
+
+  final String uri;
+  private final String username;
+  private final String password;
+  private final String token;
+  private final String tlsRootCerts;
+  private final String certChain;
+  private final String privateKey;
+  private final String overrideHostname;
+  private final Double timeoutSeconds;
+
+  private Connection(Map<String, String> options) {
+    this.uri = options.get("uri");
+    if (uri == null || uri.isBlank()) {
+      throw new IllegalArgumentException(
+          "the quiver data source needs option(\"uri\", \"grpc+tcp://host:port\")");
+    }
+    this.username = options.get("username");
+    this.password = options.get("password");
+    this.token = options.get("token");
+    if (username != null && password == null) {
+      throw new IllegalArgumentException("option \"username\" needs option \"password\"");
+    }
+    this.tlsRootCerts = options.get("tls_root_certs");
+    this.certChain = options.get("cert_chain");
+    this.privateKey = options.get("private_key");
+    if ((certChain == null) != (privateKey == null)) {
+      throw new IllegalArgumentException(
+          "mutual TLS needs both options \"cert_chain\" and \"private_key\"");
+    }
+    this.overrideHostname = options.get("override_hostname");
+    String timeout = options.get("timeout");
+    this.timeoutSeconds = timeout == null ? null : Double.valueOf(timeout);
+    String transport = options.getOrDefault("transport", "auto");
+    if (!transport.equals("auto") && !transport.equals("grpc")) {
+      // Shared memory needs the memfds mapped as Arrow buffers: the Python client does it,
+      // the JVM connector reads over gRPC (docs/engines.md).
+      throw new IllegalArgumentException(
+          "option \"transport\": the JVM connector reads over gRPC (\"auto\" or \"grpc\"), not "
+              + transport);
+    }
+  }
+
+  /** The connection the options name (case-insensitive keys, as Spark passes them). */
+  static Connection of(Map<String, String> options) {
+    return new Connection(lowerKeys(options));
+  }
+
+  static Map<String, String> lowerKeys(Map<String, String> options) {
+    Map<String, String> lower = new java.util.HashMap<>();
+    options.forEach((k, v) -> lower.put(k.toLowerCase(java.util.Locale.ROOT), v));
+    return lower;
+  }
+
+  /** A client of {@code location} (the option's URI when null), opened with this connection. */
+  Client open(BufferAllocator allocator, String location) {
+    Location where = location(location == null ? uri : location);
+    FlightClient.Builder builder = FlightClient.builder(allocator, where);
+    try {
+      if (where.getUri().getScheme().equals("grpc+tls")) {
+        builder.useTls();
+        if (tlsRootCerts != null) {
+          try (InputStream certs = new FileInputStream(tlsRootCerts)) {
+            builder.trustedCertificates(certs);
+          }
+        }
+        if (certChain != null) {
+          try (InputStream cert = new FileInputStream(certChain);
+              InputStream key = new FileInputStream(privateKey)) {
+            builder.clientCertificate(cert, key);
+          }
+        }
+        if (overrideHostname != null) {
+          builder.overrideHostname(overrideHostname);
+        }
+      }
+    } catch (IOException e) {
+      throw new IllegalArgumentException("the quiver data source's TLS files: " + e, e);
+    }
+    FlightClient client = builder.build();
+    List<CallOption> options = new ArrayList<>();
+    if (timeoutSeconds != null) {
+      options.add(CallOptions.timeout((long) (timeoutSeconds * 1000), TimeUnit.MILLISECONDS));
+    }
+    try {
+      if (token != null) {
+        options.add(new CredentialCallOption(new BearerCredentialWriter(token)));
+      } else if (username != null) {
+        Optional<CredentialCallOption> bearer =
+            client.authenticateBasicToken(username, password);
+        bearer.ifPresent(options::add);
+      }
+    } catch (RuntimeException e) {
+      close(client);
+      throw e;
+    }
+    return new Client(client, options.toArray(new CallOption[0]));
+  }
+
+  private static Location location(String uri) {
+    URI parsed = URI.create(uri);
+    String scheme = parsed.getScheme();
+    if (scheme == null) {
+      throw new IllegalArgumentException("not a server URI: " + uri);
+    }
+    switch (scheme) {
+      case "grpc":
+      case "grpc+tcp":
+        return Location.forGrpcInsecure(parsed.getHost(), parsed.getPort());
+      case "grpc+tls":
+        return Location.forGrpcTls(parsed.getHost(), parsed.getPort());
+      default:
+        throw new IllegalArgumentException(
+            "not a server URI the JVM connector reaches (grpc://, grpc+tcp://, grpc+tls://): "
+                + uri);
+    }
+  }
+
+  private static void close(FlightClient client) {
+    try {
+      client.close();
+    } catch (InterruptedException e) {
+      Thread.currentThread().interrupt();
+    }
+  }
+
+  /** A Flight client and the call options every call of this connection carries. */
+  static final class Client implements AutoCloseable {
+    final FlightClient flight;
+    final CallOption[] options;
+
+    Client(FlightClient flight, CallOption[] options) {
+      this.flight = flight;
+      this.options = options;
+    }
+
+    @Override
+    public void close() {
+      Connection.close(flight);
+    }
+  }
+}

@@ -1,0 +1,123 @@
+package quiver.spark;
+
+import java.util.Map;
+import org.apache.arrow.flight.FlightDescriptor;
+import org.apache.arrow.flight.FlightRuntimeException;
+import org.apache.arrow.flight.FlightStatusCode;
+import org.apache.arrow.memory.BufferAllocator;
+import org.apache.arrow.memory.RootAllocator;
+import org.apache.arrow.vector.types.pojo.Field;
+import org.apache.arrow.vector.types.pojo.Schema;
+import org.apache.spark.sql.connector.catalog.Table;
+import org.apache.spark.sql.connector.catalog.TableProvider;
+import org.apache.spark.sql.connector.expressions.Transform;
+import org.apache.spark.sql.sources.DataSourceRegister;
+import org.apache.spark.sql.types.DataType;
+import org.apache.spark.sql.types.Metadata;
+import org.apache.spark.sql.types.StructField;
+import org.apache.spark.sql.types.StructType;
+import org.apache.spark.sql.util.ArrowUtils;
+import org.apache.spark.sql.util.CaseInsensitiveStringMap;
+
+/**
+ * quiver tables in Spark, from the JVM: {@code spark.read.format("quiver").option("uri",
+ * "grpc+tcp://host:8815").load("trips")} from Scala, Java, PySpark or {@code CREATE TABLE t USING
+ * quiver OPTIONS (uri '...', table 'trips')}. docs/engines.md has the options.
+ */
+public final class QuiverDataSource implements TableProvider, DataSourceRegister {
+  /** The short name, the Python connector's too. */
+  public static final String NAME = "quiver";
+
+  @Override
+  public String shortName() {
+    return NAME;
+  }
+
+  @Override
+  public StructType inferSchema(CaseInsensitiveStringMap options) {
+    Map<String, String> lower = Connection.lowerKeys(options.asCaseSensitiveMap());
+    Connection connection = Connection.of(lower);
+    String table = table(lower);
+    try (BufferAllocator allocator = new RootAllocator();
+        Connection.Client client = connection.open(allocator, null)) {
+      FlightDescriptor descriptor = FlightDescriptor.path(table);
+      Schema schema;
+      try {
+        schema = client.flight.getSchema(descriptor, client.options).getSchema();
+      } catch (FlightRuntimeException e) {
+        if (e.status().code() != FlightStatusCode.UNIMPLEMENTED) {
+          throw e;
+        }
+        // A Flight server without GetSchema (it is optional): the FlightInfo says it too.
+        schema =
+            client
+                .flight
+                .getInfo(descriptor, client.options)
+                .getSchemaOptional()
+                .orElseThrow(
+                    () ->
+                        new IllegalStateException(
+                            "the server gives no schema for '" + table + "'"));
+      }
+      return sparkSchema(schema, table);
+    }
+  }
+
+  @Override
+  public Table getTable(
+      StructType schema, Transform[] partitioning, Map<String, String> properties) {
+    Map<String, String> lower = Connection.lowerKeys(properties);
+    return new QuiverTable(Connection.of(lower), table(lower), schema);
+  }
+
+  @Override
+  public boolean supportsExternalMetadata() {
+    // A schema given with .schema(...) selects columns, as in the Python connector.
+    return true;
+  }
+
+  /**
+   * The table the options name: "table", else {@code .load("trips")} (Spark's "path"; for a
+   * {@code CREATE TABLE ... USING quiver} Spark's catalog sets "path" to its own warehouse
+   * location, so "table" comes first).
+   */
+  static String table(Map<String, String> lower) {
+    String table = lower.getOrDefault("table", lower.get("path"));
+    if (lower.containsKey("query")) {
+      throw new IllegalArgumentException(
+          "option \"query\": the JVM connector reads tables; a SQL query is read through "
+              + "Spark's own SQL over the table, or through the Python connector");
+    }
+    if (table == null || table.isBlank()) {
+      throw new IllegalArgumentException(
+          "name the table: spark.read.format(\"quiver\").load(\"trips\"), or option(\"table\", ...)");
+    }
+    return table;
+  }
+
+  /** Spark's schema of an Arrow schema, naming the column whose type Spark cannot take. */
+  static StructType sparkSchema(Schema schema, String table) {
+    StructField[] fields = new StructField[schema.getFields().size()];
+    for (int i = 0; i < fields.length; i++) {
+      Field field = schema.getFields().get(i);
+      DataType type;
+      try {
+        type = ArrowUtils.fromArrowField(field);
+      } catch (RuntimeException e) {
+        throw new IllegalArgumentException(
+            "table '"
+                + table
+                + "', column '"
+                + field.getName()
+                + "': Spark has no type for Arrow's "
+                + field.getType()
+                + " ("
+                + e.getMessage()
+                + "); select other columns with .schema(...)",
+            e);
+      }
+      fields[i] = new StructField(field.getName(), type, field.isNullable(), Metadata.empty());
+    }
+    return new StructType(fields);
+  }
+}

@@ -1,0 +1,128 @@
+package quiver.spark;
+
+import java.util.ArrayList;
+import java.util.List;
+import org.apache.arrow.flight.FlightRuntimeException;
+import org.apache.arrow.flight.FlightStatusCode;
+import org.apache.arrow.flight.FlightStream;
+import org.apache.arrow.flight.Ticket;
+import org.apache.arrow.memory.BufferAllocator;
+import org.apache.arrow.memory.RootAllocator;
+import org.apache.arrow.vector.FieldVector;
+import org.apache.arrow.vector.ValueVector;
+import org.apache.arrow.vector.VectorSchemaRoot;
+import org.apache.arrow.vector.dictionary.Dictionary;
+import org.apache.arrow.vector.dictionary.DictionaryEncoder;
+import org.apache.arrow.vector.types.pojo.DictionaryEncoding;
+import org.apache.spark.sql.connector.read.PartitionReader;
+import org.apache.spark.sql.vectorized.ArrowColumnVector;
+import org.apache.spark.sql.vectorized.ColumnVector;
+import org.apache.spark.sql.vectorized.ColumnarBatch;
+
+/**
+ * Reads one endpoint: DoGet from its first location that answers, then the next; each Flight
+ * batch handed to Spark as a {@link ColumnarBatch} over the stream's own vectors.
+ */
+final class QuiverPartitionReader implements PartitionReader<ColumnarBatch> {
+  private final BufferAllocator allocator = new RootAllocator();
+  private final Connection.Client client;
+  private final FlightStream stream;
+  private ColumnarBatch batch;
+  /** Whether the stream has dictionary-encoded columns (decoded anew for every batch). */
+  private boolean dictionaries;
+  /** The current batch's decoded dictionary columns, closed before the next. */
+  private final List<ValueVector> decoded = new ArrayList<>();
+
+  QuiverPartitionReader(Connection connection, QuiverScan.QuiverPartition partition) {
+    List<String> failures = new ArrayList<>();
+    Connection.Client opened = null;
+    FlightStream started = null;
+    for (String location : partition.locations) {
+      Connection.Client candidate = null;
+      try {
+        candidate = connection.open(allocator, location);
+        FlightStream attempt =
+            candidate.flight.getStream(new Ticket(partition.ticket), candidate.options);
+        // The first message says whether the location serves the ticket.
+        attempt.getSchema();
+        opened = candidate;
+        started = attempt;
+        break;
+      } catch (FlightRuntimeException e) {
+        if (candidate != null) {
+          candidate.close();
+        }
+        if (e.status().code() != FlightStatusCode.UNAVAILABLE
+            && e.status().code() != FlightStatusCode.TIMED_OUT) {
+          allocator.close();
+          throw e;
+        }
+        failures.add(location + ": " + e.getMessage());
+      }
+    }
+    if (started == null) {
+      allocator.close();
+      throw new IllegalStateException(
+          "no location of the endpoint answered: " + String.join("; ", failures));
+    }
+    this.client = opened;
+    this.stream = started;
+  }
+
+  @Override
+  public boolean next() {
+    closeDecoded();
+    if (!stream.next()) {
+      return false;
+    }
+    VectorSchemaRoot root = stream.getRoot();
+    List<FieldVector> vectors = root.getFieldVectors();
+    if (batch == null || dictionaries) {
+      // The stream loads every batch into the same vectors: wrap them once, but for
+      // dictionary-encoded columns, whose indices are decoded into values batch by batch
+      // (Spark's vectors read values).
+      ColumnVector[] columns = new ColumnVector[vectors.size()];
+      for (int i = 0; i < columns.length; i++) {
+        FieldVector vector = vectors.get(i);
+        DictionaryEncoding encoding = vector.getField().getDictionary();
+        if (encoding != null) {
+          Dictionary dictionary = stream.getDictionaryProvider().lookup(encoding.getId());
+          ValueVector values = DictionaryEncoder.decode(vector, dictionary);
+          decoded.add(values);
+          columns[i] = new ArrowColumnVector(values);
+          dictionaries = true;
+        } else {
+          columns[i] = new ArrowColumnVector(vector);
+        }
+      }
+      batch = new ColumnarBatch(columns);
+    }
+    batch.setNumRows(root.getRowCount());
+    return true;
+  }
+
+  private void closeDecoded() {
+    for (ValueVector vector : decoded) {
+      vector.close();
+    }
+    decoded.clear();
+  }
+
+  @Override
+  public ColumnarBatch get() {
+    return batch;
+  }
+
+  @Override
+  public void close() {
+    closeDecoded();
+    try {
+      stream.close();
+    } catch (Exception e) {
+      throw new IllegalStateException("closing the quiver stream: " + e, e);
+    } finally {
+      client.close();
+      allocator.close();
+    }
+  }
+}

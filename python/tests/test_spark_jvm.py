@@ -1,0 +1,259 @@
+"""quiver's JVM Spark connector (``java/spark``) in a real Spark 4, ``local[2]``, from PySpark.
+
+``scripts/setup-spark-jvm.sh`` builds the connector's jar against PySpark's own jars and
+resolves Arrow Flight's Java client (what Spark lacks of it) from Maven Central, into a
+cache outside the repository; this module's Spark session takes those jars as
+``spark.jars``, and does not register the Python connector: ``format("quiver")`` is the
+JVM source found through its ``META-INF/services`` entry.
+
+With ``CI=true`` a machine where the connector cannot be built fails the tests; elsewhere
+they are skipped when there is no JDK or Maven (``scripts/setup-java.sh`` installs both).
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pytest
+
+import quiver
+import quiver.spark
+from engine_helpers import mixed_table, spark_view, staging_left
+from security_helpers import PASSWORDS, make_users
+from server_process import REPO, Server, ServerFactory
+
+SETUP = REPO / "scripts" / "setup-spark-jvm.sh"
+SETUP_TIMEOUT_S = 600.0
+
+
+def in_ci() -> bool:
+    return os.environ.get("CI", "").strip().lower() not in ("", "0", "false", "no")
+
+
+def java_cache() -> Path:
+    configured = os.environ.get("QUIVER_JAVA_CACHE")
+    return Path(configured) if configured else Path.home() / ".cache" / "quiver" / "java"
+
+
+@pytest.fixture(scope="module")
+def jars() -> str:
+    """``spark.jars``: the connector and the Flight client's jars Spark lacks."""
+    done = subprocess.run(
+        ["bash", str(SETUP), sys.executable],
+        capture_output=True,
+        text=True,
+        timeout=SETUP_TIMEOUT_S,
+        check=False,
+    )
+    output = f"{done.stdout}{done.stderr}"
+    if done.returncode != 0:
+        if not in_ci() and ("no javac" in output or "no Maven" in output):
+            pytest.skip(f"the JVM connector cannot be built here: {output.strip()}")
+        pytest.fail(f"{SETUP} exited with {done.returncode}:\n{output}", pytrace=False)
+    return (java_cache() / "spark" / "jars.txt").read_text().strip()
+
+
+def end_jvm() -> None:
+    """End the JVM PySpark launched in this process, if any: the next session launches its
+    own. A JVM takes ``spark.jars`` when it starts; one that earlier tests started (with
+    the Python connector) would not see the connector's jar, and one started here must
+    not give later tests the JVM source in place of the Python one."""
+    from pyspark import SparkContext
+
+    gateway = SparkContext._gateway
+    if gateway is None:
+        return
+    gateway.shutdown()
+    proc = getattr(gateway, "proc", None)
+    if proc is not None:
+        proc.kill()
+        proc.wait(timeout=60)
+    SparkContext._gateway = None
+    SparkContext._jvm = None
+
+
+@pytest.fixture(scope="module")
+def spark(jars: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    from pyspark.sql import SparkSession
+
+    # CREATE TABLE keeps its catalog entry in a warehouse: a temporary one, not the cwd's.
+    warehouse = tmp_path_factory.mktemp("spark-warehouse")
+    end_jvm()
+
+    os.environ["PYSPARK_PYTHON"] = sys.executable
+    session = (
+        SparkSession.builder.master("local[2]")
+        .appName("quiver-jvm-tests")
+        .config("spark.jars", jars)
+        .config("spark.sql.warehouse.dir", str(warehouse))
+        .config("spark.ui.enabled", "false")
+        .config("spark.sql.session.timeZone", "UTC")
+        .config("spark.driver.bindAddress", "127.0.0.1")
+        .config("spark.driver.host", "127.0.0.1")
+        .getOrCreate()
+    )
+    session.sparkContext.setLogLevel("ERROR")
+    yield session
+    session.stop()
+    end_jvm()
+
+
+def read(spark: Any, uri: str, table: str, schema: str | None = None, **options: str) -> Any:
+    reader = spark.read.format("quiver").option("uri", uri)
+    if schema is not None:
+        reader = reader.schema(schema)
+    for key, value in options.items():
+        reader = reader.option(key, value)
+    return reader.load(table)
+
+
+def test_the_jvm_source_reads_one_columnar_partition_per_endpoint_with_every_type(
+    spark: Any, client: quiver.Client, uri: str
+) -> None:
+    table = mixed_table(2000)
+    client.put("trips", table, partitions=3)
+    # PySpark's register() sees the JVM source and leaves it in place.
+    assert quiver.spark.jvm_source_loaded(spark)
+    quiver.spark.register(spark)
+    df = read(spark, uri, "trips")
+    assert df.rdd.getNumPartitions() == 3
+    plan = df._jdf.queryExecution().executedPlan().toString()
+    # Batches go to Spark as columns: no Python worker, no rows until Spark makes them.
+    assert "BatchScan" in plan and "quiver table 'trips'" in plan, plan
+    assert "ColumnarToRow" in plan and "PythonDataSource" not in plan, plan
+    got = df.toArrow()
+    assert got.sort_by("id").equals(spark_view(table)), got.schema
+
+
+def test_the_jvm_source_pushes_columns_and_filters_to_the_server(
+    spark: Any, client: quiver.Client, uri: str, server: Server
+) -> None:
+    table = mixed_table(2000)
+    client.put("trips", table, partitions=2)
+    df = read(spark, uri, "trips").where("id >= 1500 AND fare < 1000").select("id", "fare")
+    got = df.toArrow()
+    assert got.column_names == ["id", "fare"]
+    assert sorted(got["id"].to_pylist()) == list(range(1500, 2000))
+    log = server.log()
+    assert 'columns=["id","fare"]' in log, log[-3000:]
+    assert 'id\\" >= 1500' in log and 'fare\\" < 1000' in log, log[-3000:]
+    # What quiver cannot apply (arithmetic here) stays with Spark, and the answer is whole.
+    odd = read(spark, uri, "trips").where("id % 2 = 1 AND vendor = 'a'").count()
+    assert odd == sum(1 for i in range(2000) if i % 2 == 1 and i % 4 == 0)
+    assert read(spark, uri, "trips").where("vendor IN ('b', 'c')").count() == 1000
+    assert read(spark, uri, "trips").count() == 2000
+
+
+def test_the_jvm_source_fails_over_between_two_servers(
+    spark: Any, replicas: tuple[list[Server], str]
+) -> None:
+    servers, planner = replicas
+    df = read(spark, planner, "trips")
+    servers[1].stop()
+    assert df.count() == 10_000
+    assert df.where("id < 10").count() == 10
+
+
+def test_the_jvm_source_logs_in_and_names_what_it_cannot_read(
+    spark: Any, start_quiver: ServerFactory, tmp_path: Path
+) -> None:
+    users, tokens = make_users(tmp_path)
+    server = start_quiver("--users", str(users))
+    table = pa.table({"id": pa.array([1, 2, 3], pa.int64()), "n": pa.array([7, 8, 9], pa.uint32())})
+    with quiver.connect(server.uri, username="writer", password=PASSWORDS["writer"]) as c:
+        c.put("t", table)
+    as_reader = {"username": "reader", "password": PASSWORDS["reader"]}
+    # The schema given selects the columns (the ticket carries them).
+    got = read(spark, server.uri, "t", "id long", **as_reader).toArrow()
+    assert got["id"].to_pylist() == [1, 2, 3]
+    got = read(spark, server.uri, "t", "id long", token=tokens["reader"]).toArrow()
+    assert got["id"].to_pylist() == [1, 2, 3]
+    with pytest.raises(Exception, match=r"(?i)unauthenticated"):
+        read(spark, server.uri, "t", "id long", username="reader", password="wrong").count()
+    # Spark has no unsigned integers: the error names the column, at load.
+    with pytest.raises(Exception, match="column 'n'"):
+        read(spark, server.uri, "t", **as_reader)
+
+
+def test_the_jvm_source_writes_overwrite_and_append_atomically(
+    spark: Any, client: quiver.Client, uri: str
+) -> None:
+    table = mixed_table(2000)
+    client.put("trips", table, partitions=4)
+    df = read(spark, uri, "trips")
+    df.write.format("quiver").option("uri", uri).mode("overwrite").save("copy")
+    assert client.get("copy").sort_by("id").equals(spark_view(table))
+    df.where("id < 100").write.format("quiver").option("uri", uri).mode("append").save("copy")
+    assert client.info("copy").num_rows == 2100
+    df.where("id < 10").write.format("quiver").option("uri", uri).mode("overwrite").save("copy")
+    assert sorted(client.get("copy")["id"].to_pylist()) == list(range(10))
+    assert client.list_tables(".quiver-staging/") == []
+    # An append needs its target, and says so before any task runs.
+    with pytest.raises(Exception, match="missing"):
+        df.write.format("quiver").option("uri", uri).mode("append").save("missing")
+
+
+def test_a_failed_jvm_write_job_publishes_nothing(
+    spark: Any, client: quiver.Client, uri: str
+) -> None:
+    from pyspark.sql.functions import udf
+
+    before = pa.table({"id": pa.array([1, 2, 3], pa.int64())})
+    client.put("target", before)
+
+    @udf("long")  # type: ignore[misc]
+    def explode(x: int) -> int:
+        if x == 7777:
+            raise RuntimeError("a task fails half-way")
+        return x
+
+    df = spark.range(0, 10_000, numPartitions=4).select(explode("id").alias("id"))
+    with pytest.raises(Exception, match="a task fails half-way"):
+        df.write.format("quiver").option("uri", uri).mode("overwrite").save("target")
+    assert client.get("target").equals(before)
+    assert staging_left(client) == []
+
+
+def test_spark_sql_reads_a_quiver_table_it_was_told_of(
+    spark: Any, client: quiver.Client, uri: str
+) -> None:
+    client.put("trips", mixed_table(2000), partitions=2)
+    spark.sql(f"CREATE TABLE sql_trips USING quiver OPTIONS (uri '{uri}', table 'trips')")
+    try:
+        [row] = spark.sql(
+            "SELECT count(*) AS n, sum(id) AS s FROM sql_trips WHERE vendor = 'a'"
+        ).collect()
+    finally:
+        spark.sql("DROP TABLE sql_trips")
+    assert (row["n"], row["s"]) == (500, sum(range(0, 2000, 4)))
+
+
+def test_a_java_spark_job_reads_and_writes_quiver_tables(
+    jars: str, client: quiver.Client, uri: str
+) -> None:
+    """A job in Java (java/spark/src/test/java/quiver/spark/JavaJob.java), submitted with
+    ``spark-submit --jars`` as a Java or Scala user runs one: its own JVM, no Python."""
+    import pyspark
+
+    client.put("trips", mixed_table(1000), partitions=3)
+    submit = Path(pyspark.__file__).parent / "bin" / "spark-submit"
+    job = java_cache() / "spark" / "quiver-spark-tests.jar"
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PYSPARK", "SPARK_"))}
+    command = [str(submit), "--jars", jars, "--class", "quiver.spark.JavaJob", str(job)]
+    done = subprocess.run(
+        [*command, uri, "trips", "copy"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=env,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr[-5000:]
+    assert "quiver-java-job rows=1000 from500=500 partitions=3" in done.stdout, done.stdout
+    assert sorted(client.get("copy")["id"].to_pylist()) == list(range(100))
