@@ -195,6 +195,14 @@ impl Etcd {
         Ok(snapshot)
     }
 
+    /// What is set for the whole cluster (the defaults if nothing is).
+    pub(crate) async fn settings(&self) -> Result<Settings> {
+        match self.client.get(self.keys.settings()).await? {
+            None => Ok(Settings::default()),
+            Some(kv) => parse(&kv.key, &kv.value),
+        }
+    }
+
     /// Sets what is set for the whole cluster (no lease: it outlives every
     /// node).
     pub(crate) async fn set_settings(&self, settings: &Settings) -> Result<()> {

@@ -109,7 +109,7 @@ pub async fn status(etcd: &EtcdConfig, replicas: usize) -> Result<ClusterStatus>
 /// is off (a repair of lost copies is not a move: it goes on).
 pub async fn set_rebalance(etcd: &EtcdConfig, on: bool) -> Result<()> {
     let etcd = Etcd::connect(etcd)?;
-    let mut settings: Settings = etcd.snapshot().await?.settings;
+    let mut settings: Settings = etcd.settings().await?;
     settings.rebalance = on;
     etcd.set_settings(&settings).await
 }

@@ -452,8 +452,12 @@ impl SqlEngine {
     async fn query(&self, plan: &LogicalPlan) -> Result<Query> {
         let state = self.context.state();
         let mut physical = state.create_physical_plan(plan).await?;
-        if let Some(rows) =
-            crate::settings::explained_with_settings(&physical, state.config_options()).await?
+        if let Some(rows) = crate::settings::explained_with_settings(
+            &physical,
+            state.config_options(),
+            &self.options.settings,
+        )
+        .await?
         {
             let schema = rows.schema();
             physical = MemorySourceConfig::try_new_exec(&[vec![rows]], schema, None)?;

@@ -91,11 +91,17 @@ pub(crate) fn session_config(target_partitions: usize, settings: &[Setting]) -> 
     config
 }
 
-/// The settings [`SHOWN`], as `key=value` lines, `datafusion.` left out.
-pub(crate) fn describe(options: &ConfigOptions) -> String {
+/// The settings [`SHOWN`] and those of `set` (an operator's), as
+/// `key=value` lines, `datafusion.` left out.
+pub(crate) fn describe(options: &ConfigOptions, set: &[Setting]) -> String {
     let values = options.entries();
-    SHOWN
-        .iter()
+    let mut keys: Vec<&str> = SHOWN.to_vec();
+    for setting in set {
+        if !keys.contains(&setting.key.as_str()) {
+            keys.push(&setting.key);
+        }
+    }
+    keys.iter()
         .filter_map(|key| values.iter().find(|entry| entry.key == *key))
         .map(|entry| {
             let key = entry.key.strip_prefix("datafusion.").unwrap_or(&entry.key);
@@ -107,10 +113,12 @@ pub(crate) fn describe(options: &ConfigOptions) -> String {
 }
 
 /// If `plan` is an `EXPLAIN` (not `EXPLAIN ANALYZE`), the rows it gives and a
-/// last one, [`SETTINGS_ROW`], with the settings it was planned under.
+/// last one, [`SETTINGS_ROW`], with the settings it was planned under
+/// (`options`, after the operator's `set`).
 pub(crate) async fn explained_with_settings(
     plan: &Arc<dyn ExecutionPlan>,
     options: &ConfigOptions,
+    set: &[Setting],
 ) -> Result<Option<RecordBatch>> {
     let Some(explain) = plan.downcast_ref::<ExplainExec>() else {
         return Ok(None);
@@ -122,7 +130,7 @@ pub(crate) async fn explained_with_settings(
         Arc::clone(&schema),
         vec![
             Arc::new(StringArray::from(vec![SETTINGS_ROW])),
-            Arc::new(StringArray::from(vec![describe(options)])),
+            Arc::new(StringArray::from(vec![describe(options, set)])),
         ],
     )
     .and_then(|settings| arrow::compute::concat_batches(&schema, batches.iter().chain([&settings])))
@@ -153,14 +161,22 @@ mod tests {
     #[test]
     fn an_operators_setting_wins_over_the_defaults() {
         let config = session_config(3, &[]);
-        let shown = describe(config.options());
+        let shown = describe(config.options(), &[]);
         assert!(shown.contains("execution.target_partitions=3"), "{shown}");
         assert!(shown.contains("parquet.pushdown_filters=false"), "{shown}");
+        assert_eq!(shown.lines().count(), SHOWN.len(), "{shown}");
         let on = Setting::parse("execution.parquet.pushdown_filters=true").unwrap();
         let five = Setting::parse("execution.target_partitions=5").unwrap();
-        let shown = describe(session_config(3, &[on, five]).options());
+        let bloom = Setting::parse("execution.parquet.bloom_filter_on_read=false").unwrap();
+        let set = [on, five, bloom];
+        let shown = describe(session_config(3, &set).options(), &set);
         assert!(shown.contains("parquet.pushdown_filters=true"), "{shown}");
         assert!(shown.contains("execution.target_partitions=5"), "{shown}");
-        assert_eq!(shown.lines().count(), SHOWN.len(), "{shown}");
+        // A setting EXPLAIN does not show by default is shown once set.
+        assert!(
+            shown.ends_with("execution.parquet.bloom_filter_on_read=false"),
+            "{shown}"
+        );
+        assert_eq!(shown.lines().count(), SHOWN.len() + 1, "{shown}");
     }
 }
