@@ -31,6 +31,7 @@ import logging
 import math
 import os
 import re
+import subprocess
 import sys
 import time
 import traceback
@@ -44,16 +45,34 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from . import taxi
-from .results import DASK, PARQUET, POSTGRESQL, QUIVER, RAY, SPARK, SPARK_CACHE
+from .results import DASK, PARQUET, POSTGRESQL, QUIVER, RAY, SPARK, SPARK_CACHE, SPARK_JVM
 from .workers import descendants, kill_descendants, process_table
 
 #: The engines, in the order the suite runs them (one at a time).
-ENGINES = (SPARK, DASK, RAY)
-#: What each engine needs importable, and the quiver connector it is measured through.
-PACKAGES = {SPARK: ("pyspark",), DASK: ("dask.dataframe", "distributed"), RAY: ("ray.data",)}
-CONNECTORS = {SPARK: "quiver.spark", DASK: "quiver.dask", RAY: "quiver.ray"}
+ENGINES = (SPARK, SPARK_JVM, DASK, RAY)
+#: The two Sparks: the same Spark, with the Python connector and with the JVM one.
+SPARKS = (SPARK, SPARK_JVM)
+#: What each engine needs importable, and the quiver connector it is measured through (the
+#: JVM one's jar is on its Spark's classpath; quiver.spark's register() then leaves it be).
+PACKAGES = {
+    SPARK: ("pyspark",),
+    SPARK_JVM: ("pyspark",),
+    DASK: ("dask.dataframe", "distributed"),
+    RAY: ("ray.data",),
+}
+CONNECTORS = {
+    SPARK: "quiver.spark",
+    SPARK_JVM: "quiver.spark",
+    DASK: "quiver.dask",
+    RAY: "quiver.ray",
+}
 #: The distributions whose versions the report shows.
-DISTRIBUTIONS = {SPARK: ("pyspark",), DASK: ("dask", "distributed"), RAY: ("ray",)}
+DISTRIBUTIONS = {
+    SPARK: ("pyspark",),
+    SPARK_JVM: ("pyspark",),
+    DASK: ("dask", "distributed"),
+    RAY: ("ray",),
+}
 
 #: The column the aggregation groups by, and the columns whose non-null values it counts.
 KEY = "passenger_count"
@@ -105,6 +124,29 @@ def connector_missing(engine: str) -> str | None:
     except (ImportError, ValueError) as e:
         return f"{module} is not importable ({type(e).__name__}: {e})"
     return None if found is not None else f"{module} does not exist"
+
+
+def spark_jvm_jars() -> tuple[str | None, str]:
+    """Build the JVM connector for this Python's PySpark, if it is not built already.
+
+    Runs ``scripts/setup-spark-jvm.sh`` (which caches what it builds); returns ``spark.jars``
+    for the connector and its output, or ``None`` and why not.
+    """
+    script = Path(__file__).resolve().parent.parent / "scripts" / "setup-spark-jvm.sh"
+    try:
+        done = subprocess.run(
+            ["bash", str(script), sys.executable],
+            capture_output=True,
+            text=True,
+            timeout=600,
+            check=False,
+        )
+    except (OSError, subprocess.SubprocessError) as e:
+        return None, f"{script.name} did not run: {e}"
+    if done.returncode != 0:
+        return None, f"{script.name} failed: {(done.stderr or done.stdout).strip()[-300:]}"
+    cache = Path(os.environ.get("QUIVER_JAVA_CACHE") or Path.home() / ".cache/quiver/java")
+    return (cache / "spark" / "jars.txt").read_text().strip(), done.stdout
 
 
 def jdbc_jar() -> Path:
@@ -222,6 +264,7 @@ class EngineConfig:
     spark_memory: str = "2g"
     jdbc_jar: str | None = None
     jdbc_url: str | None = None
+    spark_jars: str | None = None
     cache_partitions: int = 4
 
 
@@ -241,7 +284,7 @@ class EngineClient:
         self.connector_error: str | None = None
         self._cached: Any = None
         started = time.perf_counter()
-        if self.engine == SPARK:
+        if self.engine in SPARKS:
             self._start_spark()
         elif self.engine == DASK:
             self._start_dask()
@@ -252,8 +295,13 @@ class EngineClient:
         self.startup_seconds = time.perf_counter() - started
         try:
             self.connector = importlib.import_module(CONNECTORS[self.engine])
-            if self.engine == SPARK:
+            if self.engine in SPARKS:
                 self.connector.register(self.spark)
+            jvm = self.connector.jvm_source_loaded(self.spark) if self.engine in SPARKS else False
+            if self.engine == SPARK_JVM and not jvm:
+                raise RuntimeError("the JVM connector's jar is not on Spark's classpath")
+            if self.engine == SPARK and jvm:
+                raise RuntimeError("the JVM connector's jar took the Python connector's place")
         except Exception as e:
             self.connector = None
             self.connector_error = f"{type(e).__name__}: {e}"
@@ -273,8 +321,11 @@ class EngineClient:
             .config("spark.driver.memory", self.config.spark_memory)
             .config("spark.sql.session.timeZone", "UTC")
         )
-        if self.config.jdbc_jar:
-            builder = builder.config("spark.jars", self.config.jdbc_jar)
+        jars = [self.config.jdbc_jar]
+        if self.engine == SPARK_JVM:
+            jars.append(self.config.spark_jars)
+        if any(jars):
+            builder = builder.config("spark.jars", ",".join(j for j in jars if j))
         self.spark = builder.getOrCreate()
         self.spark.sparkContext.setLogLevel("WARN")
 
@@ -322,7 +373,7 @@ class EngineClient:
     def close(self) -> None:
         """Stop the engine; kill whatever of its processes outlives the stop."""
         with contextlib.suppress(Exception):
-            if self.engine == SPARK:
+            if self.engine in SPARKS:
                 if self._cached is not None:
                     self._cached.unpersist()
                 self.spark.stop()
@@ -334,7 +385,7 @@ class EngineClient:
 
                 ray.shutdown()
         # Spark's JVM stays up after spark.stop() until its driver exits: no grace for it.
-        deadline = time.monotonic() + (0.0 if self.engine == SPARK else STOP_GRACE_S)
+        deadline = time.monotonic() + (0.0 if self.engine in SPARKS else STOP_GRACE_S)
         while descendants(os.getpid()) and time.monotonic() < deadline:
             time.sleep(0.1)
         kill_descendants(os.getpid())
@@ -343,7 +394,7 @@ class EngineClient:
 
     def partitions(self, source: dict[str, Any]) -> int | None:
         """Return how many partitions the engine reads ``source`` in (untimed)."""
-        if self.engine == SPARK:
+        if self.engine in SPARKS:
             return int(self._spark_frame(source).rdd.getNumPartitions())
         if self.engine == DASK:
             return int(self._dask_frame(source).npartitions)
@@ -359,7 +410,7 @@ class EngineClient:
         """
         with _the_cause():
             started = time.perf_counter()
-            if self.engine == SPARK:
+            if self.engine in SPARKS:
                 summary = _spark_aggregate(self._spark_frame(source))
             elif self.engine == DASK:
                 summary = _dask_aggregate(self._dask_frame(source))
@@ -452,8 +503,8 @@ class EngineClient:
 
     def write(self, sink: dict[str, Any]) -> dict[str, Any]:
         """Write the cached DataFrame to ``sink`` (mode overwrite); return the seconds."""
-        if self.engine != SPARK:
-            raise ValueError("only the Spark engine writes")
+        if self.engine not in SPARKS:
+            raise ValueError("only the Spark engines write")
         with _the_cause():
             return self._write(sink)
 

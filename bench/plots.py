@@ -42,6 +42,7 @@ from .results import (
     RAY,
     SPARK,
     SPARK_CACHE,
+    SPARK_JVM,
 )
 from .sql_clients import SQL_PEERS, SqlPeer
 from .summary import Row, Spread, ceiling, percentile, select, spread
@@ -614,7 +615,12 @@ def functions_sql_stream(rows: list[Row], path: Path) -> Path:
 # --- engines: Spark, Dask and Ray through quiver (the paper's Figure 10) --------------------
 
 #: The engines in the order shown, with their names.
-ENGINE_NAMES = ((SPARK, "Spark"), (DASK, "Dask"), (RAY, "Ray"))
+ENGINE_NAMES = (
+    (SPARK, "Spark"),
+    (SPARK_JVM, "Spark, JVM connector"),
+    (DASK, "Dask"),
+    (RAY, "Ray"),
+)
 #: The sources and sinks in the order shown, with their colours (one endpoint, several).
 ENGINE_SOURCE_COLORS = {
     QUIVER: ("#7fb2e5", "tab:blue"),

@@ -51,6 +51,7 @@ from .results import (
     QUIVER_PYTHON_SHM,
     SPARK,
     SPARK_CACHE,
+    SPARK_JVM,
 )
 from .sql_clients import SQL_PEERS, SqlPeer
 from .summary import Row, Spread, ceiling, comparable, percentile, select, shapes, spread
@@ -667,42 +668,45 @@ def engines_goals(rows: list[Row]) -> list[Goal]:
         target = f"≥ {threshold:g}×"
         out.append(Goal(text, target, ratio, None if ratio is None else ratio >= threshold, shown))
 
-    reference = engine_reference(rows, SPARK, "read")
-    many = f"{reference[1]} endpoints" if reference else "N endpoints"
-    if reference is not None:
-        for server, endpoints in engine_peers(rows, SPARK, "read"):
-            if server == POSTGRESQL:
-                label = engine_peer_label(server, endpoints)
-                goal(
-                    f"Spark read + aggregate: quiver ({many}) / Spark's JDBC reader ({label})",
-                    ENGINES_VS_JDBC,
-                    _engine_ratio(rows, SPARK, "read", (server, endpoints), reference),
-                )
-    else:
+    for spark, name in ((SPARK, "Spark"), (SPARK_JVM, "Spark, JVM connector")):
+        if spark == SPARK_JVM and not select(rows, suite="engines", client=spark, op="read"):
+            continue  # not measured here (no JDK or Maven): the run's notes say why
+        reference = engine_reference(rows, spark, "read")
+        many = f"{reference[1]} endpoints" if reference else "N endpoints"
+        if reference is not None:
+            for server, endpoints in engine_peers(rows, spark, "read"):
+                if server == POSTGRESQL:
+                    label = engine_peer_label(server, endpoints)
+                    goal(
+                        f"{name} read + aggregate: quiver ({many}) / Spark's JDBC reader ({label})",
+                        ENGINES_VS_JDBC,
+                        _engine_ratio(rows, spark, "read", (server, endpoints), reference),
+                    )
+        else:
+            goal(
+                f"{name} read + aggregate: quiver ({many}) / Spark's JDBC reader",
+                ENGINES_VS_JDBC,
+                (None, "—"),
+            )
+        writes = engine_peers(rows, spark, "write")
+        ours = next((p for p in writes if p[0] == QUIVER), None)
+        theirs = next((p for p in writes if p[0] == POSTGRESQL), None)
         goal(
-            f"Spark read + aggregate: quiver ({many}) / Spark's JDBC reader",
+            f"{name} write (overwrite): quiver / Spark's JDBC writer to PostgreSQL",
             ENGINES_VS_JDBC,
-            (None, "—"),
+            (None, "—")
+            if ours is None or theirs is None
+            else _engine_ratio(rows, spark, "write", theirs, ours),
         )
-    writes = engine_peers(rows, SPARK, "write")
-    ours = next((p for p in writes if p[0] == QUIVER), None)
-    theirs = next((p for p in writes if p[0] == POSTGRESQL), None)
-    goal(
-        "Spark write (overwrite): quiver / Spark's JDBC writer to PostgreSQL",
-        ENGINES_VS_JDBC,
-        (None, "—")
-        if ours is None or theirs is None
-        else _engine_ratio(rows, SPARK, "write", theirs, ours),
-    )
-    parquet = next((p for p in engine_peers(rows, SPARK, "read") if p[0] == PARQUET), None)
-    goal(
-        f"Spark read + aggregate: quiver ({many}) / local Parquet"
-        + (f" ({parquet[1]} files)" if parquet else ""),
-        ENGINES_VS_PARQUET,
-        (None, "—")
-        if parquet is None or reference is None
-        else _engine_ratio(rows, SPARK, "read", parquet, reference),
-    )
+        parquet = next((p for p in engine_peers(rows, spark, "read") if p[0] == PARQUET), None)
+        goal(
+            f"{name} read + aggregate: quiver ({many}) / local Parquet"
+            + (f" ({parquet[1]} files)" if parquet else ""),
+            ENGINES_VS_PARQUET,
+            (None, "—")
+            if parquet is None or reference is None
+            else _engine_ratio(rows, spark, "read", parquet, reference),
+        )
     for engine, name in ENGINE_NAMES:
         quivers = [p for p in engine_peers(rows, engine, "read") if p[0] == QUIVER]
         if not quivers:

@@ -22,6 +22,9 @@ DUCKDB = "duckdb"
 #: quiver and PostgreSQL (the ``server`` column): a local Parquet directory, and Spark's
 #: own cache (the DataFrame the writes write, held in Spark's memory: a read's floor).
 SPARK = "spark"
+#: Spark reading and writing quiver through the JVM connector (java/spark) instead of the
+#: Python one; its other sources are Spark's own, as for ``spark``.
+SPARK_JVM = "spark-jvm"
 DASK = "dask"
 RAY = "ray"
 PARQUET = "parquet"

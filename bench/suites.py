@@ -71,8 +71,8 @@ from .results import (
     QUIVER_GRPC,
     QUIVER_PYTHON,
     QUIVER_PYTHON_SHM,
-    SPARK,
     SPARK_CACHE,
+    SPARK_JVM,
     Measurement,
     ResultsFile,
 )
@@ -1602,6 +1602,7 @@ class EnginesSetup:
     log_dir: Path
     pg: postgres.PostgresServer | None = None
     jar: Path | None = None
+    spark_jars: str | None = None
 
     def server_pid(self, server: str) -> int | None:
         """Return the process whose tree serves ``server`` (``None``: the engine alone)."""
@@ -1619,29 +1620,35 @@ def _engine_peers(engine: str, endpoints: int, jdbc: bool) -> list[EnginePeer]:
     through 1 and N endpoints, and through N over gRPC, as a server elsewhere is.
     """
     many = {"kind": QUIVER, "table": engines.TRIPS_MANY}
+    # The JVM connector reads and writes over gRPC only: its quiver rows are gRPC's.
+    grpc = engine != SPARK_JVM
     reads = [
         EnginePeer(engine, "read", QUIVER, 1, {"kind": QUIVER, "table": engines.TRIPS_ONE}),
         EnginePeer(engine, "read", QUIVER, endpoints, many),
-        EnginePeer(engine, "read", QUIVER_GRPC, endpoints, {**many, "transport": "grpc"}),
     ]
-    if engine == SPARK and jdbc:
+    if grpc:
+        reads.append(
+            EnginePeer(engine, "read", QUIVER_GRPC, endpoints, {**many, "transport": "grpc"})
+        )
+    if engine in engines.SPARKS and jdbc:
         reads += [
-            EnginePeer(SPARK, "read", POSTGRESQL, n, {"kind": POSTGRESQL, "partitions": n})
+            EnginePeer(engine, "read", POSTGRESQL, n, {"kind": POSTGRESQL, "partitions": n})
             for n in (1, engines.JDBC_PARTITIONS)
         ]
     reads.append(EnginePeer(engine, "read", PARQUET, endpoints, {"kind": PARQUET}))
-    if engine != SPARK:
+    if engine not in engines.SPARKS:
         return reads
-    reads.append(EnginePeer(SPARK, "read", SPARK_CACHE, endpoints, {"kind": SPARK_CACHE}))
+    reads.append(EnginePeer(engine, "read", SPARK_CACHE, endpoints, {"kind": SPARK_CACHE}))
     written = {"kind": QUIVER, "table": engines.WRITTEN}
-    writes = [
-        EnginePeer(SPARK, "write", QUIVER, endpoints, written),
-        EnginePeer(SPARK, "write", QUIVER_GRPC, endpoints, {**written, "transport": "grpc"}),
-    ]
+    writes = [EnginePeer(engine, "write", QUIVER, endpoints, written)]
+    if grpc:
+        writes.append(
+            EnginePeer(engine, "write", QUIVER_GRPC, endpoints, {**written, "transport": "grpc"})
+        )
     if jdbc:
         writes.append(
             EnginePeer(
-                SPARK,
+                engine,
                 "write",
                 POSTGRESQL,
                 endpoints,
@@ -1677,14 +1684,23 @@ def run_engines(run: Run) -> None:
                 run.software[package] = importlib.metadata.version(package)
     if not usable:
         return
-    if SPARK in usable:
+    if SPARK_JVM in usable:
+        jars, why = engines.spark_jvm_jars()
+        if jars is None:
+            run.note(f"engines: {SPARK_JVM} not measured: {why}")
+            usable.remove(SPARK_JVM)
+    else:
+        jars = None
+    sparks = [e for e in usable if e in engines.SPARKS]
+    if sparks:
         run.software["Java"] = _java_version()
     log_dir = run.log_dir / "engines"
     with contextlib.ExitStack() as stack:
         tmp = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="quiver-engines-")))
         server = servers.start_quiver(run.binary, log_dir)
         stack.callback(_stop_engines_server, run, server)
-        setup = _engines_load(run, stack, server, tmp, SPARK in usable, log_dir)
+        setup = _engines_load(run, stack, server, tmp, bool(sparks), log_dir)
+        setup.spark_jars = jars
         for engine in usable:
             with run.attempt(f"engines: {engine}"):
                 _measure_engine(run, engine, setup)
@@ -1800,6 +1816,7 @@ def _measure_engine(run: Run, engine: str, setup: EnginesSetup) -> None:
         if pg is None
         else f"jdbc:postgresql://127.0.0.1:{pg.port}/{postgres.DATABASE}",
         cache_partitions=setup.endpoints,
+        spark_jars=setup.spark_jars,
     )
     log(f"engines: starting {engine} (its output: {config.log_path})")
     with workers.Worker(

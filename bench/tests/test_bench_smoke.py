@@ -66,6 +66,7 @@ from bench.results import (
     RUN_COLUMNS,
     SPARK,
     SPARK_CACHE,
+    SPARK_JVM,
     Measurement,
     ResultsFile,
     read_results,
@@ -868,13 +869,15 @@ def _engine_rows(engines_run, engine: str, op: str) -> dict[tuple[str, int], lis
     return found
 
 
-@pytest.mark.parametrize("engine", [SPARK, DASK, RAY])
+@pytest.mark.parametrize("engine", [SPARK, SPARK_JVM, DASK, RAY])
 def test_each_engine_read_quiver_through_1_and_n_endpoints_and_parquet(engines_run, engine):
     _engine_or_skip(engine)
     plan = plan_for("smoke", GIB)
     n = plan.engines_endpoints
     reads = _engine_rows(engines_run, engine, "read")
-    want = {(QUIVER, 1), (QUIVER, n), (QUIVER_GRPC, n), (PARQUET, n)}
+    # The JVM connector reads over gRPC only: its quiver rows are gRPC's, no second row.
+    grpc = {(QUIVER_GRPC, n)} if engine != SPARK_JVM else set()
+    want = {(QUIVER, 1), (QUIVER, n), (PARQUET, n)} | grpc
     assert want <= set(reads), sorted(reads)
     for peer, found in reads.items():
         assert len(found) == plan.reps, peer
@@ -885,10 +888,10 @@ def test_each_engine_read_quiver_through_1_and_n_endpoints_and_parquet(engines_r
     cpu = _engine_rows(engines_run, engine, "read_cpu_engine")
     assert set(cpu) == set(reads)
     served = set(_engine_rows(engines_run, engine, "read_cpu_server"))
-    assert {(QUIVER, 1), (QUIVER, n), (QUIVER_GRPC, n)} <= served
+    assert {(QUIVER, 1), (QUIVER, n)} | grpc <= served
     startup = [r for r in engines_run["rows"] if (r["client"], r["op"]) == (engine, "startup")]
     assert len(startup) == 1 and float(startup[0]["seconds"]) > 0
-    if engine in (SPARK, DASK):
+    if engine in (SPARK, SPARK_JVM, DASK):
         # A Spark or Dask partition per endpoint.
         assert {int(r["streams"]) for r in reads[(QUIVER, n)]} == {n}
         assert {int(r["streams"]) for r in reads[(QUIVER, 1)]} == {1}
@@ -909,6 +912,10 @@ def test_spark_read_and_wrote_postgresql_through_jdbc(engines_run):
     assert set(writes) == {(QUIVER, n), (QUIVER_GRPC, n), (POSTGRESQL, n)}, sorted(writes)
     for sink in writes:
         assert sink in _engine_rows(engines_run, SPARK, "write_cpu_server"), sink
+    # The JVM connector's Spark: the same peers, its quiver writes over gRPC.
+    jvm = _engine_rows(engines_run, SPARK_JVM, "write")
+    assert set(jvm) == {(QUIVER, n), (POSTGRESQL, n)}, sorted(jvm)
+    assert (POSTGRESQL, 2) in _engine_rows(engines_run, SPARK_JVM, "read")
     loads = {r["server"] for r in engines_run["rows"] if r["op"] == "load"}
     assert loads == {QUIVER, PARQUET, POSTGRESQL}
     text = (engines_run["tmp"] / "BENCHMARKS.md").read_text()
@@ -961,6 +968,12 @@ def test_engines_goals_say_met_or_not_met_from_the_ratios():
     verdicts = [g.verdict for g in missed.values()]
     assert verdicts == ["PASS", "FAIL", "FAIL", "FAIL", "PASS", "PASS"], missed
     assert report.engines_goals([]) == []
+    # The JVM connector's Spark gets the same goals against the same peers, once measured.
+    jvm = [{**r, "client": SPARK_JVM} for r in rows(0.75, 1.5) if r["client"] == SPARK]
+    both = {g.text: g for g in report.engines_goals(rows(1.0, 4.0) + jvm)}
+    jvm_goals = [g for t, g in both.items() if t.startswith("Spark, JVM connector")]
+    assert [g.verdict for g in jvm_goals] == ["PASS"] * 5, both
+    assert jvm_goals[0].shown == "16.00× (12.000 s vs 0.750 s)"
 
 
 # --- the tpch suite -------------------------------------------------------------------------

@@ -38,6 +38,10 @@ Options (all strings, as Spark passes them):
 
 Filter pushdown needs ``spark.sql.python.filterPushdown.enabled``, which
 :func:`register` sets for the session.
+
+With the JVM connector's jar on the session's classpath (``java/spark``; docs/engines.md,
+"Spark on the JVM"), Spark has a ``quiver`` source of its own, which hands Spark columnar
+batches without a Python worker: :func:`register` then leaves it in place.
 """
 
 from __future__ import annotations
