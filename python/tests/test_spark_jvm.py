@@ -12,6 +12,7 @@ they are skipped when there is no JDK or Maven (``scripts/setup-java.sh`` instal
 
 from __future__ import annotations
 
+import datetime
 import os
 import subprocess
 import sys
@@ -148,6 +149,30 @@ def test_the_jvm_source_pushes_columns_and_filters_to_the_server(
     assert odd == sum(1 for i in range(2000) if i % 2 == 1 and i % 4 == 0)
     assert read(spark, uri, "trips").where("vendor IN ('b', 'c')").count() == 1000
     assert read(spark, uri, "trips").count() == 2000
+
+
+def test_the_jvm_source_pushes_dates_and_timestamps_as_such(
+    spark: Any, client: quiver.Client, uri: str, server: Server
+) -> None:
+    # 18:00 in New York is 23:00 UTC: the pushed filter must compare instants, whatever
+    # the session's zone and the column's (Europe/Paris here). A date is a date, not the
+    # number of days Spark holds it as.
+    table = mixed_table(10_000)
+    first = datetime.date(2024, 1, 1)
+    days = pa.array([first + datetime.timedelta(days=i % 10) for i in range(10_000)])
+    client.put("trips", table.append_column("day", days), partitions=2)
+    spark.conf.set("spark.sql.session.timeZone", "America/New_York")
+    try:
+        df = read(spark, uri, "trips")
+        at = df.where("at < timestamp'2023-11-14 18:00:00'").count()
+        day = df.where("day >= date'2024-01-08'").count()
+    finally:
+        spark.conf.set("spark.sql.session.timeZone", "UTC")
+    assert at == 2800
+    assert day == 3000
+    log = server.log()
+    assert "2023-11-14T23:00:00Z" in log, log[-3000:]
+    assert "CAST('2024-01-08' AS DATE)" in log, log[-3000:]
 
 
 def test_the_jvm_source_fails_over_between_two_servers(

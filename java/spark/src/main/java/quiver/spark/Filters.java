@@ -1,20 +1,27 @@
 package quiver.spark;
 
 import java.math.BigDecimal;
+import java.time.Instant;
+import java.time.LocalDate;
+import java.time.LocalDateTime;
+import java.time.ZoneOffset;
 import java.util.ArrayList;
 import java.util.List;
 import org.apache.spark.sql.connector.expressions.Expression;
 import org.apache.spark.sql.connector.expressions.Literal;
 import org.apache.spark.sql.connector.expressions.NamedReference;
 import org.apache.spark.sql.connector.expressions.filter.Predicate;
+import org.apache.spark.sql.types.DataType;
 import org.apache.spark.sql.types.DataTypes;
-import org.apache.spark.unsafe.types.UTF8String;
+import org.apache.spark.sql.types.Decimal;
+import org.apache.spark.sql.types.DecimalType;
 
 /**
  * Spark's pushed predicates as the SQL a quiver ticket's filter takes (docs/protocol.md,
  * "Column selection and filters"): comparisons, IN, null tests, {@code <=>}, string prefix,
  * suffix and containment, and AND/OR/NOT of those, over top-level columns and literals of
- * numbers, strings and booleans. Anything else stays with Spark ({@link #toSql} gives null).
+ * numbers, strings, booleans, dates and timestamps. Anything else stays with Spark ({@link
+ * #toSql} gives null).
  */
 final class Filters {
   private Filters() {}
@@ -138,32 +145,59 @@ final class Filters {
     return "\"" + name.replace("\"", "\"\"") + "\"";
   }
 
-  /** A literal of a number, string or boolean as SQL; null for anything else. */
+  /**
+   * A literal as SQL, by its Spark type (not its Java class: a date is an int of days, a
+   * timestamp a long of microseconds); null for a type with no literal here.
+   */
   static String literal(Expression e) {
     if (!(e instanceof Literal)) {
       return null;
     }
-    Object value = ((Literal<?>) e).value();
-    if (value instanceof UTF8String) {
+    Literal<?> literal = (Literal<?>) e;
+    Object value = literal.value();
+    DataType type = literal.dataType();
+    if (value == null) {
+      return null;
+    }
+    if (type == DataTypes.StringType) {
       return "'" + value.toString().replace("'", "''") + "'";
     }
-    if (value instanceof Boolean) {
+    if (type == DataTypes.BooleanType) {
       return ((Boolean) value) ? "TRUE" : "FALSE";
     }
-    if (value instanceof Byte
-        || value instanceof Short
-        || value instanceof Integer
-        || value instanceof Long) {
+    if (type == DataTypes.ByteType
+        || type == DataTypes.ShortType
+        || type == DataTypes.IntegerType
+        || type == DataTypes.LongType) {
       return value.toString();
     }
-    if (value instanceof Double || value instanceof Float) {
+    if (type == DataTypes.FloatType || type == DataTypes.DoubleType) {
       double d = ((Number) value).doubleValue();
       // NaN and the infinities have no SQL literal: Spark keeps such filters.
       return Double.isFinite(d) ? BigDecimal.valueOf(d).toPlainString() : null;
     }
-    if (value instanceof org.apache.spark.sql.types.Decimal) {
-      return ((org.apache.spark.sql.types.Decimal) value).toJavaBigDecimal().toPlainString();
+    if (type instanceof DecimalType) {
+      return ((Decimal) value).toJavaBigDecimal().toPlainString();
+    }
+    if (type == DataTypes.DateType) {
+      return "CAST('" + LocalDate.ofEpochDay((Integer) value) + "' AS DATE)";
+    }
+    if (type == DataTypes.TimestampType) {
+      // An instant, compared as one with a column of any zone (a plain TIMESTAMP literal
+      // would be read in the column's zone).
+      return "arrow_cast('"
+          + instant((Long) value)
+          + "', 'Timestamp(Microsecond, Some(\"UTC\"))')";
+    }
+    if (type == DataTypes.TimestampNTZType) {
+      Instant at = instant((Long) value);
+      return "CAST('" + LocalDateTime.ofInstant(at, ZoneOffset.UTC) + "' AS TIMESTAMP)";
     }
     return null;
+  }
+
+  private static Instant instant(long micros) {
+    return Instant.ofEpochSecond(
+        Math.floorDiv(micros, 1_000_000L), Math.floorMod(micros, 1_000_000L) * 1_000L);
   }
 }
