@@ -26,7 +26,7 @@ import pytest
 import quiver
 import quiver.spark
 from engine_helpers import mixed_table, spark_view, staging_left
-from security_helpers import PASSWORDS, make_users
+from security_helpers import PASSWORDS, make_certs, make_users
 from server_process import REPO, Server, ServerFactory
 
 SETUP = REPO / "scripts" / "setup-spark-jvm.sh"
@@ -282,3 +282,45 @@ def test_a_java_spark_job_reads_and_writes_quiver_tables(
     assert done.returncode == 0, done.stderr[-5000:]
     assert "quiver-java-job rows=1000 from500=500 partitions=3" in done.stdout, done.stdout
     assert sorted(client.get("copy")["id"].to_pylist()) == list(range(100))
+
+
+def test_the_jvm_source_reads_and_writes_over_mutual_tls(
+    spark: Any, start_quiver: ServerFactory, tmp_path: Path
+) -> None:
+    (tmp_path / "certs").mkdir()
+    certs = make_certs(tmp_path / "certs")
+    (tmp_path / "users").mkdir()
+    users, _ = make_users(tmp_path / "users")
+    server = start_quiver(
+        "--tls-cert", str(certs.server_cert), "--tls-key", str(certs.server_key),
+        "--tls-client-ca", str(certs.ca), "--users", str(users),
+    )  # fmt: skip
+    assert server.uri.startswith("grpc+tls://")
+    tls = {
+        "tls_root_certs": str(certs.ca),
+        "cert_chain": str(certs.client_cert),
+        "private_key": str(certs.client_key),
+        "username": "writer",
+        "password": PASSWORDS["writer"],
+    }
+    table = mixed_table(500)
+    with quiver.connect(
+        server.uri,
+        tls_root_certs=certs.ca.read_bytes(),
+        cert_chain=certs.client_cert.read_bytes(),
+        private_key=certs.client_key.read_bytes(),
+        username="writer",
+        password=PASSWORDS["writer"],
+    ) as c:
+        c.put("t", table, partitions=2)
+        df = read(spark, server.uri, "t", **tls)
+        assert df.where("id < 100").count() == 100
+        writer = df.write.format("quiver").option("uri", server.uri)
+        for key, value in tls.items():
+            writer = writer.option(key, value)
+        writer.mode("overwrite").save("copy")
+        assert c.get("copy").sort_by("id").equals(spark_view(table))
+    # Without the client certificate, the server turns the connection away.
+    no_cert = {k: v for k, v in tls.items() if k not in ("cert_chain", "private_key")}
+    with pytest.raises(Exception, match=r"(?i)unavailable|handshake|certificate"):
+        read(spark, server.uri, "t", "id long", **no_cert).count()

@@ -1,10 +1,12 @@
 package quiver.spark;
 
-import java.io.FileInputStream;
+import java.io.ByteArrayInputStream;
 import java.io.IOException;
 import java.io.InputStream;
 import java.io.Serializable;
 import java.net.URI;
+import java.nio.file.Files;
+import java.nio.file.Path;
 import java.util.ArrayList;
 import java.util.List;
 import java.util.Map;
@@ -85,16 +87,12 @@ final class Connection implements Serializable {
     try {
       if (where.getUri().getScheme().equals("grpc+tls")) {
         builder.useTls();
+        // The builder reads these streams when it builds, not now: in memory, not files.
         if (tlsRootCerts != null) {
-          try (InputStream certs = new FileInputStream(tlsRootCerts)) {
-            builder.trustedCertificates(certs);
-          }
+          builder.trustedCertificates(pem(tlsRootCerts));
         }
         if (certChain != null) {
-          try (InputStream cert = new FileInputStream(certChain);
-              InputStream key = new FileInputStream(privateKey)) {
-            builder.clientCertificate(cert, key);
-          }
+          builder.clientCertificate(pem(certChain), pem(privateKey));
         }
         if (overrideHostname != null) {
           builder.overrideHostname(overrideHostname);
@@ -121,6 +119,10 @@ final class Connection implements Serializable {
       throw e;
     }
     return new Client(client, options.toArray(new CallOption[0]));
+  }
+
+  private static InputStream pem(String path) throws IOException {
+    return new ByteArrayInputStream(Files.readAllBytes(Path.of(path)));
   }
 
   private static Location location(String uri) {
