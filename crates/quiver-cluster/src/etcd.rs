@@ -37,6 +37,8 @@ pub(crate) struct Snapshot {
     pub(crate) reads: BTreeMap<String, ReadsEntry>,
     /// What is set for the whole cluster.
     pub(crate) settings: Settings,
+    /// etcd's revision when it was read.
+    pub(crate) revision: i64,
 }
 
 impl Snapshot {
@@ -171,7 +173,10 @@ impl Etcd {
         let (reads, settings) = (self.keys.reads(), self.keys.settings());
         let (start, end) = self.keys.snapshot_range();
         let all = self.client.get_range(start, end).await?;
-        let mut snapshot = Snapshot::default();
+        let mut snapshot = Snapshot {
+            revision: all.header.as_ref().map_or(0, |h| h.revision),
+            ..Snapshot::default()
+        };
         for kv in &all.kvs {
             let key = String::from_utf8_lossy(&kv.key);
             if key.starts_with(&nodes) {
@@ -501,6 +506,11 @@ impl Etcd {
                 Err(e) => return ClusterError::from(e),
             }
         }
+    }
+
+    /// Discards etcd's history before `revision` ([`crate::history`]).
+    pub(crate) async fn compact(&self, revision: i64) -> Result<()> {
+        Ok(self.client.compact(revision).await?)
     }
 
     /// Ends `lease` now (a clean shutdown): the node leaves at once.

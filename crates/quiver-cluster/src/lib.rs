@@ -18,6 +18,7 @@ mod catalog;
 mod compact;
 mod error;
 mod etcd;
+mod history;
 mod node;
 mod peers;
 mod placement;

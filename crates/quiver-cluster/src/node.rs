@@ -78,6 +78,11 @@ pub struct ClusterOptions {
     /// query's plan) are kept after their version is replaced: the query
     /// timeout, so that no query loses what it planned over.
     pub read_hold: Duration,
+    /// How many of etcd's latest revisions are kept: the first node by id
+    /// compacts the history before them ([`crate::history`])...
+    pub history_keep: i64,
+    /// ...at most this often.
+    pub compact_every: Duration,
     /// A table with more partitions than this has its runs of small ones
     /// merged ([`crate::compact`]), so that its catalog entry, and what a
     /// commit costs, stop growing with every append.
@@ -108,6 +113,8 @@ pub struct ClusterNode {
     pub(crate) orphans: Mutex<HashMap<String, Instant>>,
     /// When the upkeep last looked for orphans.
     pub(crate) collected: Mutex<Option<Instant>>,
+    /// When this node last compacted etcd's history.
+    pub(crate) compacted: Mutex<Option<Instant>>,
     /// The partitions this node handed to readers.
     pub(crate) reads: Reads,
     /// Distributed SQL over the cluster's tables.
@@ -162,6 +169,7 @@ impl ClusterNode {
             requests_lease: tokio::sync::Mutex::new(None),
             orphans: Mutex::new(HashMap::new()),
             collected: Mutex::new(None),
+            compacted: Mutex::new(None),
             reads: Reads::default(),
         }))
     }

@@ -228,6 +228,7 @@ impl ClusterNode {
         };
         let snapshot = self.etcd.snapshot().await?;
         self.remember(snapshot.clone());
+        self.compact_history(&snapshot).await;
         self.forget_stale_intents(&snapshot).await;
         let mut acted = false;
         for (name, (entry, _)) in &snapshot.tables {

@@ -40,6 +40,8 @@ pub(crate) fn options(etcd: &TestEtcd, id: &str) -> ClusterOptions {
         repair_every: Duration::from_millis(250),
         orphan_grace: Duration::ZERO,
         read_hold: Duration::from_secs(2),
+        history_keep: 0,
+        compact_every: Duration::from_millis(250),
         compact_above: 4,
     }
 }

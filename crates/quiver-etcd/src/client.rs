@@ -10,11 +10,11 @@ use tonic::transport::{Certificate, Channel, ClientTlsConfig, Endpoint, Identity
 
 use crate::error::{EtcdError, Result};
 use crate::proto::{
-    AuthenticateRequest, Compare, DeleteRangeRequest, KeyValue, LeaseGrantRequest,
-    LeaseKeepAliveRequest, LeaseKeepAliveResponse, LeaseRevokeRequest, PutRequest, RangeRequest,
-    RangeResponse, RequestOp, TxnRequest, TxnResponse, WatchCreateRequest, WatchRequest,
-    WatchResponse, auth_client::AuthClient, kv_client::KvClient, lease_client::LeaseClient,
-    watch_client::WatchClient, watch_request::RequestUnion,
+    AuthenticateRequest, CompactionRequest, Compare, DeleteRangeRequest, KeyValue,
+    LeaseGrantRequest, LeaseKeepAliveRequest, LeaseKeepAliveResponse, LeaseRevokeRequest,
+    PutRequest, RangeRequest, RangeResponse, RequestOp, TxnRequest, TxnResponse,
+    WatchCreateRequest, WatchRequest, WatchResponse, auth_client::AuthClient, kv_client::KvClient,
+    lease_client::LeaseClient, watch_client::WatchClient, watch_request::RequestUnion,
 };
 
 /// How the client reaches etcd and how long it waits.
@@ -407,6 +407,32 @@ impl Client {
             KvClient::new(channel).txn(request).await
         })
         .await
+    }
+
+    /// Discards the history of every key before `revision` (etcd keeps
+    /// each key's every version until told; without this its database
+    /// grows with every write until its quota stops all writes). Reads at
+    /// `revision` and after are unchanged. A revision already compacted is
+    /// not an error: several nodes may compact the same history.
+    pub async fn compact(&self, revision: i64) -> Result<()> {
+        let request = CompactionRequest {
+            revision,
+            physical: false,
+        };
+        let answer = self
+            .unary(request, |channel, request| async move {
+                KvClient::new(channel).compact(request).await
+            })
+            .await;
+        match answer {
+            Err(EtcdError::Status(status))
+                if status.code() == tonic::Code::OutOfRange
+                    && status.message().contains("compacted") =>
+            {
+                Ok(())
+            }
+            other => other.map(|_| ()),
+        }
     }
 
     /// A new lease of `ttl` seconds; its id.

@@ -408,3 +408,46 @@ async fn etcd_users_are_authenticated_and_a_token_that_expired_is_renewed() {
         "an anonymous read of an etcd with auth on"
     );
 }
+
+/// Writes `count` values of 256 KiB to one key; compacts the history every
+/// `compact_every` writes when given. The first error, if any.
+async fn churn(client: &Client, count: usize, compact_every: Option<usize>) -> Option<EtcdError> {
+    let value = vec![b'x'; 256 << 10];
+    for i in 0..count {
+        if let Err(e) = client.put("/churn", value.clone(), 0).await {
+            return Some(e);
+        }
+        if compact_every.is_some_and(|every| (i + 1) % every == 0) {
+            let now = client.get("/churn").await.unwrap().unwrap().mod_revision;
+            if let Err(e) = client.compact(now).await {
+                return Some(e);
+            }
+        }
+    }
+    None
+}
+
+#[tokio::test]
+async fn compacting_the_history_keeps_a_busy_etcd_under_its_quota() {
+    // 64 MiB of database: 400 writes of 256 KiB (100 MiB of history) pass it.
+    let quota = ["--quota-backend-bytes=67108864".to_string()];
+    let Some(etcd) = start_etcd_with(false, &quota) else {
+        return;
+    };
+    let client = client(&etcd).await;
+    // Compacted every 20 writes, the history never holds more than 5 MiB.
+    assert!(churn(&client, 400, Some(20)).await.is_none());
+    // Compacting to a revision already compacted is no error (several nodes may).
+    let now = client.get("/churn").await.unwrap().unwrap().mod_revision;
+    client.compact(now).await.unwrap();
+    client.compact(now - 5).await.unwrap();
+    // Left to grow, the same writes fill the quota and etcd refuses every write.
+    let full = churn(&client, 400, None)
+        .await
+        .expect("the quota was reached");
+    assert_eq!(full.code(), tonic::Code::ResourceExhausted, "{full}");
+    assert!(
+        full.to_string().contains("database space exceeded"),
+        "{full}"
+    );
+}

@@ -21,6 +21,12 @@ const REPAIR_EVERY: std::time::Duration = std::time::Duration::from_millis(250);
 /// Partitions a cluster table may have before its small ones are merged.
 const COMPACT_ABOVE: usize = 64;
 
+/// How many of etcd's latest revisions the cluster keeps (quiver_cluster's
+/// history module says why it is compacted at all), compacting at most this
+/// often.
+const ETCD_HISTORY_KEEP: i64 = 10_000;
+const ETCD_COMPACT_EVERY: std::time::Duration = std::time::Duration::from_secs(10);
+
 /// Why a cluster flag cannot be used with the rest. `shared_tokens`: the
 /// tokens' key comes from `--token-secret-file`, not from this process.
 fn refuse(config: &ServerConfig, addr: SocketAddr, shared_tokens: bool) -> CliResult<()> {
@@ -75,6 +81,8 @@ pub(crate) async fn join(
         repair_every: REPAIR_EVERY,
         orphan_grace: args.orphan_grace(),
         read_hold: config.sql.query_timeout,
+        history_keep: ETCD_HISTORY_KEEP,
+        compact_every: ETCD_COMPACT_EVERY,
         compact_above: COMPACT_ABOVE,
     };
     let node = quiver_cluster::ClusterNode::join(options, Arc::clone(store))
