@@ -172,7 +172,7 @@ final class QuiverWrite {
       for (FlightInfo info :
           client.flight.listFlights(
               new Criteria(prefix.getBytes(StandardCharsets.UTF_8)), client.options)) {
-        delete(client, new String(info.getDescriptor().getPath().get(0)));
+        delete(client, String.join("/", info.getDescriptor().getPath()));
       }
     }
   }
