@@ -20,7 +20,9 @@
 #      background while Rust compiles (they wait on the network more than on the CPU);
 #   4. Java (JDK 17 and Maven from Debian's packages if missing) and Apache Arrow's
 #      Flight SQL JDBC driver, for python/tests/test_jdbc.py (scripts/setup-java.sh;
-#      cached outside the repository, in ~/.cache/quiver/java);
+#      cached outside the repository, in ~/.cache/quiver/java); the JVM Spark connector
+#      (java/spark) is built against the venv's PySpark by its tests themselves
+#      (scripts/setup-spark-jvm.sh, cached there too);
 #   5. PostgreSQL and its ODBC driver from Debian's packages, if missing, for the
 #      benchmark harness's sql suite (scripts/install-postgres.sh);
 #   6. systemd and tmux from Debian's packages, if missing, for systemd-analyze
