@@ -145,15 +145,18 @@ def spark_jvm_jars() -> tuple[str | None, str]:
         return None, f"{script.name} did not run: {e}"
     if done.returncode != 0:
         return None, f"{script.name} failed: {(done.stderr or done.stdout).strip()[-300:]}"
-    cache = Path(os.environ.get("QUIVER_JAVA_CACHE") or Path.home() / ".cache/quiver/java")
-    return (cache / "spark" / "jars.txt").read_text().strip(), done.stdout
+    return (java_cache() / "spark" / "jars.txt").read_text().strip(), done.stdout
 
 
 def jdbc_jar() -> Path:
     """Return where ``scripts/setup-java.sh`` puts the PostgreSQL JDBC driver's jar."""
-    cache = Path(os.environ.get("QUIVER_JAVA_CACHE") or Path.home() / ".cache/quiver/java")
     version = (Path(__file__).parent / "postgresql-jdbc.version").read_text().strip()
-    return cache / "lib" / f"postgresql-{version}.jar"
+    return java_cache() / "lib" / f"postgresql-{version}.jar"
+
+
+def java_cache() -> Path:
+    """Return where the scripts/setup-*.sh of Java keep what they build and fetch."""
+    return Path(os.environ.get("QUIVER_JAVA_CACHE") or Path.home() / ".cache/quiver/java")
 
 
 @dataclass(frozen=True)
