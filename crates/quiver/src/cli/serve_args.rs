@@ -490,7 +490,7 @@ pub(crate) struct SqlArgs {
     /// (the `datafusion.` may be left out). Repeatable; the variable takes
     /// several, separated by commas. EXPLAIN shows the settings that shape
     /// plans.
-    #[arg(long = "sql-setting", env = "QUIVER_SQL_SETTINGS", value_name = "KEY=VALUE",
+    #[arg(long = "sql-setting", env = "QUIVER_SQL_SETTING", value_name = "KEY=VALUE",
           value_delimiter = ',', value_parser = parse_setting)]
     pub(crate) settings: Vec<Setting>,
 }
