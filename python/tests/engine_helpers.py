@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import decimal
 import time
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -93,3 +94,27 @@ def staging_left(client: quiver.Client, seconds: float = 15.0) -> list[str]:
         if not left or time.monotonic() > deadline:
             return left
         time.sleep(0.2)
+
+
+def check_a_failed_spark_write_publishes_nothing(
+    spark: Any, client: quiver.Client, uri: str
+) -> None:
+    """A Spark job whose task fails half-way through its write into ``target`` (overwrite):
+    the table stays as it was and nothing staged is left (either connector)."""
+    import pytest
+    from pyspark.sql.functions import udf
+
+    before = pa.table({"id": pa.array([1, 2, 3], pa.int64())})
+    client.put("target", before)
+
+    @udf("long")  # type: ignore[misc]
+    def explode(x: int) -> int:
+        if x == 7777:
+            raise RuntimeError("a task fails half-way")
+        return x
+
+    df = spark.range(0, 10_000, numPartitions=4).select(explode("id").alias("id"))
+    with pytest.raises(Exception, match="a task fails half-way"):
+        df.write.format("quiver").option("uri", uri).mode("overwrite").save("target")
+    assert client.get("target").equals(before)
+    assert staging_left(client) == []

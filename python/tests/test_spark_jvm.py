@@ -25,7 +25,11 @@ import pytest
 
 import quiver
 import quiver.spark
-from engine_helpers import mixed_table, spark_view, staging_left
+from engine_helpers import (
+    check_a_failed_spark_write_publishes_nothing,
+    mixed_table,
+    spark_view,
+)
 from security_helpers import PASSWORDS, make_certs, make_users
 from server_process import REPO, Server, ServerFactory
 
@@ -227,22 +231,7 @@ def test_the_jvm_source_writes_overwrite_and_append_atomically(
 def test_a_failed_jvm_write_job_publishes_nothing(
     spark: Any, client: quiver.Client, uri: str
 ) -> None:
-    from pyspark.sql.functions import udf
-
-    before = pa.table({"id": pa.array([1, 2, 3], pa.int64())})
-    client.put("target", before)
-
-    @udf("long")  # type: ignore[misc]
-    def explode(x: int) -> int:
-        if x == 7777:
-            raise RuntimeError("a task fails half-way")
-        return x
-
-    df = spark.range(0, 10_000, numPartitions=4).select(explode("id").alias("id"))
-    with pytest.raises(Exception, match="a task fails half-way"):
-        df.write.format("quiver").option("uri", uri).mode("overwrite").save("target")
-    assert client.get("target").equals(before)
-    assert staging_left(client) == []
+    check_a_failed_spark_write_publishes_nothing(spark, client, uri)
 
 
 def test_spark_sql_reads_a_quiver_table_it_was_told_of(

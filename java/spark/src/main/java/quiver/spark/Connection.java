@@ -19,6 +19,7 @@ import org.apache.arrow.flight.Location;
 import org.apache.arrow.flight.auth2.BearerCredentialWriter;
 import org.apache.arrow.flight.grpc.CredentialCallOption;
 import org.apache.arrow.memory.BufferAllocator;
+import org.apache.arrow.memory.RootAllocator;
 
 /**
  * How to reach a quiver server: the data source's options (the Python connector's names),
@@ -80,8 +81,21 @@ final class Connection implements Serializable {
     return lower;
   }
 
-  /** A client of {@code location} (the option's URI when null), opened with this connection. */
-  Client open(BufferAllocator allocator, String location) {
+  /**
+   * A client of {@code location} (the option's URI when null), opened with this connection,
+   * with an allocator of its own that it closes.
+   */
+  Client open(String location) {
+    BufferAllocator allocator = new RootAllocator();
+    try {
+      return open(allocator, location);
+    } catch (RuntimeException e) {
+      allocator.close();
+      throw e;
+    }
+  }
+
+  private Client open(BufferAllocator allocator, String location) {
     Location where = location(location == null ? uri : location);
     FlightClient.Builder builder = FlightClient.builder(allocator, where);
     try {
@@ -118,7 +132,7 @@ final class Connection implements Serializable {
       close(client);
       throw e;
     }
-    return new Client(client, options.toArray(new CallOption[0]));
+    return new Client(client, allocator, options.toArray(new CallOption[0]));
   }
 
   private static InputStream pem(String path) throws IOException {
@@ -152,19 +166,25 @@ final class Connection implements Serializable {
     }
   }
 
-  /** A Flight client and the call options every call of this connection carries. */
+  /**
+   * A Flight client, the allocator its streams use, and the call options every call of this
+   * connection carries.
+   */
   static final class Client implements AutoCloseable {
     final FlightClient flight;
+    final BufferAllocator allocator;
     final CallOption[] options;
 
-    Client(FlightClient flight, CallOption[] options) {
+    Client(FlightClient flight, BufferAllocator allocator, CallOption[] options) {
       this.flight = flight;
+      this.allocator = allocator;
       this.options = options;
     }
 
     @Override
     public void close() {
       Connection.close(flight);
+      allocator.close();
     }
   }
 }

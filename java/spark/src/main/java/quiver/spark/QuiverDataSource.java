@@ -4,8 +4,6 @@ import java.util.Map;
 import org.apache.arrow.flight.FlightDescriptor;
 import org.apache.arrow.flight.FlightRuntimeException;
 import org.apache.arrow.flight.FlightStatusCode;
-import org.apache.arrow.memory.BufferAllocator;
-import org.apache.arrow.memory.RootAllocator;
 import org.apache.arrow.vector.types.pojo.Field;
 import org.apache.arrow.vector.types.pojo.Schema;
 import org.apache.spark.sql.connector.catalog.Table;
@@ -38,8 +36,7 @@ public final class QuiverDataSource implements TableProvider, DataSourceRegister
     Map<String, String> lower = Connection.lowerKeys(options.asCaseSensitiveMap());
     Connection connection = Connection.of(lower);
     String table = table(lower);
-    try (BufferAllocator allocator = new RootAllocator();
-        Connection.Client client = connection.open(allocator, null)) {
+    try (Connection.Client client = connection.open(null)) {
       FlightDescriptor descriptor = FlightDescriptor.path(table);
       Schema schema;
       try {

@@ -6,8 +6,6 @@ import org.apache.arrow.flight.FlightRuntimeException;
 import org.apache.arrow.flight.FlightStatusCode;
 import org.apache.arrow.flight.FlightStream;
 import org.apache.arrow.flight.Ticket;
-import org.apache.arrow.memory.BufferAllocator;
-import org.apache.arrow.memory.RootAllocator;
 import org.apache.arrow.vector.FieldVector;
 import org.apache.arrow.vector.ValueVector;
 import org.apache.arrow.vector.VectorSchemaRoot;
@@ -24,7 +22,6 @@ import org.apache.spark.sql.vectorized.ColumnarBatch;
  * batch handed to Spark as a {@link ColumnarBatch} over the stream's own vectors.
  */
 final class QuiverPartitionReader implements PartitionReader<ColumnarBatch> {
-  private final BufferAllocator allocator = new RootAllocator();
   private final Connection.Client client;
   private final FlightStream stream;
   private ColumnarBatch batch;
@@ -40,7 +37,7 @@ final class QuiverPartitionReader implements PartitionReader<ColumnarBatch> {
     for (String location : partition.locations) {
       Connection.Client candidate = null;
       try {
-        candidate = connection.open(allocator, location);
+        candidate = connection.open(location);
         FlightStream attempt =
             candidate.flight.getStream(new Ticket(partition.ticket), candidate.options);
         // The first message says whether the location serves the ticket.
@@ -54,14 +51,12 @@ final class QuiverPartitionReader implements PartitionReader<ColumnarBatch> {
         }
         if (e.status().code() != FlightStatusCode.UNAVAILABLE
             && e.status().code() != FlightStatusCode.TIMED_OUT) {
-          allocator.close();
           throw e;
         }
         failures.add(location + ": " + e.getMessage());
       }
     }
     if (started == null) {
-      allocator.close();
       throw new IllegalStateException(
           "no location of the endpoint answered: " + String.join("; ", failures));
     }
@@ -122,7 +117,6 @@ final class QuiverPartitionReader implements PartitionReader<ColumnarBatch> {
       throw new IllegalStateException("closing the quiver stream: " + e, e);
     } finally {
       client.close();
-      allocator.close();
     }
   }
 }

@@ -15,8 +15,6 @@ import org.apache.arrow.flight.FlightDescriptor;
 import org.apache.arrow.flight.FlightEndpoint;
 import org.apache.arrow.flight.FlightInfo;
 import org.apache.arrow.flight.Location;
-import org.apache.arrow.memory.BufferAllocator;
-import org.apache.arrow.memory.RootAllocator;
 import org.apache.spark.sql.connector.read.Batch;
 import org.apache.spark.sql.connector.read.InputPartition;
 import org.apache.spark.sql.connector.read.PartitionReader;
@@ -79,8 +77,7 @@ final class QuiverScan implements Scan, Batch {
   @Override
   public InputPartition[] planInputPartitions() {
     FlightInfo info;
-    try (BufferAllocator allocator = new RootAllocator();
-        Connection.Client client = connection.open(allocator, null)) {
+    try (Connection.Client client = connection.open(null)) {
       info = client.flight.getInfo(FlightDescriptor.path(table), client.options);
     }
     List<FlightEndpoint> endpoints = info.getEndpoints();

@@ -18,8 +18,6 @@ import org.apache.arrow.flight.FlightInfo;
 import org.apache.arrow.flight.FlightRuntimeException;
 import org.apache.arrow.flight.FlightStatusCode;
 import org.apache.arrow.flight.Result;
-import org.apache.arrow.memory.BufferAllocator;
-import org.apache.arrow.memory.RootAllocator;
 import org.apache.arrow.vector.VectorSchemaRoot;
 import org.apache.arrow.vector.types.pojo.Schema;
 import org.apache.spark.sql.catalyst.InternalRow;
@@ -105,13 +103,12 @@ final class QuiverWrite {
     static Job begin(
         Connection connection, String table, StructType schema, boolean replace, Integer partitions) {
       Job job = new Job(connection, table, schema, replace, partitions);
-      try (BufferAllocator allocator = new RootAllocator();
-          Connection.Client client = connection.open(allocator, null)) {
+      try (Connection.Client client = connection.open(null)) {
         if (!replace) {
           // An append needs its target: say so now, not after every task ran.
           client.flight.getSchema(FlightDescriptor.path(table), client.options);
         }
-        putEmpty(client, allocator, job.marker(), new Schema(List.of()));
+        putEmpty(client, job.marker(), new Schema(List.of()));
       }
       return job;
     }
@@ -133,8 +130,7 @@ final class QuiverWrite {
           sources.add(((Staged) message).table);
         }
       }
-      try (BufferAllocator allocator = new RootAllocator();
-          Connection.Client client = connection.open(allocator, null)) {
+      try (Connection.Client client = connection.open(null)) {
         try {
           if (!sources.isEmpty()) {
             ObjectMapper json = new ObjectMapper();
@@ -148,7 +144,7 @@ final class QuiverWrite {
             }
             action(client, "publish", json.writeValueAsBytes(body));
           } else if (replace) {
-            putEmpty(client, allocator, table, arrowSchema(schema));
+            putEmpty(client, table, arrowSchema(schema));
           }
         } catch (IOException e) {
           throw new IllegalStateException("the publish action's body: " + e, e);
@@ -160,8 +156,7 @@ final class QuiverWrite {
 
     @Override
     public void abort(WriterCommitMessage[] messages) {
-      try (BufferAllocator allocator = new RootAllocator();
-          Connection.Client client = connection.open(allocator, null)) {
+      try (Connection.Client client = connection.open(null)) {
         end(client);
       }
     }
@@ -214,7 +209,6 @@ final class QuiverWrite {
 
   /** One task: its rows into Arrow batches, streamed by one DoPut to its staging table. */
   static final class TaskWriter implements DataWriter<InternalRow> {
-    private final BufferAllocator allocator = new RootAllocator();
     private final Connection.Client client;
     private final String name;
     private final String marker;
@@ -225,7 +219,7 @@ final class QuiverWrite {
     private long rows;
 
     TaskWriter(Connection connection, StructType schema, String name, String marker) {
-      this.client = connection.open(allocator, null);
+      this.client = connection.open(null);
       this.name = name;
       this.marker = marker;
       this.writer = ArrowWriter.create(schema, "UTC", true, false);
@@ -283,7 +277,6 @@ final class QuiverWrite {
     public void close() {
       root.close();
       client.close();
-      allocator.close();
     }
   }
 
@@ -292,9 +285,8 @@ final class QuiverWrite {
     return ArrowUtils.toArrowSchema(schema, "UTC", true);
   }
 
-  static void putEmpty(
-      Connection.Client client, BufferAllocator allocator, String name, Schema schema) {
-    try (VectorSchemaRoot empty = VectorSchemaRoot.create(schema, allocator)) {
+  static void putEmpty(Connection.Client client, String name, Schema schema) {
+    try (VectorSchemaRoot empty = VectorSchemaRoot.create(schema, client.allocator)) {
       FlightClient.ClientStreamListener put =
           client.flight.startPut(
               FlightDescriptor.path(name), empty, new AsyncPutListener(), client.options);
