@@ -6,6 +6,7 @@ import decimal
 import time
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.flight as flight
@@ -94,6 +95,49 @@ def staging_left(client: quiver.Client, seconds: float = 15.0) -> list[str]:
         if not left or time.monotonic() > deadline:
             return left
         time.sleep(0.2)
+
+
+def types_spark_lacks() -> pa.Table:
+    """Columns of Arrow types Spark has no type for (unsigned integers, half floats) beside
+    the view types Spark 4 reads, each with its extremes and a null."""
+    return pa.table(
+        {
+            "id": pa.array([0, 1, 2, 3], pa.int64()),
+            "u8": pa.array([0, 200, 255, None], pa.uint8()),
+            "u16": pa.array([0, 40_000, 65_535, None], pa.uint16()),
+            "u32": pa.array([0, 3_000_000_000, 2**32 - 1, None], pa.uint32()),
+            "u64": pa.array([0, 2**63 + 5, 2**64 - 1, None], pa.uint64()),
+            "half": pa.array([np.float16(1.5), np.float16(-2.25), np.float16(65504), None]),
+            "sv": pa.array(["a", "a string longer than twelve bytes", "", None], pa.string_view()),
+            "bv": pa.array([b"\x00", b"bytes longer than twelve", b"", None], pa.binary_view()),
+        }
+    )
+
+
+#: How Spark reads :func:`types_spark_lacks`: each unsigned integer as the next wider signed
+#: type, ``uint64`` as ``decimal(20,0)``, half floats as floats.
+TYPES_SPARK_LACKS_AS_READ = (
+    "struct<id:bigint,u8:smallint,u16:int,u32:bigint,u64:decimal(20,0),half:float,"
+    "sv:string,bv:binary>"
+)
+
+
+def check_spark_reads_types_it_lacks(df: Any) -> None:
+    """``df``, a Spark read of :func:`types_spark_lacks`, has every value, in Spark's types."""
+    assert df.schema.simpleString() == TYPES_SPARK_LACKS_AS_READ, df.schema.simpleString()
+    table = types_spark_lacks()
+    rows = sorted(df.collect(), key=lambda r: r["id"])
+    for name in table.column_names:
+        want = table[name].to_pylist()
+        got = [r[name] for r in rows]
+        if name == "u64":
+            got = [None if v is None else int(v) for v in got]
+        if name == "bv":
+            got = [None if v is None else bytes(v) for v in got]
+        assert got == want, (name, got, want)
+    # A filter on a widened column gives the rows it names (Spark applies it: its literal is of
+    # Spark's type, not the stored one).
+    assert sorted(r["id"] for r in df.where("u8 > 100 AND u64 > 2").collect()) == [1, 2]
 
 
 def check_a_failed_spark_write_publishes_nothing(

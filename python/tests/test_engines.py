@@ -21,9 +21,11 @@ import pytest
 import quiver
 from engine_helpers import (
     check_a_failed_spark_write_publishes_nothing,
+    check_spark_reads_types_it_lacks,
     mixed_table,
     spark_view,
     staging_left,
+    types_spark_lacks,
 )
 from server_process import Server
 
@@ -112,6 +114,11 @@ def test_spark_pushes_timestamp_filters_as_instants(
     want = pc.sum(pc.less(table["at"].cast(pa.timestamp("us", "UTC")), cut)).as_py()
     assert count == want == 2800
     assert "DoGet pushdown" in server.log() and "2023-11-14T23:00:00Z" in server.log()
+
+
+def test_spark_reads_types_it_lacks_widened(spark: Any, client: quiver.Client, uri: str) -> None:
+    client.put("wide", types_spark_lacks(), partitions=2)
+    check_spark_reads_types_it_lacks(spark.read.format("quiver").option("uri", uri).load("wide"))
 
 
 def test_spark_reads_a_query(spark: Any, client: quiver.Client, uri: str) -> None:

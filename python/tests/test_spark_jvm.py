@@ -27,8 +27,10 @@ import quiver
 import quiver.spark
 from engine_helpers import (
     check_a_failed_spark_write_publishes_nothing,
+    check_spark_reads_types_it_lacks,
     mixed_table,
     spark_view,
+    types_spark_lacks,
 )
 from security_helpers import PASSWORDS, make_certs, make_users
 from server_process import REPO, Server, ServerFactory
@@ -179,6 +181,46 @@ def test_the_jvm_source_pushes_dates_and_timestamps_as_such(
     assert "CAST('2024-01-08' AS DATE)" in log, log[-3000:]
 
 
+def test_the_jvm_source_reads_types_spark_lacks_widened(
+    spark: Any, client: quiver.Client, uri: str, server: Server
+) -> None:
+    client.put("wide", types_spark_lacks(), partitions=2)
+    check_spark_reads_types_it_lacks(read(spark, uri, "wide"))
+    # The filter on widened columns stayed with Spark.
+    log = server.log().splitlines()
+    filters = [line.partition(" filter=")[2] for line in log if "DoGet pushdown" in line]
+    assert filters and not any("u8" in f or "u64" in f for f in filters), filters
+
+
+def test_the_jvm_source_reads_a_query_with_columns_and_filters_around_it(
+    spark: Any, client: quiver.Client, uri: str, server: Server
+) -> None:
+    client.put("trips", mixed_table(2000), partitions=2)
+    query = "SELECT vendor, count(*) AS n, sum(id) AS s FROM trips GROUP BY vendor"
+    df = spark.read.format("quiver").option("uri", uri).option("query", query).load()
+    assert df.schema.simpleString() == "struct<vendor:string,n:bigint,s:bigint>"
+    counts = {r["vendor"]: (r["n"], r["s"]) for r in df.collect()}
+    assert counts == {v: (500, sum(range(i, 2000, 4))) for i, v in enumerate(["a", "b", "c", None])}
+    # Spark's columns and filter go around the query, to the server.
+    got = df.where("vendor = 'b'").select("s").collect()
+    assert [r["s"] for r in got] == [sum(range(1, 2000, 4))]
+    log = server.log()
+    assert 'SELECT \\"s\\" FROM (' + query + ") AS q WHERE " in log, log[-3000:]
+    assert "\\\"vendor\\\" = 'b'" in log, log[-3000:]
+    # In Spark SQL too; a query's result cannot be written.
+    spark.sql(f"CREATE TABLE by_vendor USING quiver OPTIONS (uri '{uri}', query '{query}')")
+    try:
+        [row] = spark.sql("SELECT sum(n) AS n FROM by_vendor").collect()
+        assert row["n"] == 2000
+    finally:
+        spark.sql("DROP TABLE by_vendor")
+    both = spark.read.format("quiver").option("uri", uri).option("query", query)
+    with pytest.raises(Exception, match=r"(?i)not both"):
+        both.option("table", "trips").load()
+    with pytest.raises(Exception, match=r"(?i)write"):
+        df.write.format("quiver").option("uri", uri).option("query", query).mode("append").save()
+
+
 def test_the_jvm_source_fails_over_between_two_servers(
     spark: Any, replicas: tuple[list[Server], str]
 ) -> None:
@@ -194,7 +236,8 @@ def test_the_jvm_source_logs_in_and_names_what_it_cannot_read(
 ) -> None:
     users, tokens = make_users(tmp_path)
     server = start_quiver("--users", str(users))
-    table = pa.table({"id": pa.array([1, 2, 3], pa.int64()), "n": pa.array([7, 8, 9], pa.uint32())})
+    points = pa.array([{"u": 7}, {"u": 8}, {"u": 9}], pa.struct([("u", pa.uint32())]))
+    table = pa.table({"id": pa.array([1, 2, 3], pa.int64()), "n": points})
     with quiver.connect(server.uri, username="writer", password=PASSWORDS["writer"]) as c:
         c.put("t", table)
     as_reader = {"username": "reader", "password": PASSWORDS["reader"]}
@@ -205,7 +248,8 @@ def test_the_jvm_source_logs_in_and_names_what_it_cannot_read(
     assert got["id"].to_pylist() == [1, 2, 3]
     with pytest.raises(Exception, match=r"(?i)unauthenticated"):
         read(spark, server.uri, "t", "id long", username="reader", password="wrong").count()
-    # Spark has no unsigned integers: the error names the column, at load.
+    # Spark has no unsigned integers, and the connector widens top-level columns only: the
+    # error names the column, at load.
     with pytest.raises(Exception, match="column 'n'"):
         read(spark, server.uri, "t", **as_reader)
 
@@ -270,6 +314,33 @@ def test_a_java_spark_job_reads_and_writes_quiver_tables(
     )
     assert done.returncode == 0, done.stderr[-5000:]
     assert "quiver-java-job rows=1000 from500=500 partitions=3" in done.stdout, done.stdout
+    assert sorted(client.get("copy")["id"].to_pylist()) == list(range(100))
+
+
+def test_a_scala_spark_shell_job_reads_and_writes_quiver_tables(
+    jars: str, client: quiver.Client, uri: str
+) -> None:
+    """A Scala script (java/spark/src/test/scala/job.scala) run by ``spark-shell -i``, as a
+    Scala user runs one: the connector from Scala, in a JVM of its own."""
+    import pyspark
+
+    client.put("trips", mixed_table(1000), partitions=3)
+    shell = Path(pyspark.__file__).parent / "bin" / "spark-shell"
+    script = REPO / "java" / "spark" / "src" / "test" / "scala" / "job.scala"
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PYSPARK", "SPARK_"))}
+    env["QUIVER_URI"] = uri
+    done = subprocess.run(
+        [str(shell), "--master", "local[2]", "--jars", jars, "--conf", "spark.ui.enabled=false",
+         "-i", str(script)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=env,
+        stdin=subprocess.DEVNULL,
+        check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-5000:]
+    assert "quiver-scala-job rows=1000 from500=500 partitions=3" in done.stdout, done.stdout
     assert sorted(client.get("copy")["id"].to_pylist()) == list(range(100))
 
 

@@ -12,6 +12,7 @@ import org.apache.spark.sql.connector.expressions.Transform;
 import org.apache.spark.sql.sources.DataSourceRegister;
 import org.apache.spark.sql.types.DataType;
 import org.apache.spark.sql.types.Metadata;
+import org.apache.spark.sql.types.MetadataBuilder;
 import org.apache.spark.sql.types.StructField;
 import org.apache.spark.sql.types.StructType;
 import org.apache.spark.sql.util.ArrowUtils;
@@ -20,7 +21,8 @@ import org.apache.spark.sql.util.CaseInsensitiveStringMap;
 /**
  * quiver tables in Spark, from the JVM: {@code spark.read.format("quiver").option("uri",
  * "grpc+tcp://host:8815").load("trips")} from Scala, Java, PySpark or {@code CREATE TABLE t USING
- * quiver OPTIONS (uri '...', table 'trips')}. docs/engines.md has the options.
+ * quiver OPTIONS (uri '...', table 'trips')}, or a query's result with option {@code query}.
+ * docs/engines.md has the options.
  */
 public final class QuiverDataSource implements TableProvider, DataSourceRegister {
   /** The short name, the Python connector's too. */
@@ -35,14 +37,15 @@ public final class QuiverDataSource implements TableProvider, DataSourceRegister
   public StructType inferSchema(CaseInsensitiveStringMap options) {
     Map<String, String> lower = Connection.lowerKeys(options.asCaseSensitiveMap());
     Connection connection = Connection.of(lower);
-    String table = table(lower);
+    Source source = Source.of(lower);
     try (Connection.Client client = connection.open(null)) {
-      FlightDescriptor descriptor = FlightDescriptor.path(table);
+      FlightDescriptor descriptor = source.descriptor();
       Schema schema;
       try {
+        // A query is planned by the server, not run.
         schema = client.flight.getSchema(descriptor, client.options).getSchema();
       } catch (FlightRuntimeException e) {
-        if (e.status().code() != FlightStatusCode.UNIMPLEMENTED) {
+        if (e.status().code() != FlightStatusCode.UNIMPLEMENTED || source.isQuery()) {
           throw e;
         }
         // A Flight server without GetSchema (it is optional): the FlightInfo says it too.
@@ -54,9 +57,9 @@ public final class QuiverDataSource implements TableProvider, DataSourceRegister
                 .orElseThrow(
                     () ->
                         new IllegalStateException(
-                            "the server gives no schema for '" + table + "'"));
+                            "the server gives no schema for " + source.describe()));
       }
-      return sparkSchema(schema, table);
+      return sparkSchema(schema, source);
     }
   }
 
@@ -64,7 +67,7 @@ public final class QuiverDataSource implements TableProvider, DataSourceRegister
   public Table getTable(
       StructType schema, Transform[] partitioning, Map<String, String> properties) {
     Map<String, String> lower = Connection.lowerKeys(properties);
-    return new QuiverTable(Connection.of(lower), table(lower), schema);
+    return new QuiverTable(Connection.of(lower), Source.of(lower), schema);
   }
 
   @Override
@@ -74,37 +77,20 @@ public final class QuiverDataSource implements TableProvider, DataSourceRegister
   }
 
   /**
-   * The table the options name: "table", else {@code .load("trips")} (Spark's "path"; for a
-   * {@code CREATE TABLE ... USING quiver} Spark's catalog sets "path" to its own warehouse
-   * location, so "table" comes first).
+   * Spark's schema of an Arrow schema, naming the column whose type Spark cannot take. A column
+   * read wider than stored ({@link Widening}) carries its stored type in its metadata.
    */
-  static String table(Map<String, String> lower) {
-    String table = lower.getOrDefault("table", lower.get("path"));
-    if (lower.containsKey("query")) {
-      throw new IllegalArgumentException(
-          "option \"query\": the JVM connector reads tables; a SQL query is read through "
-              + "Spark's own SQL over the table, or through the Python connector");
-    }
-    if (table == null || table.isBlank()) {
-      throw new IllegalArgumentException(
-          "name the table: spark.read.format(\"quiver\").load(\"trips\"), or option(\"table\", ...)");
-    }
-    return table;
-  }
-
-  /** Spark's schema of an Arrow schema, naming the column whose type Spark cannot take. */
-  static StructType sparkSchema(Schema schema, String table) {
+  static StructType sparkSchema(Schema schema, Source source) {
     StructField[] fields = new StructField[schema.getFields().size()];
     for (int i = 0; i < fields.length; i++) {
       Field field = schema.getFields().get(i);
       DataType type;
       try {
-        type = ArrowUtils.fromArrowField(field);
+        type = ArrowUtils.fromArrowField(Widening.readable(field));
       } catch (RuntimeException e) {
         throw new IllegalArgumentException(
-            "table '"
-                + table
-                + "', column '"
+            source.describe()
+                + ", column '"
                 + field.getName()
                 + "': Spark has no type for Arrow's "
                 + field.getType()
@@ -113,7 +99,13 @@ public final class QuiverDataSource implements TableProvider, DataSourceRegister
                 + "); select other columns with .schema(...)",
             e);
       }
-      fields[i] = new StructField(field.getName(), type, field.isNullable(), Metadata.empty());
+      Metadata metadata =
+          Widening.wider(field.getType()) == null
+              ? Metadata.empty()
+              : new MetadataBuilder()
+                  .putString(Widening.STORED_TYPE, field.getType().toString())
+                  .build();
+      fields[i] = new StructField(field.getName(), type, field.isNullable(), metadata);
     }
     return new StructType(fields);
   }

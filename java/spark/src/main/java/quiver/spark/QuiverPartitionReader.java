@@ -25,9 +25,12 @@ final class QuiverPartitionReader implements PartitionReader<ColumnarBatch> {
   private final Connection.Client client;
   private final FlightStream stream;
   private ColumnarBatch batch;
-  /** Whether the stream has dictionary-encoded columns (decoded anew for every batch). */
-  private boolean dictionaries;
-  /** The current batch's decoded dictionary columns, closed before the next. */
+  /**
+   * Whether the stream has columns made anew for every batch: dictionary-encoded ones (decoded)
+   * and ones Spark reads wider than stored ({@link Widening}).
+   */
+  private boolean rebuilt;
+  /** The current batch's decoded and widened columns, closed before the next. */
   private final List<ValueVector> decoded = new ArrayList<>();
 
   QuiverPartitionReader(Connection connection, QuiverScan.QuiverPartition partition) {
@@ -72,23 +75,27 @@ final class QuiverPartitionReader implements PartitionReader<ColumnarBatch> {
     }
     VectorSchemaRoot root = stream.getRoot();
     List<FieldVector> vectors = root.getFieldVectors();
-    if (batch == null || dictionaries) {
+    if (batch == null || rebuilt) {
       // The stream loads every batch into the same vectors: wrap them once, but for
       // dictionary-encoded columns, whose indices are decoded into values batch by batch
-      // (Spark's vectors read values).
+      // (Spark's vectors read values), and for columns widened batch by batch.
       ColumnVector[] columns = new ColumnVector[vectors.size()];
       for (int i = 0; i < columns.length; i++) {
         FieldVector vector = vectors.get(i);
         DictionaryEncoding encoding = vector.getField().getDictionary();
         if (encoding != null) {
           Dictionary dictionary = stream.getDictionaryProvider().lookup(encoding.getId());
-          ValueVector values = DictionaryEncoder.decode(vector, dictionary);
-          decoded.add(values);
-          columns[i] = new ArrowColumnVector(values);
-          dictionaries = true;
-        } else {
-          columns[i] = new ArrowColumnVector(vector);
+          vector = (FieldVector) DictionaryEncoder.decode(vector, dictionary);
+          decoded.add(vector);
+          rebuilt = true;
         }
+        FieldVector wider = Widening.widen(vector);
+        if (wider != null) {
+          decoded.add(wider);
+          vector = wider;
+          rebuilt = true;
+        }
+        columns[i] = new ArrowColumnVector(vector);
       }
       batch = new ColumnarBatch(columns);
     }

@@ -27,7 +27,9 @@ import org.apache.spark.sql.vectorized.ColumnarBatch;
 
 /**
  * One Spark input partition per endpoint of the table's FlightInfo, its ticket carrying the
- * pushed columns and filter, its locations the preferred hosts and the order of failover.
+ * pushed columns and filter, its locations the preferred hosts and the order of failover. A
+ * query's columns and filter are applied around it ({@link Source#queryDescriptor}), and its
+ * tickets are the server's as they are.
  */
 final class QuiverScan implements Scan, Batch {
   /** What starts the tickets GetFlightInfo issues (docs/protocol.md). */
@@ -36,15 +38,15 @@ final class QuiverScan implements Scan, Batch {
   private static final String REUSE_CONNECTION = "arrow-flight-reuse-connection";
 
   private final Connection connection;
-  private final String table;
+  private final Source source;
   private final StructType schema;
   private final boolean allColumns;
   private final String filter;
 
   QuiverScan(
-      Connection connection, String table, StructType schema, boolean allColumns, String filter) {
+      Connection connection, Source source, StructType schema, boolean allColumns, String filter) {
     this.connection = connection;
-    this.table = table;
+    this.source = source;
     this.schema = schema;
     this.allColumns = allColumns;
     this.filter = filter;
@@ -55,17 +57,22 @@ final class QuiverScan implements Scan, Batch {
     return schema;
   }
 
-  @Override
-  public String description() {
+  /** The names of the columns Spark reads. */
+  private List<String> names() {
     List<String> columns = new ArrayList<>();
     for (StructField f : schema.fields()) {
       columns.add(f.name());
     }
-    return "quiver table '"
-        + table
-        + "' at "
+    return columns;
+  }
+
+  @Override
+  public String description() {
+    return "quiver "
+        + source.describe()
+        + " at "
         + connection.uri
-        + (allColumns ? "" : ", columns " + columns)
+        + (allColumns ? "" : ", columns " + names())
         + (filter == null ? "" : ", filter " + filter);
   }
 
@@ -76,16 +83,21 @@ final class QuiverScan implements Scan, Batch {
 
   @Override
   public InputPartition[] planInputPartitions() {
+    FlightDescriptor descriptor =
+        source.isQuery()
+            ? source.queryDescriptor(allColumns ? null : names(), filter)
+            : source.descriptor();
     FlightInfo info;
     try (Connection.Client client = connection.open(null)) {
-      info = client.flight.getInfo(FlightDescriptor.path(table), client.options);
+      info = client.flight.getInfo(descriptor, client.options);
     }
     List<FlightEndpoint> endpoints = info.getEndpoints();
     InputPartition[] partitions = new InputPartition[endpoints.size()];
     for (int i = 0; i < partitions.length; i++) {
       FlightEndpoint endpoint = endpoints.get(i);
+      byte[] issued = endpoint.getTicket().getBytes();
       partitions[i] =
-          new QuiverPartition(ticket(endpoint.getTicket().getBytes()), locations(endpoint));
+          new QuiverPartition(source.isQuery() ? issued : ticket(issued), locations(endpoint));
     }
     return partitions;
   }
@@ -107,17 +119,15 @@ final class QuiverScan implements Scan, Batch {
         return issued;
       }
       throw new IllegalStateException(
-          "the server's tickets for '"
-              + table
-              + "' cannot carry columns or filters (not a quiver server, or too old)");
+          "the server's tickets for "
+              + source.describe()
+              + " cannot carry columns or filters (not a quiver server, or too old)");
     }
     ObjectMapper json = new ObjectMapper();
     try {
       ObjectNode body = (ObjectNode) json.readTree(text.substring(TICKET_PREFIX.length()));
       ArrayNode columns = body.putArray("c");
-      for (StructField f : schema.fields()) {
-        columns.add(f.name());
-      }
+      names().forEach(columns::add);
       if (filter != null) {
         body.put("f", filter);
       }

@@ -2,26 +2,28 @@ package quiver.spark;
 
 import java.util.ArrayList;
 import java.util.List;
+import org.apache.spark.sql.connector.expressions.NamedReference;
 import org.apache.spark.sql.connector.expressions.filter.Predicate;
 import org.apache.spark.sql.connector.read.Scan;
 import org.apache.spark.sql.connector.read.ScanBuilder;
 import org.apache.spark.sql.connector.read.SupportsPushDownRequiredColumns;
 import org.apache.spark.sql.connector.read.SupportsPushDownV2Filters;
+import org.apache.spark.sql.types.StructField;
 import org.apache.spark.sql.types.StructType;
 
 /** The columns and filters Spark pushes, carried into every endpoint's ticket. */
 final class QuiverScanBuilder
     implements ScanBuilder, SupportsPushDownRequiredColumns, SupportsPushDownV2Filters {
   private final Connection connection;
-  private final String table;
+  private final Source source;
   private final StructType full;
   private StructType required;
   private final List<Predicate> pushed = new ArrayList<>();
   private final List<String> sql = new ArrayList<>();
 
-  QuiverScanBuilder(Connection connection, String table, StructType schema) {
+  QuiverScanBuilder(Connection connection, Source source, StructType schema) {
     this.connection = connection;
-    this.table = table;
+    this.source = source;
     this.full = schema;
     this.required = schema;
   }
@@ -35,7 +37,7 @@ final class QuiverScanBuilder
   public Predicate[] pushPredicates(Predicate[] predicates) {
     List<Predicate> kept = new ArrayList<>();
     for (Predicate predicate : predicates) {
-      String condition = Filters.toSql(predicate);
+      String condition = readsWidened(predicate) ? null : Filters.toSql(predicate);
       if (condition == null) {
         kept.add(predicate);
       } else {
@@ -47,6 +49,24 @@ final class QuiverScanBuilder
     return kept.toArray(new Predicate[0]);
   }
 
+  /**
+   * Whether {@code predicate} reads a column Spark sees wider than it is stored ({@link
+   * Widening}): its literals are of Spark's type, not the stored one, so Spark applies it.
+   */
+  private boolean readsWidened(Predicate predicate) {
+    for (NamedReference column : predicate.references()) {
+      String[] names = column.fieldNames();
+      for (StructField field : full.fields()) {
+        if (names.length == 1
+            && field.name().equals(names[0])
+            && field.metadata().contains(Widening.STORED_TYPE)) {
+          return true;
+        }
+      }
+    }
+    return false;
+  }
+
   @Override
   public Predicate[] pushedPredicates() {
     return pushed.toArray(new Predicate[0]);
@@ -56,6 +76,6 @@ final class QuiverScanBuilder
   public Scan build() {
     String filter = sql.isEmpty() ? null : String.join(" AND ", sql);
     boolean allColumns = required.equals(full);
-    return new QuiverScan(connection, table, required, allColumns, filter);
+    return new QuiverScan(connection, source, required, allColumns, filter);
   }
 }

@@ -13,21 +13,24 @@ import org.apache.spark.sql.connector.write.WriteBuilder;
 import org.apache.spark.sql.types.StructType;
 import org.apache.spark.sql.util.CaseInsensitiveStringMap;
 
-/** A quiver table, read in columnar batches, written through staging tables. */
+/**
+ * A quiver table, read in columnar batches, written through staging tables; or a query's result,
+ * read only.
+ */
 final class QuiverTable implements SupportsRead, SupportsWrite {
   private final Connection connection;
-  private final String name;
+  private final Source source;
   private final StructType schema;
 
-  QuiverTable(Connection connection, String name, StructType schema) {
+  QuiverTable(Connection connection, Source source, StructType schema) {
     this.connection = connection;
-    this.name = name;
+    this.source = source;
     this.schema = schema;
   }
 
   @Override
   public String name() {
-    return name;
+    return source.name();
   }
 
   @Override
@@ -39,19 +42,22 @@ final class QuiverTable implements SupportsRead, SupportsWrite {
 
   @Override
   public Set<TableCapability> capabilities() {
-    return EnumSet.of(
-        TableCapability.BATCH_READ, TableCapability.BATCH_WRITE, TableCapability.TRUNCATE);
+    // Spark refuses a write to a query's result itself.
+    return source.isQuery()
+        ? EnumSet.of(TableCapability.BATCH_READ)
+        : EnumSet.of(
+            TableCapability.BATCH_READ, TableCapability.BATCH_WRITE, TableCapability.TRUNCATE);
   }
 
   @Override
   public WriteBuilder newWriteBuilder(LogicalWriteInfo info) {
     String partitions = Connection.lowerKeys(info.options().asCaseSensitiveMap()).get("partitions");
     return new QuiverWrite.Builder(
-        connection, name, info.schema(), partitions == null ? null : Integer.valueOf(partitions));
+        connection, source.table, info.schema(), partitions == null ? null : Integer.valueOf(partitions));
   }
 
   @Override
   public ScanBuilder newScanBuilder(CaseInsensitiveStringMap options) {
-    return new QuiverScanBuilder(connection, name, schema);
+    return new QuiverScanBuilder(connection, source, schema);
   }
 }
