@@ -1,9 +1,7 @@
 //! DoAction, ListActions, DoExchange and Handshake end to end.
 //! A real server on 127.0.0.1:0 and the stock arrow-flight client.
 
-mod common;
-
-use common::*;
+use crate::common::*;
 
 #[tokio::test]
 async fn actions_delete_rename_stats_health() {

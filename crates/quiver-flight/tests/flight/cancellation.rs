@@ -1,9 +1,7 @@
 //! Cancelled and broken-off streams store nothing; shutdown lets a stream in flight finish.
 //! A real server on 127.0.0.1:0 and the stock arrow-flight client.
 
-mod common;
-
-use common::*;
+use crate::common::*;
 
 /// A client sends two batches and then goes away mid-stream: its task is
 /// aborted, which resets the HTTP/2 stream (RST_STREAM CANCEL) and, when

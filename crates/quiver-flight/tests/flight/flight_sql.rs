@@ -2,8 +2,6 @@
 //! Flight SQL client, on both wire paths.
 #![allow(clippy::unwrap_used)] // test helpers: a failed unwrap is a failed test
 
-mod common;
-
 use std::sync::Arc;
 
 use arrow::array::{ArrayRef, AsArray, Int64Array, RecordBatch, StringArray};
@@ -15,7 +13,6 @@ use arrow_flight::sql::{
     TableExistsOption, TableNotExistOption,
 };
 use arrow_flight::{Action, CancelFlightInfoRequest, CancelFlightInfoResult, FlightInfo};
-use common::TestServer;
 use futures::{TryStreamExt, stream};
 use prost::Message;
 use quiver_flight::ServerConfig;
@@ -23,6 +20,8 @@ use quiver_sql::EngineOptions;
 use quiver_store::WriteMode;
 use tonic::Code;
 use tonic::transport::Channel;
+
+use crate::common::TestServer;
 
 type Client = FlightSqlServiceClient<Channel>;
 

@@ -1,9 +1,7 @@
 //! DoGet, GetFlightInfo and ListFlights end to end: versions pinned by tickets, streams that keep their version, errors for missing tables and garbage.
 //! A real server on 127.0.0.1:0 and the stock arrow-flight client.
 
-mod common;
-
-use common::*;
+use crate::common::*;
 
 #[tokio::test]
 async fn a_stream_in_flight_keeps_its_version_charged() {

@@ -1,9 +1,7 @@
 //! The memory and message-size limits: refused with RESOURCE_EXHAUSTED, nothing stored changed.
 //! A real server on 127.0.0.1:0 and the stock arrow-flight client.
 
-mod common;
-
-use common::*;
+use crate::common::*;
 
 #[tokio::test]
 async fn memory_limit_is_resource_exhausted_and_keeps_previous_version() {

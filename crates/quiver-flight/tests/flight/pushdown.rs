@@ -3,15 +3,14 @@
 //! rows asked for, its version still pinned. A real server on 127.0.0.1:0 and
 //! the stock arrow-flight client.
 
-mod common;
-
 use std::io::Write;
 use std::sync::{Mutex, OnceLock};
 
 use arrow::array::{BooleanArray, Decimal128Array, DictionaryArray, TimestampMicrosecondArray};
 use arrow::compute::filter_record_batch;
 use arrow::datatypes::Int32Type;
-use common::*;
+
+use crate::common::*;
 
 /// Rows in the test table, and how it is put and split.
 const ROWS: i64 = 1_000;

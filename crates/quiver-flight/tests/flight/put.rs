@@ -1,9 +1,7 @@
 //! DoPut end to end: round trips on both wire paths, names, append and replace, options, empty and schema-only streams, recycled put memory.
 //! A real server on 127.0.0.1:0 and the stock arrow-flight client.
 
-mod common;
-
-use common::*;
+use crate::common::*;
 
 #[tokio::test]
 async fn put_then_get_round_trips_every_type_over_partitions() {
