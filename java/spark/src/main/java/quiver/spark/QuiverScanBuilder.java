@@ -1,6 +1,7 @@
 package quiver.spark;
 
 import java.util.ArrayList;
+import java.util.Arrays;
 import java.util.List;
 import org.apache.spark.sql.connector.expressions.NamedReference;
 import org.apache.spark.sql.connector.expressions.filter.Predicate;
@@ -8,7 +9,6 @@ import org.apache.spark.sql.connector.read.Scan;
 import org.apache.spark.sql.connector.read.ScanBuilder;
 import org.apache.spark.sql.connector.read.SupportsPushDownRequiredColumns;
 import org.apache.spark.sql.connector.read.SupportsPushDownV2Filters;
-import org.apache.spark.sql.types.StructField;
 import org.apache.spark.sql.types.StructType;
 
 /** The columns and filters Spark pushes, carried into every endpoint's ticket. */
@@ -56,12 +56,11 @@ final class QuiverScanBuilder
   private boolean readsWidened(Predicate predicate) {
     for (NamedReference column : predicate.references()) {
       String[] names = column.fieldNames();
-      for (StructField field : full.fields()) {
-        if (names.length == 1
-            && field.name().equals(names[0])
-            && field.metadata().contains(Widening.STORED_TYPE)) {
-          return true;
-        }
+      if (names.length == 1
+          && Arrays.stream(full.fields())
+              .anyMatch(
+                  f -> f.name().equals(names[0]) && f.metadata().contains(Widening.STORED_TYPE))) {
+        return true;
       }
     }
     return false;

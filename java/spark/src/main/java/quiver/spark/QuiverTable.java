@@ -52,8 +52,8 @@ final class QuiverTable implements SupportsRead, SupportsWrite {
   @Override
   public WriteBuilder newWriteBuilder(LogicalWriteInfo info) {
     String partitions = Connection.lowerKeys(info.options().asCaseSensitiveMap()).get("partitions");
-    return new QuiverWrite.Builder(
-        connection, source.table, info.schema(), partitions == null ? null : Integer.valueOf(partitions));
+    Integer count = partitions == null ? null : Integer.valueOf(partitions);
+    return new QuiverWrite.Builder(connection, source.table, info.schema(), count);
   }
 
   @Override

@@ -1,6 +1,7 @@
 package quiver.spark;
 
 import java.math.BigDecimal;
+import java.util.function.IntConsumer;
 import org.apache.arrow.vector.BaseIntVector;
 import org.apache.arrow.vector.DecimalVector;
 import org.apache.arrow.vector.FieldVector;
@@ -72,41 +73,12 @@ final class Widening {
     out.setInitialCapacity(rows);
     out.allocateNew();
     try {
-      if (vector instanceof Float2Vector) {
-        Float2Vector in = (Float2Vector) vector;
-        Float4Vector floats = (Float4Vector) out;
-        for (int i = 0; i < rows; i++) {
-          if (in.isNull(i)) {
-            floats.setNull(i);
-          } else {
-            floats.set(i, in.getValueAsFloat(i));
-          }
-        }
-      } else if (vector instanceof UInt8Vector) {
-        UInt8Vector in = (UInt8Vector) vector;
-        DecimalVector decimals = (DecimalVector) out;
-        for (int i = 0; i < rows; i++) {
-          if (in.isNull(i)) {
-            decimals.setNull(i);
-          } else {
-            long bits = in.get(i);
-            if (bits >= 0) {
-              decimals.set(i, bits);
-            } else {
-              decimals.set(i, new BigDecimal(Long.toUnsignedString(bits)));
-            }
-          }
-        }
-      } else {
-        // uint8, uint16, uint32: each value fits the signed type of twice the width.
-        BaseIntVector in = (BaseIntVector) vector;
-        BaseIntVector ints = (BaseIntVector) out;
-        for (int i = 0; i < rows; i++) {
-          if (vector.isNull(i)) {
-            out.setNull(i);
-          } else {
-            ints.setWithPossibleTruncate(i, in.getValueAsLong(i));
-          }
+      IntConsumer copy = copier(vector, out);
+      for (int i = 0; i < rows; i++) {
+        if (vector.isNull(i)) {
+          out.setNull(i);
+        } else {
+          copy.accept(i);
         }
       }
       out.setValueCount(rows);
@@ -115,5 +87,30 @@ final class Widening {
       out.close();
       throw e;
     }
+  }
+
+  /** What copies row {@code i}, not null, of {@code in} into {@code out}, widened. */
+  private static IntConsumer copier(FieldVector in, FieldVector out) {
+    if (in instanceof Float2Vector) {
+      Float2Vector halves = (Float2Vector) in;
+      Float4Vector floats = (Float4Vector) out;
+      return i -> floats.set(i, halves.getValueAsFloat(i));
+    }
+    if (in instanceof UInt8Vector) {
+      UInt8Vector longs = (UInt8Vector) in;
+      DecimalVector decimals = (DecimalVector) out;
+      return i -> {
+        long bits = longs.get(i);
+        if (bits >= 0) {
+          decimals.set(i, bits);
+        } else {
+          decimals.set(i, new BigDecimal(Long.toUnsignedString(bits)));
+        }
+      };
+    }
+    // uint8, uint16, uint32: each value fits the signed type of twice the width.
+    BaseIntVector narrow = (BaseIntVector) in;
+    BaseIntVector wide = (BaseIntVector) out;
+    return i -> wide.setWithPossibleTruncate(i, narrow.getValueAsLong(i));
   }
 }
