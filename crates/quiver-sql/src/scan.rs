@@ -7,6 +7,17 @@
 //! server CPU per query. `StoredScanExec` yields the stored batches (or the
 //! slices a partition or a limit cuts out of them) unchanged; the Flight
 //! encoder caps message sizes anyway, as it does for a raw DoGet.
+//!
+//! It takes the filters DataFusion pushes down once the plan is made (the
+//! `Post` phase of its filter pushdown): the dynamic filters of hash joins
+//! (the keys of a join's build side, known before its probe side runs) and of
+//! `ORDER BY ... LIMIT` (the current top rows' bound). Each batch is filtered
+//! by their values at the time it is read, so the rows a join or a top-k
+//! would drop do not go through the operators between them and the scan.
+//! A dynamic filter that keeps nearly every row is set aside after its first
+//! rows: evaluating it costs what the join's own probe costs and saves
+//! nothing (TPC-H q12's keys matched every `lineitem` row, and its filter,
+//! evaluated before the query's own filters, tripled the query's time).
 
 use std::fmt;
 use std::sync::Arc;
@@ -16,18 +27,31 @@ use arrow::record_batch::RecordBatch;
 use datafusion::common::stats::Precision;
 use datafusion::common::tree_node::TreeNodeRecursion;
 use datafusion::common::{Statistics, internal_err};
+use datafusion::config::ConfigOptions;
 use datafusion::error::Result;
 use datafusion::execution::{SendableRecordBatchStream, TaskContext};
 use datafusion::physical_expr::{EquivalenceProperties, PhysicalExpr};
+use datafusion::physical_expr_common::physical_expr::snapshot_generation;
 use datafusion::physical_plan::execution_plan::{Boundedness, EmissionType, SchedulingType};
+use datafusion::physical_plan::filter::batch_filter;
+use datafusion::physical_plan::filter_pushdown::{
+    ChildFilterPushdownResult, ChildPushdownResult, FilterPushdownPhase, FilterPushdownPropagation,
+    PushedDown,
+};
 use datafusion::physical_plan::memory::MemoryStream;
+use datafusion::physical_plan::metrics::{
+    BaselineMetrics, Count, ExecutionPlanMetricsSet, MetricBuilder, MetricsSet,
+};
 use datafusion::physical_plan::statistics::StatisticsArgs;
+use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
 use datafusion::physical_plan::{
     DisplayAs, DisplayFormatType, ExecutionPlan, Partitioning, PlanProperties,
 };
+use futures::StreamExt;
 
-/// Partitions of record batches, projected and limited, yielded as they are.
-#[derive(Debug)]
+/// Partitions of record batches, projected and limited, yielded as they are,
+/// or filtered by what the plan pushed down.
+#[derive(Debug, Clone)]
 pub(crate) struct StoredScanExec {
     /// Each partition's batches, already projected and limited.
     partitions: Vec<Vec<RecordBatch>>,
@@ -37,6 +61,10 @@ pub(crate) struct StoredScanExec {
     /// How many stored batches the query's filters pruned.
     pruned: usize,
     limited: bool,
+    /// Filters pushed down after planning (dynamic ones among them), over
+    /// the scan's columns: a row is yielded only if each is true.
+    filters: Vec<Arc<dyn PhysicalExpr>>,
+    metrics: ExecutionPlanMetricsSet,
 }
 
 impl StoredScanExec {
@@ -80,6 +108,8 @@ impl StoredScanExec {
             statistics: None,
             pruned: 0,
             limited: limit.is_some(),
+            filters: Vec::new(),
+            metrics: ExecutionPlanMetricsSet::new(),
         })
     }
 
@@ -91,6 +121,16 @@ impl StoredScanExec {
         self
     }
 
+    /// `stats` of the stored rows, as bounds only when pushed filters may
+    /// drop some of them.
+    fn filtered_stats(&self, stats: Statistics) -> Statistics {
+        if self.filters.is_empty() {
+            stats
+        } else {
+            stats.to_inexact()
+        }
+    }
+
     fn rows(&self, partition: Option<usize>) -> usize {
         let count = |batches: &Vec<RecordBatch>| batches.iter().map(RecordBatch::num_rows).sum();
         match partition {
@@ -98,6 +138,84 @@ impl StoredScanExec {
             None => self.partitions.iter().map(count).sum(),
         }
     }
+}
+
+/// A dynamic filter is judged once it has seen this many rows.
+const JUDGED_AFTER_ROWS: usize = 16_384;
+
+/// A dynamic filter that keeps at least this share of the rows it sees
+/// (as a ratio `kept / seen`) costs more than it saves: it is set aside
+/// until its producer changes it.
+const KEEPS_TOO_MANY: (usize, usize) = (3, 4);
+
+/// One pushed filter, as one partition's stream applies it.
+struct PushedFilter {
+    expr: Arc<dyn PhysicalExpr>,
+    /// The expression's generation when it was last judged; 0 for a
+    /// static filter, which is always applied (it may have been pushed
+    /// down exactly).
+    generation: u64,
+    seen: usize,
+    kept: usize,
+    set_aside: bool,
+}
+
+impl PushedFilter {
+    fn new(expr: &Arc<dyn PhysicalExpr>) -> Self {
+        Self {
+            expr: Arc::clone(expr),
+            generation: snapshot_generation(expr),
+            seen: 0,
+            kept: 0,
+            set_aside: false,
+        }
+    }
+
+    /// `batch` filtered by this filter, unless it is set aside.
+    ///
+    /// A dynamic filter (a join's keys, a top-k's bound) is an
+    /// optimisation: its producer still does the work it stands for. One
+    /// that keeps nearly every row costs its evaluation (for a join, the
+    /// same hashing and lookup the join does) and saves nothing, so after
+    /// [`JUDGED_AFTER_ROWS`] such a filter is set aside until its producer
+    /// gives it a new value.
+    fn apply(&mut self, batch: RecordBatch, skipped: &Count) -> Result<RecordBatch> {
+        if self.generation != 0 {
+            let generation = snapshot_generation(&self.expr);
+            if generation != self.generation {
+                *self = Self::new(&self.expr);
+            }
+        }
+        if self.set_aside {
+            skipped.add(1);
+            return Ok(batch);
+        }
+        let seen = batch.num_rows();
+        let batch = batch_filter(&batch, &self.expr)?;
+        self.seen += seen;
+        self.kept += batch.num_rows();
+        let (num, den) = KEEPS_TOO_MANY;
+        self.set_aside = self.generation != 0
+            && self.seen >= JUDGED_AFTER_ROWS
+            && self.kept * den >= self.seen * num;
+        Ok(batch)
+    }
+}
+
+/// `batch`'s rows that pass each of `filters`; `None` if none does.
+fn filtered(
+    batch: RecordBatch,
+    filters: &mut [PushedFilter],
+    skipped: &Count,
+) -> Result<Option<RecordBatch>> {
+    let mut batch = batch;
+    for filter in filters {
+        if batch.num_rows() == 0 {
+            break;
+        }
+        batch = filter.apply(batch, skipped)?;
+    }
+    Ok((batch.num_rows() > 0).then_some(batch))
 }
 
 /// The first `limit` rows of `batches`, as zero-copy slices.
@@ -128,6 +246,10 @@ impl DisplayAs for StoredScanExec {
                 if self.pruned > 0 {
                     write!(f, ", pruned_batches={}", self.pruned)?;
                 }
+                if !self.filters.is_empty() {
+                    let shown: Vec<String> = self.filters.iter().map(|e| e.to_string()).collect();
+                    write!(f, ", filters=[{}]", shown.join(", "))?;
+                }
                 Ok(())
             }
             DisplayFormatType::TreeRender => write!(f, "rows={}", self.rows(None)),
@@ -150,9 +272,56 @@ impl ExecutionPlan for StoredScanExec {
 
     fn apply_expressions(
         &self,
-        _f: &mut dyn FnMut(&Arc<dyn PhysicalExpr>) -> Result<TreeNodeRecursion>,
+        f: &mut dyn FnMut(&Arc<dyn PhysicalExpr>) -> Result<TreeNodeRecursion>,
     ) -> Result<TreeNodeRecursion> {
+        // A hash join fills its dynamic filter only if the plan below it
+        // holds that filter: this is how it finds out.
+        for filter in &self.filters {
+            if f(filter)? == TreeNodeRecursion::Stop {
+                return Ok(TreeNodeRecursion::Stop);
+            }
+        }
         Ok(TreeNodeRecursion::Continue)
+    }
+
+    fn handle_child_pushdown_result(
+        &self,
+        phase: FilterPushdownPhase,
+        child_pushdown_result: ChildPushdownResult,
+        _config: &ConfigOptions,
+    ) -> Result<FilterPushdownPropagation<Arc<dyn ExecutionPlan>>> {
+        let parent = child_pushdown_result.parent_filters;
+        // Before the plan is final, a FilterExec above keeps its filters (the
+        // scan already pruned stored batches by them); after, the scan takes
+        // every filter pushed to it. A static one it applies exactly; a
+        // dynamic one it may set aside (see `PushedFilter::apply`), so its
+        // producer goes on doing what it stands for.
+        if phase != FilterPushdownPhase::Post || parent.is_empty() {
+            return Ok(FilterPushdownPropagation {
+                filters: vec![PushedDown::No; parent.len()],
+                updated_node: None,
+            });
+        }
+        let mut scan = self.clone();
+        scan.filters
+            .extend(parent.iter().map(|f| Arc::clone(&f.filter)));
+        scan.metrics = ExecutionPlanMetricsSet::new();
+        let exactly = |f: &ChildFilterPushdownResult| {
+            // A dynamic expression has a nonzero generation.
+            if snapshot_generation(&f.filter) != 0 {
+                PushedDown::No
+            } else {
+                PushedDown::Yes
+            }
+        };
+        Ok(FilterPushdownPropagation {
+            filters: parent.iter().map(exactly).collect(),
+            updated_node: Some(Arc::new(scan)),
+        })
+    }
+
+    fn metrics(&self) -> Option<MetricsSet> {
+        Some(self.metrics.clone_inner())
     }
 
     fn with_new_children(
@@ -178,7 +347,27 @@ impl ExecutionPlan for StoredScanExec {
             );
         };
         let stream = MemoryStream::try_new(batches.clone(), self.schema(), None)?;
-        Ok(Box::pin(stream))
+        if self.filters.is_empty() {
+            return Ok(Box::pin(stream));
+        }
+        // Each batch is filtered when it is read: a dynamic filter has the
+        // value its producer (a join's build side, a top-k) gave it by then.
+        let mut filters: Vec<PushedFilter> = self.filters.iter().map(PushedFilter::new).collect();
+        let metrics = BaselineMetrics::new(&self.metrics, partition);
+        let skipped =
+            MetricBuilder::new(&self.metrics).counter("skipped_filter_batches", partition);
+        let rows = stream.filter_map(move |batch| {
+            let timer = metrics.elapsed_compute().timer();
+            let batch = batch
+                .and_then(|b| filtered(b, &mut filters, &skipped))
+                .transpose();
+            timer.done();
+            if let Some(Ok(b)) = &batch {
+                metrics.record_output(b.num_rows());
+            }
+            std::future::ready(batch)
+        });
+        Ok(Box::pin(RecordBatchStreamAdapter::new(self.schema(), rows)))
     }
 
     fn statistics_from_inputs(
@@ -195,10 +384,10 @@ impl ExecutionPlan for StoredScanExec {
         let Some(whole) = &self.statistics else {
             let mut stats = Statistics::new_unknown(&self.schema());
             stats.num_rows = Precision::Exact(rows);
-            return Ok(Arc::new(stats));
+            return Ok(Arc::new(self.filtered_stats(stats)));
         };
         if args.partition().is_none() && !self.limited {
-            return Ok(Arc::new(whole.clone()));
+            return Ok(Arc::new(self.filtered_stats(whole.clone())));
         }
         // A part of the whole: its rows are known, the rest is the whole's
         // bounds and a share of its bytes.
@@ -212,7 +401,7 @@ impl ExecutionPlan for StoredScanExec {
                 Precision::Inexact(usize::try_from(share).unwrap_or(usize::MAX));
         }
         stats.num_rows = Precision::Exact(rows);
-        Ok(Arc::new(stats))
+        Ok(Arc::new(self.filtered_stats(stats)))
     }
 }
 
@@ -220,6 +409,9 @@ impl ExecutionPlan for StoredScanExec {
 mod tests {
     use super::*;
     use arrow::array::{ArrayRef, Int64Array, StringArray};
+    use datafusion::logical_expr::Operator;
+    use datafusion::physical_expr::expressions::{Column, binary, lit};
+    use datafusion::physical_plan::statistics::StatisticsContext;
     use futures::TryStreamExt;
 
     fn batch(from: i64, rows: i64) -> RecordBatch {
@@ -270,6 +462,71 @@ mod tests {
         let second = run(&exec, 1).await;
         assert_eq!(second.iter().map(RecordBatch::num_rows).sum::<usize>(), 5);
         assert!(exec.execute(2, Arc::new(TaskContext::default())).is_err());
+    }
+
+    /// `exec` after the plan pushed `filter` to it in `phase`: the scan it
+    /// became, if it took the filter.
+    fn pushed(
+        exec: &StoredScanExec,
+        phase: FilterPushdownPhase,
+        filter: Arc<dyn PhysicalExpr>,
+    ) -> Option<Arc<dyn ExecutionPlan>> {
+        let result = ChildPushdownResult {
+            parent_filters: vec![ChildFilterPushdownResult {
+                filter,
+                child_results: vec![],
+            }],
+            self_filters: vec![],
+        };
+        let propagated = exec
+            .handle_child_pushdown_result(phase, result, &ConfigOptions::default())
+            .expect("pushdown");
+        let taken = propagated.updated_node.is_some();
+        assert_eq!(propagated.filters.len(), 1);
+        assert_eq!(
+            matches!(propagated.filters[0], PushedDown::Yes),
+            taken,
+            "a static filter is pushed down exactly when the scan took it"
+        );
+        propagated.updated_node
+    }
+
+    #[tokio::test]
+    async fn takes_filters_pushed_after_planning_and_applies_them_exactly() {
+        let stored = vec![batch(0, 100), batch(100, 100)];
+        let schema = stored[0].schema();
+        let exec = StoredScanExec::try_new(vec![stored], &schema, None, None).expect("exec");
+        let filter = binary(
+            Arc::new(Column::new("i", 0)),
+            Operator::Lt,
+            lit(150_i64),
+            &schema,
+        )
+        .expect("filter");
+        // Before the plan is final, a FilterExec above keeps its filter.
+        assert!(pushed(&exec, FilterPushdownPhase::Pre, Arc::clone(&filter)).is_none());
+        let filtered = pushed(&exec, FilterPushdownPhase::Post, filter).expect("taken");
+        let got: Vec<RecordBatch> = filtered
+            .execute(0, Arc::new(TaskContext::default()))
+            .expect("execute")
+            .try_collect()
+            .await
+            .expect("stream");
+        let rows: usize = got.iter().map(RecordBatch::num_rows).sum();
+        assert_eq!(rows, 150);
+        // The stored rows are now only a bound on what it yields.
+        let stats = StatisticsContext::new()
+            .compute(filtered.as_ref(), &StatisticsArgs::new())
+            .expect("statistics");
+        assert_eq!(stats.num_rows, Precision::Inexact(200));
+        let mut held = 0;
+        filtered
+            .apply_expressions(&mut |_| {
+                held += 1;
+                Ok(TreeNodeRecursion::Continue)
+            })
+            .expect("expressions");
+        assert_eq!(held, 1);
     }
 
     #[tokio::test]

@@ -455,6 +455,76 @@ async fn filters_that_prune_stored_batches_still_give_every_matching_row() {
     assert!(physical.contains("pruned_batches=1"), "{physical}");
 }
 
+#[tokio::test]
+async fn a_join_filters_the_scan_of_its_probe_side_by_its_build_side() {
+    // Three keys of Trips' 1000 ids: the join's build side. Its keys, known before the
+    // probe side runs, are pushed into the scan of Trips as a dynamic filter, so the scan
+    // yields 3 rows, not 1000, and the answer is the same.
+    let (store, engine) = engine();
+    let keys = RecordBatch::try_from_iter([(
+        "k",
+        Arc::new(Int64Array::from(vec![5, 500, 995])) as ArrayRef,
+    )])
+    .unwrap();
+    store
+        .put("Keys", WriteMode::Replace, keys.schema(), [keys])
+        .unwrap();
+    let sql = "SELECT count(*), sum(id) FROM Trips WHERE id IN (SELECT k FROM Keys)";
+    let counted = query(&engine, sql).await.unwrap();
+    assert_eq!((int(&counted, 0, 0), int(&counted, 1, 0)), (3, 1500));
+    let analyzed = query(&engine, &format!("EXPLAIN ANALYZE {sql}"))
+        .await
+        .unwrap();
+    let plan = explained_row(&analyzed, "Plan with Metrics");
+    let scan = plan
+        .lines()
+        .find(|line| line.contains("StoredScanExec") && line.contains("rows=1000"))
+        .unwrap_or_else(|| panic!("no scan of Trips in {plan}"));
+    assert!(scan.contains("filters=[DynamicFilter"), "{scan}");
+    assert!(scan.contains("output_rows=3,"), "{scan}");
+}
+
+#[tokio::test]
+async fn a_join_filter_that_keeps_every_row_is_set_aside() {
+    // Every one of Many's 80,000 rows has its id among Ids' 10,000: the join's dynamic
+    // filter keeps them all, so once the scan has judged it on its first rows it stops
+    // evaluating it, and the answer is the same.
+    let (store, engine) = engine();
+    let ids = || Arc::new(Int64Array::from_iter_values(0..10_000)) as ArrayRef;
+    let many: Vec<RecordBatch> = (0..8)
+        .map(|_| RecordBatch::try_from_iter([("id", ids())]).unwrap())
+        .collect();
+    store
+        .put("Many", WriteMode::Replace, many[0].schema(), many)
+        .unwrap();
+    let keys = RecordBatch::try_from_iter([("k", ids())]).unwrap();
+    store
+        .put("Ids", WriteMode::Replace, keys.schema(), [keys])
+        .unwrap();
+    let sql = "SELECT count(*), sum(id) FROM Many WHERE id IN (SELECT k FROM Ids)";
+    let counted = query(&engine, sql).await.unwrap();
+    assert_eq!(
+        (int(&counted, 0, 0), int(&counted, 1, 0)),
+        (80_000, 8 * 49_995_000)
+    );
+    let analyzed = query(&engine, &format!("EXPLAIN ANALYZE {sql}"))
+        .await
+        .unwrap();
+    let plan = explained_row(&analyzed, "Plan with Metrics");
+    let scan = plan
+        .lines()
+        .find(|line| line.contains("StoredScanExec") && line.contains("rows=80000"))
+        .unwrap_or_else(|| panic!("no scan of Many in {plan}"));
+    assert!(scan.contains("filters=[DynamicFilter"), "{scan}");
+    let skipped: usize = scan
+        .split("skipped_filter_batches=")
+        .nth(1)
+        .and_then(|rest| rest.split(|c: char| !c.is_ascii_digit()).next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no skipped batches counted in {scan}"));
+    assert!(skipped > 0, "{scan}");
+}
+
 /// The plan of the `EXPLAIN` row of type `plan_type`.
 fn explained_row(explained: &RecordBatch, plan_type: &str) -> String {
     let column = |i: usize| {
