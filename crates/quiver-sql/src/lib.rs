@@ -19,6 +19,7 @@ mod error;
 mod filter;
 pub mod metrics;
 mod params;
+mod pushed;
 mod query;
 mod scan;
 mod settings;

@@ -14,10 +14,8 @@
 //! `ORDER BY ... LIMIT` (the current top rows' bound). Each batch is filtered
 //! by their values at the time it is read, so the rows a join or a top-k
 //! would drop do not go through the operators between them and the scan.
-//! A dynamic filter that keeps nearly every row is set aside after its first
-//! rows: evaluating it costs what the join's own probe costs and saves
-//! nothing (TPC-H q12's keys matched every `lineitem` row, and its filter,
-//! evaluated before the query's own filters, tripled the query's time).
+//! How each partition's stream applies them, and which dynamic ones it
+//! evaluates in a cheaper form or sets aside, is `pushed.rs`.
 
 use std::fmt;
 use std::sync::Arc;
@@ -33,14 +31,13 @@ use datafusion::execution::{SendableRecordBatchStream, TaskContext};
 use datafusion::physical_expr::{EquivalenceProperties, PhysicalExpr};
 use datafusion::physical_expr_common::physical_expr::snapshot_generation;
 use datafusion::physical_plan::execution_plan::{Boundedness, EmissionType, SchedulingType};
-use datafusion::physical_plan::filter::batch_filter;
 use datafusion::physical_plan::filter_pushdown::{
     ChildFilterPushdownResult, ChildPushdownResult, FilterPushdownPhase, FilterPushdownPropagation,
     PushedDown,
 };
 use datafusion::physical_plan::memory::MemoryStream;
 use datafusion::physical_plan::metrics::{
-    BaselineMetrics, Count, ExecutionPlanMetricsSet, MetricBuilder, MetricsSet,
+    BaselineMetrics, ExecutionPlanMetricsSet, MetricBuilder, MetricsSet,
 };
 use datafusion::physical_plan::statistics::StatisticsArgs;
 use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
@@ -48,6 +45,8 @@ use datafusion::physical_plan::{
     DisplayAs, DisplayFormatType, ExecutionPlan, Partitioning, PlanProperties,
 };
 use futures::StreamExt;
+
+use crate::pushed::{PushedFilter, filtered};
 
 /// Partitions of record batches, projected and limited, yielded as they are,
 /// or filtered by what the plan pushed down.
@@ -138,84 +137,6 @@ impl StoredScanExec {
             None => self.partitions.iter().map(count).sum(),
         }
     }
-}
-
-/// A dynamic filter is judged once it has seen this many rows.
-const JUDGED_AFTER_ROWS: usize = 16_384;
-
-/// A dynamic filter that keeps at least this share of the rows it sees
-/// (as a ratio `kept / seen`) costs more than it saves: it is set aside
-/// until its producer changes it.
-const KEEPS_TOO_MANY: (usize, usize) = (3, 4);
-
-/// One pushed filter, as one partition's stream applies it.
-struct PushedFilter {
-    expr: Arc<dyn PhysicalExpr>,
-    /// The expression's generation when it was last judged; 0 for a
-    /// static filter, which is always applied (it may have been pushed
-    /// down exactly).
-    generation: u64,
-    seen: usize,
-    kept: usize,
-    set_aside: bool,
-}
-
-impl PushedFilter {
-    fn new(expr: &Arc<dyn PhysicalExpr>) -> Self {
-        Self {
-            expr: Arc::clone(expr),
-            generation: snapshot_generation(expr),
-            seen: 0,
-            kept: 0,
-            set_aside: false,
-        }
-    }
-
-    /// `batch` filtered by this filter, unless it is set aside.
-    ///
-    /// A dynamic filter (a join's keys, a top-k's bound) is an
-    /// optimisation: its producer still does the work it stands for. One
-    /// that keeps nearly every row costs its evaluation (for a join, the
-    /// same hashing and lookup the join does) and saves nothing, so after
-    /// [`JUDGED_AFTER_ROWS`] such a filter is set aside until its producer
-    /// gives it a new value.
-    fn apply(&mut self, batch: RecordBatch, skipped: &Count) -> Result<RecordBatch> {
-        if self.generation != 0 {
-            let generation = snapshot_generation(&self.expr);
-            if generation != self.generation {
-                *self = Self::new(&self.expr);
-            }
-        }
-        if self.set_aside {
-            skipped.add(1);
-            return Ok(batch);
-        }
-        let seen = batch.num_rows();
-        let batch = batch_filter(&batch, &self.expr)?;
-        self.seen += seen;
-        self.kept += batch.num_rows();
-        let (num, den) = KEEPS_TOO_MANY;
-        self.set_aside = self.generation != 0
-            && self.seen >= JUDGED_AFTER_ROWS
-            && self.kept * den >= self.seen * num;
-        Ok(batch)
-    }
-}
-
-/// `batch`'s rows that pass each of `filters`; `None` if none does.
-fn filtered(
-    batch: RecordBatch,
-    filters: &mut [PushedFilter],
-    skipped: &Count,
-) -> Result<Option<RecordBatch>> {
-    let mut batch = batch;
-    for filter in filters {
-        if batch.num_rows() == 0 {
-            break;
-        }
-        batch = filter.apply(batch, skipped)?;
-    }
-    Ok((batch.num_rows() > 0).then_some(batch))
 }
 
 /// The first `limit` rows of `batches`, as zero-copy slices.

@@ -1,0 +1,269 @@
+//! The filters DataFusion pushes into a stored scan once the plan is made,
+//! as each partition's stream applies them.
+//!
+//! A static filter is applied to every batch. A dynamic one (a hash join's
+//! build-side keys, a top-k's bound) is a shortcut its producer does not rely
+//! on: the join still matches every row it is given. So the scan evaluates a
+//! cheaper form of it where there is one, and sets it aside where it does not
+//! pay (docs/performance.md, "Dynamic filters in the stored scan").
+
+use std::sync::Arc;
+
+use arrow::record_batch::RecordBatch;
+use datafusion::common::ScalarValue;
+use datafusion::common::tree_node::{Transformed, TreeNode, TreeNodeRecursion};
+use datafusion::error::Result;
+use datafusion::logical_expr::Operator;
+use datafusion::physical_expr::PhysicalExpr;
+use datafusion::physical_expr::expressions::{BinaryExpr, CaseExpr, Literal, lit};
+use datafusion::physical_expr_common::physical_expr::{
+    snapshot_generation, snapshot_physical_expr,
+};
+use datafusion::physical_plan::filter::batch_filter;
+use datafusion::physical_plan::joins::{HashExpr, HashTableLookupExpr};
+use datafusion::physical_plan::metrics::Count;
+
+/// A dynamic filter is judged once it has seen this many rows.
+const JUDGED_AFTER_ROWS: usize = 16_384;
+
+/// A dynamic filter that keeps at least this share of the rows it sees
+/// (as a ratio `kept / seen`) costs more than it saves: it is set aside
+/// until its producer changes it.
+const KEEPS_TOO_MANY: (usize, usize) = (3, 4);
+
+/// One pushed filter, as one partition's stream applies it.
+pub(crate) struct PushedFilter {
+    /// The filter as it was pushed.
+    expr: Arc<dyn PhysicalExpr>,
+    /// What is evaluated: `expr` if it is static, else the cheaper form of
+    /// its value when it was last judged.
+    applied: Arc<dyn PhysicalExpr>,
+    /// `expr`'s generation when it was last judged; 0 for a static filter,
+    /// which is always applied (it may have been pushed down exactly).
+    generation: u64,
+    seen: usize,
+    kept: usize,
+    set_aside: bool,
+}
+
+impl PushedFilter {
+    pub(crate) fn new(expr: &Arc<dyn PhysicalExpr>) -> Self {
+        let generation = snapshot_generation(expr);
+        let applied = if generation == 0 {
+            Arc::clone(expr)
+        } else {
+            // A filter that cannot be read now is evaluated as it is.
+            cheaper(expr).unwrap_or_else(|_| Arc::clone(expr))
+        };
+        Self {
+            expr: Arc::clone(expr),
+            applied,
+            generation,
+            seen: 0,
+            kept: 0,
+            set_aside: false,
+        }
+    }
+
+    /// `batch` filtered by this filter, unless it is set aside.
+    ///
+    /// A dynamic filter that keeps nearly every row costs its evaluation
+    /// and saves nothing, so after [`JUDGED_AFTER_ROWS`] such a filter is
+    /// set aside until its producer gives it a new value.
+    fn apply(&mut self, batch: RecordBatch, skipped: &Count) -> Result<RecordBatch> {
+        if self.generation != 0 && snapshot_generation(&self.expr) != self.generation {
+            *self = Self::new(&self.expr);
+        }
+        if self.set_aside {
+            skipped.add(1);
+            return Ok(batch);
+        }
+        let seen = batch.num_rows();
+        let batch = batch_filter(&batch, &self.applied)?;
+        self.seen += seen;
+        self.kept += batch.num_rows();
+        let (num, den) = KEEPS_TOO_MANY;
+        self.set_aside = self.generation != 0
+            && self.seen >= JUDGED_AFTER_ROWS
+            && self.kept * den >= self.seen * num;
+        Ok(batch)
+    }
+}
+
+/// `batch`'s rows that pass each of `filters`; `None` if none does.
+pub(crate) fn filtered(
+    batch: RecordBatch,
+    filters: &mut [PushedFilter],
+    skipped: &Count,
+) -> Result<Option<RecordBatch>> {
+    let mut batch = batch;
+    for filter in filters {
+        if batch.num_rows() == 0 {
+            break;
+        }
+        batch = filter.apply(batch, skipped)?;
+    }
+    Ok((batch.num_rows() > 0).then_some(batch))
+}
+
+/// The current value of the dynamic filter `expr`, with each filter a
+/// partitioned hash join pushes made cheaper: true of every row it is true
+/// of, so the join, which matches every row it is given, answers the same.
+///
+/// A join whose build side is split by hash pushes, per partition `i` of
+/// `n`, `CASE hash(key) % n WHEN i THEN bounds_i AND member_i ... END`,
+/// where `member_i` is an `IN` list or a lookup in partition `i`'s hash
+/// table. Row by row that hashes each key twice (the routing, then the
+/// lookup) and splits and merges the batch per partition: more than the
+/// join's own probe. Its cheaper form is `(bounds_0 AND in_0) OR ... OR
+/// (bounds_n AND in_n)`, with hash-table lookups dropped (taken as true)
+/// and `IN` lists kept: a key's own partition's branch is among them. A
+/// join with one hash table for all partitions pushes `bounds AND lookup`
+/// alone, one hashing per key, which is kept as it is.
+fn cheaper(expr: &Arc<dyn PhysicalExpr>) -> Result<Arc<dyn PhysicalExpr>> {
+    let value = snapshot_physical_expr(Arc::clone(expr))?;
+    value
+        .transform_down(|e| {
+            let Some(case) = e.downcast_ref::<CaseExpr>() else {
+                return Ok(Transformed::no(e));
+            };
+            if !routes_by_hash(case) {
+                return Ok(Transformed::no(e));
+            }
+            let branches = case
+                .when_then_expr()
+                .iter()
+                .map(|(_, then)| then)
+                .chain(case.else_expr());
+            let any = branches
+                .filter(|then| !is_false(then))
+                .map(without_lookups)
+                .reduce(|a, b| Arc::new(BinaryExpr::new(a, Operator::Or, b)))
+                .unwrap_or_else(|| lit(false));
+            Ok(Transformed::new(any, true, TreeNodeRecursion::Jump))
+        })
+        .map(|t| t.data)
+}
+
+/// Whether `case` picks its branch by `hash(key) % n`, as a partitioned hash
+/// join's dynamic filter does.
+fn routes_by_hash(case: &CaseExpr) -> bool {
+    case.expr()
+        .and_then(|routing| routing.downcast_ref::<BinaryExpr>())
+        .is_some_and(|modulo| *modulo.op() == Operator::Modulo && modulo.left().is::<HashExpr>())
+}
+
+fn is_false(expr: &Arc<dyn PhysicalExpr>) -> bool {
+    expr.downcast_ref::<Literal>()
+        .is_some_and(|l| l.value() == &ScalarValue::Boolean(Some(false)))
+}
+
+/// `expr` with the hash-table lookups among its `AND`s and `OR`s taken as
+/// true: true of every row `expr` is true of.
+fn without_lookups(expr: &Arc<dyn PhysicalExpr>) -> Arc<dyn PhysicalExpr> {
+    if expr.is::<HashTableLookupExpr>() {
+        return lit(true);
+    }
+    match expr.downcast_ref::<BinaryExpr>() {
+        Some(b) if matches!(b.op(), Operator::And | Operator::Or) => Arc::new(BinaryExpr::new(
+            without_lookups(b.left()),
+            *b.op(),
+            without_lookups(b.right()),
+        )),
+        _ => Arc::clone(expr),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use arrow::array::{ArrayRef, Int64Array};
+    use arrow::datatypes::Schema;
+    use datafusion::physical_expr::expressions::{Column, in_list};
+    use datafusion::physical_plan::joins::join_hash_map::JoinHashMapU32;
+    use datafusion::physical_plan::joins::{Map, SeededRandomState};
+
+    fn ids(batch: &RecordBatch) -> Vec<i64> {
+        let column = batch.column(0).as_any().downcast_ref::<Int64Array>();
+        column.expect("int64").values().to_vec()
+    }
+
+    #[test]
+    fn a_partitioned_join_filter_is_evaluated_without_its_routing_and_lookups() {
+        let batch = RecordBatch::try_from_iter([(
+            "i",
+            Arc::new(Int64Array::from_iter_values(0..40)) as ArrayRef,
+        )])
+        .expect("batch");
+        let schema: &Schema = &batch.schema();
+        let i = || Arc::new(Column::new("i", 0)) as Arc<dyn PhysicalExpr>;
+        let and = |a, b| Arc::new(BinaryExpr::new(a, Operator::And, b)) as Arc<dyn PhysicalExpr>;
+        let between = |lo: i64, hi: i64| {
+            and(
+                Arc::new(BinaryExpr::new(i(), Operator::GtEq, lit(lo))),
+                Arc::new(BinaryExpr::new(i(), Operator::LtEq, lit(hi))),
+            )
+        };
+        let seeds = SeededRandomState::with_seed(7);
+        // Partition 0: a lookup in an empty hash table (true of no row);
+        // partition 1: an IN list.
+        let empty = Arc::new(Map::HashMap(Box::new(JoinHashMapU32::with_capacity(0))));
+        let lookup = Arc::new(HashTableLookupExpr::new(
+            vec![i()],
+            seeds.clone(),
+            empty,
+            "hash_lookup".to_string(),
+        ));
+        let listed = in_list(i(), vec![lit(20_i64), lit(25_i64)], &false, schema).expect("in");
+        let routing = Arc::new(BinaryExpr::new(
+            Arc::new(HashExpr::new(
+                vec![i()],
+                seeds,
+                "hash_repartition".to_string(),
+            )),
+            Operator::Modulo,
+            lit(ScalarValue::UInt64(Some(2))),
+        ));
+        let pushed: Arc<dyn PhysicalExpr> = Arc::new(
+            CaseExpr::try_new(
+                Some(routing),
+                vec![
+                    (
+                        lit(ScalarValue::UInt64(Some(0))),
+                        and(between(0, 9), lookup),
+                    ),
+                    (
+                        lit(ScalarValue::UInt64(Some(1))),
+                        and(between(20, 29), listed),
+                    ),
+                ],
+                Some(lit(false)),
+            )
+            .expect("case"),
+        );
+        let cheap = cheaper(&pushed).expect("cheaper");
+        let shown = cheap.to_string();
+        assert!(
+            !shown.contains("CASE") && !shown.contains("hash_"),
+            "{shown}"
+        );
+        let kept = ids(&batch_filter(&batch, &cheap).expect("cheap filter"));
+        let mut expected: Vec<i64> = (0..=9).collect();
+        expected.extend([20, 25]);
+        assert_eq!(kept, expected, "{shown}");
+        // True of every row the pushed filter is true of.
+        let exact = ids(&batch_filter(&batch, &pushed).expect("pushed filter"));
+        assert!(exact.iter().all(|id| kept.contains(id)), "{exact:?}");
+    }
+
+    #[test]
+    fn other_filters_are_evaluated_as_they_are() {
+        let column = Arc::new(Column::new("i", 0)) as Arc<dyn PhysicalExpr>;
+        let bound: Arc<dyn PhysicalExpr> =
+            Arc::new(BinaryExpr::new(column, Operator::Lt, lit(5_i64)));
+        assert_eq!(
+            cheaper(&bound).expect("cheaper").to_string(),
+            bound.to_string()
+        );
+    }
+}
