@@ -472,14 +472,7 @@ async fn a_join_filters_the_scan_of_its_probe_side_by_its_build_side() {
     let sql = "SELECT count(*), sum(id) FROM Trips WHERE id IN (SELECT k FROM Keys)";
     let counted = query(&engine, sql).await.unwrap();
     assert_eq!((int(&counted, 0, 0), int(&counted, 1, 0)), (3, 1500));
-    let analyzed = query(&engine, &format!("EXPLAIN ANALYZE {sql}"))
-        .await
-        .unwrap();
-    let plan = explained_row(&analyzed, "Plan with Metrics");
-    let scan = plan
-        .lines()
-        .find(|line| line.contains("StoredScanExec") && line.contains("rows=1000"))
-        .unwrap_or_else(|| panic!("no scan of Trips in {plan}"));
+    let scan = analyzed_scan(&engine, sql, 1000).await;
     assert!(scan.contains("filters=[DynamicFilter"), "{scan}");
     assert!(scan.contains("output_rows=3,"), "{scan}");
 }
@@ -507,14 +500,7 @@ async fn a_join_filter_that_keeps_every_row_is_set_aside() {
         (int(&counted, 0, 0), int(&counted, 1, 0)),
         (80_000, 8 * 49_995_000)
     );
-    let analyzed = query(&engine, &format!("EXPLAIN ANALYZE {sql}"))
-        .await
-        .unwrap();
-    let plan = explained_row(&analyzed, "Plan with Metrics");
-    let scan = plan
-        .lines()
-        .find(|line| line.contains("StoredScanExec") && line.contains("rows=80000"))
-        .unwrap_or_else(|| panic!("no scan of Many in {plan}"));
+    let scan = analyzed_scan(&engine, sql, 80_000).await;
     assert!(scan.contains("filters=[DynamicFilter"), "{scan}");
     let skipped: usize = scan
         .split("skipped_filter_batches=")
@@ -523,6 +509,20 @@ async fn a_join_filter_that_keeps_every_row_is_set_aside() {
         .and_then(|n| n.parse().ok())
         .unwrap_or_else(|| panic!("no skipped batches counted in {scan}"));
     assert!(skipped > 0, "{scan}");
+}
+
+/// The line of `EXPLAIN ANALYZE sql` that shows the scan of the stored table of `rows`
+/// rows, with its metrics.
+async fn analyzed_scan(engine: &SqlEngine, sql: &str, rows: usize) -> String {
+    let analyzed = query(engine, &format!("EXPLAIN ANALYZE {sql}"))
+        .await
+        .unwrap();
+    let plan = explained_row(&analyzed, "Plan with Metrics");
+    let scanned = format!("rows={rows},");
+    plan.lines()
+        .find(|line| line.contains("StoredScanExec") && line.contains(&scanned))
+        .unwrap_or_else(|| panic!("no scan of {rows} rows in {plan}"))
+        .to_string()
 }
 
 /// The plan of the `EXPLAIN` row of type `plan_type`.
