@@ -9,9 +9,12 @@
 
 use std::sync::Arc;
 
+use arrow::array::{Array, AsArray, BooleanArray};
+use arrow::compute::kernels::boolean::and;
+use arrow::compute::{filter_record_batch, prep_null_mask_filter};
 use arrow::record_batch::RecordBatch;
-use datafusion::common::ScalarValue;
 use datafusion::common::tree_node::{Transformed, TreeNode, TreeNodeRecursion};
+use datafusion::common::{ScalarValue, internal_err};
 use datafusion::error::Result;
 use datafusion::logical_expr::Operator;
 use datafusion::physical_expr::PhysicalExpr;
@@ -19,7 +22,6 @@ use datafusion::physical_expr::expressions::{BinaryExpr, CaseExpr, Literal, lit}
 use datafusion::physical_expr_common::physical_expr::{
     snapshot_generation, snapshot_physical_expr,
 };
-use datafusion::physical_plan::filter::batch_filter;
 use datafusion::physical_plan::joins::{HashExpr, HashTableLookupExpr};
 use datafusion::physical_plan::metrics::Count;
 
@@ -46,63 +48,91 @@ pub(crate) struct PushedFilter {
     set_aside: bool,
 }
 
+/// Whether `expr` is dynamic: its producer may change its value while the
+/// scan runs, and does not rely on the scan applying it (so the scan may set
+/// it aside). A static filter is always applied, and is reported to
+/// DataFusion as applied exactly.
+pub(crate) fn is_dynamic(expr: &Arc<dyn PhysicalExpr>) -> bool {
+    snapshot_generation(expr) != 0
+}
+
 impl PushedFilter {
     pub(crate) fn new(expr: &Arc<dyn PhysicalExpr>) -> Self {
-        let generation = snapshot_generation(expr);
-        let applied = if generation == 0 {
-            Arc::clone(expr)
-        } else {
+        let applied = if is_dynamic(expr) {
             // A filter that cannot be read now is evaluated as it is.
             cheaper(expr).unwrap_or_else(|_| Arc::clone(expr))
+        } else {
+            Arc::clone(expr)
         };
         Self {
             expr: Arc::clone(expr),
             applied,
-            generation,
+            generation: snapshot_generation(expr),
             seen: 0,
             kept: 0,
             set_aside: false,
         }
     }
 
-    /// `batch` filtered by this filter, unless it is set aside.
+    /// Which of `batch`'s rows this filter keeps, or `None` while it is set
+    /// aside.
     ///
     /// A dynamic filter that keeps nearly every row costs its evaluation
     /// and saves nothing, so after [`JUDGED_AFTER_ROWS`] such a filter is
     /// set aside until its producer gives it a new value.
-    fn apply(&mut self, batch: RecordBatch, skipped: &Count) -> Result<RecordBatch> {
+    fn mask(&mut self, batch: &RecordBatch) -> Result<Option<BooleanArray>> {
         if self.generation != 0 && snapshot_generation(&self.expr) != self.generation {
             *self = Self::new(&self.expr);
         }
         if self.set_aside {
-            skipped.add(1);
-            return Ok(batch);
+            return Ok(None);
         }
-        let seen = batch.num_rows();
-        let batch = batch_filter(&batch, &self.applied)?;
-        self.seen += seen;
-        self.kept += batch.num_rows();
+        let value = self.applied.evaluate(batch)?.into_array(batch.num_rows())?;
+        let Some(mask) = value.as_boolean_opt() else {
+            return internal_err!("a pushed filter gave {}, not booleans", value.data_type());
+        };
+        // A null is not a match.
+        let mask = match mask.null_count() {
+            0 => mask.clone(),
+            _ => prep_null_mask_filter(mask),
+        };
+        self.seen += batch.num_rows();
+        self.kept += mask.true_count();
         let (num, den) = KEEPS_TOO_MANY;
         self.set_aside = self.generation != 0
             && self.seen >= JUDGED_AFTER_ROWS
             && self.kept * den >= self.seen * num;
-        Ok(batch)
+        Ok(Some(mask))
     }
 }
 
-/// `batch`'s rows that pass each of `filters`; `None` if none does.
+/// `batch`'s rows that pass every one of `filters` (their masks combined,
+/// the batch copied once); `None` if none does. `skipped` counts the
+/// batches a filter set aside was not evaluated on.
 pub(crate) fn filtered(
     batch: RecordBatch,
     filters: &mut [PushedFilter],
     skipped: &Count,
 ) -> Result<Option<RecordBatch>> {
-    let mut batch = batch;
+    let mut combined: Option<BooleanArray> = None;
+    let mut set_aside = false;
     for filter in filters {
-        if batch.num_rows() == 0 {
-            break;
-        }
-        batch = filter.apply(batch, skipped)?;
+        let Some(mask) = filter.mask(&batch)? else {
+            set_aside = true;
+            continue;
+        };
+        combined = Some(match combined {
+            Some(both) => and(&both, &mask)?,
+            None => mask,
+        });
     }
+    if set_aside {
+        skipped.add(1);
+    }
+    let batch = match combined {
+        Some(mask) if mask.true_count() < batch.num_rows() => filter_record_batch(&batch, &mask)?,
+        _ => batch,
+    };
     Ok((batch.num_rows() > 0).then_some(batch))
 }
 
@@ -180,6 +210,7 @@ mod tests {
     use arrow::array::{ArrayRef, Int64Array};
     use arrow::datatypes::Schema;
     use datafusion::physical_expr::expressions::{Column, in_list};
+    use datafusion::physical_plan::filter::batch_filter;
     use datafusion::physical_plan::joins::join_hash_map::JoinHashMapU32;
     use datafusion::physical_plan::joins::{Map, SeededRandomState};
 
@@ -264,6 +295,49 @@ mod tests {
         assert_eq!(
             cheaper(&bound).expect("cheaper").to_string(),
             bound.to_string()
+        );
+    }
+
+    #[test]
+    fn filters_combine_their_masks_and_a_set_aside_filter_counts_each_batch_once() {
+        use datafusion::physical_expr::expressions::DynamicFilterPhysicalExpr;
+        let batch = RecordBatch::try_from_iter([(
+            "i",
+            Arc::new(Int64Array::from_iter_values(0..10_000)) as ArrayRef,
+        )])
+        .expect("batch");
+        let i = || Arc::new(Column::new("i", 0)) as Arc<dyn PhysicalExpr>;
+        let binary = |a, op, b| Arc::new(BinaryExpr::new(a, op, b)) as Arc<dyn PhysicalExpr>;
+        let below = binary(i(), Operator::Lt, lit(7_000i64));
+        let even = binary(
+            binary(i(), Operator::Modulo, lit(2i64)),
+            Operator::Eq,
+            lit(0i64),
+        );
+        // Two dynamic filters that keep every row: set aside once judged.
+        let keeps_all = || {
+            Arc::new(DynamicFilterPhysicalExpr::new(vec![i()], lit(true))) as Arc<dyn PhysicalExpr>
+        };
+        let exprs = [below, even, keeps_all(), keeps_all()];
+        assert_eq!(exprs.iter().filter(|e| is_dynamic(e)).count(), 2);
+        let mut filters: Vec<PushedFilter> = exprs.iter().map(PushedFilter::new).collect();
+        let skipped = Count::new();
+        let expected: Vec<i64> = (0..7_000).filter(|i| i % 2 == 0).collect();
+        for round in 0..3 {
+            let kept = filtered(batch.clone(), &mut filters, &skipped)
+                .expect("filtered")
+                .expect("rows");
+            assert_eq!(ids(&kept), expected, "batch {round}");
+        }
+        // Judged after the second batch (20,000 rows seen): the third batch is
+        // counted once, though both filters were set aside for it.
+        assert_eq!(skipped.value(), 1);
+        let none = binary(i(), Operator::Lt, lit(0i64));
+        let mut filters = vec![PushedFilter::new(&none)];
+        assert!(
+            filtered(batch, &mut filters, &skipped)
+                .expect("filtered")
+                .is_none()
         );
     }
 }

@@ -29,7 +29,6 @@ use datafusion::config::ConfigOptions;
 use datafusion::error::Result;
 use datafusion::execution::{SendableRecordBatchStream, TaskContext};
 use datafusion::physical_expr::{EquivalenceProperties, PhysicalExpr};
-use datafusion::physical_expr_common::physical_expr::snapshot_generation;
 use datafusion::physical_plan::execution_plan::{Boundedness, EmissionType, SchedulingType};
 use datafusion::physical_plan::filter_pushdown::{
     ChildFilterPushdownResult, ChildPushdownResult, FilterPushdownPhase, FilterPushdownPropagation,
@@ -46,7 +45,7 @@ use datafusion::physical_plan::{
 };
 use futures::StreamExt;
 
-use crate::pushed::{PushedFilter, filtered};
+use crate::pushed::{PushedFilter, filtered, is_dynamic};
 
 /// Partitions of record batches, projected and limited, yielded as they are,
 /// or filtered by what the plan pushed down.
@@ -215,7 +214,7 @@ impl ExecutionPlan for StoredScanExec {
         // Before the plan is final, a FilterExec above keeps its filters (the
         // scan already pruned stored batches by them); after, the scan takes
         // every filter pushed to it. A static one it applies exactly; a
-        // dynamic one it may set aside (see `PushedFilter::apply`), so its
+        // dynamic one it may set aside (see `PushedFilter::mask`), so its
         // producer goes on doing what it stands for.
         if phase != FilterPushdownPhase::Post || parent.is_empty() {
             return Ok(FilterPushdownPropagation {
@@ -228,8 +227,7 @@ impl ExecutionPlan for StoredScanExec {
             .extend(parent.iter().map(|f| Arc::clone(&f.filter)));
         scan.metrics = ExecutionPlanMetricsSet::new();
         let exactly = |f: &ChildFilterPushdownResult| {
-            // A dynamic expression has a nonzero generation.
-            if snapshot_generation(&f.filter) != 0 {
+            if is_dynamic(&f.filter) {
                 PushedDown::No
             } else {
                 PushedDown::Yes
