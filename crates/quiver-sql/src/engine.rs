@@ -190,7 +190,8 @@ impl SqlEngine {
         let partitions = config.target_partitions();
         let builder = SessionStateBuilder::new()
             .with_config(config)
-            .with_default_features();
+            .with_default_features()
+            .with_optimizer_rule(Arc::new(crate::join_order::JoinOrder));
         let state = match &cluster {
             Some(cluster) => cluster.session(builder),
             None => builder,

@@ -14,9 +14,11 @@
 mod blocking;
 mod catalog;
 mod cluster;
+mod distinct;
 mod engine;
 mod error;
 mod filter;
+mod join_order;
 pub mod metrics;
 mod params;
 mod pushed;

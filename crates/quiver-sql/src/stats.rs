@@ -11,7 +11,7 @@
 
 use std::collections::HashSet;
 use std::convert::Infallible;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use arrow::array::{Array, ArrayRef, AsArray, BooleanArray, RecordBatch, UInt64Array};
 use arrow::compute::{
@@ -50,6 +50,9 @@ struct BatchFacts {
 #[derive(Debug)]
 pub(crate) struct VersionStats {
     batches: Vec<BatchFacts>,
+    /// Each column's distinct values, estimated when first asked for
+    /// ([`VersionStats::distinct`]).
+    distinct: Vec<OnceLock<Option<u64>>>,
 }
 
 impl VersionStats {
@@ -58,6 +61,12 @@ impl VersionStats {
         let made = version.attachment(|| {
             Ok::<_, Infallible>(Self {
                 batches: version.batches().map(facts).collect(),
+                distinct: version
+                    .schema()
+                    .fields()
+                    .iter()
+                    .map(|_| OnceLock::new())
+                    .collect(),
             })
         });
         match made {
@@ -69,6 +78,28 @@ impl VersionStats {
     /// How many stored batches there are.
     pub(crate) fn batches(&self) -> usize {
         self.batches.len()
+    }
+
+    /// The version's rows.
+    pub(crate) fn rows(&self) -> usize {
+        self.batches.iter().map(|b| b.rows).sum()
+    }
+
+    /// Column `column`'s nulls, bytes, minimum and maximum over the whole
+    /// version.
+    pub(crate) fn column(&self, column: usize) -> ColumnStatistics {
+        column_statistics(self.batches.iter().map(|b| &b.columns[column]))
+    }
+
+    /// Column `column`'s distinct non-null values in `version` (the version
+    /// these statistics are of), estimated at the first call for that
+    /// column and kept: a pass over the column's values, which only the
+    /// columns a join or a filter estimate needs pay for. `None` for a
+    /// type that is not hashed.
+    pub(crate) fn distinct(&self, version: &TableVersion, column: usize) -> Option<u64> {
+        *self.distinct.get(column)?.get_or_init(|| {
+            crate::distinct::distinct_values(version.batches().map(|b| b.column(column)))
+        })
     }
 
     /// The statistics of the batches `kept` (indexes into the version's

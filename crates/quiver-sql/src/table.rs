@@ -8,7 +8,7 @@ use arrow::datatypes::SchemaRef;
 use arrow::record_batch::RecordBatch;
 use async_trait::async_trait;
 use datafusion::catalog::Session;
-use datafusion::common::DFSchema;
+use datafusion::common::{ColumnStatistics, DFSchema};
 use datafusion::datasource::TableProvider;
 use datafusion::error::{DataFusionError, Result};
 use datafusion::logical_expr::utils::conjunction;
@@ -30,6 +30,19 @@ pub(crate) struct StoredTable {
 impl StoredTable {
     pub(crate) fn new(version: Arc<TableVersion>) -> Self {
         Self { version }
+    }
+
+    /// The version's rows.
+    pub(crate) fn rows(&self) -> usize {
+        VersionStats::of(&self.version).rows()
+    }
+
+    /// Column `index` over the whole version: its nulls, minimum and
+    /// maximum, and its distinct values (estimated at the first call for
+    /// that column, then kept with the version).
+    pub(crate) fn column(&self, index: usize) -> (ColumnStatistics, Option<u64>) {
+        let stats = VersionStats::of(&self.version);
+        (stats.column(index), stats.distinct(&self.version, index))
     }
 
     /// The batches that may hold rows passing every filter of `filters`
