@@ -250,8 +250,8 @@ impl Tree {
                     (*b, *a, right, left)
                 };
                 divisors.entry((a, b)).or_default().add(
-                    distinct(left, &self.inputs[a]).unwrap_or(rows[a]),
-                    distinct(right, &self.inputs[b]).unwrap_or(rows[b]),
+                    distinct(left, &self.inputs[a], rows[a]),
+                    distinct(right, &self.inputs[b], rows[b]),
                 );
             }
         }
@@ -464,11 +464,12 @@ fn column_estimate(plan: &LogicalPlan, column: &Column) -> Option<ColumnEstimate
 }
 
 /// The distinct values of `expr` (a column, perhaps cast) in `plan`'s
-/// rows, at most their estimate.
-fn distinct(expr: &Expr, plan: &LogicalPlan) -> Option<f64> {
-    let column = bare_column(expr)?;
-    let estimate = column_estimate(plan, column)?;
-    Some(estimate.distinct?.min(estimated_rows(plan)?))
+/// rows, or else `rows` (`plan`'s estimated rows), and at most `rows`.
+fn distinct(expr: &Expr, plan: &LogicalPlan, rows: f64) -> f64 {
+    bare_column(expr)
+        .and_then(|column| column_estimate(plan, column))
+        .and_then(|estimate| estimate.distinct)
+        .map_or(rows, |distinct| distinct.min(rows))
 }
 
 /// The column under casts and aliases.
@@ -536,8 +537,8 @@ fn estimated_rows(plan: &LogicalPlan) -> Option<f64> {
                     let mut divisor = Divisor::default();
                     for (l, r) in &join.on {
                         divisor.add(
-                            distinct(l, &join.left).unwrap_or(left),
-                            distinct(r, &join.right).unwrap_or(right),
+                            distinct(l, &join.left, left),
+                            distinct(r, &join.right, right),
                         );
                     }
                     left * right / divisor.of(left, right)

@@ -115,19 +115,24 @@ pub(crate) fn filtered(
     skipped: &Count,
 ) -> Result<Option<RecordBatch>> {
     let mut combined: Option<BooleanArray> = None;
-    let mut set_aside = false;
+    let mut counted = false;
     for filter in filters {
         let Some(mask) = filter.mask(&batch)? else {
-            set_aside = true;
+            if !counted {
+                skipped.add(1);
+                counted = true;
+            }
             continue;
         };
-        combined = Some(match combined {
+        let both = match combined {
             Some(both) => and(&both, &mask)?,
             None => mask,
-        });
-    }
-    if set_aside {
-        skipped.add(1);
+        };
+        if both.true_count() == 0 {
+            // No row is left: the other filters are not evaluated.
+            return Ok(None);
+        }
+        combined = Some(both);
     }
     let batch = match combined {
         Some(mask) if mask.true_count() < batch.num_rows() => filter_record_batch(&batch, &mask)?,
