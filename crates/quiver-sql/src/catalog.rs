@@ -12,6 +12,7 @@ use datafusion::logical_expr::TableType;
 use quiver_store::{StoreError, TableStore};
 
 use crate::cluster::ClusterCatalog;
+use crate::file_table::FileTable;
 use crate::table::StoredTable;
 
 /// The catalog every table lives in.
@@ -158,7 +159,8 @@ impl SchemaProvider for StoreSchema {
             .registered
             .write()
             .unwrap_or_else(PoisonError::into_inner);
-        Ok(registered.insert(name, table))
+        // Parquet files in place give the join order estimates.
+        Ok(registered.insert(name, FileTable::wrap(table)))
     }
 
     fn deregister_table(&self, name: &str) -> Result<Option<Arc<dyn TableProvider>>> {

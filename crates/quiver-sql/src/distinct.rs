@@ -14,27 +14,57 @@ const REGISTERS: usize = 1 << PRECISION;
 /// by batch), at most their count of non-null values; `None` for a type
 /// DataFusion does not hash.
 pub(crate) fn distinct_values<'a>(arrays: impl IntoIterator<Item = &'a ArrayRef>) -> Option<u64> {
-    let mut registers = vec![0u8; REGISTERS];
-    let mut hashes: Vec<u64> = Vec::new();
-    let mut values = 0u64;
+    let mut sketch = Sketch::default();
     for array in arrays {
-        hashes.clear();
-        hashes.resize(array.len(), 0);
-        create_hashes([array], &HLL_RANDOM_STATE, &mut hashes).ok()?;
+        sketch.add(array)?;
+    }
+    Some(sketch.estimate())
+}
+
+/// The registers of one column's values, added batch by batch.
+#[derive(Debug)]
+pub(crate) struct Sketch {
+    registers: Vec<u8>,
+    hashes: Vec<u64>,
+    values: u64,
+}
+
+impl Default for Sketch {
+    fn default() -> Self {
+        Self {
+            registers: vec![0u8; REGISTERS],
+            hashes: Vec::new(),
+            values: 0,
+        }
+    }
+}
+
+impl Sketch {
+    /// Adds `array`'s non-null values; `None` for a type DataFusion does
+    /// not hash.
+    pub(crate) fn add(&mut self, array: &ArrayRef) -> Option<()> {
+        self.hashes.clear();
+        self.hashes.resize(array.len(), 0);
+        create_hashes([array], &HLL_RANDOM_STATE, &mut self.hashes).ok()?;
         let nulls = array.logical_nulls();
-        for (i, hash) in hashes.iter().enumerate() {
+        for (i, hash) in self.hashes.iter().enumerate() {
             if nulls.as_ref().is_some_and(|nulls| nulls.is_null(i)) {
                 continue;
             }
-            values += 1;
+            self.values += 1;
             let register = (hash >> (64 - PRECISION)) as usize;
             // The position of the first 1 bit after the register's bits;
             // the sentinel bit bounds it when they are all 0.
             let rank = ((hash << PRECISION) | (1 << (PRECISION - 1))).leading_zeros() + 1;
-            registers[register] = registers[register].max(rank as u8);
+            self.registers[register] = self.registers[register].max(rank as u8);
         }
+        Some(())
     }
-    Some(estimate(&registers).min(values))
+
+    /// The distinct values added, at most the values added.
+    pub(crate) fn estimate(&self) -> u64 {
+        estimate(&self.registers).min(self.values)
+    }
 }
 
 /// The cardinality the registers say.

@@ -13,15 +13,17 @@
 //! condition in the first join that has its columns. The result is
 //! projected back to the columns and order of the tree it replaces.
 //!
-//! Estimates come from stored tables ([`StoredTable`]): exact row counts,
-//! minimums and maximums, and distinct values estimated by HyperLogLog
-//! for the columns that joins and equality filters use. An input whose
-//! rows cannot be estimated (a file queried in place, a cluster table)
-//! leaves its tree in DataFusion's order.
+//! Estimates come from the tables that give them ([`Estimated`]): stored
+//! tables ([`StoredTable`]) and Parquet files in place ([`FileTable`]),
+//! with exact row counts, minimums and maximums, and distinct values
+//! estimated by HyperLogLog for the columns that joins and equality
+//! filters use. An input whose rows cannot be estimated (a CSV file, a
+//! cluster table) leaves its tree in DataFusion's order.
 
 use std::collections::HashMap;
 use std::sync::Arc;
 
+use datafusion::catalog::TableProvider;
 use datafusion::catalog::default_table_source::source_as_provider;
 use datafusion::common::tree_node::{Transformed, TreeNode};
 use datafusion::common::{Column, JoinConstraint, JoinType, NullEquality, ScalarValue};
@@ -33,6 +35,7 @@ use datafusion::logical_expr::{
 };
 use datafusion::optimizer::{OptimizerConfig, OptimizerRule};
 
+use crate::file_table::FileTable;
 use crate::table::StoredTable;
 
 /// Selectivity of a condition the estimates cannot read.
@@ -42,6 +45,24 @@ const EQUAL: f64 = 0.1;
 /// The most inputs ordered by dynamic programming (2^n sets); a larger tree
 /// keeps DataFusion's order.
 const MOST_INPUTS: usize = 12;
+
+/// What a table tells the estimates.
+pub(crate) trait Estimated {
+    /// The table's rows, when known.
+    fn rows(&self) -> Option<u64>;
+    /// What is known of the table's column `index`.
+    fn column(&self, index: usize) -> Option<ColumnEstimate>;
+}
+
+/// The estimates of a table that gives them.
+fn estimated(provider: &dyn TableProvider) -> Option<&dyn Estimated> {
+    if let Some(table) = provider.downcast_ref::<StoredTable>() {
+        return Some(table);
+    }
+    provider
+        .downcast_ref::<FileTable>()
+        .map(|table| table as &dyn Estimated)
+}
 
 /// The optimizer rule (module docs).
 #[derive(Debug, Default)]
@@ -433,34 +454,47 @@ fn source_column(plan: &LogicalPlan, index: usize) -> Option<(&TableScan, usize)
     }
 }
 
-/// What the estimates know of one column of a stored table.
-#[derive(Debug)]
-struct ColumnEstimate {
-    rows: f64,
-    nulls: f64,
-    distinct: Option<f64>,
-    range: Option<(f64, f64)>,
+/// What the estimates know of one column of a table.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(crate) struct ColumnEstimate {
+    /// The table's rows.
+    pub(crate) rows: f64,
+    pub(crate) nulls: f64,
+    /// At least 1, when known.
+    pub(crate) distinct: Option<f64>,
+    /// The minimum and maximum, for a number, date or timestamp column
+    /// whose maximum is above its minimum.
+    pub(crate) range: Option<(f64, f64)>,
+}
+
+impl ColumnEstimate {
+    /// From a table's `rows`, a column's `nulls`, its `distinct` values
+    /// and its `min` and `max`.
+    pub(crate) fn new(
+        rows: u64,
+        nulls: u64,
+        distinct: Option<u64>,
+        min: Option<&ScalarValue>,
+        max: Option<&ScalarValue>,
+    ) -> Self {
+        let range = match (min.and_then(number), max.and_then(number)) {
+            (Some(low), Some(high)) if high > low => Some((low, high)),
+            _ => None,
+        };
+        Self {
+            rows: rows as f64,
+            nulls: nulls as f64,
+            distinct: distinct.map(|d| (d as f64).max(1.0)),
+            range,
+        }
+    }
 }
 
 fn column_estimate(plan: &LogicalPlan, column: &Column) -> Option<ColumnEstimate> {
     let index = plan.schema().index_of_column(column).ok()?;
     let (scan, index) = source_column(plan, index)?;
     let provider = source_as_provider(&scan.source).ok()?;
-    let table = provider.downcast_ref::<StoredTable>()?;
-    let (statistics, distinct) = table.column(index);
-    let range = match (
-        statistics.min_value.get_value().and_then(number),
-        statistics.max_value.get_value().and_then(number),
-    ) {
-        (Some(low), Some(high)) if high > low => Some((low, high)),
-        _ => None,
-    };
-    Some(ColumnEstimate {
-        rows: table.rows() as f64,
-        nulls: statistics.null_count.get_value().copied().unwrap_or(0) as f64,
-        distinct: distinct.map(|d| (d as f64).max(1.0)),
-        range,
-    })
+    estimated(provider.as_ref())?.column(index)
 }
 
 /// The distinct values of `expr` (a column, perhaps cast) in `plan`'s
@@ -514,9 +548,10 @@ fn estimated_rows(plan: &LogicalPlan) -> Option<f64> {
     let rows = match plan {
         LogicalPlan::TableScan(scan) => {
             let provider = source_as_provider(&scan.source).ok()?;
-            let rows = provider.downcast_ref::<StoredTable>()?.rows() as f64;
-            // A stored table's filters stay in the `Filter` above its scan
-            // (pushed down inexactly), which estimates them.
+            let rows = estimated(provider.as_ref())?.rows()? as f64;
+            // Filters pushed to a stored table or a file stay in the
+            // `Filter` above its scan (pushed down inexactly), which
+            // estimates them.
             scan.fetch.map_or(rows, |fetch| rows.min(fetch as f64))
         }
         LogicalPlan::Filter(filter) => {

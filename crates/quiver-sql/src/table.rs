@@ -8,7 +8,7 @@ use arrow::datatypes::SchemaRef;
 use arrow::record_batch::RecordBatch;
 use async_trait::async_trait;
 use datafusion::catalog::Session;
-use datafusion::common::{ColumnStatistics, DFSchema};
+use datafusion::common::DFSchema;
 use datafusion::datasource::TableProvider;
 use datafusion::error::{DataFusionError, Result};
 use datafusion::logical_expr::utils::conjunction;
@@ -17,6 +17,7 @@ use datafusion::physical_optimizer::pruning::PruningPredicateBuilder;
 use datafusion::physical_plan::ExecutionPlan;
 use quiver_store::{TableVersion, partition_rows};
 
+use crate::join_order::{ColumnEstimate, Estimated};
 use crate::scan::StoredScanExec;
 use crate::stats::VersionStats;
 
@@ -30,19 +31,6 @@ pub(crate) struct StoredTable {
 impl StoredTable {
     pub(crate) fn new(version: Arc<TableVersion>) -> Self {
         Self { version }
-    }
-
-    /// The version's rows.
-    pub(crate) fn rows(&self) -> usize {
-        VersionStats::of(&self.version).rows()
-    }
-
-    /// Column `index` over the whole version: its nulls, minimum and
-    /// maximum, and its distinct values (estimated at the first call for
-    /// that column, then kept with the version).
-    pub(crate) fn column(&self, index: usize) -> (ColumnStatistics, Option<u64>) {
-        let stats = VersionStats::of(&self.version);
-        (stats.column(index), stats.distinct(&self.version, index))
     }
 
     /// The batches that may hold rows passing every filter of `filters`
@@ -79,6 +67,31 @@ impl StoredTable {
                 all()
             }
         }
+    }
+}
+
+/// Exact rows, and each column's nulls, minimum and maximum over the whole
+/// version; a column's distinct values are estimated at the first call for
+/// that column, then kept with the version.
+impl Estimated for StoredTable {
+    fn rows(&self) -> Option<u64> {
+        u64::try_from(VersionStats::of(&self.version).rows()).ok()
+    }
+
+    fn column(&self, index: usize) -> Option<ColumnEstimate> {
+        let stats = VersionStats::of(&self.version);
+        let column = stats.column(index);
+        Some(ColumnEstimate::new(
+            u64::try_from(stats.rows()).ok()?,
+            column
+                .null_count
+                .get_value()
+                .and_then(|n| u64::try_from(*n).ok())
+                .unwrap_or(0),
+            stats.distinct(&self.version, index),
+            column.min_value.get_value(),
+            column.max_value.get_value(),
+        ))
     }
 }
 
