@@ -194,7 +194,11 @@ impl SqlEngine {
             .with_optimizer_rule(Arc::new(crate::join_order::JoinOrder));
         let state = match &cluster {
             Some(cluster) => cluster.session(builder),
-            None => builder,
+            // Plans that stay on this node: the rule's node has no codec to
+            // cross to another.
+            None => {
+                builder.with_physical_optimizer_rule(Arc::new(crate::file_scan::FileDynamicFilters))
+            }
         }
         .build();
         let context = SessionContext::new_with_state(state);

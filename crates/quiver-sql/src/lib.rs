@@ -17,6 +17,7 @@ mod cluster;
 mod distinct;
 mod engine;
 mod error;
+mod file_scan;
 mod file_table;
 mod filter;
 mod join_order;

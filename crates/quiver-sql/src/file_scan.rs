@@ -1,0 +1,210 @@
+//! The dynamic filters of joins and top-ks applied to the rows a Parquet
+//! scan reads.
+//!
+//! With `parquet.pushdown_filters` off (DataFusion's default, and quiver's:
+//! docs/performance.md says why), DataFusion's Parquet scan puts the filters
+//! pushed to it after planning into its predicate, to prune row groups and
+//! pages by their statistics, and yields every row of those it reads. A hash
+//! join's build-side keys then drop nothing before the join: in TPC-H q17
+//! and q18 all of lineitem goes through the aggregation under the join,
+//! though the join keeps a few thousand of its rows. [`FileDynamicFilters`],
+//! a physical optimizer rule run after DataFusion's own, puts a
+//! [`DynamicFilterExec`] above each Parquet scan that holds dynamic filters.
+//! It applies them to each batch as the batch is read, as the stored scan
+//! does (`pushed.rs`: a cheaper form where a partitioned join pushes one,
+//! set aside where a filter keeps nearly every row). A dynamic filter is a
+//! shortcut its producer does not rely on, so the answer is the same with
+//! it or without it.
+
+use std::fmt;
+use std::sync::Arc;
+
+use datafusion::common::tree_node::{Transformed, TransformedResult, TreeNode, TreeNodeRecursion};
+use datafusion::common::{Statistics, internal_err};
+use datafusion::config::ConfigOptions;
+use datafusion::datasource::physical_plan::{FileSource, ParquetSource};
+use datafusion::datasource::source::DataSourceExec;
+use datafusion::error::Result;
+use datafusion::execution::{SendableRecordBatchStream, TaskContext};
+use datafusion::physical_expr::PhysicalExpr;
+use datafusion::physical_expr::utils::{reassign_expr_columns, split_conjunction};
+use datafusion::physical_optimizer::PhysicalOptimizerRule;
+use datafusion::physical_plan::metrics::{
+    BaselineMetrics, ExecutionPlanMetricsSet, MetricBuilder, MetricsSet,
+};
+use datafusion::physical_plan::statistics::{ChildStats, StatisticsArgs};
+use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
+use datafusion::physical_plan::{DisplayAs, DisplayFormatType, ExecutionPlan, PlanProperties};
+use futures::StreamExt;
+
+use crate::pushed::{PushedFilter, filtered, is_dynamic};
+
+/// The physical optimizer rule (module docs).
+#[derive(Debug, Default)]
+pub(crate) struct FileDynamicFilters;
+
+impl PhysicalOptimizerRule for FileDynamicFilters {
+    fn optimize(
+        &self,
+        plan: Arc<dyn ExecutionPlan>,
+        _config: &ConfigOptions,
+    ) -> Result<Arc<dyn ExecutionPlan>> {
+        plan.transform_up(|node| match dynamic_filters(&node) {
+            Some(filters) => Ok(Transformed::yes(
+                Arc::new(DynamicFilterExec::new(node, filters)) as Arc<dyn ExecutionPlan>,
+            )),
+            None => Ok(Transformed::no(node)),
+        })
+        .data()
+    }
+
+    fn name(&self) -> &str {
+        "quiver_file_dynamic_filters"
+    }
+
+    fn schema_check(&self) -> bool {
+        true
+    }
+}
+
+/// The dynamic filters of `node`, over its columns, when it is a Parquet
+/// scan that holds some and does not apply its predicate to rows.
+fn dynamic_filters(node: &Arc<dyn ExecutionPlan>) -> Option<Vec<Arc<dyn PhysicalExpr>>> {
+    let scan = node.downcast_ref::<DataSourceExec>()?;
+    let (_, parquet) = scan.downcast_to_file_source::<ParquetSource>()?;
+    if parquet.table_parquet_options().global.pushdown_filters {
+        // The scan filters its rows by its predicate itself.
+        return None;
+    }
+    let predicate = parquet.filter()?;
+    // The predicate reads the files' columns; the filters read the scan's.
+    let schema = node.schema();
+    let filters: Vec<_> = split_conjunction(&predicate)
+        .into_iter()
+        .filter(|filter| is_dynamic(filter))
+        .filter_map(|filter| reassign_expr_columns(Arc::clone(filter), &schema).ok())
+        .collect();
+    (!filters.is_empty()).then_some(filters)
+}
+
+/// Its input's rows that pass its dynamic filters (module docs).
+#[derive(Debug)]
+pub(crate) struct DynamicFilterExec {
+    input: Arc<dyn ExecutionPlan>,
+    /// Over the input's columns: a row is yielded if each is true (or set
+    /// aside).
+    filters: Vec<Arc<dyn PhysicalExpr>>,
+    metrics: ExecutionPlanMetricsSet,
+}
+
+impl DynamicFilterExec {
+    fn new(input: Arc<dyn ExecutionPlan>, filters: Vec<Arc<dyn PhysicalExpr>>) -> Self {
+        Self {
+            input,
+            filters,
+            metrics: ExecutionPlanMetricsSet::new(),
+        }
+    }
+}
+
+impl DisplayAs for DynamicFilterExec {
+    fn fmt_as(&self, t: DisplayFormatType, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let shown: Vec<String> = self.filters.iter().map(|e| e.to_string()).collect();
+        match t {
+            DisplayFormatType::Default | DisplayFormatType::Verbose => {
+                write!(f, "DynamicFilterExec: filters=[{}]", shown.join(", "))
+            }
+            DisplayFormatType::TreeRender => write!(f, "filters=[{}]", shown.join(", ")),
+        }
+    }
+}
+
+impl ExecutionPlan for DynamicFilterExec {
+    fn name(&self) -> &'static str {
+        "DynamicFilterExec"
+    }
+
+    /// The input's: a filter keeps the partitioning, the order and every
+    /// equivalence of the rows it keeps.
+    fn properties(&self) -> &Arc<PlanProperties> {
+        self.input.properties()
+    }
+
+    fn children(&self) -> Vec<&Arc<dyn ExecutionPlan>> {
+        vec![&self.input]
+    }
+
+    fn maintains_input_order(&self) -> Vec<bool> {
+        vec![true]
+    }
+
+    fn apply_expressions(
+        &self,
+        f: &mut dyn FnMut(&Arc<dyn PhysicalExpr>) -> Result<TreeNodeRecursion>,
+    ) -> Result<TreeNodeRecursion> {
+        for filter in &self.filters {
+            if f(filter)? == TreeNodeRecursion::Stop {
+                return Ok(TreeNodeRecursion::Stop);
+            }
+        }
+        Ok(TreeNodeRecursion::Continue)
+    }
+
+    fn with_new_children(
+        self: Arc<Self>,
+        children: Vec<Arc<dyn ExecutionPlan>>,
+    ) -> Result<Arc<dyn ExecutionPlan>> {
+        match <[_; 1]>::try_from(children) {
+            Ok([input]) => Ok(Arc::new(Self::new(input, self.filters.clone()))),
+            Err(children) => {
+                internal_err!("DynamicFilterExec has one input, got {}", children.len())
+            }
+        }
+    }
+
+    fn execute(
+        &self,
+        partition: usize,
+        context: Arc<TaskContext>,
+    ) -> Result<SendableRecordBatchStream> {
+        let input = self.input.execute(partition, context)?;
+        // Each batch is filtered when it is read: a dynamic filter has the
+        // value its producer (a join's build side, a top-k) gave it by then.
+        let mut filters: Vec<PushedFilter> = self.filters.iter().map(PushedFilter::new).collect();
+        let metrics = BaselineMetrics::new(&self.metrics, partition);
+        let skipped =
+            MetricBuilder::new(&self.metrics).counter("skipped_filter_batches", partition);
+        let rows = input.filter_map(move |batch| {
+            let timer = metrics.elapsed_compute().timer();
+            let batch = batch
+                .and_then(|b| filtered(b, &mut filters, &skipped))
+                .transpose();
+            timer.done();
+            if let Some(Ok(b)) = &batch {
+                metrics.record_output(b.num_rows());
+            }
+            std::future::ready(batch)
+        });
+        Ok(Box::pin(RecordBatchStreamAdapter::new(self.schema(), rows)))
+    }
+
+    fn metrics(&self) -> Option<MetricsSet> {
+        Some(self.metrics.clone_inner())
+    }
+
+    fn child_stats_requests(&self, partition: Option<usize>) -> Vec<ChildStats> {
+        vec![ChildStats::At(partition)]
+    }
+
+    /// The input's, as bounds: the filters may drop rows.
+    fn statistics_from_inputs(
+        &self,
+        input_stats: &[Arc<Statistics>],
+        _args: &StatisticsArgs,
+    ) -> Result<Arc<Statistics>> {
+        match input_stats {
+            [input] => Ok(Arc::new(input.as_ref().clone().to_inexact())),
+            _ => internal_err!("DynamicFilterExec has one input"),
+        }
+    }
+}
