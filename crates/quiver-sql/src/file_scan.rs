@@ -19,7 +19,9 @@
 use std::fmt;
 use std::sync::Arc;
 
-use datafusion::common::tree_node::{Transformed, TransformedResult, TreeNode, TreeNodeRecursion};
+use datafusion::common::tree_node::{
+    Transformed, TransformedResult, TreeNode, TreeNodeIterator, TreeNodeRecursion,
+};
 use datafusion::common::{Statistics, internal_err};
 use datafusion::config::ConfigOptions;
 use datafusion::datasource::physical_plan::{FileSource, ParquetSource};
@@ -29,15 +31,11 @@ use datafusion::execution::{SendableRecordBatchStream, TaskContext};
 use datafusion::physical_expr::PhysicalExpr;
 use datafusion::physical_expr::utils::{reassign_expr_columns, split_conjunction};
 use datafusion::physical_optimizer::PhysicalOptimizerRule;
-use datafusion::physical_plan::metrics::{
-    BaselineMetrics, ExecutionPlanMetricsSet, MetricBuilder, MetricsSet,
-};
+use datafusion::physical_plan::metrics::{ExecutionPlanMetricsSet, MetricsSet};
 use datafusion::physical_plan::statistics::{ChildStats, StatisticsArgs};
-use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
 use datafusion::physical_plan::{DisplayAs, DisplayFormatType, ExecutionPlan, PlanProperties};
-use futures::StreamExt;
 
-use crate::pushed::{PushedFilter, filtered, is_dynamic};
+use crate::pushed::{filtered_stream, is_dynamic};
 
 /// The physical optimizer rule (module docs).
 #[derive(Debug, Default)]
@@ -49,11 +47,20 @@ impl PhysicalOptimizerRule for FileDynamicFilters {
         plan: Arc<dyn ExecutionPlan>,
         _config: &ConfigOptions,
     ) -> Result<Arc<dyn ExecutionPlan>> {
-        plan.transform_up(|node| match dynamic_filters(&node) {
-            Some(filters) => Ok(Transformed::yes(
-                Arc::new(DynamicFilterExec::new(node, filters)) as Arc<dyn ExecutionPlan>,
-            )),
-            None => Ok(Transformed::no(node)),
+        // A scan already under a `DynamicFilterExec` (the rule run again)
+        // is left as it is.
+        plan.transform_down(|node| {
+            if node.is::<DynamicFilterExec>() {
+                return Ok(Transformed::new(node, false, TreeNodeRecursion::Jump));
+            }
+            Ok(match dynamic_filters(&node) {
+                Some(filters) => Transformed::new(
+                    Arc::new(DynamicFilterExec::new(node, filters)) as Arc<dyn ExecutionPlan>,
+                    true,
+                    TreeNodeRecursion::Jump,
+                ),
+                None => Transformed::no(node),
+            })
         })
         .data()
     }
@@ -142,12 +149,7 @@ impl ExecutionPlan for DynamicFilterExec {
         &self,
         f: &mut dyn FnMut(&Arc<dyn PhysicalExpr>) -> Result<TreeNodeRecursion>,
     ) -> Result<TreeNodeRecursion> {
-        for filter in &self.filters {
-            if f(filter)? == TreeNodeRecursion::Stop {
-                return Ok(TreeNodeRecursion::Stop);
-            }
-        }
-        Ok(TreeNodeRecursion::Continue)
+        self.filters.iter().apply_until_stop(f)
     }
 
     fn with_new_children(
@@ -168,24 +170,12 @@ impl ExecutionPlan for DynamicFilterExec {
         context: Arc<TaskContext>,
     ) -> Result<SendableRecordBatchStream> {
         let input = self.input.execute(partition, context)?;
-        // Each batch is filtered when it is read: a dynamic filter has the
-        // value its producer (a join's build side, a top-k) gave it by then.
-        let mut filters: Vec<PushedFilter> = self.filters.iter().map(PushedFilter::new).collect();
-        let metrics = BaselineMetrics::new(&self.metrics, partition);
-        let skipped =
-            MetricBuilder::new(&self.metrics).counter("skipped_filter_batches", partition);
-        let rows = input.filter_map(move |batch| {
-            let timer = metrics.elapsed_compute().timer();
-            let batch = batch
-                .and_then(|b| filtered(b, &mut filters, &skipped))
-                .transpose();
-            timer.done();
-            if let Some(Ok(b)) = &batch {
-                metrics.record_output(b.num_rows());
-            }
-            std::future::ready(batch)
-        });
-        Ok(Box::pin(RecordBatchStreamAdapter::new(self.schema(), rows)))
+        Ok(filtered_stream(
+            input,
+            &self.filters,
+            &self.metrics,
+            partition,
+        ))
     }
 
     fn metrics(&self) -> Option<MetricsSet> {

@@ -16,6 +16,7 @@ use arrow::record_batch::RecordBatch;
 use datafusion::common::tree_node::{Transformed, TreeNode, TreeNodeRecursion};
 use datafusion::common::{ScalarValue, internal_err};
 use datafusion::error::Result;
+use datafusion::execution::SendableRecordBatchStream;
 use datafusion::logical_expr::Operator;
 use datafusion::physical_expr::PhysicalExpr;
 use datafusion::physical_expr::expressions::{BinaryExpr, CaseExpr, Literal, lit};
@@ -23,7 +24,11 @@ use datafusion::physical_expr_common::physical_expr::{
     snapshot_generation, snapshot_physical_expr,
 };
 use datafusion::physical_plan::joins::{HashExpr, HashTableLookupExpr};
-use datafusion::physical_plan::metrics::Count;
+use datafusion::physical_plan::metrics::{
+    BaselineMetrics, Count, ExecutionPlanMetricsSet, MetricBuilder,
+};
+use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
+use futures::StreamExt;
 
 /// A dynamic filter is judged once it has seen this many rows.
 const JUDGED_AFTER_ROWS: usize = 16_384;
@@ -106,10 +111,38 @@ impl PushedFilter {
     }
 }
 
+/// `input`'s batches, each filtered by `filters` when it is read (a dynamic
+/// filter has the value its producer, a join's build side or a top-k, gave
+/// it by then), counted in `metrics` as partition `partition`'s: rows out,
+/// compute time, and `skipped_filter_batches`.
+pub(crate) fn filtered_stream(
+    input: SendableRecordBatchStream,
+    filters: &[Arc<dyn PhysicalExpr>],
+    metrics: &ExecutionPlanMetricsSet,
+    partition: usize,
+) -> SendableRecordBatchStream {
+    let schema = input.schema();
+    let mut filters: Vec<PushedFilter> = filters.iter().map(PushedFilter::new).collect();
+    let baseline = BaselineMetrics::new(metrics, partition);
+    let skipped = MetricBuilder::new(metrics).counter("skipped_filter_batches", partition);
+    let rows = input.filter_map(move |batch| {
+        let timer = baseline.elapsed_compute().timer();
+        let batch = batch
+            .and_then(|b| filtered(b, &mut filters, &skipped))
+            .transpose();
+        timer.done();
+        if let Some(Ok(b)) = &batch {
+            baseline.record_output(b.num_rows());
+        }
+        std::future::ready(batch)
+    });
+    Box::pin(RecordBatchStreamAdapter::new(schema, rows))
+}
+
 /// `batch`'s rows that pass every one of `filters` (their masks combined,
 /// the batch copied once); `None` if none does. `skipped` counts the
 /// batches a filter set aside was not evaluated on.
-pub(crate) fn filtered(
+fn filtered(
     batch: RecordBatch,
     filters: &mut [PushedFilter],
     skipped: &Count,

@@ -23,7 +23,7 @@ use std::sync::Arc;
 use arrow::datatypes::SchemaRef;
 use arrow::record_batch::RecordBatch;
 use datafusion::common::stats::Precision;
-use datafusion::common::tree_node::TreeNodeRecursion;
+use datafusion::common::tree_node::{TreeNodeIterator, TreeNodeRecursion};
 use datafusion::common::{Statistics, internal_err};
 use datafusion::config::ConfigOptions;
 use datafusion::error::Result;
@@ -35,17 +35,13 @@ use datafusion::physical_plan::filter_pushdown::{
     PushedDown,
 };
 use datafusion::physical_plan::memory::MemoryStream;
-use datafusion::physical_plan::metrics::{
-    BaselineMetrics, ExecutionPlanMetricsSet, MetricBuilder, MetricsSet,
-};
+use datafusion::physical_plan::metrics::{ExecutionPlanMetricsSet, MetricsSet};
 use datafusion::physical_plan::statistics::StatisticsArgs;
-use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
 use datafusion::physical_plan::{
     DisplayAs, DisplayFormatType, ExecutionPlan, Partitioning, PlanProperties,
 };
-use futures::StreamExt;
 
-use crate::pushed::{PushedFilter, filtered, is_dynamic};
+use crate::pushed::{filtered_stream, is_dynamic};
 
 /// Partitions of record batches, projected and limited, yielded as they are,
 /// or filtered by what the plan pushed down.
@@ -196,12 +192,7 @@ impl ExecutionPlan for StoredScanExec {
     ) -> Result<TreeNodeRecursion> {
         // A hash join fills its dynamic filter only if the plan below it
         // holds that filter: this is how it finds out.
-        for filter in &self.filters {
-            if f(filter)? == TreeNodeRecursion::Stop {
-                return Ok(TreeNodeRecursion::Stop);
-            }
-        }
-        Ok(TreeNodeRecursion::Continue)
+        self.filters.iter().apply_until_stop(f)
     }
 
     fn handle_child_pushdown_result(
@@ -269,24 +260,12 @@ impl ExecutionPlan for StoredScanExec {
         if self.filters.is_empty() {
             return Ok(Box::pin(stream));
         }
-        // Each batch is filtered when it is read: a dynamic filter has the
-        // value its producer (a join's build side, a top-k) gave it by then.
-        let mut filters: Vec<PushedFilter> = self.filters.iter().map(PushedFilter::new).collect();
-        let metrics = BaselineMetrics::new(&self.metrics, partition);
-        let skipped =
-            MetricBuilder::new(&self.metrics).counter("skipped_filter_batches", partition);
-        let rows = stream.filter_map(move |batch| {
-            let timer = metrics.elapsed_compute().timer();
-            let batch = batch
-                .and_then(|b| filtered(b, &mut filters, &skipped))
-                .transpose();
-            timer.done();
-            if let Some(Ok(b)) = &batch {
-                metrics.record_output(b.num_rows());
-            }
-            std::future::ready(batch)
-        });
-        Ok(Box::pin(RecordBatchStreamAdapter::new(self.schema(), rows)))
+        Ok(filtered_stream(
+            Box::pin(stream),
+            &self.filters,
+            &self.metrics,
+            partition,
+        ))
     }
 
     fn statistics_from_inputs(

@@ -456,12 +456,8 @@ async fn filters_that_prune_stored_batches_still_give_every_matching_row() {
     assert!(physical.contains("pruned_batches=1"), "{physical}");
 }
 
-#[tokio::test]
-async fn a_join_filters_the_scan_of_its_probe_side_by_its_build_side() {
-    // Three keys of Trips' 1000 ids: the join's build side. Its keys, known before the
-    // probe side runs, are pushed into the scan of Trips as a dynamic filter, so the scan
-    // yields 3 rows, not 1000, and the answer is the same.
-    let (store, engine) = engine();
+/// Stores the table Keys: its column `k` holds 5, 500 and 995.
+fn put_keys(store: &TableStore) {
     let keys = RecordBatch::try_from_iter([(
         "k",
         Arc::new(Int64Array::from(vec![5, 500, 995])) as ArrayRef,
@@ -470,6 +466,15 @@ async fn a_join_filters_the_scan_of_its_probe_side_by_its_build_side() {
     store
         .put("Keys", WriteMode::Replace, keys.schema(), [keys])
         .unwrap();
+}
+
+#[tokio::test]
+async fn a_join_filters_the_scan_of_its_probe_side_by_its_build_side() {
+    // Three keys of Trips' 1000 ids: the join's build side. Its keys, known before the
+    // probe side runs, are pushed into the scan of Trips as a dynamic filter, so the scan
+    // yields 3 rows, not 1000, and the answer is the same.
+    let (store, engine) = engine();
+    put_keys(&store);
     let sql = "SELECT count(*), sum(id) FROM Trips WHERE id IN (SELECT k FROM Keys)";
     let counted = query(&engine, sql).await.unwrap();
     assert_eq!((int(&counted, 0, 0), int(&counted, 1, 0)), (3, 1500));
@@ -627,14 +632,7 @@ async fn a_join_filters_the_rows_of_a_parquet_file_by_its_build_side() {
     let (store, engine) = engine();
     let path = write_parquet(dir.path(), "ids", &trips(0..1000));
     engine.register_file("Ids", &path).await.unwrap();
-    let keys = RecordBatch::try_from_iter([(
-        "k",
-        Arc::new(Int64Array::from(vec![5, 500, 995])) as ArrayRef,
-    )])
-    .unwrap();
-    store
-        .put("Keys", WriteMode::Replace, keys.schema(), [keys])
-        .unwrap();
+    put_keys(&store);
     let sql = "SELECT count(*), sum(id) FROM Ids WHERE id IN (SELECT k FROM Keys)";
     let counted = query(&engine, sql).await.unwrap();
     assert_eq!((int(&counted, 0, 0), int(&counted, 1, 0)), (3, 1500));
