@@ -198,3 +198,68 @@ impl ExecutionPlan for DynamicFilterExec {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use arrow::array::{ArrayRef, Int64Array, RecordBatch};
+    use datafusion::execution::SessionStateBuilder;
+    use datafusion::parquet::arrow::ArrowWriter;
+    use datafusion::prelude::{ParquetReadOptions, SessionContext};
+
+    use super::*;
+
+    fn filters_over_scans(plan: &Arc<dyn ExecutionPlan>) -> usize {
+        let mut count = 0;
+        plan.apply(|node| {
+            if node.is::<DynamicFilterExec>() {
+                count += 1;
+            }
+            Ok(TreeNodeRecursion::Continue)
+        })
+        .unwrap();
+        count
+    }
+
+    #[tokio::test]
+    async fn puts_one_filter_over_the_probe_side_scan_however_often_it_runs() {
+        let dir = tempfile::tempdir().unwrap();
+        let write = |name: &str, values: Vec<i64>| {
+            let path = dir.path().join(format!("{name}.parquet"));
+            let batch = RecordBatch::try_from_iter([(
+                "id",
+                Arc::new(Int64Array::from(values)) as ArrayRef,
+            )])
+            .unwrap();
+            let file = std::fs::File::create(&path).unwrap();
+            let mut writer = ArrowWriter::try_new(file, batch.schema(), None).unwrap();
+            writer.write(&batch).unwrap();
+            writer.close().unwrap();
+            path
+        };
+        let ids = write("ids", (0..1000).collect());
+        let keys = write("keys", vec![5, 500, 995]);
+        let state = SessionStateBuilder::new()
+            .with_default_features()
+            .with_physical_optimizer_rule(Arc::new(FileDynamicFilters))
+            .build();
+        let context = SessionContext::new_with_state(state);
+        for (name, path) in [("ids", ids), ("keys", keys)] {
+            context
+                .register_parquet(name, path.to_str().unwrap(), ParquetReadOptions::default())
+                .await
+                .unwrap();
+        }
+        let plan = context
+            .sql("SELECT count(*) FROM ids WHERE id IN (SELECT id FROM keys)")
+            .await
+            .unwrap()
+            .create_physical_plan()
+            .await
+            .unwrap();
+        assert_eq!(filters_over_scans(&plan), 1);
+        let again = FileDynamicFilters
+            .optimize(plan, &ConfigOptions::default())
+            .unwrap();
+        assert_eq!(filters_over_scans(&again), 1);
+    }
+}

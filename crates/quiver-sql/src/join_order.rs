@@ -50,8 +50,12 @@ const MOST_INPUTS: usize = 12;
 pub(crate) trait Estimated {
     /// The table's rows, when known.
     fn rows(&self) -> Option<u64>;
-    /// What is known of the table's column `index`.
+    /// The rows, nulls and range of the table's column `index`.
     fn column(&self, index: usize) -> Option<ColumnEstimate>;
+    /// The distinct non-null values of column `index`, estimated: a pass
+    /// over the column the first time, so asked only by the estimates that
+    /// need it (join keys, equality filters).
+    fn distinct(&self, index: usize) -> Option<u64>;
 }
 
 /// The estimates of a table that gives them.
@@ -454,26 +458,23 @@ fn source_column(plan: &LogicalPlan, index: usize) -> Option<(&TableScan, usize)
     }
 }
 
-/// What the estimates know of one column of a table.
+/// What the estimates know of one column of a table, but its distinct
+/// values ([`Estimated::distinct`]).
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub(crate) struct ColumnEstimate {
     /// The table's rows.
     pub(crate) rows: f64,
     pub(crate) nulls: f64,
-    /// At least 1, when known.
-    pub(crate) distinct: Option<f64>,
     /// The minimum and maximum, for a number, date or timestamp column
     /// whose maximum is above its minimum.
     pub(crate) range: Option<(f64, f64)>,
 }
 
 impl ColumnEstimate {
-    /// From a table's `rows`, a column's `nulls`, its `distinct` values
-    /// and its `min` and `max`.
+    /// From a table's `rows`, and a column's `nulls`, `min` and `max`.
     pub(crate) fn new(
         rows: u64,
         nulls: u64,
-        distinct: Option<u64>,
         min: Option<&ScalarValue>,
         max: Option<&ScalarValue>,
     ) -> Self {
@@ -484,25 +485,38 @@ impl ColumnEstimate {
         Self {
             rows: rows as f64,
             nulls: nulls as f64,
-            distinct: distinct.map(|d| (d as f64).max(1.0)),
             range,
         }
     }
 }
 
-fn column_estimate(plan: &LogicalPlan, column: &Column) -> Option<ColumnEstimate> {
+/// `f` of the table `column` of `plan` is read from, and the column's
+/// index in it; `None` when that is not a table that gives estimates.
+fn of_source<T>(
+    plan: &LogicalPlan,
+    column: &Column,
+    f: impl FnOnce(&dyn Estimated, usize) -> Option<T>,
+) -> Option<T> {
     let index = plan.schema().index_of_column(column).ok()?;
     let (scan, index) = source_column(plan, index)?;
     let provider = source_as_provider(&scan.source).ok()?;
-    estimated(provider.as_ref())?.column(index)
+    f(estimated(provider.as_ref())?, index)
+}
+
+fn column_estimate(plan: &LogicalPlan, column: &Column) -> Option<ColumnEstimate> {
+    of_source(plan, column, |table, index| table.column(index))
+}
+
+/// The distinct values of `column` in its table, at least 1.
+fn column_distinct(plan: &LogicalPlan, column: &Column) -> Option<f64> {
+    of_source(plan, column, |table, index| table.distinct(index)).map(|d| (d as f64).max(1.0))
 }
 
 /// The distinct values of `expr` (a column, perhaps cast) in `plan`'s
 /// rows, or else `rows` (`plan`'s estimated rows), and at most `rows`.
 fn distinct(expr: &Expr, plan: &LogicalPlan, rows: f64) -> f64 {
     bare_column(expr)
-        .and_then(|column| column_estimate(plan, column))
-        .and_then(|estimate| estimate.distinct)
+        .and_then(|column| column_distinct(plan, column))
         .map_or(rows, |distinct| distinct.min(rows))
 }
 
@@ -670,8 +684,7 @@ fn equal(left: &Expr, right: &Expr, plan: &LogicalPlan) -> f64 {
 /// The share of rows one value of `expr` keeps.
 fn equal_share(expr: &Expr, plan: &LogicalPlan) -> f64 {
     bare_column(expr)
-        .and_then(|column| column_estimate(plan, column))
-        .and_then(|estimate| estimate.distinct)
+        .and_then(|column| column_distinct(plan, column))
         .map_or(EQUAL, |distinct| 1.0 / distinct)
 }
 

@@ -88,10 +88,13 @@ impl Estimated for StoredTable {
                 .get_value()
                 .and_then(|n| u64::try_from(*n).ok())
                 .unwrap_or(0),
-            stats.distinct(&self.version, index),
             column.min_value.get_value(),
             column.max_value.get_value(),
         ))
+    }
+
+    fn distinct(&self, index: usize) -> Option<u64> {
+        VersionStats::of(&self.version).distinct(&self.version, index)
     }
 }
 
