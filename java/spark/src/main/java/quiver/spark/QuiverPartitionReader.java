@@ -13,13 +13,13 @@ import org.apache.arrow.vector.dictionary.Dictionary;
 import org.apache.arrow.vector.dictionary.DictionaryEncoder;
 import org.apache.arrow.vector.types.pojo.DictionaryEncoding;
 import org.apache.spark.sql.connector.read.PartitionReader;
-import org.apache.spark.sql.vectorized.ArrowColumnVector;
 import org.apache.spark.sql.vectorized.ColumnVector;
 import org.apache.spark.sql.vectorized.ColumnarBatch;
 
 /**
  * Reads one endpoint: DoGet from its first location that answers, then the next; each Flight
- * batch handed to Spark as a {@link ColumnarBatch} over the stream's own vectors.
+ * batch handed to Spark as a {@link ColumnarBatch} over the stream's own vectors, read through
+ * {@link DirectColumnVector}s where their type allows.
  */
 final class QuiverPartitionReader implements PartitionReader<ColumnarBatch> {
   private final Connection.Client client;
@@ -95,9 +95,16 @@ final class QuiverPartitionReader implements PartitionReader<ColumnarBatch> {
           vector = wider;
           rebuilt = true;
         }
-        columns[i] = new ArrowColumnVector(vector);
+        columns[i] = DirectColumnVector.of(vector);
       }
       batch = new ColumnarBatch(columns);
+    } else {
+      // The same vectors hold the next batch's buffers now.
+      for (int i = 0; i < batch.numCols(); i++) {
+        if (batch.column(i) instanceof DirectColumnVector) {
+          ((DirectColumnVector) batch.column(i)).load();
+        }
+      }
     }
     batch.setNumRows(root.getRowCount());
     return true;

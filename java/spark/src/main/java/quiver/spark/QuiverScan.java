@@ -171,7 +171,7 @@ final class QuiverScan implements Scan, Batch {
     }
   }
 
-  /** Columnar readers: batches as Spark's {@code ArrowColumnVector}s, no rows built. */
+  /** Columnar readers: batches as Spark columns over Arrow vectors, no rows built. */
   static final class ReaderFactory implements PartitionReaderFactory {
     private static final long serialVersionUID = 1L;
     private final Connection connection;
