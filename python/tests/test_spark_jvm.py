@@ -342,6 +342,27 @@ def test_the_jvm_source_writes_overwrite_and_append_atomically(
         df.write.format("quiver").option("uri", uri).mode("append").save("missing")
 
 
+def test_the_jvm_source_writes_every_direct_type_batch_by_batch(
+    spark: Any, client: quiver.Client, uri: str
+) -> None:
+    # One task of 84,000 rows: a full batch of 65,536 and a second one written into the same
+    # vectors, whose strings outgrow their first data buffer. Decimals of more than 18 digits
+    # would take Spark's own writer: left out.
+    table = direct_types(batches=12, rows=7_000).drop_columns(["big_decimal"])
+    client.put("direct", table, partitions=1)
+    df = read(spark, uri, "direct")
+    df.write.format("quiver").option("uri", uri).mode("overwrite").save("copy")
+    got = client.get("copy").sort_by("id")
+    assert got.num_rows == table.num_rows
+    for name in table.column_names:
+        assert got[name].to_pylist() == table[name].to_pylist(), name
+    # A table an empty overwrite made has the schema written rows have, and takes them.
+    df.limit(0).write.format("quiver").option("uri", uri).mode("overwrite").save("empty")
+    assert client.get("empty").schema == got.schema
+    df.write.format("quiver").option("uri", uri).mode("append").save("empty")
+    assert client.info("empty").num_rows == table.num_rows
+
+
 def test_a_failed_jvm_write_job_publishes_nothing(
     spark: Any, client: quiver.Client, uri: str
 ) -> None:

@@ -29,7 +29,6 @@ import org.apache.spark.sql.connector.write.SupportsTruncate;
 import org.apache.spark.sql.connector.write.Write;
 import org.apache.spark.sql.connector.write.WriteBuilder;
 import org.apache.spark.sql.connector.write.WriterCommitMessage;
-import org.apache.spark.sql.execution.arrow.ArrowWriter;
 import org.apache.spark.sql.types.StructType;
 import org.apache.spark.sql.util.ArrowUtils;
 
@@ -212,8 +211,7 @@ final class QuiverWrite {
     private final Connection.Client client;
     private final String name;
     private final String marker;
-    private final ArrowWriter writer;
-    private final VectorSchemaRoot root;
+    private final RowBatches writer;
     private final FlightClient.ClientStreamListener put;
     private int pending;
     private long rows;
@@ -222,11 +220,11 @@ final class QuiverWrite {
       this.client = connection.open(null);
       this.name = name;
       this.marker = marker;
-      this.writer = ArrowWriter.create(schema, "UTC", true, false);
-      this.root = writer.root();
+      this.writer =
+          RowBatches.of(schema, arrowSchema(schema), client.allocator, BATCH_ROWS);
       this.put =
           client.flight.startPut(
-              FlightDescriptor.path(name), root, new AsyncPutListener(), client.options);
+              FlightDescriptor.path(name), writer.root(), new AsyncPutListener(), client.options);
     }
 
     @Override
@@ -275,14 +273,16 @@ final class QuiverWrite {
 
     @Override
     public void close() {
-      root.close();
+      writer.close();
       client.close();
     }
   }
 
   /** The Arrow schema of rows of {@code schema}, as the task writers send them. */
   static Schema arrowSchema(StructType schema) {
-    return ArrowUtils.toArrowSchema(schema, "UTC", true);
+    // Strings and binaries with 4-byte offsets (largeVarTypes false), as Spark's ArrowWriter
+    // makes them: a table an empty overwrite made takes the appends of a job with rows.
+    return ArrowUtils.toArrowSchema(schema, "UTC", true, false, false);
   }
 
   static void putEmpty(Connection.Client client, String name, Schema schema) {
