@@ -1,7 +1,6 @@
 package quiver.spark;
 
 import java.math.BigDecimal;
-import org.apache.arrow.vector.BaseFixedWidthVector;
 import org.apache.arrow.vector.BaseLargeVariableWidthVector;
 import org.apache.arrow.vector.BaseVariableWidthVector;
 import org.apache.arrow.vector.BigIntVector;
@@ -58,8 +57,6 @@ final class DirectColumnVector extends ColumnVector {
 
   private final FieldVector vector;
   private final Layout layout;
-  /** Bytes per value of a {@link Layout#FIXED} or {@link Layout#DECIMAL} column. */
-  private final int width;
   /** The validity bitmap's address, or 0 when the batch has no nulls in this column. */
   private long validity;
   /** The values' address (the bits of a boolean column). */
@@ -68,18 +65,17 @@ final class DirectColumnVector extends ColumnVector {
   private long offsets;
   private int nulls;
 
-  private DirectColumnVector(FieldVector vector, Layout layout, int width) {
+  private DirectColumnVector(FieldVector vector, Layout layout) {
     super(ArrowUtils.fromArrowField(vector.getField()));
     this.vector = vector;
     this.layout = layout;
-    this.width = width;
     load();
   }
 
   /** The column Spark reads {@code vector} through. */
   static ColumnVector of(FieldVector vector) {
     if (vector instanceof BitVector) {
-      return new DirectColumnVector(vector, Layout.BITS, 0);
+      return new DirectColumnVector(vector, Layout.BITS);
     }
     if (vector instanceof TinyIntVector
         || vector instanceof SmallIntVector
@@ -90,17 +86,16 @@ final class DirectColumnVector extends ColumnVector {
         || vector instanceof DateDayVector
         || vector instanceof TimeStampMicroTZVector
         || vector instanceof TimeStampMicroVector) {
-      return new DirectColumnVector(
-          vector, Layout.FIXED, ((BaseFixedWidthVector) vector).getTypeWidth());
+      return new DirectColumnVector(vector, Layout.FIXED);
     }
     if (vector instanceof DecimalVector) {
-      return new DirectColumnVector(vector, Layout.DECIMAL, DecimalVector.TYPE_WIDTH);
+      return new DirectColumnVector(vector, Layout.DECIMAL);
     }
     if (vector instanceof VarCharVector || vector instanceof VarBinaryVector) {
-      return new DirectColumnVector(vector, Layout.VARIABLE, 0);
+      return new DirectColumnVector(vector, Layout.VARIABLE);
     }
     if (vector instanceof LargeVarCharVector || vector instanceof LargeVarBinaryVector) {
-      return new DirectColumnVector(vector, Layout.LARGE_VARIABLE, 0);
+      return new DirectColumnVector(vector, Layout.LARGE_VARIABLE);
     }
     return new ArrowColumnVector(vector);
   }
@@ -182,7 +177,7 @@ final class DirectColumnVector extends ColumnVector {
     }
     if (precision <= Decimal.MAX_LONG_DIGITS()) {
       // The value fits in the low 8 of its 16 little-endian bytes.
-      long unscaled = Platform.getLong(null, values + (long) width * rowId);
+      long unscaled = Platform.getLong(null, values + (long) DecimalVector.TYPE_WIDTH * rowId);
       return Decimal.createUnsafe(unscaled, precision, scale);
     }
     BigDecimal value = ((DecimalVector) vector).getObject(rowId);

@@ -66,7 +66,7 @@ abstract class RowBatches implements AutoCloseable {
     for (int i = 0; i < fields.length; i++) {
       kinds[i] = kind(fields[i].dataType());
       if (kinds[i] == null) {
-        return new Spark(ArrowWriter.create(schema, "UTC", true, false));
+        return new SparkWriter(ArrowWriter.create(schema, "UTC", true, false));
       }
     }
     // QuiverWrite.arrowSchema: the schema Spark's writer makes.
@@ -76,17 +76,17 @@ abstract class RowBatches implements AutoCloseable {
       // 4-byte offsets only: a large string or binary type goes to Spark's writer.
       if (variable && !(root.getVector(i) instanceof BaseVariableWidthVector)) {
         root.close();
-        return new Spark(ArrowWriter.create(schema, "UTC", true, false));
+        return new SparkWriter(ArrowWriter.create(schema, "UTC", true, false));
       }
     }
-    return new Direct(fields, kinds, root, capacity);
+    return new DirectWriter(fields, kinds, root, capacity);
   }
 
   /** Spark's own writer. */
-  private static final class Spark extends RowBatches {
+  private static final class SparkWriter extends RowBatches {
     private final ArrowWriter writer;
 
-    Spark(ArrowWriter writer) {
+    SparkWriter(ArrowWriter writer) {
       this.writer = writer;
     }
 
@@ -164,13 +164,13 @@ abstract class RowBatches implements AutoCloseable {
   }
 
   /** The direct writer (class docs). */
-  private static final class Direct extends RowBatches {
+  private static final class DirectWriter extends RowBatches {
     private final VectorSchemaRoot root;
     private final Column[] columns;
     private final int capacity;
     private int rows;
 
-    Direct(StructField[] fields, Kind[] kinds, VectorSchemaRoot root, int capacity) {
+    DirectWriter(StructField[] fields, Kind[] kinds, VectorSchemaRoot root, int capacity) {
       this.root = root;
       this.capacity = capacity;
       this.columns = new Column[fields.length];
