@@ -36,9 +36,9 @@ import org.apache.spark.unsafe.types.UTF8String;
  * <p>Spark's {@link ArrowColumnVector} reads each value through Arrow Java's {@code ArrowBuf},
  * which checks the index against the buffer and the buffer's reference count on every read:
  * profiled in Spark reading quiver's taxi rows, more than half of the executors' samples were in
- * those checks and {@code isNullAt} (docs/performance.md, "Spark reading Arrow buffers
- * directly"). Here a value is one {@link Platform} read at an address taken once per batch, and
- * a column without nulls answers {@code isNullAt} without reading memory.
+ * those checks and {@code isNullAt} (docs/performance.md, "Spark reading and writing Arrow
+ * buffers directly"). Here a value is one {@link Platform} read at an address taken once per
+ * batch, and a column without nulls answers {@code isNullAt} without reading memory.
  *
  * <p>The addresses are valid until the stream loads its next batch into the same vectors: the
  * reader calls {@link #load()} after each, and Spark reads a batch only before asking for the
@@ -46,17 +46,9 @@ import org.apache.spark.unsafe.types.UTF8String;
  * #of} chooses.
  */
 final class DirectColumnVector extends ColumnVector {
-  /** How the values are laid out. */
-  private enum Layout {
-    BITS,
-    FIXED,
-    DECIMAL,
-    VARIABLE,
-    LARGE_VARIABLE
-  }
-
   private final FieldVector vector;
-  private final Layout layout;
+  /** The bytes of an offset of a variable-width column (4, or 8 for a large one), else 0. */
+  private final int offsetWidth;
   /** The validity bitmap's address, or 0 when the batch has no nulls in this column. */
   private long validity;
   /** The values' address (the bits of a boolean column). */
@@ -65,19 +57,17 @@ final class DirectColumnVector extends ColumnVector {
   private long offsets;
   private int nulls;
 
-  private DirectColumnVector(FieldVector vector, Layout layout) {
+  private DirectColumnVector(FieldVector vector, int offsetWidth) {
     super(ArrowUtils.fromArrowField(vector.getField()));
     this.vector = vector;
-    this.layout = layout;
+    this.offsetWidth = offsetWidth;
     load();
   }
 
   /** The column Spark reads {@code vector} through. */
   static ColumnVector of(FieldVector vector) {
-    if (vector instanceof BitVector) {
-      return new DirectColumnVector(vector, Layout.BITS);
-    }
-    if (vector instanceof TinyIntVector
+    if (vector instanceof BitVector
+        || vector instanceof TinyIntVector
         || vector instanceof SmallIntVector
         || vector instanceof IntVector
         || vector instanceof BigIntVector
@@ -85,17 +75,15 @@ final class DirectColumnVector extends ColumnVector {
         || vector instanceof Float8Vector
         || vector instanceof DateDayVector
         || vector instanceof TimeStampMicroTZVector
-        || vector instanceof TimeStampMicroVector) {
-      return new DirectColumnVector(vector, Layout.FIXED);
-    }
-    if (vector instanceof DecimalVector) {
-      return new DirectColumnVector(vector, Layout.DECIMAL);
+        || vector instanceof TimeStampMicroVector
+        || vector instanceof DecimalVector) {
+      return new DirectColumnVector(vector, 0);
     }
     if (vector instanceof VarCharVector || vector instanceof VarBinaryVector) {
-      return new DirectColumnVector(vector, Layout.VARIABLE);
+      return new DirectColumnVector(vector, BaseVariableWidthVector.OFFSET_WIDTH);
     }
     if (vector instanceof LargeVarCharVector || vector instanceof LargeVarBinaryVector) {
-      return new DirectColumnVector(vector, Layout.LARGE_VARIABLE);
+      return new DirectColumnVector(vector, BaseLargeVariableWidthVector.OFFSET_WIDTH);
     }
     return new ArrowColumnVector(vector);
   }
@@ -105,7 +93,7 @@ final class DirectColumnVector extends ColumnVector {
     nulls = vector.getNullCount();
     validity = nulls == 0 ? 0 : vector.getValidityBuffer().memoryAddress();
     values = vector.getDataBuffer().memoryAddress();
-    if (layout == Layout.VARIABLE || layout == Layout.LARGE_VARIABLE) {
+    if (offsetWidth != 0) {
       offsets = vector.getOffsetBuffer().memoryAddress();
     }
   }
@@ -206,11 +194,10 @@ final class DirectColumnVector extends ColumnVector {
 
   /** Where value {@code rowId} of a variable-width column starts in its data. */
   private long start(int rowId) {
-    if (layout == Layout.LARGE_VARIABLE) {
-      return Platform.getLong(
-          null, offsets + (long) BaseLargeVariableWidthVector.OFFSET_WIDTH * rowId);
-    }
-    return Platform.getInt(null, offsets + (long) BaseVariableWidthVector.OFFSET_WIDTH * rowId);
+    long at = offsets + (long) offsetWidth * rowId;
+    return offsetWidth == BaseLargeVariableWidthVector.OFFSET_WIDTH
+        ? Platform.getLong(null, at)
+        : Platform.getInt(null, at);
   }
 
   @Override

@@ -2,6 +2,7 @@ package quiver.spark;
 
 import org.apache.arrow.memory.BufferAllocator;
 import org.apache.arrow.vector.BaseVariableWidthVector;
+import org.apache.arrow.vector.DecimalVector;
 import org.apache.arrow.vector.FieldVector;
 import org.apache.arrow.vector.VectorSchemaRoot;
 import org.apache.arrow.vector.types.pojo.Schema;
@@ -58,25 +59,19 @@ abstract class RowBatches implements AutoCloseable {
     root().close();
   }
 
-  /** Batches of rows of {@code schema}, sent as {@code arrowSchema}. */
+  /**
+   * Batches of rows of {@code schema}, in vectors of {@code allocator} made from {@code
+   * arrowSchema} ({@link QuiverWrite#arrowSchema}: strings and binaries with 4-byte offsets).
+   */
   static RowBatches of(
       StructType schema, Schema arrowSchema, BufferAllocator allocator, int capacity) {
+    VectorSchemaRoot root = VectorSchemaRoot.create(arrowSchema, allocator);
     StructField[] fields = schema.fields();
     Kind[] kinds = new Kind[fields.length];
     for (int i = 0; i < fields.length; i++) {
       kinds[i] = kind(fields[i].dataType());
       if (kinds[i] == null) {
-        return new SparkWriter(ArrowWriter.create(schema, "UTC", true, false));
-      }
-    }
-    // QuiverWrite.arrowSchema: the schema Spark's writer makes.
-    VectorSchemaRoot root = VectorSchemaRoot.create(arrowSchema, allocator);
-    for (int i = 0; i < fields.length; i++) {
-      boolean variable = kinds[i] == Kind.STRING || kinds[i] == Kind.BINARY;
-      // 4-byte offsets only: a large string or binary type goes to Spark's writer.
-      if (variable && !(root.getVector(i) instanceof BaseVariableWidthVector)) {
-        root.close();
-        return new SparkWriter(ArrowWriter.create(schema, "UTC", true, false));
+        return new SparkWriter(ArrowWriter.create(root));
       }
     }
     return new DirectWriter(fields, kinds, root, capacity);
@@ -223,6 +218,8 @@ abstract class RowBatches implements AutoCloseable {
   /** One column of the direct writer: its vector's addresses, refreshed when it grows. */
   private static final class Column {
     private final Kind kind;
+    /** Whether it is a string or binary column, whose values are appended to its data. */
+    private final boolean variable;
     private final FieldVector vector;
     private final int precision;
     private final int scale;
@@ -236,6 +233,7 @@ abstract class RowBatches implements AutoCloseable {
 
     Column(Kind kind, DataType type, FieldVector vector) {
       this.kind = kind;
+      this.variable = kind == Kind.STRING || kind == Kind.BINARY;
       this.vector = vector;
       DecimalType decimal = type instanceof DecimalType ? (DecimalType) type : null;
       this.precision = decimal == null ? 0 : decimal.precision();
@@ -246,7 +244,7 @@ abstract class RowBatches implements AutoCloseable {
     private void addresses() {
       validity = vector.getValidityBuffer().memoryAddress();
       values = vector.getDataBuffer().memoryAddress();
-      if (kind == Kind.STRING || kind == Kind.BINARY) {
+      if (variable) {
         offsets = vector.getOffsetBuffer().memoryAddress();
         room = vector.getDataBuffer().capacity();
       }
@@ -255,7 +253,7 @@ abstract class RowBatches implements AutoCloseable {
     void write(InternalRow row, int ordinal, int index) {
       if (row.isNullAt(ordinal)) {
         // The validity bit stays 0; a variable-width value is empty.
-        if (offsets != 0) {
+        if (variable) {
           Platform.putInt(null, offsets + 4L * (index + 1), (int) end);
         }
         return;
@@ -292,8 +290,10 @@ abstract class RowBatches implements AutoCloseable {
               return;
             }
             long unscaled = decimal.toUnscaledLong();
-            Platform.putLong(null, values + 16L * index, unscaled);
-            Platform.putLong(null, values + 16L * index + 8, unscaled >> 63);
+            long at = values + (long) DecimalVector.TYPE_WIDTH * index;
+            Platform.putLong(null, at, unscaled);
+            // The high 8 bytes: the sign, extended.
+            Platform.putLong(null, at + 8, unscaled >> 63);
             break;
           }
         case STRING:
@@ -329,7 +329,7 @@ abstract class RowBatches implements AutoCloseable {
     }
 
     void finish(int rows) {
-      if (offsets != 0) {
+      if (variable) {
         // The offsets are written: nothing for setValueCount to fill.
         ((BaseVariableWidthVector) vector).setLastSet(rows - 1);
       }
