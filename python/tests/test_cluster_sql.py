@@ -9,6 +9,7 @@ after a node is lost.
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -156,6 +157,48 @@ def test_a_lost_node_costs_no_query_while_its_partitions_have_live_copies(
     wait_until("n3's lease to end", lambda: len(cluster.status()["nodes"]) == 2)  # type: ignore[arg-type]
     for node_id in ("n1", "n2"):
         assert sql(cluster.client(node_id), QUERIES["join"]).equals(expected)
+
+
+def test_a_query_that_loses_a_node_is_planned_again_on_the_server(
+    cluster: Cluster, single: Server
+) -> None:
+    """n3 killed while a query runs through ADBC, which never runs a statement again (the
+    quiver client would, on another node): n1 must plan the query again itself.
+
+    The query joins every trip with 2,400 others (576 M rows summed, about 2 s here), so
+    n3 dies while its tasks run, before the gathered result's first row. An unordered
+    scan, which one node answers in two partitions, is one partition on a cluster too
+    (datafusion-distributed's ``DistributedExec`` gathers the result), so what holds for
+    this aggregate holds for every distributed result."""
+    spread(cluster)
+    heavy = (
+        "SELECT count(*) AS n, sum(a.fare * b.fare) AS s "
+        "FROM trips a JOIN trips b ON a.id % 100 = b.id % 100"
+    )
+    expected = sql(quiver.connect(single.uri), heavy)
+    assert expected.column("n").to_pylist() == [ROWS * ROWS // 100]
+    n1 = cluster.nodes["n1"]
+    with cluster.adbc("n1") as conn, conn.cursor() as cur:
+        partitions, _ = cur.adbc_execute_partitions("SELECT id, fare FROM trips WHERE fare > 90")
+        assert len(partitions) == 1
+        results: list[object] = []
+
+        def run() -> None:
+            try:
+                cur.execute(heavy)
+                results.append(cur.fetch_arrow_table())
+            except Exception as error:  # the assertion below shows it
+                results.append(error)
+
+        query = threading.Thread(target=run)
+        query.start()
+        time.sleep(0.5)
+        cluster.kill("n3")
+        query.join(timeout=120)
+        assert not query.is_alive(), "the query did not end within 120 s"
+    assert len(results) == 1 and isinstance(results[0], pa.Table), results
+    assert results[0].equals(expected), results[0]
+    assert "planning it again" in n1.log(), "the query did not lose n3: it proved nothing"
 
 
 def test_a_paused_node_costs_no_query(cluster: Cluster, single: Server) -> None:
