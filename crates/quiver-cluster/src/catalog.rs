@@ -152,11 +152,6 @@ impl Keys {
         Self { prefix }
     }
 
-    /// The prefix of every key of the cluster.
-    pub(crate) fn all(&self) -> &str {
-        &self.prefix
-    }
-
     /// The prefix of every node key.
     pub(crate) fn nodes(&self) -> String {
         format!("{}nodes/", self.prefix)

@@ -6,7 +6,9 @@
 use std::collections::{BTreeMap, HashSet};
 use std::time::{Duration, Instant};
 
-use quiver_etcd::{Client, Compare, CompareResult, ConnectOptions, Credentials, RequestOp, Tls};
+use quiver_etcd::{
+    Client, Compare, CompareResult, ConnectOptions, Credentials, EventType, RequestOp, Tls,
+};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
@@ -39,6 +41,20 @@ pub(crate) struct Snapshot {
     pub(crate) settings: Settings,
     /// etcd's revision when it was read.
     pub(crate) revision: i64,
+}
+
+/// A change the catalog watch reports.
+#[derive(Debug)]
+pub(crate) enum Change {
+    /// A node joined or left.
+    Nodes,
+    /// Table `name` was committed (its new entry) or deleted (`None`), at
+    /// `revision`.
+    Table {
+        name: String,
+        entry: Option<TableEntry>,
+        revision: i64,
+    },
 }
 
 impl Snapshot {
@@ -483,24 +499,64 @@ impl Etcd {
         Ok(keeper.keep_alive().await? > 0)
     }
 
-    /// Calls `changed` whenever a key of the cluster changes (a node joins
-    /// or leaves, a table is committed), until the watch breaks: returns
-    /// when etcd cannot be reached or cancels it.
-    pub(crate) async fn watch(&self, changed: impl Fn()) -> ClusterError {
-        let mut events = match self.client.watch_prefix(self.keys.all()).await {
+    /// Calls `changed` whenever a node joins or leaves or a table is
+    /// committed, until a watch breaks: returns when etcd cannot be reached
+    /// or cancels one.
+    ///
+    /// Two watches, of the nodes' keys and of the tables': the other keys
+    /// (intents, what readers hold, request records) change several times
+    /// per append and matter to no one at once. A table's change carries its
+    /// new entry, so no one reads the catalog for it.
+    pub(crate) async fn watch(&self, changed: impl Fn(Change)) -> ClusterError {
+        let mut nodes = match self.client.watch_prefix(self.keys.nodes()).await {
+            Ok(events) => events,
+            Err(e) => return e.into(),
+        };
+        let tables = self.keys.tables();
+        let mut committed = match self.client.watch_prefix(tables.as_str()).await {
             Ok(events) => events,
             Err(e) => return e.into(),
         };
         loop {
             // No time limit: a quiet cluster sends nothing for as long as it is quiet.
-            match events.message().await {
+            let (answer, of_nodes) = tokio::select! {
+                answer = nodes.message() => (answer, true),
+                answer = committed.message() => (answer, false),
+            };
+            match answer {
                 Ok(Some(answer)) if answer.canceled => {
                     return ClusterError::Catalog(format!(
                         "etcd cancelled the catalog watch: {}",
                         answer.cancel_reason
                     ));
                 }
-                Ok(Some(answer)) if !answer.events.is_empty() => changed(),
+                Ok(Some(answer)) if of_nodes && !answer.events.is_empty() => {
+                    changed(Change::Nodes);
+                }
+                Ok(Some(answer)) if !of_nodes => {
+                    for event in &answer.events {
+                        let Some(kv) = &event.kv else { continue };
+                        let key = String::from_utf8_lossy(&kv.key);
+                        let Some(name) = key.strip_prefix(&tables) else {
+                            continue;
+                        };
+                        let entry = match event.r#type() {
+                            EventType::Delete => None,
+                            EventType::Put => match parse::<TableEntry>(&kv.key, &kv.value) {
+                                Ok(entry) => Some(entry),
+                                Err(e) => {
+                                    tracing::warn!("catalog watch: {e}");
+                                    continue;
+                                }
+                            },
+                        };
+                        changed(Change::Table {
+                            name: name.to_string(),
+                            entry,
+                            revision: kv.mod_revision,
+                        });
+                    }
+                }
                 Ok(Some(_)) => {}
                 Ok(None) => return ClusterError::Catalog("etcd ended the catalog watch".into()),
                 Err(e) => return ClusterError::from(e),

@@ -286,6 +286,23 @@ impl ClusterNode {
         *self.cache.write().unwrap_or_else(PoisonError::into_inner) = snapshot;
     }
 
+    /// Keeps table `name`'s entry committed at `revision` (`None`: deleted)
+    /// as last read, unless what is kept is as new.
+    pub(crate) fn saw_table(&self, name: String, entry: Option<TableEntry>, revision: i64) {
+        let mut cache = self.cache.write().unwrap_or_else(PoisonError::into_inner);
+        if cache
+            .tables
+            .get(&name)
+            .is_some_and(|(_, kept)| *kept >= revision)
+        {
+            return;
+        }
+        match entry {
+            Some(entry) => cache.tables.insert(name, (entry, revision)),
+            None => cache.tables.remove(&name),
+        };
+    }
+
     /// The catalog now, or as last read when etcd is unreachable.
     async fn snapshot(&self) -> Snapshot {
         match self.etcd.snapshot().await {

@@ -1,5 +1,5 @@
 //! The node's background work: keeping its registration alive, and on every
-//! tick (and at once whenever the watched catalog changes) reading the
+//! tick (and at once whenever a node joins or leaves) reading the
 //! catalog, copying again the partitions that lost a replica (where this
 //! node is the first live holder), merging small partitions, moving copies
 //! onto nodes that hold less ([`crate::rebalance`]), and dropping the
@@ -15,7 +15,7 @@ use quiver_store::TableVersion;
 
 use crate::catalog::{PARTITION_PREFIX, PartitionEntry, TableEntry};
 use crate::error::{ClusterError, Result};
-use crate::etcd::{Guard, Intent, LeaseEnd, Snapshot};
+use crate::etcd::{Change, Guard, Intent, LeaseEnd, Snapshot};
 use crate::node::ClusterNode;
 use crate::placement::replicas_for;
 use crate::reads::PUBLISH_EVERY;
@@ -50,7 +50,7 @@ impl ClusterNode {
             let mut tick = tokio::time::interval(node.options.repair_every);
             tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
             loop {
-                // The tick is the fallback when the watch is broken (etcd away).
+                // The upkeep sees commits and the rest of the catalog on the tick.
                 tokio::select! {
                     _ = tick.tick() => {}
                     () = changed.notified() => {}
@@ -112,11 +112,22 @@ impl ClusterNode {
         }
     }
 
-    /// Watches the catalog and wakes the upkeep whenever it changes: a lost
-    /// node is repaired, and a commit seen, as soon as etcd tells.
+    /// Watches the catalog: wakes the upkeep whenever a node joins or
+    /// leaves (a lost node is repaired as soon as etcd tells), and keeps
+    /// the tables as last read up to date with every commit.
     async fn watch_catalog(&self, wake: &tokio::sync::Notify) {
         loop {
-            let broke = self.etcd.watch(|| wake.notify_one()).await;
+            let broke = self
+                .etcd
+                .watch(|change| match change {
+                    Change::Nodes => wake.notify_one(),
+                    Change::Table {
+                        name,
+                        entry,
+                        revision,
+                    } => self.saw_table(name, entry, revision),
+                })
+                .await;
             tracing::debug!("catalog watch: {broke}; watching again");
             tokio::time::sleep(REGISTER_BACKOFF).await;
         }
@@ -251,9 +262,9 @@ impl ClusterNode {
     }
 
     /// Whether the last collection is [`COLLECT_EVERY`] old; if so, the
-    /// next starts now. Ticks come on every catalog change (each append),
-    /// and a collection hashes every local partition, orphans included:
-    /// once per change, that cost grew with the append rate.
+    /// next starts now. A collection hashes every local partition, orphans
+    /// included: once per upkeep, that cost would grow with how often nodes
+    /// come and go.
     fn collect_due(&self) -> bool {
         let mut last = self
             .collected
