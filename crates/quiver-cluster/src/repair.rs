@@ -591,6 +591,87 @@ mod tests {
         assert!(!held(&node, read));
     }
 
+    /// Waits up to 5 s for `done`.
+    async fn eventually(what: &str, done: impl Fn() -> bool) {
+        for _ in 0..100 {
+            if done() {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        panic!("not within 5 s: {what}");
+    }
+
+    #[tokio::test]
+    async fn the_watch_keeps_each_commit_and_wakes_the_upkeep_for_nodes_only() {
+        let Some((etcd, client)) = testing::etcd().await else {
+            return;
+        };
+        // No upkeep runs here, only the lease's renewal: only the watch can
+        // bring the commits.
+        let node = testing::node(&etcd, "n1").await;
+        let renewal = {
+            let node = Arc::clone(&node);
+            tokio::spawn(async move { node.stay_registered().await })
+        };
+        let wake = Arc::new(tokio::sync::Notify::new());
+        let watch = {
+            let (node, wake) = (Arc::clone(&node), Arc::clone(&wake));
+            tokio::spawn(async move { node.watch_catalog(&wake).await })
+        };
+        // The watch sees what is written after it is created.
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        let schema = Schema::new(vec![Field::new("v", DataType::Int64, false)]);
+        let entry = |version: u64, rows: u64| TableEntry {
+            version,
+            schema: encode_schema(&schema).unwrap(),
+            rows,
+            bytes: rows * 8,
+            partitions: Vec::new(),
+        };
+        let key = format!("{}tables/t", testing::PREFIX);
+        let kept = |version: u64| {
+            node.cached()
+                .tables
+                .get("t")
+                .is_some_and(|(e, _)| e.version == version)
+        };
+        client
+            .put(key.as_str(), json(&entry(1, 3)), 0)
+            .await
+            .unwrap();
+        eventually("the first commit kept", || kept(1)).await;
+        client
+            .put(key.as_str(), json(&entry(2, 5)), 0)
+            .await
+            .unwrap();
+        eventually("the second commit kept", || kept(2)).await;
+        // A read older than what the watch brought does not bring it back.
+        let revision = node.cached().tables["t"].1;
+        node.saw_table("t".into(), Some(entry(1, 3)), revision - 1);
+        node.saw_table("t".into(), None, revision - 1);
+        assert!(kept(2));
+        // Intents and commits do not wake the upkeep.
+        let _intent = node.intend("t", vec!["p".into()]).await.unwrap();
+        let woken = tokio::time::timeout(Duration::from_millis(300), wake.notified()).await;
+        assert!(woken.is_err(), "a commit woke the upkeep");
+        client.delete(key.as_str()).await.unwrap();
+        eventually("the delete seen", || {
+            !node.cached().tables.contains_key("t")
+        })
+        .await;
+        // A node that joins does.
+        let _n2 = testing::node(&etcd, "n2").await;
+        let woken = tokio::time::timeout(Duration::from_secs(5), wake.notified()).await;
+        assert!(woken.is_ok(), "a node's join did not wake the upkeep");
+        watch.abort();
+        renewal.abort();
+    }
+
+    fn json(entry: &TableEntry) -> Vec<u8> {
+        serde_json::to_vec(entry).unwrap()
+    }
+
     #[tokio::test]
     async fn intents_of_this_node_that_nothing_has_in_flight_are_deleted() {
         let Some((etcd, client)) = testing::etcd().await else {
