@@ -7,7 +7,7 @@ use std::collections::{BTreeMap, HashSet};
 use std::time::{Duration, Instant};
 
 use quiver_etcd::{
-    Client, Compare, CompareResult, ConnectOptions, Credentials, EventType, RequestOp, Tls,
+    Client, Compare, CompareResult, ConnectOptions, Credentials, Event, EventType, RequestOp, Tls,
 };
 use serde::Serialize;
 use serde::de::DeserializeOwned;
@@ -152,6 +152,29 @@ pub(crate) struct Etcd {
     keys: Keys,
 }
 
+/// What a watch event under `tables` (the tables' prefix) says: a commit
+/// or a delete; `None` for an entry that does not parse (logged).
+fn table_change(event: &Event, tables: &str) -> Option<Change> {
+    let kv = event.kv.as_ref()?;
+    let key = String::from_utf8_lossy(&kv.key);
+    let name = key.strip_prefix(tables)?.to_string();
+    let entry = match event.r#type() {
+        EventType::Delete => None,
+        EventType::Put => match parse::<TableEntry>(&kv.key, &kv.value) {
+            Ok(entry) => Some(entry),
+            Err(e) => {
+                tracing::warn!("catalog watch: {e}");
+                return None;
+            }
+        },
+    };
+    Some(Change::Table {
+        name,
+        entry,
+        revision: kv.mod_revision,
+    })
+}
+
 fn parse<T: DeserializeOwned>(key: &[u8], value: &[u8]) -> Result<T> {
     serde_json::from_slice(value).map_err(|e| ClusterError::Malformed {
         key: String::from_utf8_lossy(key).into_owned(),
@@ -159,7 +182,7 @@ fn parse<T: DeserializeOwned>(key: &[u8], value: &[u8]) -> Result<T> {
     })
 }
 
-fn json<T: Serialize>(value: &T) -> Vec<u8> {
+pub(crate) fn json<T: Serialize>(value: &T) -> Vec<u8> {
     // Serializing these plain structs cannot fail.
     serde_json::to_vec(value).unwrap_or_default()
 }
@@ -534,28 +557,11 @@ impl Etcd {
                     changed(Change::Nodes);
                 }
                 Ok(Some(answer)) if !of_nodes => {
-                    for event in &answer.events {
-                        let Some(kv) = &event.kv else { continue };
-                        let key = String::from_utf8_lossy(&kv.key);
-                        let Some(name) = key.strip_prefix(&tables) else {
-                            continue;
-                        };
-                        let entry = match event.r#type() {
-                            EventType::Delete => None,
-                            EventType::Put => match parse::<TableEntry>(&kv.key, &kv.value) {
-                                Ok(entry) => Some(entry),
-                                Err(e) => {
-                                    tracing::warn!("catalog watch: {e}");
-                                    continue;
-                                }
-                            },
-                        };
-                        changed(Change::Table {
-                            name: name.to_string(),
-                            entry,
-                            revision: kv.mod_revision,
-                        });
-                    }
+                    answer
+                        .events
+                        .iter()
+                        .filter_map(|event| table_change(event, &tables))
+                        .for_each(&changed);
                 }
                 Ok(Some(_)) => {}
                 Ok(None) => return ClusterError::Catalog("etcd ended the catalog watch".into()),

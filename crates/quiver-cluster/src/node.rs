@@ -282,8 +282,18 @@ impl ClusterNode {
         cache.nodes.values().map(|n| n.location.clone()).collect()
     }
 
-    pub(crate) fn remember(&self, snapshot: Snapshot) {
-        *self.cache.write().unwrap_or_else(PoisonError::into_inner) = snapshot;
+    /// Keeps `snapshot` as the catalog as last read, but for the tables
+    /// the watch brought newer than it ([`ClusterNode::saw_table`]).
+    pub(crate) fn remember(&self, mut snapshot: Snapshot) {
+        let mut cache = self.cache.write().unwrap_or_else(PoisonError::into_inner);
+        for (name, (entry, revision)) in &cache.tables {
+            if *revision > snapshot.revision {
+                snapshot
+                    .tables
+                    .insert(name.clone(), (entry.clone(), *revision));
+            }
+        }
+        *cache = snapshot;
     }
 
     /// Keeps table `name`'s entry committed at `revision` (`None`: deleted)
@@ -321,13 +331,16 @@ impl ClusterNode {
     pub(crate) async fn entry(&self, name: &str) -> Option<TableEntry> {
         match self.etcd.table(name).await {
             Ok(read) => {
-                let mut cache = self.cache.write().unwrap_or_else(PoisonError::into_inner);
                 match &read.value {
-                    Some(entry) => cache
-                        .tables
-                        .insert(name.to_string(), (entry.clone(), read.revision)),
-                    None => cache.tables.remove(name),
-                };
+                    Some(entry) => {
+                        self.saw_table(name.to_string(), Some(entry.clone()), read.revision)
+                    }
+                    // An absent key has no revision to compare.
+                    None => {
+                        let mut cache = self.cache.write().unwrap_or_else(PoisonError::into_inner);
+                        cache.tables.remove(name);
+                    }
+                }
                 read.value
             }
             Err(e) => {

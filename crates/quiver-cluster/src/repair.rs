@@ -501,6 +501,7 @@ mod tests {
 
     use super::*;
     use crate::catalog::{IntentEntry, encode_schema};
+    use crate::etcd::json;
     use crate::testing;
 
     fn store_partition(node: &ClusterNode, name: &str) {
@@ -619,8 +620,6 @@ mod tests {
             let (node, wake) = (Arc::clone(&node), Arc::clone(&wake));
             tokio::spawn(async move { node.watch_catalog(&wake).await })
         };
-        // The watch sees what is written after it is created.
-        tokio::time::sleep(Duration::from_millis(500)).await;
         let schema = Schema::new(vec![Field::new("v", DataType::Int64, false)]);
         let entry = |version: u64, rows: u64| TableEntry {
             version,
@@ -636,11 +635,19 @@ mod tests {
                 .get("t")
                 .is_some_and(|(e, _)| e.version == version)
         };
-        client
-            .put(key.as_str(), json(&entry(1, 3)), 0)
-            .await
-            .unwrap();
-        eventually("the first commit kept", || kept(1)).await;
+        // The watch sees what is written once it is created: written again
+        // until it is seen.
+        for attempt in 0.. {
+            client
+                .put(key.as_str(), json(&entry(1, 3)), 0)
+                .await
+                .unwrap();
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            if kept(1) {
+                break;
+            }
+            assert!(attempt < 50, "the first commit not kept within 5 s");
+        }
         client
             .put(key.as_str(), json(&entry(2, 5)), 0)
             .await
@@ -650,6 +657,14 @@ mod tests {
         let revision = node.cached().tables["t"].1;
         node.saw_table("t".into(), Some(entry(1, 3)), revision - 1);
         node.saw_table("t".into(), None, revision - 1);
+        assert!(kept(2));
+        // Nor does a catalog read that started before the watch brought it.
+        let mut older = Snapshot {
+            revision: revision - 1,
+            ..Snapshot::default()
+        };
+        older.tables.insert("t".into(), (entry(1, 3), revision - 1));
+        node.remember(older);
         assert!(kept(2));
         // Intents and commits do not wake the upkeep.
         let _intent = node.intend("t", vec!["p".into()]).await.unwrap();
@@ -666,10 +681,6 @@ mod tests {
         assert!(woken.is_ok(), "a node's join did not wake the upkeep");
         watch.abort();
         renewal.abort();
-    }
-
-    fn json(entry: &TableEntry) -> Vec<u8> {
-        serde_json::to_vec(entry).unwrap()
     }
 
     #[tokio::test]

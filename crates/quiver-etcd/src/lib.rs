@@ -45,5 +45,6 @@ pub use client::{Client, ConnectOptions, Credentials, LeaseKeeper, Tls, Watcher}
 pub use error::{EtcdError, Result};
 pub use proto::compare::CompareResult;
 pub use proto::{
-    Compare, KeyValue, RangeResponse, RequestOp, TxnResponse, WatchResponse, event::EventType,
+    Compare, Event, KeyValue, RangeResponse, RequestOp, TxnResponse, WatchResponse,
+    event::EventType,
 };
