@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import json
 import shutil
-import socket
 import subprocess
 import time
 from pathlib import Path
+
+from quiver import testing
 
 from . import servers
 from .rust_client import run_json_lines
@@ -42,7 +43,7 @@ def iperf3_tcp(seconds: float) -> dict:
     RuntimeError
         iperf3 failed.
     """
-    port = _free_port()
+    port = testing.free_port()
     server = subprocess.Popen(
         # Not one-off (-1): a client attempt made before the server listens would
         # use up its one session; the server is terminated below instead.
@@ -80,10 +81,3 @@ def iperf3_tcp(seconds: float) -> dict:
         if server.poll() is None:
             server.terminate()
         server.wait()
-
-
-def _free_port() -> int:
-    """Return a loopback port that was free a moment ago."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]

@@ -339,10 +339,47 @@ def _first_line(process: subprocess.Popen[bytes], timeout: float) -> str:
 ETCD_START_TIMEOUT_S = 20.0
 
 
+#: Where :func:`free_port` looks first, below Linux's ephemeral range (32768 on).
+LISTEN_PORTS = range(20000, 32768)
+
+#: Ports :func:`free_port` tries in :data:`LISTEN_PORTS` before it takes the kernel's choice.
+FREE_PORT_TRIES = 64
+
+
+def _ephemeral_ports() -> range:
+    """Return the kernel's source ports for outgoing connections.
+
+    Linux's default range if it cannot be read.
+    """
+    try:
+        low, high = Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()
+        return range(int(low), int(high) + 1)
+    except (OSError, ValueError):
+        return range(32768, 61000)
+
+
 def free_port(host: str = "127.0.0.1") -> int:
-    """Return a TCP port free on ``host`` now (the kernel's choice)."""
+    """Return a TCP port free on ``host`` now, outside the kernel's ephemeral range.
+
+    A port the kernel picks for a listener comes from the range it also gives outgoing
+    connections: between this call and the server's bind, or while a stopped server is
+    down before it starts again on its port, any client's connection can take it (etcd
+    then exits with "address already in use"). A port below that range is taken only by
+    a listener that asked for it. Ports are tried at random in :data:`LISTEN_PORTS`,
+    skipping the ephemeral range; if none binds, the kernel chooses.
+    """
+    import random
     import socket
 
+    ephemeral = _ephemeral_ports()
+    candidates = [p for p in LISTEN_PORTS if p not in ephemeral]
+    for port in random.sample(candidates, min(FREE_PORT_TRIES, len(candidates))):
+        with socket.socket() as s:
+            try:
+                s.bind((host, port))
+            except OSError:
+                continue
+            return port
     with socket.socket() as s:
         s.bind((host, 0))
         return int(s.getsockname()[1])

@@ -47,3 +47,23 @@ def test_a_wrong_banner_is_an_error_with_the_output(tmp_path: Path) -> None:
         testing.start(command, banner="listening on ", name="sh", log_path=tmp_path / "l")
     assert "oops" in str(raised.value)
     assert "exit code 0" in str(raised.value)
+
+
+def test_a_free_port_is_one_no_outgoing_connection_takes() -> None:
+    """etcd and restarted nodes bind ports chosen earlier: an outgoing connection's source
+    port must never be one of them (CI once failed on etcd's "address already in use")."""
+    import socket
+
+    chosen = {testing.free_port(host) for host in ("127.0.0.1", "127.0.0.2") for _ in range(8)}
+    with socket.create_server(("127.0.0.1", 0)) as listener:
+        port = listener.getsockname()[1]
+        sources = set()
+        for _ in range(64):
+            with socket.create_connection(("127.0.0.1", port), timeout=5) as client:
+                sources.add(client.getsockname()[1])
+                listener.accept()[0].close()
+    assert not chosen & sources
+    assert not chosen & set(testing._ephemeral_ports())
+    for port in chosen:
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", port))
