@@ -2,7 +2,7 @@
 //! [`ClusterHooks`]), over the catalog in etcd and the node's own store.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::{Arc, Mutex, PoisonError, RwLock};
 use std::time::{Duration, Instant};
 
@@ -36,6 +36,35 @@ use crate::sql::ClusterSql;
 /// found out by its missed pings costs them little, and a spare copy much.
 const HEDGE_MIN: Duration = Duration::from_millis(250);
 const HEDGE_BYTES: u64 = 4 << 20;
+
+/// How long a write waits for etcd to renew the node's lease when the
+/// node is unsure of it, and how long after an unanswered ask the next
+/// write is refused without asking ([`ClusterNode::lease_for_write`]).
+const RENEW_ON_WRITE_AFTER: Duration = Duration::from_millis(500);
+
+/// Where a node stands with its lease.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(u8)]
+pub(crate) enum Standing {
+    /// etcd renewed it, and its time has not run out since.
+    Held,
+    /// etcd has not answered since the lease's time ran out: it may well
+    /// be alive (etcd keeps leases over a restart), and is renewed once
+    /// etcd answers.
+    Unsure,
+    /// etcd said it expired: the node registers again under a new one.
+    Lost,
+}
+
+impl From<u8> for Standing {
+    fn from(value: u8) -> Self {
+        match value {
+            0 => Self::Held,
+            1 => Self::Unsure,
+            _ => Self::Lost,
+        }
+    }
+}
 
 /// How many times a commit is tried again when another commit came first.
 const COMMIT_ATTEMPTS: usize = 16;
@@ -100,10 +129,13 @@ pub struct ClusterNode {
     pub(crate) cache: RwLock<Snapshot>,
     /// The node's current lease (`None` once it left).
     pub(crate) lease: Mutex<Option<i64>>,
-    /// Whether that lease is held now: false from the moment the node
-    /// finds it lost until it registers again, and the node refuses
-    /// writes meanwhile.
-    pub(crate) registered: AtomicBool,
+    /// Whether that lease is held now, as a [`Standing`]: the node takes
+    /// writes while it is [`Standing::Held`].
+    standing: AtomicU8,
+    /// One renewal at a time by a write that found the node unsure of its
+    /// lease ([`ClusterNode::lease_for_write`]), and when the last such
+    /// renewal went unanswered.
+    renewing: tokio::sync::Mutex<Option<Instant>>,
     /// The keys of this node's intents in flight: any other intent of this
     /// node in the catalog is left over from a failed put, and deleted.
     pub(crate) intents: Mutex<HashSet<String>>,
@@ -164,7 +196,8 @@ impl ClusterNode {
             peers,
             cache: RwLock::new(snapshot),
             lease: Mutex::new(Some(lease)),
-            registered: AtomicBool::new(true),
+            standing: AtomicU8::new(Standing::Held as u8),
+            renewing: tokio::sync::Mutex::new(None),
             intents: Mutex::new(HashSet::new()),
             requests_lease: tokio::sync::Mutex::new(None),
             orphans: Mutex::new(HashMap::new()),
@@ -211,13 +244,70 @@ impl ClusterNode {
     }
 
     /// The lease to write under, or [`ClusterError::NotRegistered`] while
-    /// the node has none (it lost it and has not registered again).
+    /// the node does not hold one it knows of (it lost it and has not
+    /// registered again, or etcd has not answered since the lease's time
+    /// ran out).
     pub(crate) fn lease_now(&self) -> Result<i64> {
         let lease = *self.lease.lock().unwrap_or_else(PoisonError::into_inner);
         match lease {
-            Some(lease) if self.registered.load(Ordering::Acquire) => Ok(lease),
+            Some(lease) if self.standing() == Standing::Held => Ok(lease),
             _ => Err(ClusterError::NotRegistered),
         }
+    }
+
+    /// The lease a write begins under: [`ClusterNode::lease_now`], but
+    /// when the node is unsure of its lease (etcd was away for longer than
+    /// the lease), it asks etcd to renew it first. So the first write
+    /// after etcd is back is taken, instead of refused until the lease's
+    /// own renewal comes round. One write asks at a time; writes within
+    /// [`RENEW_ON_WRITE_AFTER`] of an unanswered ask are refused at once.
+    pub(crate) async fn lease_for_write(&self) -> Result<i64> {
+        if let Ok(lease) = self.lease_now() {
+            return Ok(lease);
+        }
+        let lease = *self.lease.lock().unwrap_or_else(PoisonError::into_inner);
+        let Some(lease) = lease.filter(|_| self.standing() == Standing::Unsure) else {
+            return Err(ClusterError::NotRegistered);
+        };
+        let mut unanswered = self.renewing.lock().await;
+        if let Ok(lease) = self.lease_now() {
+            return Ok(lease);
+        }
+        if unanswered.is_some_and(|at| at.elapsed() < RENEW_ON_WRITE_AFTER) {
+            return Err(ClusterError::NotRegistered);
+        }
+        match tokio::time::timeout(RENEW_ON_WRITE_AFTER, self.etcd.renew(lease)).await {
+            Ok(Ok(true)) => {
+                *unanswered = None;
+                self.stand_from(Standing::Unsure, Standing::Held);
+                tracing::info!(node = %self.options.node_id, "cluster lease renewed by a write; still registered");
+            }
+            // Expired: the lease's own renewal finds it so, and registers again.
+            Ok(Ok(false)) => *unanswered = None,
+            Ok(Err(_)) | Err(_) => *unanswered = Some(Instant::now()),
+        }
+        self.lease_now()
+    }
+
+    /// Where the node stands with its lease.
+    pub(crate) fn standing(&self) -> Standing {
+        Standing::from(self.standing.load(Ordering::Acquire))
+    }
+
+    /// Sets where the node stands with its lease.
+    pub(crate) fn stand(&self, standing: Standing) {
+        self.standing.store(standing as u8, Ordering::Release);
+    }
+
+    /// Sets `to` if the node stands at `from` (a renewal by a write must
+    /// not undo what the lease's own renewal found meanwhile).
+    pub(crate) fn stand_from(&self, from: Standing, to: Standing) {
+        let _ = self.standing.compare_exchange(
+            from as u8,
+            to as u8,
+            Ordering::AcqRel,
+            Ordering::Acquire,
+        );
     }
 
     /// Holds `entry`'s copies for a reader: no node drops the copies the
@@ -841,7 +931,7 @@ impl ClusterNode {
 
     /// Drops catalog table `name`.
     pub(crate) async fn delete(&self, name: &str) -> Option<Result<Published>> {
-        if let Err(e) = self.lease_now() {
+        if let Err(e) = self.lease_for_write().await {
             return Some(Err(e));
         }
         let result = self
@@ -862,7 +952,7 @@ impl ClusterNode {
         to: &str,
         overwrite: bool,
     ) -> Option<Result<Published>> {
-        if let Err(e) = self.lease_now() {
+        if let Err(e) = self.lease_for_write().await {
             return Some(Err(e));
         }
         for _ in 0..COMMIT_ATTEMPTS {
@@ -918,7 +1008,7 @@ impl ClusterNode {
         from: &[String],
         mode: WriteMode,
     ) -> Option<Result<Published>> {
-        if let Err(e) = self.lease_now() {
+        if let Err(e) = self.lease_for_write().await {
             return Some(Err(e));
         }
         for attempt in 0..COMMIT_ATTEMPTS {
@@ -1265,6 +1355,59 @@ mod tests {
         testing::put(&node, "t", WriteMode::Replace, 1)
             .await
             .unwrap();
+    }
+
+    #[tokio::test]
+    async fn a_write_renews_a_lease_the_node_is_unsure_of() {
+        let Some((mut etcd, _)) = testing::etcd().await else {
+            return;
+        };
+        // No background renewal: only the writes ask etcd here.
+        let node = testing::node(&etcd, "n1").await;
+        let lease = node.lease_now().unwrap();
+        // As the lease's renewal leaves it when etcd was away past its TTL.
+        node.stand(Standing::Unsure);
+        etcd.kill();
+        let started = Instant::now();
+        let refused = testing::put(&node, "t", WriteMode::Replace, 1).await;
+        assert!(
+            matches!(refused, Err(ClusterError::NotRegistered)),
+            "{refused:?}"
+        );
+        // Asked once, unanswered: the next write is refused without asking.
+        let again = Instant::now();
+        let refused = testing::put(&node, "t", WriteMode::Replace, 1).await;
+        assert!(matches!(refused, Err(ClusterError::NotRegistered)));
+        assert!(
+            again.elapsed() < Duration::from_millis(100),
+            "{:?}",
+            again.elapsed()
+        );
+        assert!(
+            started.elapsed() < Duration::from_secs(2),
+            "{:?}",
+            started.elapsed()
+        );
+        etcd.start_again();
+        // etcd kept the lease: the first write taken once etcd answers
+        // renews it, with no renewal of the node's own in between.
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            match testing::put(&node, "t", WriteMode::Replace, 1).await {
+                Ok(_) => break,
+                Err(e) => assert!(Instant::now() < deadline, "no write taken in 10 s: {e}"),
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        assert_eq!(node.standing(), Standing::Held);
+        assert_eq!(node.lease_now().unwrap(), lease);
+        // A lease etcd says expired is not taken for held.
+        node.stand(Standing::Unsure);
+        let client = etcd.client(quiver_etcd::ConnectOptions::default()).await;
+        client.lease_revoke(lease).await.unwrap();
+        let refused = testing::put(&node, "t", WriteMode::Replace, 1).await;
+        assert!(matches!(refused, Err(ClusterError::NotRegistered)));
+        assert_ne!(node.standing(), Standing::Held);
     }
 
     #[tokio::test]

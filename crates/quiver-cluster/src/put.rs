@@ -178,7 +178,7 @@ impl Shipping {
         options: &PutOptions,
         schema: SchemaRef,
     ) -> Result<Self> {
-        node.lease_now()?;
+        node.lease_for_write().await?;
         // A repeated request id is found by the commit, which records the
         // first: no read of its own on the path of every put.
         let nodes = node.etcd.snapshot().await?;

@@ -7,7 +7,6 @@
 //! holds.
 
 use std::collections::{HashMap, HashSet};
-use std::sync::atomic::Ordering;
 use std::sync::{Arc, PoisonError};
 use std::time::{Duration, Instant};
 
@@ -16,7 +15,7 @@ use quiver_store::TableVersion;
 use crate::catalog::{PARTITION_PREFIX, PartitionEntry, TableEntry};
 use crate::error::{ClusterError, Result};
 use crate::etcd::{Change, Guard, Intent, LeaseEnd, Snapshot};
-use crate::node::ClusterNode;
+use crate::node::{ClusterNode, Standing};
 use crate::placement::replicas_for;
 use crate::reads::PUBLISH_EVERY;
 
@@ -161,7 +160,7 @@ impl ClusterNode {
                     continue;
                 }
             }
-            self.registered.store(false, Ordering::Release);
+            self.stand(Standing::Lost);
             tracing::warn!(node = %self.options.node_id, "cluster lease {lease:x} expired; registering again");
             if !self.register_again(lease).await {
                 return;
@@ -171,17 +170,23 @@ impl ClusterNode {
     }
 
     /// Renews `lease` once etcd answers again: true once renewed, false
-    /// when etcd says it expired. Writes are refused from `sure_until` on,
-    /// while it is not known whether the lease is still alive.
+    /// when etcd says it expired. From `sure_until` on, while etcd does
+    /// not answer, the node is unsure whether it holds the lease, and a
+    /// write asks etcd itself before it is taken
+    /// ([`ClusterNode::lease_for_write`]).
     async fn renew_when_etcd_answers(&self, lease: i64, sure_until: Instant) -> bool {
         loop {
             if Instant::now() >= sure_until {
-                self.registered.store(false, Ordering::Release);
+                self.stand_from(Standing::Held, Standing::Unsure);
             }
             tokio::time::sleep(REGISTER_BACKOFF).await;
             match self.etcd.renew(lease).await {
                 Ok(alive) => {
-                    self.registered.store(alive, Ordering::Release);
+                    self.stand(if alive {
+                        Standing::Held
+                    } else {
+                        Standing::Lost
+                    });
                     return alive;
                 }
                 Err(e) => tracing::debug!("renewing the cluster lease: {e}"),
@@ -214,7 +219,7 @@ impl ClusterNode {
                         return false;
                     }
                     *slot = Some(new);
-                    self.registered.store(true, Ordering::Release);
+                    self.stand(Standing::Held);
                     tracing::info!(node = %self.options.node_id, "registered again");
                     return true;
                 }
