@@ -19,6 +19,10 @@ It prints one JSON object per measurement on stdout:
 - ``put_latency``: the median time of a 1-row put into the cluster of three (two copies)
   and into the single node, over ``ops`` puts each: their difference is what a cluster
   commit adds (the replicas' DoPuts and the etcd reads and transaction);
+- ``write_job``: an engine's write job of the table into the cluster of three (two
+  copies), six tasks at once, with every task put through the node the job began on
+  (``"place": "spread"``) and with each task put to a node of its own that keeps its rows
+  (``"here"``), alternately;
 - ``rereplicate``: the bytes of a lost node's partitions copied again, from the moment the
   others see it gone to the moment every partition has two copies again;
 - ``read`` and ``rereplicate`` with ``"tls": true``: the same over TLS, the nodes'
@@ -34,18 +38,20 @@ It prints one JSON object per measurement on stdout:
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import statistics
 import subprocess
 import tempfile
 import time
 from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager, suppress
 from pathlib import Path
 
 import pyarrow as pa
 import quiver
-from quiver import testing
+from quiver import splits, testing
 
 from . import data
 
@@ -329,6 +335,39 @@ def measure_put_latency(
     emit(op="append_latency", server="cluster", seconds=last, ops=ops, appends=appends)
 
 
+def measure_write_job(
+    binary: Path, ports: dict[int, int], tmp: Path, table: pa.Table, reps: int
+) -> None:
+    """Time an engine's write job of ``table`` into a cluster of three (two copies).
+
+    Begun through n1: six tasks at once, each a sixth of the rows, staged and then
+    published. Alternately with every task put through n1, which spreads its rows round the ring
+    (``"spread"``, how every write went before the ``nodes`` action), and with task i put
+    to node i modulo three, which keeps the first copy of its rows (``"here"``, what
+    :class:`quiver.splits.WriteJob` does on a cluster).
+    """
+    tasks = 6
+    rows = table.num_rows
+    parts = [table.slice(i * rows // tasks, (i + 1) * rows // tasks - i * rows // tasks)
+             for i in range(tasks)]  # fmt: skip
+    with cluster(binary, ports, tmp, 3, replicas=2) as nodes:
+        connection = splits.Connection(nodes.running[1].uri, transport="grpc")
+        for rep in range(-1, reps):  # the first round warms up
+            for place in ("spread", "here"):
+                job = splits.WriteJob.begin(connection, "bench")
+                assert len(job.nodes) == 3, job.nodes
+                if place == "spread":
+                    job = dataclasses.replace(job, nodes=())
+                started = time.perf_counter()
+                with ThreadPoolExecutor(tasks) as pool:
+                    writes = list(pool.map(job.write, range(tasks), parts))
+                job.commit(writes)
+                seconds = time.perf_counter() - started
+                if rep >= 0:
+                    emit(op="write_job", place=place, bytes=table.nbytes, seconds=seconds,
+                         rep=rep, tasks=tasks)  # fmt: skip
+
+
 def measure_rereplication(
     binary: Path, ports: dict[int, int], tmp: Path, table: pa.Table, reps: int, pki: Pki
 ) -> None:
@@ -416,6 +455,7 @@ def main() -> None:
         pki = Pki(args.binary, root)
         measure_reads(args.binary, ports, root, table, args.reps, pki)
         measure_put_latency(args.binary, ports, root, args.put_ops, args.appends)
+        measure_write_job(args.binary, ports, root, table, args.reps)
         measure_rereplication(args.binary, ports, root, table, args.reps, pki)
         measure_sql(args.binary, ports, root, table, args.reps)
     with suppress(subprocess.CalledProcessError):

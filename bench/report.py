@@ -2003,6 +2003,21 @@ def _cluster_section(rows: list[Row], run: dict[str, object]) -> list[str]:
         if got is not None:
             label = f"1-row append, cluster, the last 50 of {count:,}"
             lines.append(f"| {label} | {_ms(got.median)} | | |")
+    jobs = {
+        place: spread(select(cluster, op="write_job", note=place), _bytes_per_second)
+        for place in ("spread", "here")
+    }
+    for place, label in (("spread", "all through one node"), ("here", "each to its node")):
+        got = jobs[place]
+        if got is not None:
+            lines.append(
+                f"| write job, 6 tasks, {label} | {got.median / 1e6:,.0f} MB/s | "
+                f"{got.low / 1e6:,.0f}-{got.high / 1e6:,.0f} | |"
+            )
+    if jobs["spread"] is not None and jobs["here"] is not None:
+        ratio = jobs["here"].median / jobs["spread"].median
+        label = "write job, each task to its node / all through one"
+        lines.append(f"| {label} | {_times(ratio)} | | |")
     for server, label in ((QUIVER_CLUSTER, ""), (QUIVER_CLUSTER_TLS, ", TLS")):
         got = spread(select(cluster, op="rereplicate", server=server), _bytes_per_second)
         if got is not None:

@@ -2162,6 +2162,10 @@ def run_cluster(run: Run) -> None:
             run.add(Measurement("cluster", QUIVER_CLUSTER, QUIVER_PYTHON, "append_latency",
                                 seconds=m["seconds"], ops=m["ops"],
                                 rows_per_stream=m["appends"]))  # fmt: skip
+        elif op == "write_job":
+            run.add(Measurement("cluster", QUIVER_CLUSTER, QUIVER_PYTHON, "write_job",
+                                streams=m["tasks"], bytes=m["bytes"], seconds=m["seconds"],
+                                rep=m["rep"], note=m["place"]))  # fmt: skip
         elif op == "rereplicate":
             server = QUIVER_CLUSTER_TLS if m.get("tls") else QUIVER_CLUSTER
             run.add(Measurement("cluster", server, "", "rereplicate",

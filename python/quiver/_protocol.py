@@ -27,6 +27,8 @@ TICKET_PREFIX = b"\0quiver-ticket-v1:"
 #: The put modes the server knows.
 PutMode = Literal["replace", "append"]
 PUT_MODES: tuple[str, ...] = ("replace", "append")
+PutPlace = Literal["spread", "here"]
+PUT_PLACES: tuple[str, ...] = ("spread", "here")
 
 #: How the client moves table data (see :func:`quiver.connect`).
 Transport = Literal["auto", "shm", "grpc"]
@@ -39,6 +41,7 @@ ACTION_RENAME = "rename"
 ACTION_PUBLISH = "publish"
 ACTION_STATS = "stats"
 ACTION_HEALTH = "health"
+ACTION_NODES = "nodes"
 ACTION_LIST_FUNCTIONS = "list-functions"
 
 #: A JSON object as decoded by :func:`json.loads`.
@@ -71,14 +74,20 @@ def descriptor_name(desc: flight.FlightDescriptor) -> str:
 MAX_REQUEST_ID = 128
 
 
-def put_options(mode: str, partitions: int | None, request_id: str | None = None) -> bytes:
+def put_options(
+    mode: str, partitions: int | None, request_id: str | None = None, place: str = "spread"
+) -> bytes:
     """Encode the options of a DoPut as the JSON the server reads from ``app_metadata``.
+
+    ``place`` is sent only when it is ``"here"``, so a default put reaches servers
+    that do not know the option.
 
     Raises
     ------
     ValueError
-        ``mode`` is not a known put mode, ``partitions`` is out of range, or
-        ``request_id`` is not 1 to 128 printable ASCII characters.
+        ``mode`` is not a known put mode, ``partitions`` is out of range,
+        ``request_id`` is not 1 to 128 printable ASCII characters, or ``place`` is
+        neither ``"spread"`` nor ``"here"``.
     """
     if mode not in PUT_MODES:
         raise ValueError(f"mode must be one of {', '.join(map(repr, PUT_MODES))}, not {mode!r}")
@@ -98,6 +107,10 @@ def put_options(mode: str, partitions: int | None, request_id: str | None = None
                 f"without spaces, not {request_id!r}"
             )
         options["request"] = request_id
+    if place not in PUT_PLACES:
+        raise ValueError(f"place must be one of {', '.join(map(repr, PUT_PLACES))}, not {place!r}")
+    if place == "here":
+        options["place"] = place
     return json.dumps(options, separators=(",", ":")).encode()
 
 

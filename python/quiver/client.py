@@ -22,7 +22,14 @@ from ._convert import MESSAGE_TARGET_BYTES, BatchSource, batch_source, message_s
 from ._endpoints import DEFAULT_MAX_WORKERS, first_reachable, read_endpoints, unreachable
 from ._exchange import DEFAULT_BATCH_ROWS, ExchangeReader, cast_source, check_batch_rows
 from ._progress import RowCounter, ignore_rows, row_progress
-from ._protocol import ACTION_LIST_FUNCTIONS, DEFAULT_URI, JsonObject, PutMode, Transport
+from ._protocol import (
+    ACTION_LIST_FUNCTIONS,
+    DEFAULT_URI,
+    JsonObject,
+    PutMode,
+    PutPlace,
+    Transport,
+)
 from .errors import QuiverError, TableNotFoundError, VersionConflictError, translated_errors
 from .results import ApplyResult, FunctionInfo, PutResult, ServerHealth, ServerStats, TableInfo
 
@@ -249,6 +256,7 @@ class Client:
         partitions: int | None = None,
         progress: bool = False,
         request_id: str | None = None,
+        place: PutPlace = "spread",
     ) -> PutResult:
         """Store ``data`` as table ``name``, replacing it or appending to it.
 
@@ -285,6 +293,13 @@ class Client:
             not applied twice. A single server remembers the ids of its last
             100,000 puts for 10 minutes, while it runs. A put with a
             ``request_id`` goes over gRPC, not shared memory.
+        place : {"spread", "here"}, default "spread"
+            On a cluster node: ``"spread"`` places the table's partitions round
+            the live nodes; ``"here"`` keeps each partition's first copy on the
+            node this client is connected to, in one partition unless
+            ``partitions`` says otherwise (what :class:`quiver.splits.WriteJob`
+            does with each task, sent to one of :meth:`nodes`). A single server
+            holds every put itself.
 
         Returns
         -------
@@ -323,7 +338,7 @@ class Client:
         sent before the failure.
         """
         request = request_id if request_id is not None else uuid.uuid4().hex
-        options = _protocol.put_options(mode, partitions, request)
+        options = _protocol.put_options(mode, partitions, request, place)
         source = batch_source(data)
         if request_id is not None and self._transport == "shm":
             raise ValueError(
@@ -345,7 +360,7 @@ class Client:
         with row_progress(progress, total=source.num_rows, description=f"put {name}") as count:
             if mode == "replace" and source.may_fail:
                 # The request is the rename's: a replace repeated is the same table.
-                staged = _protocol.put_options(mode, partitions)
+                staged = _protocol.put_options(mode, partitions, place=place)
                 return self._put_staged(name, source, staged, count)
             return self._put_stream(name, source, options, count)
 
@@ -1205,6 +1220,19 @@ class Client:
             The server cannot be reached.
         """
         return ServerHealth.from_json(self._action(_protocol.ACTION_HEALTH))
+
+    def nodes(self) -> dict[str, str]:
+        """Return the cluster's live nodes a put may be sent to, by id: their locations.
+
+        The nodes as the server last read the catalog, less those that failed a call
+        lately; empty on a single server. An engine's write sends each task to one of
+        them with ``place="here"``, so the nodes share the job.
+        """
+        answer = self._action(_protocol.ACTION_NODES)
+        nodes = answer.get("nodes")
+        if not isinstance(nodes, builtins.list):
+            raise QuiverError(f"the nodes action answered {answer!r}", "INTERNAL")
+        return {str(n["id"]): str(n["location"]) for n in nodes}
 
     def list_tables(self, prefix: str = "") -> builtins.list[TableInfo]:
         """List the tables whose names start with ``prefix``, ordered by name.

@@ -43,6 +43,7 @@ import os
 import socket
 import threading
 import uuid
+import zlib
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -52,7 +53,7 @@ import pyarrow as pa
 import pyarrow.flight as flight
 
 from . import _protocol, _sql
-from ._protocol import Transport
+from ._protocol import PutPlace, Transport
 from .client import STAGING_PREFIX, Client, _location_uri
 from .errors import (
     InvalidArgumentError,
@@ -776,6 +777,11 @@ class WriteJob:
         For an append, the target's schema: every task's rows are cast to it.
     partitions : int or None
         Endpoints of the published table (as :meth:`quiver.Client.put`'s).
+    nodes : tuple of str
+        On a cluster, the nodes' locations (:meth:`quiver.Client.nodes`, read once by
+        :meth:`begin`): task ``i`` puts to node ``i`` modulo their number, which keeps
+        its rows (``place="here"``), so the nodes share the job and a task's rows
+        cross the network once less. Empty on a single server.
     """
 
     connection: Connection
@@ -784,6 +790,7 @@ class WriteJob:
     job_id: str
     schema: pa.Schema | None = None
     partitions: int | None = None
+    nodes: tuple[str, ...] = ()
 
     @classmethod
     def begin(
@@ -814,9 +821,26 @@ class WriteJob:
                 schema = client.flight_client.get_schema(
                     _protocol.descriptor(table), client._options
                 ).schema
-        job = cls(conn, table, mode, uuid.uuid4().hex, schema, partitions)
+        job = cls(conn, table, mode, uuid.uuid4().hex, schema, partitions, _put_nodes(conn))
         conn.client().put(job._open_marker, pa.table({}))
         return job
+
+    def _client_for(self, task: int | str) -> tuple[Client, PutPlace]:
+        """Return the client task ``task`` puts through, and where that node places the rows.
+
+        The task's node (:attr:`nodes`) if it answers, keeping the rows there;
+        else the job's server, which spreads them round the live nodes.
+        """
+        if self.nodes:
+            key = task if isinstance(task, int) else zlib.crc32(str(task).encode())
+            client = self.connection.client(self.nodes[key % len(self.nodes)])
+            try:
+                client.health()
+            except QuiverError:
+                pass  # gone since the job began: the job's server places the rows
+            else:
+                return client, "here"
+        return self.connection.client(), "spread"
 
     @property
     def staging_prefix(self) -> str:
@@ -848,8 +872,8 @@ class WriteJob:
         source = _as_reader(data, self.schema or schema)
         if self.schema is not None:
             source = _cast_reader(source, self.schema)
-        client = self.connection.client()
-        result = client.put(name, source)
+        client, place = self._client_for(task)
+        result = client.put(name, source, place=place)
         # A task that finishes after the job ended (an attempt the engine gave up on,
         # still running when the job failed) removes what it staged: the job's end
         # drops the marker before it deletes the job's tables, so either that
@@ -913,6 +937,20 @@ class WriteJob:
         for info in client.list_tables(self.staging_prefix):
             with contextlib.suppress(TableNotFoundError):
                 client.delete(info.name)
+
+
+def _put_nodes(conn: Connection) -> tuple[str, ...]:
+    """Return the locations of the cluster's nodes, by id.
+
+    None on a single server, or on a server from before the ``nodes`` action.
+    """
+    try:
+        nodes = conn.client().nodes()
+    except QuiverError as e:
+        if e.code == "UNIMPLEMENTED":
+            return ()
+        raise
+    return tuple(nodes[node] for node in sorted(nodes))
 
 
 def _as_reader(data: object, schema: pa.Schema | None) -> object:

@@ -117,6 +117,63 @@ def test_appends_replaces_deletes_and_renames_go_through_the_catalog(cluster: Cl
         assert a.list_tables() == []
 
 
+def test_a_write_jobs_tasks_are_held_by_the_nodes_they_are_sent_to(cluster: Cluster) -> None:
+    """An engine's write sends task i to node i modulo the nodes (the ``nodes``
+    action), which keeps the first copy of the task's rows (``place="here"``): the
+    nodes share the job's puts and its first copies. A node dead since the job began
+    has its tasks placed by the job's server instead."""
+    job = splits.WriteJob.begin(cluster.connection("n1"), "spread")
+    assert sorted(job.nodes) == sorted(cluster.uri(n) for n in NODES)
+    writes = [job.write(i, ids(1_000, 1_000 * i)) for i in range(6)]
+    job.commit(writes)
+    info = info_of(cluster.flight_client("n2"), "spread")
+    # One partition per task, in task order, its first copy where the task was sent.
+    firsts = [e.locations[0].uri.decode() for e in info.endpoints]
+    assert firsts == [job.nodes[i % 3] for i in range(6)]
+    assert all(len(e.locations) == 2 for e in info.endpoints)
+    with cluster.client("n3") as c:
+        assert c.get("spread").equals(ids(6_000))
+        assert c.nodes() == {n: cluster.uri(n) for n in NODES}
+
+    job = splits.WriteJob.begin(cluster.connection("n1"), "spread", "append")
+    cluster.kill("n3")
+    writes = [job.write(i, ids(1_000, 6_000 + 1_000 * i)) for i in range(3)]
+    job.commit(writes)
+    with cluster.client("n2") as c:
+        assert c.get("spread").sort_by("id").equals(ids(9_000))
+    info = info_of(cluster.flight_client("n1"), "spread")
+    firsts = [e.locations[0].uri.decode() for e in info.endpoints]
+    assert firsts[6:8] == [cluster.uri("n1"), cluster.uri("n2")]
+    # Task 2's node was dead: n1 spread its rows over the ring, one partition or more.
+    assert len(info.endpoints) > 8
+
+
+def test_dask_workers_put_each_partition_to_the_node_that_keeps_it(cluster: Cluster) -> None:
+    """The same through a real Dask cluster (two worker processes): its workers send
+    partition i to node i modulo the nodes, and read the table back."""
+    distributed = pytest.importorskip("distributed")
+    import dask.dataframe as dd
+
+    from quiver import dask as quiver_dask
+
+    frame = ids(6_000).to_pandas()
+    local = distributed.LocalCluster(
+        n_workers=2, threads_per_worker=1, processes=True, host="127.0.0.1",
+        dashboard_address=None,
+    )  # fmt: skip
+    try:
+        with distributed.Client(local):
+            connection = cluster.connection("n1")
+            quiver_dask.to_quiver(dd.from_pandas(frame, npartitions=6), connection, "dask")
+            got = quiver_dask.read_table(connection, "dask").compute()
+    finally:
+        local.close()
+    assert got.sort_values("id").reset_index(drop=True).equals(frame)
+    info = info_of(cluster.flight_client("n1"), "dask")
+    nodes = [cluster.uri(n) for n in sorted(NODES)]  # the job's order: by node id
+    assert [e.locations[0].uri.decode() for e in info.endpoints] == [nodes[i % 3] for i in range(6)]
+
+
 def test_a_node_killed_before_a_read_leaves_the_read_whole(cluster: Cluster) -> None:
     table = ids(300_000)
     with cluster.client("n1") as c:

@@ -166,6 +166,7 @@ def test_list_actions(flight_client: flight.FlightClient) -> None:
         "publish",
         "stats",
         "health",
+        "nodes",
         "shm-put",
         # Flight SQL's (docs/protocol.md)
         "CreatePreparedStatement",

@@ -22,10 +22,12 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.flight as flight
 import pytest
 
 import quiver
 import quiver.spark
+from cluster_helpers import NODES, Cluster
 from engine_helpers import (
     check_a_failed_spark_write_publishes_nothing,
     check_spark_reads_types_it_lacks,
@@ -340,6 +342,28 @@ def test_the_jvm_source_writes_overwrite_and_append_atomically(
     # An append needs its target, and says so before any task runs.
     with pytest.raises(Exception, match="missing"):
         df.write.format("quiver").option("uri", uri).mode("append").save("missing")
+
+
+def test_the_jvm_source_sends_each_task_to_the_cluster_node_that_keeps_it(
+    spark: Any, cluster: Cluster
+) -> None:
+    """On a cluster, task i of a write puts to node i modulo the nodes (the ``nodes``
+    action), which keeps the first copy of its rows (``"place": "here"``)."""
+    uri = cluster.uri("n1")
+    spark.range(0, 6_000, numPartitions=6).write.format("quiver").option("uri", uri).mode(
+        "overwrite"
+    ).save("spread")
+    with cluster.client("n2") as c:
+        assert sorted(c.get("spread")["id"].to_pylist()) == list(range(6_000))
+        assert c.list_tables(".quiver-staging/") == []
+    client = cluster.flight_client("n3")
+    try:
+        info = client.get_flight_info(flight.FlightDescriptor.for_path("spread"))
+    finally:
+        client.close()
+    nodes = [cluster.uri(n) for n in sorted(NODES)]
+    firsts = [e.locations[0].uri.decode() for e in info.endpoints]
+    assert firsts == [nodes[i % 3] for i in range(6)]
 
 
 def test_the_jvm_source_writes_every_direct_type_batch_by_batch(

@@ -12,7 +12,7 @@ use arrow_flight::{FlightDescriptor, FlightEndpoint, FlightInfo, Ticket};
 use futures::StreamExt;
 use futures::stream::FuturesUnordered;
 use quiver_flight::cluster::{ClusterHooks, Published};
-use quiver_flight::tables::{LocalTables, TableRead, Tables};
+use quiver_flight::tables::{LocalTables, NodeLocation, TableRead, Tables};
 
 use crate::tables::CatalogTables;
 use quiver_flight::ticket::TableTicket;
@@ -370,6 +370,21 @@ impl ClusterNode {
     pub(crate) fn locations(&self) -> Vec<String> {
         let cache = self.cache.read().unwrap_or_else(PoisonError::into_inner);
         cache.nodes.values().map(|n| n.location.clone()).collect()
+    }
+
+    /// The live nodes no call found out lately, as last read: where a
+    /// client may send a put placed here (the `nodes` action).
+    pub(crate) fn trusted_nodes(&self) -> Vec<NodeLocation> {
+        let cache = self.cache.read().unwrap_or_else(PoisonError::into_inner);
+        cache
+            .nodes
+            .values()
+            .filter(|n| !self.peers.is_suspect(&n.location))
+            .map(|n| NodeLocation {
+                id: n.id.clone(),
+                location: n.location.clone(),
+            })
+            .collect()
     }
 
     /// Keeps `snapshot` as the catalog as last read, but for the tables

@@ -41,6 +41,9 @@ pub(crate) fn replicas_for<'a>(
 pub(crate) struct Ring {
     nodes: Vec<String>,
     copies: usize,
+    /// The node that takes every partition's first copy, if one does: the
+    /// other copies go round the rest of the ring.
+    first: Option<String>,
 }
 
 impl Ring {
@@ -51,14 +54,27 @@ impl Ring {
     ) -> Self {
         let nodes = replicas_for(key, nodes, usize::MAX);
         let copies = replicas.min(nodes.len());
-        Self { nodes, copies }
+        Self {
+            nodes,
+            copies,
+            first: None,
+        }
+    }
+
+    /// The ring with every partition's first copy on `node`, if it is one
+    /// of the ring's (`"place": "here"`); the ring as it was otherwise.
+    pub(crate) fn first_on(mut self, node: &str) -> Self {
+        if let Some(at) = self.nodes.iter().position(|n| n == node) {
+            self.first = Some(self.nodes.remove(at));
+        }
+        self
     }
 
     /// The replicas of partition `i`: empty when there are no nodes.
     pub(crate) fn replicas(&self, i: usize) -> Vec<String> {
-        (0..self.copies)
-            .map(|j| self.nodes[(i + j) % self.nodes.len()].clone())
-            .collect()
+        let rest = self.copies - usize::from(self.first.is_some());
+        let around = (0..rest).map(|j| self.nodes[(i + j) % self.nodes.len()].clone());
+        self.first.iter().cloned().chain(around).collect()
     }
 }
 
@@ -188,6 +204,30 @@ mod tests {
             .map(|p| place(&format!("t#{p}"), nodes.iter().copied(), 1, 1)[0][0].clone())
             .collect();
         assert_eq!(firsts.len(), 3);
+    }
+
+    #[test]
+    fn a_put_placed_here_keeps_every_first_copy_and_spreads_the_rest() {
+        let nodes = ["n1", "n2", "n3"];
+        let ring = Ring::new("t#1", nodes.iter().copied(), 2).first_on("n2");
+        let placed: Vec<Vec<String>> = (0..4).map(|i| ring.replicas(i)).collect();
+        assert!(
+            placed.iter().all(|r| r.len() == 2 && r[0] == "n2"),
+            "{placed:?}"
+        );
+        let seconds: std::collections::HashSet<&str> =
+            placed.iter().map(|r| r[1].as_str()).collect();
+        assert_eq!(seconds, ["n1", "n3"].into_iter().collect());
+        // All the copies asked for, on distinct nodes, however few there are.
+        let all = Ring::new("t#1", nodes.iter().copied(), 5).first_on("n3");
+        let r = all.replicas(0);
+        assert_eq!(r[0], "n3");
+        assert_eq!(r.iter().collect::<std::collections::HashSet<_>>().len(), 3);
+        let alone = Ring::new("t#1", ["n1"], 2).first_on("n1");
+        assert_eq!(alone.replicas(7), vec!["n1".to_string()]);
+        // A node that is not in the ring (a suspect) places as the ring does.
+        let ring = Ring::new("t#1", ["n1", "n3"], 2);
+        assert_eq!(ring.clone().first_on("n2").replicas(1), ring.replicas(1));
     }
 
     #[test]

@@ -13,14 +13,18 @@
 //! of one put, whatever its size. Each partition is named in the put's
 //! intent before its first copy, so no node drops it as an orphan while the
 //! put goes on.
+//!
+//! A put placed here (`"place": "here"`, an engine's task sent to a node of
+//! its choosing) keeps each partition's first copy on this node and makes
+//! one partition by default.
 
 use std::sync::Arc;
 
 use arrow::array::RecordBatch;
 use arrow::datatypes::SchemaRef;
-use quiver_flight::PutOptions;
 use quiver_flight::cluster::Published;
 use quiver_flight::tables::TablePut;
+use quiver_flight::{Placement, PutOptions};
 use quiver_store::{MemoryCharge, TableWriter, WriteMode, batch_bytes};
 use tokio::task::JoinSet;
 
@@ -97,14 +101,17 @@ impl<'a> CatalogPut<'a> {
     }
 
     /// Ships the rows held, in as many partitions as the put asked for
-    /// (one per live node by default) less those shipped, one at least, and
-    /// publishes the put once every partition is stored.
+    /// (one per live node by default, one placed here) less those shipped,
+    /// one at least, and publishes the put once every partition is stored.
     pub(crate) async fn publish(mut self) -> Result<Published> {
         let mut shipping = match self.shipping.take() {
             Some(shipping) => shipping,
             None => self.begin().await?,
         };
-        let asked = (self.options.partitions).unwrap_or(shipping.nodes.nodes.len());
+        let asked = self.options.partitions.unwrap_or(match self.options.place {
+            Placement::Spread => shipping.nodes.nodes.len(),
+            Placement::Here => 1,
+        });
         let count = asked.saturating_sub(shipping.planned.len()).max(1);
         let (batches, charge) = self.writer.take();
         let stored = match shipping.ship(batches, charge, count).await {
@@ -209,6 +216,10 @@ impl Shipping {
             node.placeable(&nodes),
             node.options.replicas,
         );
+        let ring = match options.place {
+            Placement::Spread => ring,
+            Placement::Here => ring.first_on(&node.options.node_id),
+        };
         Ok(Self {
             node,
             table,

@@ -13,7 +13,7 @@ use arrow::datatypes::SchemaRef;
 use arrow_flight::{FlightDescriptor, FlightInfo};
 use quiver_flight::PutOptions;
 use quiver_flight::cluster::Published;
-use quiver_flight::tables::{LocalTables, TablePut, TableRead, Tables};
+use quiver_flight::tables::{LocalTables, NodeLocation, TablePut, TableRead, Tables};
 use quiver_shm::ShmServer;
 use quiver_store::{WriteMode, is_reserved};
 use tonic::Status;
@@ -156,5 +156,9 @@ impl Tables for CatalogTables {
 
     fn direct_puts(&self) -> bool {
         false
+    }
+
+    async fn nodes(&self) -> quiver_flight::Result<Vec<NodeLocation>> {
+        Ok(self.node.trusted_nodes())
     }
 }

@@ -101,6 +101,7 @@ pub(crate) async fn put_values(
         mode,
         partitions: Some(1),
         request: request.map(str::to_string),
+        ..PutOptions::default()
     };
     let mut put = CatalogPut::new(Arc::clone(node), table, &options, writer);
     let bytes = quiver_store::batch_bytes(&batch);

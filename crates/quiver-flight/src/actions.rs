@@ -31,6 +31,11 @@ pub(crate) fn health(started: Instant) -> Bytes {
     json_bytes(json!({"status": "ok", "uptime_seconds": started.elapsed().as_secs_f64()}))
 }
 
+/// The `nodes` action's result.
+pub(crate) fn nodes(nodes: &[crate::tables::NodeLocation]) -> Bytes {
+    json_bytes(json!({ "nodes": nodes }))
+}
+
 /// The `delete` action's result, from a single node or a cluster.
 pub(crate) fn deleted_body(table: &str, rows: u64, bytes: u64) -> Bytes {
     json_bytes(json!({"deleted": table, "rows": rows, "bytes": bytes}))

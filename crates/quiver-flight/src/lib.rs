@@ -45,7 +45,7 @@ pub use body_watch::{WatchBody, WatchBodyLayer};
 pub use descriptor::table_name;
 pub use error::{Error, Result};
 pub use exchange::STOP_INPUT;
-pub use put_options::{MAX_PARTITIONS, MAX_REQUEST_ID, PutOptions};
+pub use put_options::{MAX_PARTITIONS, MAX_REQUEST_ID, Placement, PutOptions};
 pub use request::partition_descriptor;
 pub use server::{Http2Config, ServeError, ServerConfig, ServerLimits, serve};
 pub use service::{QuiverService, ServiceOptions};

@@ -14,8 +14,8 @@ pub const MAX_PARTITIONS: usize = 1024;
 /// stream that has any (the schema message, a metadata-only message, or the first
 /// record batch); later `app_metadata` is ignored. Example:
 /// `{"mode": "append"}` or `{"mode": "replace", "partitions": 4}`, or
-/// `{"mode": "append", "request": "9f1c..."}`. Without options the table is
-/// replaced.
+/// `{"mode": "append", "request": "9f1c..."}`, or `{"place": "here"}`.
+/// Without options the table is replaced.
 #[derive(Debug, Clone, PartialEq, Eq, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct PutOptions {
@@ -31,6 +31,25 @@ pub struct PutOptions {
     /// that commit's result, not applied again.
     #[serde(default)]
     pub request: Option<String>,
+    /// Where a cluster node places the put's partitions ([`Placement`]).
+    #[serde(default)]
+    pub place: Placement,
+}
+
+/// Where a cluster node places a put's partitions. A single server holds
+/// every put itself, whatever is asked.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Placement {
+    /// `"spread"` (default): round the live nodes, each partition's copies
+    /// on the next ones, as many partitions as live nodes by default.
+    #[default]
+    Spread,
+    /// `"here"`: the first copy of each partition on the node the put is
+    /// sent to (the others round the rest), one partition by default. An
+    /// engine's task sent to one node of the `nodes` action's list has its
+    /// rows held where it sent them, and the nodes share the job's tasks.
+    Here,
 }
 
 /// The longest request id.
@@ -99,6 +118,9 @@ mod tests {
         assert_eq!((o.mode, o.partitions), (WriteMode::Replace, Some(4)));
         let o = PutOptions::from_app_metadata(br#"{"request":"r-1"}"#).unwrap();
         assert_eq!(o.request.as_deref(), Some("r-1"));
+        assert_eq!(o.place, Placement::Spread);
+        let o = PutOptions::from_app_metadata(br#"{"place":"here"}"#).unwrap();
+        assert_eq!(o.place, Placement::Here);
     }
 
     #[test]
@@ -109,6 +131,7 @@ mod tests {
             br#"{"partitions":0}"#,
             br#"{"request":""}"#,
             br#"{"request":"a b"}"#,
+            br#"{"place":"there"}"#,
             b"append",
         ] {
             assert!(PutOptions::from_app_metadata(bad).is_err());

@@ -198,6 +198,8 @@ pub(crate) enum ActionKind {
     Stats,
     /// Liveness.
     Health,
+    /// The cluster's nodes, for puts placed here.
+    Nodes,
     /// A ticket to put a table over shared memory.
     ShmPut,
     /// Flight SQL: prepare a statement.
@@ -231,12 +233,13 @@ fn unsupported(kind: &str) -> Option<String> {
 
 impl ActionKind {
     /// Every kind, in the order ListActions gives them.
-    pub(crate) const ALL: [ActionKind; 14] = [
+    pub(crate) const ALL: [ActionKind; 15] = [
         Self::Delete,
         Self::Rename,
         Self::Publish,
         Self::Stats,
         Self::Health,
+        Self::Nodes,
         Self::ShmPut,
         Self::CreatePreparedStatement,
         Self::ClosePreparedStatement,
@@ -256,6 +259,7 @@ impl ActionKind {
             Self::Publish => "publish",
             Self::Stats => "stats",
             Self::Health => "health",
+            Self::Nodes => "nodes",
             Self::ShmPut => "shm-put",
             Self::CreatePreparedStatement => "CreatePreparedStatement",
             Self::ClosePreparedStatement => "ClosePreparedStatement",
@@ -289,6 +293,11 @@ impl ActionKind {
                  uptime_seconds."
             }
             Self::Health => "Liveness: JSON {\"status\": \"ok\", uptime_seconds}.",
+            Self::Nodes => {
+                "The cluster's live nodes, for puts sent with {\"place\": \"here\"} (an engine's \
+                 tasks spread over them). Result: JSON {\"nodes\": [{id, location}]}; empty on a \
+                 single server."
+            }
             Self::ShmPut => {
                 "A ticket to put a table over the same-host shared-memory socket. Body: JSON \
                  {\"table\", \"options\": {\"mode\", \"partitions\"}}. Result: JSON {location, \
@@ -412,6 +421,8 @@ pub(crate) enum ActionRequest {
     Stats,
     /// `health`.
     Health,
+    /// `nodes`: where puts placed here may go.
+    Nodes,
     ShmPut(ShmPut),
     Sql(SqlAction),
     /// `list-functions`.
@@ -442,6 +453,7 @@ impl ActionRequest {
             ActionKind::Publish => Self::Table(TableAction::Publish(publish(body)?)),
             ActionKind::Stats => Self::Stats,
             ActionKind::Health => Self::Health,
+            ActionKind::Nodes => Self::Nodes,
             ActionKind::ShmPut => Self::ShmPut(shm_put(body)?),
             ActionKind::ListFunctions => Self::ListFunctions,
             ActionKind::SetSessionOptions => Self::Session(SessionAction::set(body)?),

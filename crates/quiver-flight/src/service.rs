@@ -300,6 +300,7 @@ impl QuiverService {
                 vec![actions::stats(&self.store, &self.body_pool, self.started)]
             }
             ActionRequest::Health => vec![actions::health(self.started)],
+            ActionRequest::Nodes => vec![actions::nodes(&self.tables.nodes().await?)],
         };
         Ok((bodies, None))
     }

@@ -96,6 +96,19 @@ pub trait Tables: Send + Sync + Debug {
     /// Whether a put may write this node's store directly, as the
     /// shared-memory put does. A cluster spreads every put over its nodes.
     fn direct_puts(&self) -> bool;
+
+    /// The nodes a client may send a put placed here to (the `nodes`
+    /// action): a cluster's live nodes; none on a single server.
+    async fn nodes(&self) -> Result<Vec<NodeLocation>>;
+}
+
+/// A node of a cluster, as the `nodes` action lists it.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct NodeLocation {
+    /// Its `--node-id`.
+    pub id: String,
+    /// Its Flight location.
+    pub location: String,
 }
 
 /// A put under way: the rows pushed as they are received, published at
@@ -322,6 +335,10 @@ impl Tables for LocalTables {
 
     fn direct_puts(&self) -> bool {
         true
+    }
+
+    async fn nodes(&self) -> Result<Vec<NodeLocation>> {
+        Ok(Vec::new())
     }
 }
 

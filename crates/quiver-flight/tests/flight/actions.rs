@@ -26,6 +26,7 @@ async fn actions_delete_rename_stats_health() {
             "publish",
             "stats",
             "health",
+            "nodes",
             "shm-put",
             // Flight SQL's
             "CreatePreparedStatement",
@@ -65,6 +66,11 @@ async fn actions_delete_rename_stats_health() {
         action(&mut client, "health", "").await.expect("health")["status"],
         "ok"
     );
+    // A single server holds every put itself: no node to send one to.
+    assert_eq!(
+        action(&mut client, "nodes", "").await.expect("nodes"),
+        serde_json::json!({"nodes": []})
+    );
 
     let deleted = action(&mut client, "delete", "c").await.expect("delete");
     assert_eq!(deleted["rows"], 5);
@@ -72,7 +78,10 @@ async fn actions_delete_rename_stats_health() {
 
     let (c, m) = status(action(&mut client, "compact", "").await.unwrap_err());
     assert_eq!(c, Code::Unimplemented);
-    assert!(m.contains("delete, rename, publish, stats, health"), "{m}");
+    assert!(
+        m.contains("delete, rename, publish, stats, health, nodes"),
+        "{m}"
+    );
 }
 
 /// Runs an action; its one JSON result.

@@ -1,5 +1,6 @@
 package quiver.spark;
 
+import com.fasterxml.jackson.databind.JsonNode;
 import com.fasterxml.jackson.databind.ObjectMapper;
 import com.fasterxml.jackson.databind.node.ArrayNode;
 import com.fasterxml.jackson.databind.node.ObjectNode;
@@ -8,6 +9,7 @@ import java.nio.charset.StandardCharsets;
 import java.util.ArrayList;
 import java.util.Iterator;
 import java.util.List;
+import java.util.TreeMap;
 import java.util.UUID;
 import org.apache.arrow.flight.Action;
 import org.apache.arrow.flight.AsyncPutListener;
@@ -18,6 +20,7 @@ import org.apache.arrow.flight.FlightInfo;
 import org.apache.arrow.flight.FlightRuntimeException;
 import org.apache.arrow.flight.FlightStatusCode;
 import org.apache.arrow.flight.Result;
+import org.apache.arrow.memory.ArrowBuf;
 import org.apache.arrow.vector.VectorSchemaRoot;
 import org.apache.arrow.vector.types.pojo.Schema;
 import org.apache.spark.sql.catalyst.InternalRow;
@@ -36,7 +39,9 @@ import org.apache.spark.sql.util.ArrowUtils;
  * Writes: every task puts its rows as a staging table of its own ({@code
  * .quiver-staging/<job>/<task>-<attempt>}), and the driver publishes them all into the target
  * at commit, in one atomic step (the {@code publish} action); a failed job deletes what it
- * staged and leaves the target as it was. The Python connector's protocol
+ * staged and leaves the target as it was. On a cluster, task {@code i} puts to node {@code i}
+ * modulo the nodes the {@code nodes} action lists, which keeps its rows ({@code "place":
+ * "here"}), so the nodes share the job. The Python connector's protocol
  * (quiver.splits.WriteJob): the two can write side by side.
  */
 final class QuiverWrite {
@@ -87,6 +92,8 @@ final class QuiverWrite {
     private final boolean replace;
     private final Integer partitions;
     private final String prefix;
+    /** On a cluster, its nodes' locations in the order of their ids; empty otherwise. */
+    private String[] nodes = new String[0];
 
     private Job(
         Connection connection, String table, StructType schema, boolean replace, Integer partitions) {
@@ -107,9 +114,35 @@ final class QuiverWrite {
           // An append needs its target: say so now, not after every task ran.
           client.flight.getSchema(FlightDescriptor.path(table), client.options);
         }
+        job.nodes = nodes(client);
         putEmpty(client, job.marker(), new Schema(List.of()));
       }
       return job;
+    }
+
+    /**
+     * The cluster's nodes a task may put to, by id: none on a single server, or on a server
+     * from before the {@code nodes} action.
+     */
+    private static String[] nodes(Connection.Client client) {
+      byte[] answer;
+      try {
+        answer = action(client, "nodes", new byte[0]);
+      } catch (FlightRuntimeException e) {
+        if (e.status().code() == FlightStatusCode.UNIMPLEMENTED) {
+          return new String[0];
+        }
+        throw e;
+      }
+      TreeMap<String, String> byId = new TreeMap<>();
+      try {
+        for (JsonNode node : new ObjectMapper().readTree(answer).path("nodes")) {
+          byId.put(node.path("id").asText(), node.path("location").asText());
+        }
+      } catch (IOException e) {
+        throw new IllegalStateException("the nodes action's answer: " + e, e);
+      }
+      return byId.values().toArray(new String[0]);
     }
 
     String marker() {
@@ -118,7 +151,7 @@ final class QuiverWrite {
 
     @Override
     public DataWriterFactory createBatchWriterFactory(PhysicalWriteInfo info) {
-      return new WriterFactory(connection, schema, prefix, marker());
+      return new WriterFactory(connection, schema, prefix, marker(), nodes);
     }
 
     @Override
@@ -190,24 +223,34 @@ final class QuiverWrite {
     private final StructType schema;
     private final String prefix;
     private final String marker;
+    private final String[] nodes;
 
-    WriterFactory(Connection connection, StructType schema, String prefix, String marker) {
+    WriterFactory(
+        Connection connection, StructType schema, String prefix, String marker, String[] nodes) {
       this.connection = connection;
       this.schema = schema;
       this.prefix = prefix;
       this.marker = marker;
+      this.nodes = nodes;
     }
 
     @Override
     public DataWriter<InternalRow> createWriter(int partitionId, long taskId) {
       String name =
           prefix + partitionId + "-" + taskId + "-" + UUID.randomUUID().toString().substring(0, 8);
-      return new TaskWriter(connection, schema, name, marker);
+      String node = nodes.length == 0 ? null : nodes[partitionId % nodes.length];
+      return new TaskWriter(connection, schema, name, marker, node);
     }
   }
 
-  /** One task: its rows into Arrow batches, streamed by one DoPut to its staging table. */
+  /**
+   * One task: its rows into Arrow batches, streamed by one DoPut to its staging table, through
+   * its node if it has one that answers (which keeps the rows), else through the job's server.
+   */
   static final class TaskWriter implements DataWriter<InternalRow> {
+    /** The put's options when its node keeps its rows, on its first batch. */
+    private static final byte[] HERE = "{\"place\":\"here\"}".getBytes(StandardCharsets.UTF_8);
+
     private final Connection.Client client;
     private final String name;
     private final String marker;
@@ -216,8 +259,9 @@ final class QuiverWrite {
     private int pending;
     private long rows;
 
-    TaskWriter(Connection connection, StructType schema, String name, String marker) {
-      this.client = connection.open(null);
+    TaskWriter(Connection connection, StructType schema, String name, String marker, String node) {
+      Connection.Client atNode = node == null ? null : answering(connection, node);
+      this.client = atNode != null ? atNode : connection.open(null);
       this.name = name;
       this.marker = marker;
       this.writer =
@@ -225,6 +269,27 @@ final class QuiverWrite {
       this.put =
           client.flight.startPut(
               FlightDescriptor.path(name), writer.root(), new AsyncPutListener(), client.options);
+      if (atNode != null) {
+        // Before the first batch, as the Python client sends its options.
+        ArrowBuf options = client.allocator.buffer(HERE.length);
+        options.writeBytes(HERE);
+        put.putMetadata(options); // the put takes the buffer
+      }
+    }
+
+    /** A client of {@code node} if it answers now; null if it does not (gone since the job began). */
+    private static Connection.Client answering(Connection connection, String node) {
+      Connection.Client client = null;
+      try {
+        client = connection.open(node);
+        action(client, "health", new byte[0]);
+        return client;
+      } catch (RuntimeException e) {
+        if (client != null) {
+          client.close();
+        }
+        return null;
+      }
     }
 
     @Override
