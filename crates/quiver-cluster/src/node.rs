@@ -118,6 +118,25 @@ pub struct ClusterOptions {
     pub compact_above: usize,
 }
 
+/// The catalog as a node last read it ([`Snapshot`], which it derefs to),
+/// and the deletes the watch brought since.
+#[derive(Debug)]
+pub(crate) struct Cache {
+    snapshot: Snapshot,
+    /// Tables the watch brought deleted, at their deletes' revisions: kept
+    /// until a catalog read as new as the delete, so that a read begun
+    /// before it does not bring the table back.
+    pub(crate) deleted: BTreeMap<String, i64>,
+}
+
+impl std::ops::Deref for Cache {
+    type Target = Snapshot;
+
+    fn deref(&self) -> &Snapshot {
+        &self.snapshot
+    }
+}
+
 /// This node's part in the cluster.
 #[derive(Debug)]
 pub struct ClusterNode {
@@ -126,7 +145,7 @@ pub struct ClusterNode {
     pub(crate) etcd: Etcd,
     pub(crate) peers: Peers,
     /// The catalog as last read: the fallback when etcd is unreachable.
-    pub(crate) cache: RwLock<Snapshot>,
+    pub(crate) cache: RwLock<Cache>,
     /// The node's current lease (`None` once it left).
     pub(crate) lease: Mutex<Option<i64>>,
     /// Whether that lease is held now, as a [`Standing`]: the node takes
@@ -194,7 +213,10 @@ impl ClusterNode {
             store,
             etcd,
             peers,
-            cache: RwLock::new(snapshot),
+            cache: RwLock::new(Cache {
+                snapshot,
+                deleted: BTreeMap::new(),
+            }),
             lease: Mutex::new(Some(lease)),
             standing: AtomicU8::new(Standing::Held as u8),
             renewing: tokio::sync::Mutex::new(None),
@@ -363,6 +385,7 @@ impl ClusterNode {
         self.cache
             .read()
             .unwrap_or_else(PoisonError::into_inner)
+            .snapshot
             .clone()
     }
 
@@ -391,31 +414,48 @@ impl ClusterNode {
     /// the watch brought newer than it ([`ClusterNode::saw_table`]).
     pub(crate) fn remember(&self, mut snapshot: Snapshot) {
         let mut cache = self.cache.write().unwrap_or_else(PoisonError::into_inner);
-        for (name, (entry, revision)) in &cache.tables {
+        for (name, (entry, revision)) in &cache.snapshot.tables {
             if *revision > snapshot.revision {
                 snapshot
                     .tables
                     .insert(name.clone(), (entry.clone(), *revision));
             }
         }
-        *cache = snapshot;
+        // A delete the read began before: gone all the same. One it saw
+        // needs no remembering any more.
+        cache.deleted.retain(|name, revision| {
+            let newer = *revision > snapshot.revision;
+            if newer {
+                snapshot.tables.remove(name);
+            }
+            newer
+        });
+        cache.snapshot = snapshot;
     }
 
     /// Keeps table `name`'s entry committed at `revision` (`None`: deleted)
     /// as last read, unless what is kept is as new.
     pub(crate) fn saw_table(&self, name: String, entry: Option<TableEntry>, revision: i64) {
         let mut cache = self.cache.write().unwrap_or_else(PoisonError::into_inner);
-        if cache
+        let kept = cache
+            .snapshot
             .tables
             .get(&name)
-            .is_some_and(|(_, kept)| *kept >= revision)
-        {
+            .map(|(_, kept)| *kept)
+            .or_else(|| cache.deleted.get(&name).copied());
+        if kept.is_some_and(|kept| kept >= revision) {
             return;
         }
         match entry {
-            Some(entry) => cache.tables.insert(name, (entry, revision)),
-            None => cache.tables.remove(&name),
-        };
+            Some(entry) => {
+                cache.deleted.remove(&name);
+                cache.snapshot.tables.insert(name, (entry, revision));
+            }
+            None => {
+                cache.snapshot.tables.remove(&name);
+                cache.deleted.insert(name, revision);
+            }
+        }
     }
 
     /// The catalog now, or as last read when etcd is unreachable.
@@ -443,7 +483,7 @@ impl ClusterNode {
                     // An absent key has no revision to compare.
                     None => {
                         let mut cache = self.cache.write().unwrap_or_else(PoisonError::into_inner);
-                        cache.tables.remove(name);
+                        cache.snapshot.tables.remove(name);
                     }
                 }
                 read.value

@@ -680,6 +680,21 @@ mod tests {
             !node.cached().tables.contains_key("t")
         })
         .await;
+        // A catalog read that started before the delete does not bring the
+        // table back; one as new as the delete is kept as it is.
+        let mut older = Snapshot {
+            revision,
+            ..Snapshot::default()
+        };
+        older.tables.insert("t".into(), (entry(2, 5), revision));
+        node.remember(older);
+        assert!(!node.cached().tables.contains_key("t"), "a delete undone");
+        node.saw_table("t".into(), Some(entry(2, 5)), revision);
+        assert!(!node.cached().tables.contains_key("t"), "a delete undone");
+        let newer = node.etcd.snapshot().await.unwrap();
+        assert!(newer.revision > revision && !newer.tables.contains_key("t"));
+        node.remember(newer);
+        assert!(node.cache.read().unwrap().deleted.is_empty());
         // A node that joins does.
         let _n2 = testing::node(&etcd, "n2").await;
         let woken = tokio::time::timeout(Duration::from_secs(5), wake.notified()).await;
