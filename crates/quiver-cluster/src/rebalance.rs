@@ -15,7 +15,8 @@
 //! replica lists into the table's current entry (appends that came
 //! meanwhile kept). Its own copy becomes an orphan, held for the readers it
 //! was handed to ([`crate::reads`]) and then dropped. Rows, order and
-//! version stay as they were: readers keep reading throughout.
+//! version stay as they were: readers keep reading throughout. A write
+//! job's staging tables are left where the job's tasks put them.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 
@@ -25,6 +26,12 @@ use crate::node::ClusterNode;
 
 /// The most moves one node makes in one batch (one commit per table).
 const MOVES_PER_BATCH: usize = 8;
+
+/// Where clients stage an engine's write job (`quiver.splits.WriteJob`,
+/// the JVM connector) until it is published: such a table lives for one
+/// job, its tasks placed on the nodes they were sent to, and is neither
+/// counted nor moved.
+const STAGING_PREFIX: &str = ".quiver-staging/";
 
 /// One copy to move.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -53,6 +60,9 @@ pub(crate) fn plan(
     // Each copy: (table, partition, bytes) and the nodes holding it.
     let mut copies = Vec::new();
     for (table, (entry, _)) in tables {
+        if table.starts_with(STAGING_PREFIX) {
+            continue;
+        }
         for part in &entry.partitions {
             if busy.contains(part.name.as_str())
                 || part.replicas.iter().any(|r| !live.contains(r.as_str()))
@@ -288,6 +298,18 @@ mod tests {
         for m in &moves {
             assert!(seen.insert(&m.partition), "{m:?} moved twice");
         }
+    }
+
+    #[test]
+    fn a_write_jobs_staging_tables_stay_where_their_tasks_put_them() {
+        // Every copy on n1 and n2: a table would be evened out, a job's
+        // staging table is not.
+        let parts = [("p", 100, &["n1", "n2"][..]), ("q", 100, &["n1", "n2"][..])];
+        let nodes = ["n1", "n2", "n3"];
+        let staged = BTreeMap::from([(".quiver-staging/job/0-a".to_string(), table(&parts))]);
+        assert!(plan(&staged, &nodes, &HashSet::new()).is_empty());
+        let published = BTreeMap::from([("t".to_string(), table(&parts))]);
+        assert!(!plan(&published, &nodes, &HashSet::new()).is_empty());
     }
 
     #[test]
