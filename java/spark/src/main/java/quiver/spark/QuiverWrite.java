@@ -248,7 +248,7 @@ final class QuiverWrite {
    * its node if it has one that answers (which keeps the rows), else through the job's server.
    */
   static final class TaskWriter implements DataWriter<InternalRow> {
-    /** The put's options when its node keeps its rows, on its first batch. */
+    /** The put's options when its node keeps its rows, sent before the first batch. */
     private static final byte[] HERE = "{\"place\":\"here\"}".getBytes(StandardCharsets.UTF_8);
 
     private final Connection.Client client;
