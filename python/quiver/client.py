@@ -64,6 +64,10 @@ _CORE_SCHEMES = ("grpc+tcp://", "grpc://", "grpc+tls://")
 #: over the target (see :meth:`Client.put`).
 STAGING_PREFIX = ".quiver-staging/"
 
+#: The storage names of a cluster node's partitions, which a cluster endpoint's ticket
+#: names; never a table's name.
+PARTITION_PREFIX = ".quiver-part/"
+
 
 def connect(
     uri: str = DEFAULT_URI,

@@ -54,7 +54,7 @@ import pyarrow.flight as flight
 
 from . import _protocol, _sql
 from ._protocol import PutPlace, Transport
-from .client import STAGING_PREFIX, Client, _location_uri
+from .client import PARTITION_PREFIX, STAGING_PREFIX, Client, _location_uri
 from .errors import (
     InvalidArgumentError,
     NotFoundError,
@@ -676,8 +676,16 @@ def read_split(plan: ReadPlan, split: Split) -> Iterator[pa.RecordBatch]:
 def _read_from(plan: ReadPlan, split: Split, uri: str, skip: int) -> Iterator[pa.RecordBatch]:
     conn = plan.connection
     pinned = split.pinned
-    # The server filters what it streams: a filtered split always travels by gRPC.
-    if pinned is not None and plan.filter is None and conn.transport != "grpc" and _is_local(uri):
+    # The server filters what it streams: a filtered split always travels by gRPC. So does
+    # a cluster partition's split: its ticket names the partition's storage, which no
+    # GetFlightInfo serves (the table's shared-memory endpoints are ``Client.get``'s).
+    if (
+        pinned is not None
+        and plan.filter is None
+        and conn.transport != "grpc"
+        and not str(pinned["t"]).startswith(PARTITION_PREFIX)
+        and _is_local(uri)
+    ):
         table = _read_shm(plan, split, pinned, uri)
         if table is not None:
             yield from table.slice(skip).to_batches()

@@ -663,6 +663,17 @@ def test_a_client_on_a_nodes_host_reads_its_partitions_over_shared_memory(
                 assert c.get("t").equals(table)
             with nodes.client(node_id) as c:
                 assert c.get("t").equals(table)
+        # The engines' splits read a cluster table over gRPC: a split's ticket names a
+        # partition's storage, which GetFlightInfo does not serve, so none is asked for.
+        plan = splits.plan_read(nodes.connection("n2"), "t")
+        assert plan.connection.transport == "auto"
+        parts = [
+            pa.Table.from_batches(list(splits.read_split(plan, s)), plan.schema)
+            for s in plan.splits
+        ]
+        assert pa.concat_tables(parts).sort_by("id").equals(table)
+        refused = [n for n in NODES if "kept for quiver's own storage" in nodes.nodes[n].log()]
+        assert refused == [], f"GetFlightInfo of a partition's storage asked of {refused}"
     finally:
         failures = nodes.stop_all()
         if failures:
