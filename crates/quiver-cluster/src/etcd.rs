@@ -491,14 +491,14 @@ impl Etcd {
         })
     }
 
-    /// Keeps `lease` alive until it cannot. `sure_until` is moved on with
-    /// every renewal etcd answers: the lease cannot end before it (etcd
-    /// renewed it after the renewal was asked for, for the TTL it names).
+    /// Keeps `lease` alive until it cannot, telling `renewed` of every
+    /// renewal etcd answers: when it was asked for and the TTL etcd named
+    /// (the lease cannot end before the one plus the other).
     pub(crate) async fn keep_alive(
         &self,
         lease: i64,
         every: Duration,
-        sure_until: &mut Instant,
+        renewed: impl Fn(Instant, Duration),
     ) -> LeaseEnd {
         let mut asked = Instant::now();
         let mut keeper = match self.client.lease_keep_alive(lease).await {
@@ -507,7 +507,7 @@ impl Etcd {
         };
         loop {
             match keeper.keep_alive().await {
-                Ok(ttl) if ttl > 0 => *sure_until = asked + ttl_duration(ttl),
+                Ok(ttl) if ttl > 0 => renewed(asked, ttl_duration(ttl)),
                 Ok(_) => return LeaseEnd::Expired,
                 Err(e) => return LeaseEnd::Unanswered(e.into()),
             }
@@ -516,10 +516,12 @@ impl Etcd {
         }
     }
 
-    /// Renews `lease` once: `Ok(false)` when etcd says it has expired.
-    pub(crate) async fn renew(&self, lease: i64) -> Result<bool> {
+    /// Renews `lease` once: the TTL etcd names, or `None` when etcd says it
+    /// has expired.
+    pub(crate) async fn renew(&self, lease: i64) -> Result<Option<Duration>> {
         let mut keeper = self.client.lease_keep_alive(lease).await?;
-        Ok(keeper.keep_alive().await? > 0)
+        let ttl = keeper.keep_alive().await?;
+        Ok((ttl > 0).then(|| ttl_duration(ttl)))
     }
 
     /// Calls `changed` whenever a node joins or leaves or a table is

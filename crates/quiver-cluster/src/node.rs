@@ -155,6 +155,11 @@ pub struct ClusterNode {
     /// lease ([`ClusterNode::lease_for_write`]), and when the last such
     /// renewal went unanswered.
     renewing: tokio::sync::Mutex<Option<Instant>>,
+    /// Until when the lease surely lasts: its last answered renewal's ask
+    /// plus the TTL etcd named, whoever renewed it (the lease's own
+    /// renewal or a write). Past it, while etcd does not answer, the node
+    /// is [`Standing::Unsure`].
+    sure_until: Mutex<Instant>,
     /// The keys of this node's intents in flight: any other intent of this
     /// node in the catalog is left over from a failed put, and deleted.
     pub(crate) intents: Mutex<HashSet<String>>,
@@ -220,6 +225,8 @@ impl ClusterNode {
             lease: Mutex::new(Some(lease)),
             standing: AtomicU8::new(Standing::Held as u8),
             renewing: tokio::sync::Mutex::new(None),
+            // Nothing is known of the lease before its first renewal.
+            sure_until: Mutex::new(Instant::now()),
             intents: Mutex::new(HashSet::new()),
             requests_lease: tokio::sync::Mutex::new(None),
             orphans: Mutex::new(HashMap::new()),
@@ -298,17 +305,40 @@ impl ClusterNode {
         if unanswered.is_some_and(|at| at.elapsed() < RENEW_ON_WRITE_AFTER) {
             return Err(ClusterError::NotRegistered);
         }
+        let asked = Instant::now();
         match tokio::time::timeout(RENEW_ON_WRITE_AFTER, self.etcd.renew(lease)).await {
-            Ok(Ok(true)) => {
+            Ok(Ok(Some(ttl))) => {
                 *unanswered = None;
+                self.renewed(asked, ttl);
                 self.stand_from(Standing::Unsure, Standing::Held);
                 tracing::info!(node = %self.options.node_id, "cluster lease renewed by a write; still registered");
             }
             // Expired: the lease's own renewal finds it so, and registers again.
-            Ok(Ok(false)) => *unanswered = None,
+            Ok(Ok(None)) => *unanswered = None,
             Ok(Err(_)) | Err(_) => *unanswered = Some(Instant::now()),
         }
         self.lease_now()
+    }
+
+    /// Records a renewal etcd answered: asked at `asked`, for `ttl`.
+    pub(crate) fn renewed(&self, asked: Instant, ttl: Duration) {
+        let mut until = self
+            .sure_until
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        *until = (*until).max(asked + ttl);
+    }
+
+    /// Takes a held lease for unsure once it is past its last renewal's
+    /// TTL (while etcd does not answer).
+    pub(crate) fn doubt_lapsed_lease(&self) {
+        let until = *self
+            .sure_until
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        if Instant::now() >= until {
+            self.stand_from(Standing::Held, Standing::Unsure);
+        }
     }
 
     /// Where the node stands with its lease.
@@ -1451,6 +1481,10 @@ mod tests {
         }
         assert_eq!(node.standing(), Standing::Held);
         assert_eq!(node.lease_now().unwrap(), lease);
+        // The write's renewal counts as the lease's: the lease's own renewal,
+        // still waiting for etcd, does not take it for unsure again.
+        node.doubt_lapsed_lease();
+        assert_eq!(node.standing(), Standing::Held, "taken for unsure again");
         // A lease etcd says expired is not taken for held.
         node.stand(Standing::Unsure);
         let client = etcd.client(quiver_etcd::ConnectOptions::default()).await;

@@ -146,16 +146,16 @@ impl ClusterNode {
     /// node keeps serving reads of what it holds.
     async fn stay_registered(&self) {
         let every = self.options.lease_ttl / 3;
-        // Nothing is known of the lease before its first renewal here.
-        let mut sure_until = Instant::now();
         loop {
             let lease = *self.lease.lock().unwrap_or_else(PoisonError::into_inner);
             let Some(lease) = lease else { return };
-            if let LeaseEnd::Unanswered(e) =
-                self.etcd.keep_alive(lease, every, &mut sure_until).await
+            if let LeaseEnd::Unanswered(e) = self
+                .etcd
+                .keep_alive(lease, every, |asked, ttl| self.renewed(asked, ttl))
+                .await
             {
                 tracing::warn!(node = %self.options.node_id, "cluster lease: {e}; renewing it when etcd answers");
-                if self.renew_when_etcd_answers(lease, sure_until).await {
+                if self.renew_when_etcd_answers(lease).await {
                     tracing::info!(node = %self.options.node_id, "cluster lease renewed again; still registered");
                     continue;
                 }
@@ -165,29 +165,28 @@ impl ClusterNode {
             if !self.register_again(lease).await {
                 return;
             }
-            sure_until = Instant::now();
         }
     }
 
     /// Renews `lease` once etcd answers again: true once renewed, false
-    /// when etcd says it expired. From `sure_until` on, while etcd does
-    /// not answer, the node is unsure whether it holds the lease, and a
-    /// write asks etcd itself before it is taken
-    /// ([`ClusterNode::lease_for_write`]).
-    async fn renew_when_etcd_answers(&self, lease: i64, sure_until: Instant) -> bool {
+    /// when etcd says it expired. Past its last renewal's TTL (by this
+    /// loop or by a write), while etcd does not answer, the node is unsure
+    /// whether it holds the lease, and a write asks etcd itself before it
+    /// is taken ([`ClusterNode::lease_for_write`]).
+    async fn renew_when_etcd_answers(&self, lease: i64) -> bool {
         loop {
-            if Instant::now() >= sure_until {
-                self.stand_from(Standing::Held, Standing::Unsure);
-            }
+            self.doubt_lapsed_lease();
             tokio::time::sleep(REGISTER_BACKOFF).await;
+            let asked = Instant::now();
             match self.etcd.renew(lease).await {
-                Ok(alive) => {
-                    self.stand(if alive {
-                        Standing::Held
-                    } else {
-                        Standing::Lost
-                    });
-                    return alive;
+                Ok(Some(ttl)) => {
+                    self.renewed(asked, ttl);
+                    self.stand(Standing::Held);
+                    return true;
+                }
+                Ok(None) => {
+                    self.stand(Standing::Lost);
+                    return false;
                 }
                 Err(e) => tracing::debug!("renewing the cluster lease: {e}"),
             }
