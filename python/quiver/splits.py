@@ -676,17 +676,12 @@ def read_split(plan: ReadPlan, split: Split) -> Iterator[pa.RecordBatch]:
 def _read_from(plan: ReadPlan, split: Split, uri: str, skip: int) -> Iterator[pa.RecordBatch]:
     conn = plan.connection
     pinned = split.pinned
-    # The server filters what it streams: a filtered split always travels by gRPC. So does
-    # a cluster partition's split: its ticket names the partition's storage, which no
-    # GetFlightInfo serves (the table's shared-memory endpoints are ``Client.get``'s).
-    if (
-        pinned is not None
-        and plan.filter is None
-        and conn.transport != "grpc"
-        and not str(pinned["t"]).startswith(PARTITION_PREFIX)
-        and _is_local(uri)
-    ):
-        table = _read_shm(plan, split, pinned, uri)
+    # The server filters what it streams: a filtered split always travels by gRPC.
+    if pinned is not None and plan.filter is None and conn.transport != "grpc" and _is_local(uri):
+        if str(pinned["t"]).startswith(PARTITION_PREFIX):
+            table = _read_partition_shm(plan, split, uri)
+        else:
+            table = _read_shm(plan, split, pinned, uri)
         if table is not None:
             yield from table.slice(skip).to_batches()
             return
@@ -734,6 +729,43 @@ def _read_shm(plan: ReadPlan, split: Split, pinned: dict[str, Any], uri: str) ->
     if plan.columns is not None:
         part = part.select(list(plan.columns))
     return part
+
+
+def _read_partition_shm(plan: ReadPlan, split: Split, uri: str) -> pa.Table | None:
+    """Read a cluster table's split through the node at ``uri``'s shared memory, or None.
+
+    ``None`` means: read it over gRPC. The split's ticket names one partition's storage,
+    which only DoGet serves. The node's GetFlightInfo of the table, asked for shared
+    memory, lists the same partitions in the same order while the version is the plan's,
+    and each one the node holds over shared memory (docs/cluster.md): the split's is at
+    its place.
+    """
+    conn = plan.connection
+    client = conn.client(uri)
+    try:
+        info = client._flight_info(str(plan.table), shm=True)
+    except QuiverError:
+        # The partition outlives its table for readers (a replace or delete since the
+        # plan): the ticket still reads it over gRPC.
+        if conn.transport == "shm":
+            raise
+        return None
+    version = _protocol.json_int(_protocol.json_object(info.app_metadata), "version")
+    endpoints = list(info.endpoints)
+    if version != plan.version or len(endpoints) != len(plan.splits):
+        if conn.transport == "shm":
+            raise VersionConflictError(
+                f"table {plan.table!r} changed since the read was planned "
+                f"(version {plan.version}, now {version}): plan again",
+                "ABORTED",
+            )
+        return None
+    table, _ = client._get_shm([endpoints[split.index]])
+    if table is None:
+        return None
+    if plan.columns is not None:
+        table = table.select(list(plan.columns))
+    return table
 
 
 def _is_local(uri: str) -> bool:

@@ -643,6 +643,7 @@ def test_a_client_on_a_nodes_host_reads_its_partitions_over_shared_memory(
     try:
         wait_until("three live nodes", lambda: len(nodes.status()["nodes"]) == 3)  # type: ignore[arg-type]
         table = ids(300_000)
+        table = table.append_column("half", pc.divide(table["id"], 2))
         # A put in "auto" goes over gRPC (a shared-memory put would not be spread).
         with nodes.client("n1") as c:
             assert c.put("t", table, partitions=6).version == 1
@@ -663,17 +664,45 @@ def test_a_client_on_a_nodes_host_reads_its_partitions_over_shared_memory(
                 assert c.get("t").equals(table)
             with nodes.client(node_id) as c:
                 assert c.get("t").equals(table)
-        # The engines' splits read a cluster table over gRPC: a split's ticket names a
-        # partition's storage, which GetFlightInfo does not serve, so none is asked for.
-        plan = splits.plan_read(nodes.connection("n2"), "t")
-        assert plan.connection.transport == "auto"
-        parts = [
-            pa.Table.from_batches(list(splits.read_split(plan, s)), plan.schema)
-            for s in plan.splits
-        ]
-        assert pa.concat_tables(parts).sort_by("id").equals(table)
+
+        # The engines' splits of a cluster table on the nodes' host: each is read through
+        # the shared memory of the first node holding it (every node is local here), with
+        # the plan's columns; no DoGet, and no GetFlightInfo of a partition's storage.
+        def partition_gets() -> int:
+            logs = [nodes.nodes[n].log() for n in NODES]
+            return sum(
+                1
+                for log in logs
+                for line in log.splitlines()
+                if "DoGet" in line and ".quiver-part/" in line
+            )
+
+        before = partition_gets()
+        for transport in ("shm", "auto"):
+            plan = splits.plan_read(
+                nodes.connection("n2", transport=transport), "t", columns=["id"]
+            )
+            parts = [
+                pa.Table.from_batches(list(splits.read_split(plan, s)), plan.schema)
+                for s in plan.splits
+            ]
+            assert pa.concat_tables(parts).equals(table.select(["id"])), transport
+        assert partition_gets() == before, "a split was read by DoGet"
         refused = [n for n in NODES if "kept for quiver's own storage" in nodes.nodes[n].log()]
         assert refused == [], f"GetFlightInfo of a partition's storage asked of {refused}"
+        # Over gRPC the same split is a DoGet, logged as such.
+        plan = splits.plan_read(nodes.connection("n2", transport="grpc"), "t")
+        assert pa.Table.from_batches(list(splits.read_split(plan, plan.splits[0]))).num_rows > 0
+        wait_until("the gRPC split's DoGet logged", lambda: partition_gets() > before)
+        # Planned before a replace: "shm" asks to plan again; "auto" reads the replaced
+        # version's partitions, held for the plan's readers, over gRPC.
+        shm = splits.plan_read(nodes.connection("n2", transport="shm"), "t")
+        auto = splits.plan_read(nodes.connection("n2"), "t")
+        with nodes.client("n1") as c:
+            assert c.put("t", ids(10)).version == 2
+        with pytest.raises(quiver.VersionConflictError, match="plan again"):
+            list(splits.read_split(shm, shm.splits[0]))
+        assert auto.read().equals(table)
     finally:
         failures = nodes.stop_all()
         if failures:
