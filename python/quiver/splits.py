@@ -678,10 +678,7 @@ def _read_from(plan: ReadPlan, split: Split, uri: str, skip: int) -> Iterator[pa
     pinned = split.pinned
     # The server filters what it streams: a filtered split always travels by gRPC.
     if pinned is not None and plan.filter is None and conn.transport != "grpc" and _is_local(uri):
-        if str(pinned["t"]).startswith(PARTITION_PREFIX):
-            table = _read_partition_shm(plan, split, uri)
-        else:
-            table = _read_shm(plan, split, pinned, uri)
+        table = _read_shm(plan, split, pinned, uri)
         if table is not None:
             yield from table.slice(skip).to_batches()
             return
@@ -700,69 +697,41 @@ def _read_from(plan: ReadPlan, split: Split, uri: str, skip: int) -> Iterator[pa
 def _read_shm(plan: ReadPlan, split: Split, pinned: dict[str, Any], uri: str) -> pa.Table | None:
     """Read a table split through shared memory, or return ``None`` to use gRPC.
 
-    Maps the whole version (no page is touched) and slices the split's rows out
-    of it, after checking it is the version the plan pinned.
+    A server's ticket pins a version and a slice of it: the whole version is mapped (no
+    page is touched) and the split's rows sliced out, after checking it is the version the
+    plan pinned. A cluster's ticket names one partition's storage, which only DoGet
+    serves: the node's GetFlightInfo of the table lists the same partitions in the same
+    order while the version is the plan's, and each one the node holds over shared memory
+    (docs/cluster.md); the split's is mapped. A cluster holds a replaced version's
+    partitions for the plan's readers, so there a newer version means gRPC, unless the
+    plan asks for shared memory only.
     """
     conn = plan.connection
     client = conn.client(uri)
+    partition = str(pinned["t"]).startswith(PARTITION_PREFIX)
+    name, planned = (plan.table, plan.version) if partition else (pinned["t"], pinned.get("v"))
     try:
-        info = client._flight_info(str(pinned["t"]), shm=True)
-    except (TableNotFoundError, VersionConflictError):
-        raise
-    except QuiverError:
-        if conn.transport == "shm":
+        info = client._flight_info(str(name), shm=True)
+    except QuiverError as error:
+        changed = isinstance(error, (TableNotFoundError, VersionConflictError))
+        if (changed and not partition) or conn.transport == "shm":
             raise
         return None
     version = _protocol.json_int(_protocol.json_object(info.app_metadata), "version")
-    # A ticket without a version (a cluster's partition, which never changes) reads
-    # the current one.
-    if pinned.get("v") is not None and version != pinned["v"]:
+    if planned is not None and version != planned:
+        if partition and conn.transport != "shm":
+            return None
         raise VersionConflictError(
-            f"table {pinned['t']!r} changed since the read was planned "
-            f"(version {pinned.get('v')}, now {version}): plan again",
+            f"table {name!r} changed since the read was planned "
+            f"(version {planned}, now {version}): plan again",
             "ABORTED",
         )
-    table, _ = client._get_shm(list(info.endpoints))
-    if table is None:
-        return None
-    part = table.slice(*_partition_slice(int(pinned["p"]), int(pinned["n"]), table.num_rows))
-    if plan.columns is not None:
-        part = part.select(list(plan.columns))
-    return part
-
-
-def _read_partition_shm(plan: ReadPlan, split: Split, uri: str) -> pa.Table | None:
-    """Read a cluster table's split through the node at ``uri``'s shared memory, or None.
-
-    ``None`` means: read it over gRPC. The split's ticket names one partition's storage,
-    which only DoGet serves. The node's GetFlightInfo of the table, asked for shared
-    memory, lists the same partitions in the same order while the version is the plan's,
-    and each one the node holds over shared memory (docs/cluster.md): the split's is at
-    its place.
-    """
-    conn = plan.connection
-    client = conn.client(uri)
-    try:
-        info = client._flight_info(str(plan.table), shm=True)
-    except QuiverError:
-        # The partition outlives its table for readers (a replace or delete since the
-        # plan): the ticket still reads it over gRPC.
-        if conn.transport == "shm":
-            raise
-        return None
-    version = _protocol.json_int(_protocol.json_object(info.app_metadata), "version")
     endpoints = list(info.endpoints)
-    if version != plan.version or len(endpoints) != len(plan.splits):
-        if conn.transport == "shm":
-            raise VersionConflictError(
-                f"table {plan.table!r} changed since the read was planned "
-                f"(version {plan.version}, now {version}): plan again",
-                "ABORTED",
-            )
-        return None
-    table, _ = client._get_shm([endpoints[split.index]])
+    table, _ = client._get_shm(endpoints[split.index : split.index + 1] if partition else endpoints)
     if table is None:
         return None
+    if not partition:
+        table = table.slice(*_partition_slice(int(pinned["p"]), int(pinned["n"]), table.num_rows))
     if plan.columns is not None:
         table = table.select(list(plan.columns))
     return table

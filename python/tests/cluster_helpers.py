@@ -453,6 +453,12 @@ class Cluster:
         """SIGCONT a paused node."""
         self.nodes[node_id].process.send_signal(signal.SIGCONT)
 
+    def rebalance(self, on: bool) -> None:
+        """Turn the cluster's rebalancing on or off (``quiver cluster rebalance``)."""
+        quiver_cluster(
+            "rebalance", "on" if on else "off", "--cluster", self.etcd.url, *self.etcd_flags
+        )
+
     def status(self) -> dict[str, object]:
         result = subprocess.run(
             [

@@ -28,7 +28,7 @@ import pytest
 
 import nemesis
 import quiver
-from cluster_helpers import LEASE_TTL_S, NODES, Cluster, Etcd, quiver_cluster, wait_until
+from cluster_helpers import LEASE_TTL_S, NODES, Cluster, Etcd, wait_until
 from engine_helpers import mixed_table
 from functions_fixture import features
 from quiver import splits
@@ -117,18 +117,14 @@ def test_appends_replaces_deletes_and_renames_go_through_the_catalog(cluster: Cl
         assert a.list_tables() == []
 
 
-def placed_as_put(cluster: Cluster) -> None:
-    """Turn rebalancing off: it evens out the nodes' bytes once a table is published,
-    and may move a first copy; the tests below look at where the puts placed them."""
-    quiver_cluster("rebalance", "off", "--cluster", cluster.etcd.url, *cluster.etcd_flags)
-
-
 def test_a_write_jobs_tasks_are_held_by_the_nodes_they_are_sent_to(cluster: Cluster) -> None:
     """An engine's write sends task i to node i modulo the nodes (the ``nodes``
     action), which keeps the first copy of the task's rows (``place="here"``): the
     nodes share the job's puts and its first copies. A node dead since the job began
     has its tasks placed by the job's server instead."""
-    placed_as_put(cluster)
+    # Rebalancing evens out the nodes' bytes once a table is published, and may move a
+    # first copy: off, to see where the puts placed them (here and in the tests below).
+    cluster.rebalance(on=False)
     job = splits.WriteJob.begin(cluster.connection("n1"), "spread")
     assert sorted(job.nodes) == sorted(cluster.uri(n) for n in NODES)
     writes = [job.write(i, ids(1_000, 1_000 * i)) for i in range(6)]
@@ -163,7 +159,7 @@ def test_dask_workers_put_each_partition_to_the_node_that_keeps_it(cluster: Clus
 
     from quiver import dask as quiver_dask
 
-    placed_as_put(cluster)
+    cluster.rebalance(on=False)
     frame = ids(6_000).to_pandas()
     local = distributed.LocalCluster(
         n_workers=2, threads_per_worker=1, processes=True, host="127.0.0.1",
@@ -345,21 +341,20 @@ def test_rebalancing_turned_off_moves_no_copy_until_turned_on(etcd: Etcd, tmp_pa
     nodes = Cluster(etcd, tmp_path)
     for node_id in ("n1", "n2"):
         nodes.start(node_id)
-    switch = ("--cluster", etcd.url, *nodes.etcd_flags)
     try:
         wait_until("two live nodes", lambda: len(nodes.status()["nodes"]) == 2)  # type: ignore[arg-type]
         table = ids(60_000)
         with nodes.client("n1") as c:
             c.put("t", table, partitions=6)
         assert nodes.status()["rebalance"] is True
-        quiver_cluster("rebalance", "off", *switch)
+        nodes.rebalance(on=False)
         assert nodes.status()["rebalance"] is False
         nodes.start("n3")
         wait_until("three live nodes", lambda: len(nodes.status()["nodes"]) == 3)  # type: ignore[arg-type]
         # A dozen upkeep ticks: with rebalancing on, copies move within the first few.
         time.sleep(3.0)
         assert [copies_on(nodes.status(), n) for n in NODES] == [6, 6, 0]
-        quiver_cluster("rebalance", "on", *switch)
+        nodes.rebalance(on=True)
         wait_until(
             "a third of the copies on each node",
             lambda: [copies_on(nodes.status(), n) for n in NODES] == [4, 4, 4],

@@ -27,7 +27,7 @@ import pytest
 
 import quiver
 import quiver.spark
-from cluster_helpers import NODES, Cluster, quiver_cluster
+from cluster_helpers import NODES, Cluster
 from engine_helpers import (
     check_a_failed_spark_write_publishes_nothing,
     check_spark_reads_types_it_lacks,
@@ -351,7 +351,7 @@ def test_the_jvm_source_sends_each_task_to_the_cluster_node_that_keeps_it(
     action), which keeps the first copy of its rows (``"place": "here"``)."""
     # Rebalancing may move a first copy once the table is published: off, to see
     # where the puts placed them.
-    quiver_cluster("rebalance", "off", "--cluster", cluster.etcd.url, *cluster.etcd_flags)
+    cluster.rebalance(on=False)
     uri = cluster.uri("n1")
     spark.range(0, 6_000, numPartitions=6).write.format("quiver").option("uri", uri).mode(
         "overwrite"

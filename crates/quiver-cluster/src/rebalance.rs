@@ -27,12 +27,6 @@ use crate::node::ClusterNode;
 /// The most moves one node makes in one batch (one commit per table).
 const MOVES_PER_BATCH: usize = 8;
 
-/// Where clients stage an engine's write job (`quiver.splits.WriteJob`,
-/// the JVM connector) until it is published: such a table lives for one
-/// job, its tasks placed on the nodes they were sent to, and is neither
-/// counted nor moved.
-const STAGING_PREFIX: &str = ".quiver-staging/";
-
 /// One copy to move.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Move {
@@ -60,7 +54,9 @@ pub(crate) fn plan(
     // Each copy: (table, partition, bytes) and the nodes holding it.
     let mut copies = Vec::new();
     for (table, (entry, _)) in tables {
-        if table.starts_with(STAGING_PREFIX) {
+        // A staging table lives for one job, its tasks' rows placed on the
+        // nodes they were sent to: neither counted nor moved.
+        if table.starts_with(quiver_store::STAGING_PREFIX) {
             continue;
         }
         for part in &entry.partitions {

@@ -43,7 +43,10 @@ pub use data_dir::{DurableOptions, Fsync};
 pub use error::{IoFailure, Result, StoreError};
 pub use limits::{Limit, MAX_ROWS_FLAG, MAX_TABLE_BYTES_FLAG, MAX_TABLE_ROWS_FLAG, TableLimits};
 pub use memory::{MemoryCharge, MemoryPool, batch_bytes};
-pub use name::{MAX_NAME_LEN, RESERVED_PREFIX, is_reserved, validate_name, validate_storage_name};
+pub use name::{
+    MAX_NAME_LEN, RESERVED_PREFIX, STAGING_PREFIX, is_reserved, validate_name,
+    validate_storage_name,
+};
 pub use store::{StoreStats, TableStore, TableWriter, WriteMode};
 use version::Segment;
 pub use version::{TableVersion, partition_rows};

@@ -7,9 +7,13 @@ pub const MAX_NAME_LEN: usize = 1024;
 
 /// Names that start with this are quiver's own storage (a cluster node's
 /// partitions), never tables: no client can name, put, delete or rename
-/// them; see [`validate_name`]. (`.quiver-staging/...`, where clients stage
-/// puts before a publish, are tables.)
+/// them; see [`validate_name`]. ([`STAGING_PREFIX`]'s names are tables.)
 pub const RESERVED_PREFIX: &str = ".quiver-part/";
+
+/// Names that start with this are where clients stage a write before a
+/// `publish` (`quiver.splits.WriteJob`, the JVM connector, a replace from a
+/// stream): tables, each living for one job.
+pub const STAGING_PREFIX: &str = ".quiver-staging/";
 
 /// Whether `name` is one of quiver's own storage names.
 pub fn is_reserved(name: &str) -> bool {
