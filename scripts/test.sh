@@ -159,13 +159,15 @@ step "the quiver binary, with no protoc, its generated code made again (clippy -
 # The same command as deploy/Containerfile's build stage, with the release profile.
 profile=release
 cargo clean --profile "$profile" --package quiver-etcd
-cargo build --locked --profile "$profile" --bin quiver
+# --timings: each crate's compile time, in $CARGO_TARGET_DIR/cargo-timings/ (what a cold
+# run spends is in docs/performance.md, "Building and testing from cold").
+cargo build --locked --timings --profile "$profile" --bin quiver
 export QUIVER_BIN="$CARGO_TARGET_DIR/$profile/quiver"
 "$QUIVER_BIN" serve --help | grep -q -- '--cluster' \
     || { echo "quiver serve --help lists no --cluster" >&2; exit 1; }
 
 step "cargo test: unit, integration and doc tests (clippy -D warnings)"
-cargo test --release --workspace --locked
+cargo test --release --workspace --locked --timings
 
 await_install venv "the Python venv ($venv)"
 
