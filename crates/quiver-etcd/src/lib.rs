@@ -38,7 +38,6 @@
 mod client;
 mod error;
 mod proto;
-#[cfg(feature = "testing")]
 pub mod testing;
 
 pub use client::{Client, ConnectOptions, Credentials, LeaseKeeper, Tls, Watcher};

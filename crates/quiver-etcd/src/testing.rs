@@ -1,7 +1,9 @@
-//! A real etcd on loopback for tests (feature `testing`): Debian's
-//! `etcd-server`, or `$ETCD_BIN`, with a temporary data directory, killed
-//! on drop. scripts/test.sh installs etcd; without it a test says so and
-//! passes only outside CI.
+//! A real etcd on loopback for tests: Debian's `etcd-server`, or
+//! `$ETCD_BIN`, with a temporary data directory, killed on drop.
+//! scripts/test.sh installs etcd; without it a test says so and passes only
+//! outside CI. Always built, not behind a feature: a feature only tests turned
+//! on would compile this crate and the cluster's a second time for
+//! `cargo test --workspace`.
 
 use std::net::TcpListener;
 use std::path::PathBuf;

@@ -10,7 +10,6 @@
 
 pub mod bounds;
 pub mod encode;
-#[cfg(any(test, feature = "testing"))]
 pub mod testing;
 
 pub use bounds::{buffers_within, check_buffers};

@@ -1,5 +1,6 @@
-//! The batch of every type the workspace's tests round-trip (feature
-//! `testing`, and this crate's own tests).
+//! The batch of every type the workspace's tests round-trip. Always built, not
+//! behind a feature: a feature only tests turned on would compile this crate
+//! and every crate above it a second time for `cargo test --workspace`.
 
 use std::sync::Arc;
 
