@@ -177,6 +177,9 @@ step "the client's wheel (maturin build, abi3), installed into the venv"
 # wheel's quiver from site-packages, not python/quiver.
 wheels="$CARGO_TARGET_DIR/wheels"
 rm -rf "$wheels"
+# maturin resolves the crate's features alone: says which dependencies it would compile
+# a second time (crates/quiver-python/Cargo.toml lists the workspace's features for it).
+"$venv/bin/python" scripts/wheel-features.py --warn
 # maturin reads python/pyproject.toml (the crate, the module's name, the features) from
 # the directory it runs in.
 (cd python && "$venv/bin/maturin" build --quiet --release --locked --out "$wheels")
