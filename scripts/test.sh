@@ -161,7 +161,7 @@ profile=release
 cargo clean --profile "$profile" --package quiver-etcd
 # --timings: each crate's compile time, in $CARGO_TARGET_DIR/cargo-timings/ (what a cold
 # run spends is in docs/performance.md, "Building and testing from cold").
-cargo build --locked --timings --profile "$profile" --bin quiver
+cargo build --locked --profile "$profile" --bin quiver --timings
 export QUIVER_BIN="$CARGO_TARGET_DIR/$profile/quiver"
 "$QUIVER_BIN" serve --help | grep -q -- '--cluster' \
     || { echo "quiver serve --help lists no --cluster" >&2; exit 1; }
@@ -200,8 +200,9 @@ step "mypy (the client package ships py.typed)"
 await_install system "Java and the JDBC driver, PostgreSQL and psqlODBC, systemd and tmux"
 
 step "pytest"
+# --durations: the slowest tests, named in the log (what a run spends where).
 # shellcheck disable=SC2086
-"$venv/bin/python" -m pytest python/tests bench/tests ${PYTEST_ARGS:-}
+"$venv/bin/python" -m pytest --durations=15 python/tests bench/tests ${PYTEST_ARGS:-}
 
 step "pytest: the cluster tests again on a secure cluster (mTLS between nodes, TLS and users for clients, etcd with TLS and auth)"
 # QUIVER_TEST_SECURE_CLUSTER: python/tests/cluster_helpers.py's docstring says what changes.
