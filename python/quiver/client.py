@@ -1283,8 +1283,7 @@ class Client:
         grpc_endpoints: builtins.list[flight.FlightEndpoint] = []
         shm_endpoint: tuple[_shm.Location, bytes] | None = None
         for endpoint in endpoints:
-            uris = [_location_uri(loc) for loc in endpoint.locations]
-            location = next((_shm.Location.parse(u) for u in uris if u.startswith("shm+")), None)
+            location = _shm_location(endpoint)
             if location is None:
                 grpc_endpoints.append(endpoint)
             else:
@@ -1316,17 +1315,7 @@ class Client:
         (in ``"auto"``) it cannot be used here: the caller asks for gRPC endpoints.
         """
         endpoints = info.endpoints
-        locations = [
-            next(
-                (
-                    _shm.Location.parse(uri)
-                    for uri in map(_location_uri, endpoint.locations)
-                    if uri.startswith("shm+")
-                ),
-                None,
-            )
-            for endpoint in endpoints
-        ]
+        locations = [_shm_location(endpoint) for endpoint in endpoints]
         if not any(locations):
             if self._transport == "shm":
                 raise _shm.ShmUnavailableError(
@@ -1450,6 +1439,18 @@ def _is_cluster(info: flight.FlightInfo) -> bool:
 def _location_uri(location: flight.Location) -> str:
     uri = location.uri
     return uri.decode() if isinstance(uri, bytes) else str(uri)
+
+
+def _shm_location(endpoint: flight.FlightEndpoint) -> _shm.Location | None:
+    """Return the endpoint's shared-memory location (``shm+unix://``), if it lists one."""
+    return next(
+        (
+            _shm.Location.parse(uri)
+            for uri in map(_location_uri, endpoint.locations)
+            if uri.startswith("shm+")
+        ),
+        None,
+    )
 
 
 def _batches(stream: flight.FlightStreamReader) -> Iterator[pa.RecordBatch]:

@@ -54,7 +54,8 @@ import pyarrow.flight as flight
 
 from . import _protocol, _sql
 from ._protocol import PutPlace, Transport
-from .client import PARTITION_PREFIX, STAGING_PREFIX, Client, _location_uri
+from ._shm import ShmUnavailableError
+from .client import PARTITION_PREFIX, STAGING_PREFIX, Client, _location_uri, _shm_location
 from .errors import (
     InvalidArgumentError,
     NotFoundError,
@@ -627,12 +628,20 @@ def _triple(condition: Any) -> tuple[str, str, Any]:
 _FAILOVER = (ServerUnavailableError, ConnectionError, OSError)
 
 
+class _NotHeldHere(Exception):
+    """A cluster location no longer holds the split's partition, asked over shared memory.
+
+    Its copy moved since the plan; the next location may still hold it.
+    """
+
+
 def read_split(plan: ReadPlan, split: Split) -> Iterator[pa.RecordBatch]:
     """Yield the record batches of ``split``, from its first location that answers.
 
     Tries the split's locations in order (the planning server if it lists
-    none). If a location cannot be reached, or fails while streaming, the next
-    one is tried; a table split resumes after the rows already yielded, since
+    none). If a location cannot be reached, fails while streaming, or no longer
+    holds a table split's rows (a cluster's copy moved), the next one is tried;
+    a table split resumes after the rows already yielded, since
     every location serves the same rows of the same version. When a location
     is a server on this host that offers shared memory (and the plan's
     transport allows it), the split is read through shared memory.
@@ -644,7 +653,11 @@ def read_split(plan: ReadPlan, split: Split) -> Iterator[pa.RecordBatch]:
     VersionConflictError
         The table changed since the plan was made: plan again.
     NotFoundError
-        A query's split was already read or has expired: run the query again.
+        A query's split was already read or has expired: run the query again. Or no
+        location holds a cluster split's partition any more (its copies moved since the
+        plan, longer ago than the query timeout): plan again.
+    quiver.QuiverError
+        With ``transport="shm"``, the same for a cluster split (code ``UNAVAILABLE``).
     """
     conn = plan.connection
     uris = split.locations or (conn.uri,)
@@ -661,6 +674,8 @@ def read_split(plan: ReadPlan, split: Split) -> Iterator[pa.RecordBatch]:
                 raise  # a query's partition cannot be resumed elsewhere
             _clients.drop(conn, _protocol.normalize_uri(uri))
             last = error
+        except _NotHeldHere:
+            last = ShmUnavailableError(f'{_moved(plan, split, uris)}, or use transport="auto"')
         except NotFoundError as error:
             if split.pinned is None:
                 raise NotFoundError(
@@ -668,9 +683,20 @@ def read_split(plan: ReadPlan, split: Split) -> Iterator[pa.RecordBatch]:
                     "planning: plan the read again)",
                     error.code,
                 ) from error
-            raise
+            if not str(split.pinned["t"]).startswith(PARTITION_PREFIX):
+                raise
+            # A cluster location keeps a partition it gave away (rebalancing) for the
+            # plan's readers, for the query timeout; after that the next may hold it.
+            last = NotFoundError(_moved(plan, split, uris), error.code)
     assert last is not None
     raise last
+
+
+def _moved(plan: ReadPlan, split: Split, uris: Sequence[str]) -> str:
+    return (
+        f"no location of split {split.index} of table {plan.table!r} holds its rows any more "
+        f"(its copies moved since the plan; tried {', '.join(uris)}): plan the read again"
+    )
 
 
 def _read_from(plan: ReadPlan, split: Split, uri: str, skip: int) -> Iterator[pa.RecordBatch]:
@@ -704,7 +730,9 @@ def _read_shm(plan: ReadPlan, split: Split, pinned: dict[str, Any], uri: str) ->
     order while the version is the plan's, and each one the node holds over shared memory
     (docs/cluster.md); the split's is mapped. A cluster holds a replaced version's
     partitions for the plan's readers, so there a newer version means gRPC, unless the
-    plan asks for shared memory only.
+    plan asks for shared memory only. A node the split's copy moved away from offers it
+    over gRPC only (readers keep it there a while): in ``"auto"`` gRPC it is, in
+    ``"shm"`` the next location is tried.
     """
     conn = plan.connection
     client = conn.client(uri)
@@ -727,7 +755,11 @@ def _read_shm(plan: ReadPlan, split: Split, pinned: dict[str, Any], uri: str) ->
             "ABORTED",
         )
     endpoints = list(info.endpoints)
-    table, _ = client._get_shm(endpoints[split.index : split.index + 1] if partition else endpoints)
+    if partition:
+        endpoints = endpoints[split.index : split.index + 1]
+        if conn.transport == "shm" and _shm_location(endpoints[0]) is None:
+            raise _NotHeldHere
+    table, _ = client._get_shm(endpoints)
     if table is None:
         return None
     if not partition:

@@ -10,8 +10,10 @@ append is readable and none is torn.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -19,6 +21,7 @@ import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import numpy as np
 import pyarrow as pa
@@ -702,6 +705,81 @@ def test_a_client_on_a_nodes_host_reads_its_partitions_over_shared_memory(
         failures = nodes.stop_all()
         if failures:
             pytest.fail("\n".join(failures), pytrace=False)
+
+
+def test_a_split_whose_copy_moved_is_read_from_its_next_location_over_shared_memory(
+    etcd: Etcd, tmp_path: Path
+) -> None:
+    """Splits planned on two nodes, read after a third joined and took its share: a split
+    whose first location gave its copy away (and dropped it, the plan's hold over) is
+    read from the next one, through shared memory with ``transport="shm"``."""
+    nodes = Cluster(etcd, tmp_path)
+    # A copy given away is dropped a second after the plan's hold of a second ends.
+    grace = ("--orphan-grace", "1", "--query-timeout", "1")
+    for node_id in ("n1", "n2"):
+        nodes.start(node_id, *grace, shm=True)
+    try:
+        wait_until("two live nodes", lambda: len(nodes.status()["nodes"]) == 2)  # type: ignore[arg-type]
+        table = ids(120_000)
+        with nodes.client("n1") as c:
+            c.put("t", table, partitions=6)
+        plans = {
+            transport: splits.plan_read(nodes.connection("n1", transport=transport), "t")
+            for transport in ("shm", "auto")
+        }
+        nodes.start("n3", *grace, shm=True)
+        wait_until(
+            "a third of the copies on each node",
+            lambda: [copies_on(nodes.status(), n) for n in NODES] == [4, 4, 4],
+            60,
+        )
+        holders = [
+            {_location(loc) for loc in e.locations}
+            for e in info_of(nodes.flight_client("n1"), "t").endpoints
+        ]
+
+        def dropped() -> int:
+            """How many copies the nodes given them away have dropped (their logs say)."""
+            found = (
+                re.search(r"dropped\W+(\d+)", line)
+                for node in ("n1", "n2")
+                for line in nodes.nodes[node].log().splitlines()
+                if "dropped partitions no version holds" in line
+            )
+            return sum(int(match[1]) for match in found if match)
+
+        wait_until("the copies given away dropped", lambda: dropped() == 4, 30)
+        # Which copies moved varies: each split that lost one is read as a plan made
+        # before the move may list it, with the node that gave its copy away first.
+        for transport, plan in plans.items():
+            moved = [
+                dataclasses.replace(
+                    split,
+                    locations=tuple(
+                        sorted(split.locations, key=lambda uri: uri in holders[split.index])
+                    ),
+                )
+                for split in plan.splits
+                if not set(split.locations) <= holders[split.index]
+            ]
+            assert len(moved) == 4, (moved, holders)
+            for split in moved:
+                assert split.locations[0] not in holders[split.index]
+                got = pa.Table.from_batches(list(splits.read_split(plan, split)), plan.schema)
+                assert got.equals(table.slice(split.index * 20_000, 20_000)), transport
+    finally:
+        failures = nodes.stop_all()
+        if failures:
+            pytest.fail("\n".join(failures), pytrace=False)
+
+
+def _location(location: flight.Location) -> str:
+    uri = location.uri
+    return uri.decode() if isinstance(uri, bytes) else str(uri)
+
+
+def _netloc(uri: str) -> str:
+    return urlsplit(uri).netloc
 
 
 def quiver_shm_info(client: flight.FlightClient, name: str) -> flight.FlightInfo:
