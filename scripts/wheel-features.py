@@ -65,8 +65,9 @@ def main() -> int:
         )
     if differ:
         print(
-            f"the wheel's build compiles {len(differ)} dependencies (and every crate above them) "
-            "a second time: align crates/quiver-python/Cargo.toml's list of the workspace's features",
+            f"the wheel's build compiles {len(differ)} dependencies (and every crate above "
+            "them) a second time: align crates/quiver-python/Cargo.toml's list of the "
+            "workspace's features",
             file=sys.stderr,
         )
         return 0 if warn else 1

@@ -730,9 +730,10 @@ def _read_shm(plan: ReadPlan, split: Split, pinned: dict[str, Any], uri: str) ->
     order while the version is the plan's, and each one the node holds over shared memory
     (docs/cluster.md); the split's is mapped. A cluster holds a replaced version's
     partitions for the plan's readers, so there a newer version means gRPC, unless the
-    plan asks for shared memory only. A node the split's copy moved away from offers it
-    over gRPC only (readers keep it there a while): in ``"auto"`` gRPC it is, in
-    ``"shm"`` the next location is tried.
+    plan asks for shared memory only. A node that no longer holds the split's copy (it
+    moved, and the plan's hold on it ran out) lists no shared-memory endpoint for it: in
+    ``"auto"`` the split goes to gRPC (and so on to the next location), in ``"shm"`` to
+    the next location.
     """
     conn = plan.connection
     client = conn.client(uri)
