@@ -628,20 +628,14 @@ def _triple(condition: Any) -> tuple[str, str, Any]:
 _FAILOVER = (ServerUnavailableError, ConnectionError, OSError)
 
 
-class _NotHeldHere(Exception):
-    """A cluster location no longer holds the split's partition, asked over shared memory.
-
-    Its copy moved since the plan; the next location may still hold it.
-    """
-
-
 def read_split(plan: ReadPlan, split: Split) -> Iterator[pa.RecordBatch]:
     """Yield the record batches of ``split``, from its first location that answers.
 
     Tries the split's locations in order (the planning server if it lists
-    none). If a location cannot be reached, fails while streaming, or no longer
-    holds a table split's rows (a cluster's copy moved), the next one is tried;
-    a table split resumes after the rows already yielded, since
+    none). If a location cannot be reached, fails while streaming, no longer
+    holds a table split's rows (a cluster's copy moved), or cannot serve them
+    over shared memory when the plan asks for nothing else, the next one is
+    tried; a table split resumes after the rows already yielded, since
     every location serves the same rows of the same version. When a location
     is a server on this host that offers shared memory (and the plan's
     transport allows it), the split is read through shared memory.
@@ -657,7 +651,8 @@ def read_split(plan: ReadPlan, split: Split) -> Iterator[pa.RecordBatch]:
         location holds a cluster split's partition any more (its copies moved since the
         plan, longer ago than the query timeout): plan again.
     quiver.QuiverError
-        With ``transport="shm"``, the same for a cluster split (code ``UNAVAILABLE``).
+        With ``transport="shm"``, no location serves the split over shared memory (code
+        ``UNAVAILABLE``; the last location's reason).
     """
     conn = plan.connection
     uris = split.locations or (conn.uri,)
@@ -674,8 +669,8 @@ def read_split(plan: ReadPlan, split: Split) -> Iterator[pa.RecordBatch]:
                 raise  # a query's partition cannot be resumed elsewhere
             _clients.drop(conn, _protocol.normalize_uri(uri))
             last = error
-        except _NotHeldHere:
-            last = ShmUnavailableError(f'{_moved(plan, split, uris)}, or use transport="auto"')
+        except ShmUnavailableError as error:
+            last = error  # the location answers, but not over shared memory
         except NotFoundError as error:
             if split.pinned is None:
                 raise NotFoundError(
@@ -683,20 +678,23 @@ def read_split(plan: ReadPlan, split: Split) -> Iterator[pa.RecordBatch]:
                     "planning: plan the read again)",
                     error.code,
                 ) from error
-            if not str(split.pinned["t"]).startswith(PARTITION_PREFIX):
+            if not _names_partition(split.pinned):
                 raise
             # A cluster location keeps a partition it gave away (rebalancing) for the
             # plan's readers, for the query timeout; after that the next may hold it.
-            last = NotFoundError(_moved(plan, split, uris), error.code)
+            last = NotFoundError(
+                f"no location of split {split.index} of table {plan.table!r} holds its rows "
+                f"any more (its copies moved since the plan; tried {', '.join(uris)}): plan "
+                "the read again",
+                error.code,
+            )
     assert last is not None
     raise last
 
 
-def _moved(plan: ReadPlan, split: Split, uris: Sequence[str]) -> str:
-    return (
-        f"no location of split {split.index} of table {plan.table!r} holds its rows any more "
-        f"(its copies moved since the plan; tried {', '.join(uris)}): plan the read again"
-    )
+def _names_partition(pinned: dict[str, Any]) -> bool:
+    """Whether a table split's ticket names one partition's storage (a cluster's)."""
+    return str(pinned["t"]).startswith(PARTITION_PREFIX)
 
 
 def _read_from(plan: ReadPlan, split: Split, uri: str, skip: int) -> Iterator[pa.RecordBatch]:
@@ -737,7 +735,7 @@ def _read_shm(plan: ReadPlan, split: Split, pinned: dict[str, Any], uri: str) ->
     """
     conn = plan.connection
     client = conn.client(uri)
-    partition = str(pinned["t"]).startswith(PARTITION_PREFIX)
+    partition = _names_partition(pinned)
     name, planned = (plan.table, plan.version) if partition else (pinned["t"], pinned.get("v"))
     try:
         info = client._flight_info(str(name), shm=True)
@@ -759,7 +757,10 @@ def _read_shm(plan: ReadPlan, split: Split, pinned: dict[str, Any], uri: str) ->
     if partition:
         endpoints = endpoints[split.index : split.index + 1]
         if conn.transport == "shm" and _shm_location(endpoints[0]) is None:
-            raise _NotHeldHere
+            raise ShmUnavailableError(
+                f"{uri} holds no copy of split {split.index} of table {plan.table!r} any "
+                'more (it moved since the plan): plan the read again, or use transport="auto"'
+            )
     table, _ = client._get_shm(endpoints)
     if table is None:
         return None

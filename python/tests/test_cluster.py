@@ -21,7 +21,6 @@ import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from urllib.parse import urlsplit
 
 import numpy as np
 import pyarrow as pa
@@ -734,7 +733,7 @@ def test_a_split_whose_copy_moved_is_read_from_its_next_location_over_shared_mem
             60,
         )
         holders = [
-            {_location(loc) for loc in e.locations}
+            {loc.uri.decode() for loc in e.locations}
             for e in info_of(nodes.flight_client("n1"), "t").endpoints
         ]
 
@@ -771,15 +770,6 @@ def test_a_split_whose_copy_moved_is_read_from_its_next_location_over_shared_mem
         failures = nodes.stop_all()
         if failures:
             pytest.fail("\n".join(failures), pytrace=False)
-
-
-def _location(location: flight.Location) -> str:
-    uri = location.uri
-    return uri.decode() if isinstance(uri, bytes) else str(uri)
-
-
-def _netloc(uri: str) -> str:
-    return urlsplit(uri).netloc
 
 
 def quiver_shm_info(client: flight.FlightClient, name: str) -> flight.FlightInfo:
