@@ -6,9 +6,11 @@
 #      that fails): cargo fmt --check; the release `quiver` binary the Python tests
 #      start, built after its code-generating crate (quiver-etcd) is cleaned, so each
 #      run proves the build needs cargo alone; then every unit, integration and doc
-#      test. Clippy's lints (-D warnings) run inside those builds, clippy-driver being
-#      the workspace's rustc wrapper: the workspace is compiled once for lints, tests
-#      and binary, and no dependency is compiled a second time for clippy alone;
+#      test, compiled in the background (niced) while the Python tests of step 7 run,
+#      and run after them. Clippy's lints (-D warnings) run inside those builds,
+#      clippy-driver being the workspace's rustc wrapper: the workspace is compiled once
+#      for lints, tests and binary, and no dependency is compiled a second time for
+#      clippy alone;
 #   2. (the binary is built in step 1)
 #   3. a Python venv with the pinned dependencies (python/requirements-dev.txt
 #      and bench/requirements.txt), reused while those pins do not change; the
@@ -65,8 +67,13 @@ step() {
 }
 report_times() {
     local status=$?
-    # Background installs still running (the run failed before it waited for them).
-    kill $(jobs -p) 2>/dev/null || true
+    # Background jobs still running (the run failed before it waited for them), and
+    # what they run (cargo, pip, apt-get): killing a job's subshell alone leaves them.
+    local job
+    for job in $(jobs -p); do
+        pkill -P "$job" 2>/dev/null || true
+        kill "$job" 2>/dev/null || true
+    done
     [ -n "${no_protoc:-}" ] && rm -rf "$no_protoc"
     [ -n "${installs:-}" ] && rm -rf "$installs"
     end_step
@@ -88,7 +95,7 @@ cargo fmt --all -- --check
 # What waits on the network more than on the CPU installs while Rust compiles, in two
 # background jobs: the Python venv (pip), and Java with the JDBC driver, PostgreSQL,
 # systemd and tmux (apt-get, one after another for dpkg's lock). Each writes a log; the
-# steps that need them wait for them (`await_install`), and a failure ends the run there.
+# steps that need them wait for them (`await_background`), and a failure ends the run there.
 installs="$(mktemp -d)"
 install_venv() {
     local stamp="$venv/.quiver-deps" want
@@ -113,26 +120,26 @@ install_system() {
     # here; the tests then say so (and fail with CI=true).
     bash scripts/install-os-tools.sh || [ $? -eq 3 ]
 }
-background_install() {
+background() {
     local name=$1
     shift
     ( start=$SECONDS; "$@"; echo "$((SECONDS - start))" > "$installs/$name.seconds" ) \
         > "$installs/$name.log" 2>&1 &
     echo $! > "$installs/$name.pid"
 }
-await_install() {
+await_background() {
     local name=$1 what=$2
-    step "waiting for $what (installed in the background)"
+    step "waiting for $what (made in the background)"
     if ! wait "$(cat "$installs/$name.pid")"; then
         cat "$installs/$name.log" >&2
-        echo "installing $what failed (log above)" >&2
+        echo "$what failed (log above)" >&2
         exit 1
     fi
     cat "$installs/$name.log"
     timings+=("$(printf '%6d s  %s' "$(cat "$installs/$name.seconds")" "$what, in the background")")
 }
-background_install venv install_venv
-background_install system install_system
+background venv install_venv
+background system install_system
 
 # No protoc from here on: PROTOC unset, and the first `protoc` on the PATH one that only
 # fails, so a build step that runs protoc (a system one included) fails the run. The
@@ -166,10 +173,7 @@ export QUIVER_BIN="$CARGO_TARGET_DIR/$profile/quiver"
 "$QUIVER_BIN" serve --help | grep -q -- '--cluster' \
     || { echo "quiver serve --help lists no --cluster" >&2; exit 1; }
 
-step "cargo test: unit, integration and doc tests (clippy -D warnings)"
-cargo test --release --workspace --locked --timings
-
-await_install venv "the Python venv ($venv)"
+await_background venv "the Python venv ($venv)"
 
 step "the client's wheel (maturin build, abi3), installed into the venv"
 # Built afresh every run, into the same target directory as the rest (cargo rebuilds
@@ -194,10 +198,17 @@ step "ruff"
 "$venv/bin/ruff" check python bench
 "$venv/bin/ruff" format --check python bench
 
+# The test binaries compile beside the Python tests, which keep about one of the two
+# cores busy on average (docs/performance.md, "Cold again, 2026-11-29"): niced, so the
+# servers and clients of the Python tests, some of them bound by deadlines, get the CPU
+# first. Started after the wheel (one cargo at a time per target directory); the Rust
+# tests run once the Python tests are done, on an otherwise idle machine.
+background test-build nice -n 19 cargo test --release --workspace --locked --timings --no-run
+
 step "mypy (the client package ships py.typed)"
 "$venv/bin/mypy" --config-file python/pyproject.toml python/quiver
 
-await_install system "Java and the JDBC driver, PostgreSQL and psqlODBC, systemd and tmux"
+await_background system "Java and the JDBC driver, PostgreSQL and psqlODBC, systemd and tmux"
 
 step "pytest"
 # --durations: the slowest tests, named in the log (what a run spends where).
@@ -217,3 +228,8 @@ QUIVER_CORE=0 "$venv/bin/python" -m pytest ${PYTEST_ARGS:-} \
     python/tests/test_errors.py python/tests/test_flight_put.py python/tests/test_large_batches.py \
     python/tests/test_tls.py python/tests/test_security.py python/tests/test_concurrent_reads.py \
     python/tests/test_sql.py python/tests/test_shm.py
+
+await_background test-build "the test binaries (cargo test --no-run, clippy -D warnings)"
+
+step "cargo test: unit, integration and doc tests"
+cargo test --release --workspace --locked
