@@ -39,15 +39,20 @@ OpenFlight = Callable[[str], flight.FlightClient]
 
 @dataclasses.dataclass
 class Record:
-    """What the writers did, and how long each append took."""
+    """What the writers did, and how long each append took.
+
+    ``failed`` holds, per failed append, when it started, its writer, its error and
+    when it ended (``time.monotonic()``).
+    """
 
     attempted: set[tuple[int, int]] = dataclasses.field(default_factory=set)
     acknowledged: set[tuple[int, int]] = dataclasses.field(default_factory=set)
-    failed: list[tuple[float, int, str]] = dataclasses.field(default_factory=list)
+    failed: list[tuple[float, int, str, float]] = dataclasses.field(default_factory=list)
     latencies: list[tuple[float, float]] = dataclasses.field(default_factory=list)
     lock: threading.Lock = dataclasses.field(default_factory=threading.Lock)
 
-    def failures_between(self, start: float, end: float) -> list[tuple[float, int, str]]:
+    def failures_between(self, start: float, end: float) -> list[tuple[float, int, str, float]]:
+        """The failed appends that started from ``start`` to ``end``."""
         return [f for f in self.failed if start <= f[0] <= end]
 
 
@@ -106,7 +111,7 @@ class Writers:
                     c.put(self.table, append_rows(writer, seq), mode="append")
             except quiver.QuiverError as error:
                 with record.lock:
-                    record.failed.append((started, writer, str(error)[:300]))
+                    record.failed.append((started, writer, str(error)[:300], time.monotonic()))
             else:
                 with record.lock:
                     record.acknowledged.add((writer, seq))

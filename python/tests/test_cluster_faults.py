@@ -259,23 +259,27 @@ def test_etcd_restarted_under_steady_appends_loses_nothing_acknowledged(
             outages = []
             for down in (1.0, 5.0):
                 time.sleep(1.5)
+                # From here etcd may refuse or drop a request: its stop has begun.
+                stopping = time.monotonic()
                 etcd.stop()
-                stopped = time.monotonic()
                 time.sleep(down)
                 etcd.start()
                 answers = wait_until("etcd answers", lambda: etcd_answers(nodes), 30)
-                outages.append((stopped, answers))
+                outages.append((stopping, answers))
             time.sleep(4.0)
         wait_until("three live nodes", lambda: len(nodes.status()["nodes"]) == 3)  # type: ignore[arg-type]
         record = writers.record
         during = [f for start, end in outages for f in record.failures_between(start, end)]
-        # From etcd's first answer after each restart, until the next outage or the end:
-        # at most one failed append per writer and outage.
+        # Appends that started after etcd's first answer following a restart and ended
+        # before the next outage began (or by the end): at most one failed append per
+        # writer and outage. An append still in flight when the next stop began may have
+        # failed because of that stop, and is that outage's.
         ends = [start for start, _ in outages[1:]] + [time.monotonic()]
         after = [
             (f[0] - answered, f[1], f[2])
             for (_, answered), end in zip(outages, ends, strict=True)
             for f in record.failures_between(answered, end)
+            if f[3] < end
         ]
         print(
             f"acknowledged {len(record.acknowledged)}, failed {len(record.failed)} "

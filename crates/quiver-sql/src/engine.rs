@@ -196,9 +196,9 @@ impl SqlEngine {
             Some(cluster) => cluster.session(builder),
             // Plans that stay on this node: the rule's node has no codec to
             // cross to another.
-            None => {
-                builder.with_physical_optimizer_rule(Arc::new(crate::file_scan::FileDynamicFilters))
-            }
+            None => builder
+                .with_physical_optimizer_rule(Arc::new(crate::file_scan::FileDynamicFilters))
+                .with_physical_optimizer_rule(Arc::new(crate::conjunction::SequentialConjunctions)),
         }
         .build();
         let context = SessionContext::new_with_state(state);

@@ -14,6 +14,7 @@
 mod blocking;
 mod catalog;
 mod cluster;
+mod conjunction;
 mod distinct;
 mod engine;
 mod error;

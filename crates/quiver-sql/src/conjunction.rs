@@ -1,0 +1,510 @@
+//! A filter's `AND` chain evaluated conjunct by conjunct on the rows the
+//! ones before it kept.
+//!
+//! DataFusion evaluates `a AND b AND c` as nested binary `AND`s. Where the
+//! left side keeps at most a fifth of a batch's rows, an `AND` evaluates its
+//! right side on those rows alone: it copies the whole batch (every column of
+//! the filter's input) down to them, and scatters the right side's result
+//! back into a full-length mask one value at a time. An `AND` chain does that
+//! once per level. In TPC-H q06 over Parquet that scatter, and the copies of
+//! the batch, were a fifth of the server's time (docs/performance.md, "q06
+//! over files in place, profiled").
+//!
+//! [`SequentialConjunctions`], a physical optimizer rule run after
+//! DataFusion's own, gives each `FilterExec` whose predicate is such a chain
+//! a [`Conjunction`] instead: the same conjuncts in the same order, each
+//! evaluated on the whole batch while the rows kept so far are many, and on
+//! those rows alone once they are few. Then it copies only the columns that
+//! conjunct reads, gathered by the kept rows' indices, and narrows the
+//! indices by its result: nothing is scattered, and the mask is built once at
+//! the end. A conjunct is given no row DataFusion's evaluation would not give
+//! it: on every row while many are kept, as DataFusion does, so a conjunct
+//! that fails on a row an earlier one dropped fails alike. (DataFusion does
+//! not pre-select after a conjunct that is null on some row; this does,
+//! taking null as false, so it gives such a chain fewer rows.)
+//!
+//! The expression answers as a filter predicate does: a row whose conjunct is
+//! null is dropped, as `FilterExec` drops a null, so its mask has no nulls.
+//! That is why the rule puts it in filters only. It is added on a single node
+//! (a distributed plan's codec does not know it), and a chain holding a
+//! dynamic filter (one a join or a top-k changes while the query runs) is
+//! left to DataFusion.
+
+use std::fmt;
+use std::hash::{Hash, Hasher};
+use std::sync::Arc;
+
+use arrow::array::{Array, AsArray, BooleanArray, UInt32Array};
+use arrow::buffer::{BooleanBuffer, MutableBuffer, ScalarBuffer};
+use arrow::compute::take_arrays;
+use arrow::datatypes::{DataType, Schema, SchemaRef};
+use arrow::record_batch::{RecordBatch, RecordBatchOptions};
+use datafusion::common::tree_node::{Transformed, TransformedResult, TreeNode};
+use datafusion::common::{ScalarValue, internal_err};
+use datafusion::config::ConfigOptions;
+use datafusion::error::Result;
+use datafusion::logical_expr::ColumnarValue;
+use datafusion::physical_expr::PhysicalExpr;
+use datafusion::physical_expr::expressions::Column;
+use datafusion::physical_expr::utils::{collect_columns, split_conjunction};
+use datafusion::physical_optimizer::PhysicalOptimizerRule;
+use datafusion::physical_plan::ExecutionPlan;
+use datafusion::physical_plan::filter::{FilterExec, FilterExecBuilder};
+
+use crate::pushed::is_dynamic;
+
+/// The share of a batch's rows (`kept / rows`) at or under which a conjunct
+/// is evaluated on the kept rows alone: DataFusion's own threshold for an
+/// `AND`'s pre-selection. Above it, evaluating on every row costs less than
+/// gathering the kept ones.
+const FEW: (usize, usize) = (1, 5);
+
+/// The physical optimizer rule (module docs).
+#[derive(Debug, Default)]
+pub(crate) struct SequentialConjunctions;
+
+impl PhysicalOptimizerRule for SequentialConjunctions {
+    fn optimize(
+        &self,
+        plan: Arc<dyn ExecutionPlan>,
+        _config: &ConfigOptions,
+    ) -> Result<Arc<dyn ExecutionPlan>> {
+        plan.transform_up(|node| {
+            let Some(filter) = node.downcast_ref::<FilterExec>() else {
+                return Ok(Transformed::no(node));
+            };
+            let Some(conjunction) = Conjunction::of(filter.predicate(), &filter.input().schema())
+            else {
+                return Ok(Transformed::no(node));
+            };
+            let rebuilt = FilterExecBuilder::from(filter)
+                .with_predicate(Arc::new(conjunction))
+                .build()?;
+            Ok(Transformed::yes(Arc::new(rebuilt) as Arc<dyn ExecutionPlan>))
+        })
+        .data()
+    }
+
+    fn name(&self) -> &str {
+        "quiver_sequential_conjunctions"
+    }
+
+    fn schema_check(&self) -> bool {
+        true
+    }
+}
+
+/// One conjunct, and the same over the columns it reads alone.
+#[derive(Debug, Clone)]
+struct Conjunct {
+    /// Over the filter's input.
+    expr: Arc<dyn PhysicalExpr>,
+    /// The input's columns `expr` reads, in the input's order.
+    columns: Vec<usize>,
+    /// `expr` over a batch of `columns` alone.
+    narrow: Arc<dyn PhysicalExpr>,
+}
+
+impl Conjunct {
+    fn new(expr: Arc<dyn PhysicalExpr>) -> Result<Self> {
+        let mut columns: Vec<usize> = collect_columns(&expr).iter().map(|c| c.index()).collect();
+        columns.sort_unstable();
+        columns.dedup();
+        let narrow = Arc::clone(&expr)
+            .transform(|e| match e.downcast_ref::<Column>() {
+                Some(column) => {
+                    let index = columns.binary_search(&column.index()).map_err(|_| {
+                        datafusion::error::DataFusionError::Internal(format!(
+                            "column {column} of a conjunct was not collected"
+                        ))
+                    })?;
+                    Ok(Transformed::yes(
+                        Arc::new(Column::new(column.name(), index)) as Arc<dyn PhysicalExpr>,
+                    ))
+                }
+                None => Ok(Transformed::no(e)),
+            })
+            .data()?;
+        Ok(Self {
+            expr,
+            columns,
+            narrow,
+        })
+    }
+
+    /// Which of the rows at `indices` of `batch` this conjunct keeps: those
+    /// indices, narrowed.
+    fn keep(&self, batch: &RecordBatch, indices: &UInt32Array) -> Result<UInt32Array> {
+        let read: Vec<_> = self
+            .columns
+            .iter()
+            .map(|&i| Arc::clone(batch.column(i)))
+            .collect();
+        let gathered = take_arrays(&read, indices, None)?;
+        let schema = Arc::new(batch.schema().project(&self.columns)?);
+        let narrow_batch = RecordBatch::try_new_with_options(
+            schema,
+            gathered,
+            &RecordBatchOptions::new().with_row_count(Some(indices.len())),
+        )?;
+        let kept = passing(self.narrow.evaluate(&narrow_batch)?, indices.len())?;
+        Ok(indices
+            .values()
+            .iter()
+            .zip(kept.iter())
+            .filter_map(|(&index, keep)| keep.then_some(index))
+            .collect())
+    }
+}
+
+/// A filter predicate `a AND b AND ...` evaluated in order on the rows the
+/// conjuncts before kept (module docs). Its mask has no nulls: a null
+/// conjunct drops its row, as a filter does.
+#[derive(Debug, Clone)]
+pub(crate) struct Conjunction {
+    conjuncts: Vec<Conjunct>,
+}
+
+impl Conjunction {
+    /// The conjunction of `predicate`'s conjuncts, if it is an `AND` chain
+    /// this evaluates better than DataFusion: two conjuncts or more, none
+    /// dynamic or volatile.
+    fn of(predicate: &Arc<dyn PhysicalExpr>, input: &SchemaRef) -> Option<Self> {
+        let parts = split_conjunction(predicate);
+        if parts.len() < 2 || parts.iter().any(|p| is_dynamic(p) || is_volatile(p)) {
+            return None;
+        }
+        if !parts
+            .iter()
+            .all(|p| matches!(p.data_type(input), Ok(DataType::Boolean)))
+        {
+            return None;
+        }
+        let conjuncts = parts
+            .into_iter()
+            .map(|p| Conjunct::new(Arc::clone(p)))
+            .collect::<Result<_>>()
+            .ok()?;
+        Some(Self { conjuncts })
+    }
+}
+
+/// Whether `expr` holds a volatile function (`random()`): evaluated on fewer
+/// rows, it would draw differently, so such a chain is left as it is.
+fn is_volatile(expr: &Arc<dyn PhysicalExpr>) -> bool {
+    expr.exists(|e| Ok(e.is_volatile_node())).unwrap_or(true)
+}
+
+/// The rows `value` (a conjunct's result over `rows` rows) is true of; null
+/// is false.
+fn passing(value: ColumnarValue, rows: usize) -> Result<BooleanBuffer> {
+    match value {
+        ColumnarValue::Array(array) => {
+            let Some(mask) = array.as_boolean_opt() else {
+                return internal_err!("a conjunct gave {}, not booleans", array.data_type());
+            };
+            Ok(match mask.nulls() {
+                Some(nulls) => mask.values() & nulls.inner(),
+                None => mask.values().clone(),
+            })
+        }
+        ColumnarValue::Scalar(ScalarValue::Boolean(Some(true))) => Ok(BooleanBuffer::new_set(rows)),
+        ColumnarValue::Scalar(ScalarValue::Boolean(_)) => Ok(BooleanBuffer::new_unset(rows)),
+        ColumnarValue::Scalar(other) => {
+            internal_err!("a conjunct gave {}, not a boolean", other.data_type())
+        }
+    }
+}
+
+/// A mask of `rows` rows with the rows at `indices` (ascending) set.
+fn mask_of(indices: &UInt32Array, rows: usize) -> BooleanBuffer {
+    let mut bits = MutableBuffer::from_len_zeroed(rows.div_ceil(8));
+    let bytes = bits.as_slice_mut();
+    for &index in indices.values() {
+        arrow::util::bit_util::set_bit(bytes, index as usize);
+    }
+    BooleanBuffer::new(bits.into(), 0, rows)
+}
+
+/// The indices of the rows `mask` keeps.
+fn indices_of(mask: &BooleanBuffer) -> UInt32Array {
+    let indices: Vec<u32> = mask.set_indices_u32().collect();
+    UInt32Array::new(ScalarBuffer::from(indices), None)
+}
+
+impl Conjunction {
+    /// The rows of `batch` every conjunct is true of.
+    fn mask(&self, batch: &RecordBatch) -> Result<BooleanBuffer> {
+        let rows = batch.num_rows();
+        // Indices are u32: a larger batch (none is, in practice) is
+        // evaluated on every row throughout.
+        let gathers = u32::try_from(rows).is_ok();
+        let mut mask: Option<BooleanBuffer> = None;
+        let mut conjuncts = self.conjuncts.iter();
+        for conjunct in conjuncts.by_ref() {
+            let value = passing(conjunct.expr.evaluate(batch)?, rows)?;
+            let both = match mask {
+                Some(mask) => &mask & &value,
+                None => value,
+            };
+            let kept = both.count_set_bits();
+            mask = Some(both);
+            if kept == 0 {
+                return Ok(BooleanBuffer::new_unset(rows));
+            }
+            if gathers && kept * FEW.1 <= rows * FEW.0 {
+                break;
+            }
+        }
+        let mask = mask.unwrap_or_else(|| BooleanBuffer::new_set(rows));
+        // The conjuncts left, if any, on the few rows kept.
+        let mut rest = conjuncts.peekable();
+        if rest.peek().is_none() {
+            return Ok(mask);
+        }
+        let mut indices = indices_of(&mask);
+        for conjunct in rest {
+            indices = conjunct.keep(batch, &indices)?;
+            if indices.is_empty() {
+                break;
+            }
+        }
+        Ok(mask_of(&indices, rows))
+    }
+}
+
+impl fmt::Display for Conjunction {
+    /// As DataFusion shows the `AND` chain it replaces: the same predicate.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        for (i, conjunct) in self.conjuncts.iter().enumerate() {
+            if i > 0 {
+                f.write_str(" AND ")?;
+            }
+            write!(f, "{}", conjunct.expr)?;
+        }
+        Ok(())
+    }
+}
+
+impl PartialEq for Conjunction {
+    fn eq(&self, other: &Self) -> bool {
+        self.conjuncts.len() == other.conjuncts.len()
+            && self
+                .conjuncts
+                .iter()
+                .zip(&other.conjuncts)
+                .all(|(a, b)| a.expr.eq(&b.expr))
+    }
+}
+
+impl Eq for Conjunction {}
+
+impl Hash for Conjunction {
+    fn hash<H: Hasher>(&self, state: &mut H) {
+        for conjunct in &self.conjuncts {
+            conjunct.expr.hash(state);
+        }
+    }
+}
+
+impl PhysicalExpr for Conjunction {
+    fn data_type(&self, _input_schema: &Schema) -> Result<DataType> {
+        Ok(DataType::Boolean)
+    }
+
+    /// Never null: a null conjunct drops its row (module docs).
+    fn nullable(&self, _input_schema: &Schema) -> Result<bool> {
+        Ok(false)
+    }
+
+    fn evaluate(&self, batch: &RecordBatch) -> Result<ColumnarValue> {
+        let mask = self.mask(batch)?;
+        Ok(ColumnarValue::Array(Arc::new(BooleanArray::new(
+            mask, None,
+        ))))
+    }
+
+    fn children(&self) -> Vec<&Arc<dyn PhysicalExpr>> {
+        self.conjuncts.iter().map(|c| &c.expr).collect()
+    }
+
+    fn with_new_children(
+        self: Arc<Self>,
+        children: Vec<Arc<dyn PhysicalExpr>>,
+    ) -> Result<Arc<dyn PhysicalExpr>> {
+        if children.len() != self.conjuncts.len() {
+            return internal_err!(
+                "a conjunction of {} takes {} children",
+                self.conjuncts.len(),
+                children.len()
+            );
+        }
+        let conjuncts = children
+            .into_iter()
+            .map(Conjunct::new)
+            .collect::<Result<_>>()?;
+        Ok(Arc::new(Self { conjuncts }))
+    }
+
+    fn fmt_sql(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        for (i, conjunct) in self.conjuncts.iter().enumerate() {
+            if i > 0 {
+                f.write_str(" AND ")?;
+            }
+            conjunct.expr.fmt_sql(f)?;
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use arrow::array::{ArrayRef, Int64Array, StringArray};
+    use arrow::compute::filter_record_batch;
+    use arrow::util::pretty::pretty_format_batches;
+    use datafusion::common::tree_node::TreeNodeRecursion;
+    use datafusion::datasource::MemTable;
+    use datafusion::execution::SessionStateBuilder;
+    use datafusion::physical_plan::collect;
+    use datafusion::prelude::SessionContext;
+
+    use super::*;
+
+    /// Rows whose columns keep a chosen share each: `a` is the row number,
+    /// `b` cycles through 0..10 with every seventh row null, `c` names the
+    /// row's remainder by 3, and `d` is zero on every eleventh row.
+    fn batch(rows: i64) -> RecordBatch {
+        let a: Int64Array = (0..rows).map(Some).collect();
+        let b: Int64Array = (0..rows)
+            .map(|i| (i % 7 != 3).then_some((i * 37) % 10))
+            .collect();
+        let c: StringArray = (0..rows).map(|i| Some(format!("k{}", i % 3))).collect();
+        let d: Int64Array = (0..rows)
+            .map(|i| Some(if i % 11 == 0 { 0 } else { i }))
+            .collect();
+        RecordBatch::try_from_iter([
+            ("a", Arc::new(a) as ArrayRef),
+            ("b", Arc::new(b) as ArrayRef),
+            ("c", Arc::new(c) as ArrayRef),
+            ("d", Arc::new(d) as ArrayRef),
+        ])
+        .unwrap()
+    }
+
+    fn context(with_rule: bool) -> SessionContext {
+        let mut builder = SessionStateBuilder::new().with_default_features();
+        if with_rule {
+            builder = builder.with_physical_optimizer_rule(Arc::new(SequentialConjunctions));
+        }
+        let context = SessionContext::new_with_state(builder.build());
+        let data = batch(50_000);
+        // Batches of 4,096 rows: many batches, and a last one that is short.
+        let batches: Vec<RecordBatch> = (0..data.num_rows())
+            .step_by(4096)
+            .map(|start| data.slice(start, 4096.min(data.num_rows() - start)))
+            .collect();
+        let table = MemTable::try_new(data.schema(), vec![batches]).unwrap();
+        context.register_table("t", Arc::new(table)).unwrap();
+        context
+    }
+
+    fn conjunctions(plan: &Arc<dyn ExecutionPlan>) -> usize {
+        let mut count = 0;
+        plan.apply(|node| {
+            if let Some(filter) = node.downcast_ref::<FilterExec>()
+                && filter.predicate().is::<Conjunction>()
+            {
+                count += 1;
+            }
+            Ok(TreeNodeRecursion::Continue)
+        })
+        .unwrap();
+        count
+    }
+
+    async fn rows(context: &SessionContext, sql: &str) -> (String, usize) {
+        let frame = context.sql(sql).await.unwrap();
+        let plan = frame.create_physical_plan().await.unwrap();
+        let used = conjunctions(&plan);
+        let batches = collect(plan, context.task_ctx()).await.unwrap();
+        (pretty_format_batches(&batches).unwrap().to_string(), used)
+    }
+
+    /// Each query's rows with the rule equal DataFusion's own, whichever
+    /// conjunct first leaves few rows (the first, a later one, none), with
+    /// null conjuncts, a conjunct over a string column, and one that would
+    /// fail on rows an earlier conjunct dropped.
+    #[tokio::test]
+    async fn a_chain_keeps_the_rows_datafusion_keeps() {
+        let plain = context(false);
+        let ruled = context(true);
+        for sql in [
+            // Few rows after the first conjunct: the rest on those alone.
+            "SELECT * FROM t WHERE a < 3000 AND b > 4 AND c = 'k1' ORDER BY a",
+            // Many after the first, few after the second.
+            "SELECT * FROM t WHERE a >= 100 AND a < 4000 AND b >= 2 AND b <= 7 AND c <> 'k0' ORDER BY a",
+            // Many throughout.
+            "SELECT * FROM t WHERE a >= 10 AND b IS NOT NULL AND c <> 'k2' ORDER BY a",
+            // None left after the second.
+            "SELECT * FROM t WHERE a >= 10 AND a < 10 AND b > 1 ORDER BY a",
+            // Nulls in a conjunct that is evaluated on the few rows.
+            "SELECT a, b FROM t WHERE a < 500 AND b + 1 > 5 AND a % 2 = 0 ORDER BY a",
+            // A division by `d` on few rows, those whose `d` is not zero: DataFusion and
+            // the rule evaluate it on those alone (on every row, it would fail).
+            "SELECT a FROM t WHERE a < 300 AND d <> 0 AND 1000 / d > 1 ORDER BY a",
+            // A projection in the filter (only some columns out).
+            "SELECT count(*), sum(a) FROM t WHERE a > 40000 AND b = 3 AND c = 'k2'",
+        ] {
+            let (expected, none) = rows(&plain, sql).await;
+            let (got, used) = rows(&ruled, sql).await;
+            assert_eq!(none, 0, "{sql}");
+            assert_eq!(used, 1, "the rule gave no conjunction to {sql}");
+            assert_eq!(got, expected, "{sql}");
+        }
+    }
+
+    /// The mask itself, batch by batch, against the `AND` chain's own,
+    /// nulls taken as false, for every prefix that goes sparse.
+    #[test]
+    fn the_mask_is_the_and_chains_with_nulls_as_false() {
+        let data = batch(10_000);
+        let schema = data.schema();
+        let ctx = SessionContext::new();
+        let df_schema = datafusion::common::DFSchema::try_from(schema.as_ref().clone()).unwrap();
+        for sql in [
+            "a < 1500 AND b > 4 AND c = 'k1'",
+            "a >= 5000 AND a < 5900 AND b <> 2 AND d > 5003",
+            "b > 8 AND a % 3 = 1",
+            "a < 0 AND b > 1",
+        ] {
+            let logical = ctx.parse_sql_expr(sql, &df_schema).unwrap();
+            let predicate = ctx.create_physical_expr(logical, &df_schema).unwrap();
+            let conjunction = Conjunction::of(&predicate, &schema).expect("an AND chain");
+            let expected = prep(predicate.evaluate(&data).unwrap(), data.num_rows());
+            let got = conjunction.mask(&data).unwrap();
+            assert_eq!(got, expected, "{sql}");
+            assert_eq!(
+                filter_record_batch(&data, &BooleanArray::new(got, None)).unwrap(),
+                filter_record_batch(&data, &BooleanArray::new(expected, None)).unwrap(),
+            );
+        }
+    }
+
+    fn prep(value: ColumnarValue, rows: usize) -> BooleanBuffer {
+        passing(value, rows).unwrap()
+    }
+
+    /// A single condition, a chain with a volatile function, and one that
+    /// is not an `AND` at the top are left to DataFusion.
+    #[test]
+    fn only_and_chains_of_steady_conjuncts_are_taken() {
+        let schema = batch(1).schema();
+        let ctx = SessionContext::new();
+        let df_schema = datafusion::common::DFSchema::try_from(schema.as_ref().clone()).unwrap();
+        for sql in ["a < 5", "a < 5 AND random() < 0.5", "a < 5 OR b > 3"] {
+            let logical = ctx.parse_sql_expr(sql, &df_schema).unwrap();
+            let predicate = ctx.create_physical_expr(logical, &df_schema).unwrap();
+            assert!(Conjunction::of(&predicate, &schema).is_none(), "{sql}");
+        }
+    }
+}
