@@ -44,8 +44,9 @@ use datafusion::common::{ScalarValue, internal_err};
 use datafusion::config::ConfigOptions;
 use datafusion::error::Result;
 use datafusion::logical_expr::ColumnarValue;
+use datafusion::logical_expr::Operator;
 use datafusion::physical_expr::PhysicalExpr;
-use datafusion::physical_expr::expressions::Column;
+use datafusion::physical_expr::expressions::{BinaryExpr, Column};
 use datafusion::physical_expr::utils::{collect_columns, split_conjunction};
 use datafusion::physical_optimizer::PhysicalOptimizerRule;
 use datafusion::physical_plan::ExecutionPlan;
@@ -273,16 +274,40 @@ impl Conjunction {
     }
 }
 
-impl fmt::Display for Conjunction {
-    /// As DataFusion shows the `AND` chain it replaces: the same predicate.
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+/// Whether `expr` binds more loosely than `AND` (an `OR`), so that it is
+/// shown in parentheses as a conjunct, as DataFusion shows it.
+fn loose(expr: &Arc<dyn PhysicalExpr>) -> bool {
+    expr.downcast_ref::<BinaryExpr>()
+        .is_some_and(|binary| binary.op().precedence() < Operator::And.precedence())
+}
+
+impl Conjunction {
+    /// Writes the conjuncts joined by `AND`, each with `write`.
+    fn write_chain(
+        &self,
+        f: &mut fmt::Formatter<'_>,
+        write: impl Fn(&Arc<dyn PhysicalExpr>, &mut fmt::Formatter<'_>) -> fmt::Result,
+    ) -> fmt::Result {
         for (i, conjunct) in self.conjuncts.iter().enumerate() {
             if i > 0 {
                 f.write_str(" AND ")?;
             }
-            write!(f, "{}", conjunct.expr)?;
+            if loose(&conjunct.expr) {
+                f.write_str("(")?;
+                write(&conjunct.expr, f)?;
+                f.write_str(")")?;
+            } else {
+                write(&conjunct.expr, f)?;
+            }
         }
         Ok(())
+    }
+}
+
+impl fmt::Display for Conjunction {
+    /// As DataFusion shows the `AND` chain it replaces: the same predicate.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.write_chain(f, |expr, f| write!(f, "{expr}"))
     }
 }
 
@@ -347,13 +372,7 @@ impl PhysicalExpr for Conjunction {
     }
 
     fn fmt_sql(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        for (i, conjunct) in self.conjuncts.iter().enumerate() {
-            if i > 0 {
-                f.write_str(" AND ")?;
-            }
-            conjunct.expr.fmt_sql(f)?;
-        }
-        Ok(())
+        self.write_chain(f, |expr, f| expr.fmt_sql(f))
     }
 }
 
@@ -476,10 +495,12 @@ mod tests {
             "a >= 5000 AND a < 5900 AND b <> 2 AND d > 5003",
             "b > 8 AND a % 3 = 1",
             "a < 0 AND b > 1",
+            "(a < 50 OR b > 8) AND c = 'k1' AND a > 1",
         ] {
             let logical = ctx.parse_sql_expr(sql, &df_schema).unwrap();
             let predicate = ctx.create_physical_expr(logical, &df_schema).unwrap();
             let conjunction = Conjunction::of(&predicate, &schema).expect("an AND chain");
+            assert_eq!(conjunction.to_string(), predicate.to_string());
             let expected = prep(predicate.evaluate(&data).unwrap(), data.num_rows());
             let got = conjunction.mask(&data).unwrap();
             assert_eq!(got, expected, "{sql}");
