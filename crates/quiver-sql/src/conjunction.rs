@@ -36,8 +36,8 @@ use std::sync::Arc;
 
 use arrow::array::{Array, AsArray, BooleanArray, UInt32Array};
 use arrow::buffer::{BooleanBuffer, MutableBuffer, ScalarBuffer};
-use arrow::compute::take_arrays;
-use arrow::datatypes::{DataType, Schema, SchemaRef};
+use arrow::compute::{filter, take_arrays};
+use arrow::datatypes::{DataType, Schema, SchemaRef, UInt32Type};
 use arrow::record_batch::{RecordBatch, RecordBatchOptions};
 use datafusion::common::tree_node::{Transformed, TransformedResult, TreeNode};
 use datafusion::common::{ScalarValue, internal_err};
@@ -96,18 +96,20 @@ impl PhysicalOptimizerRule for SequentialConjunctions {
 }
 
 /// One conjunct, and the same over the columns it reads alone.
-#[derive(Debug, Clone)]
+#[derive(Debug)]
 struct Conjunct {
     /// Over the filter's input.
     expr: Arc<dyn PhysicalExpr>,
     /// The input's columns `expr` reads, in the input's order.
     columns: Vec<usize>,
-    /// `expr` over a batch of `columns` alone.
+    /// `expr` over a batch of `columns` alone, and that batch's schema.
     narrow: Arc<dyn PhysicalExpr>,
+    narrow_schema: SchemaRef,
 }
 
 impl Conjunct {
-    fn new(expr: Arc<dyn PhysicalExpr>) -> Result<Self> {
+    /// `expr`, over the filter's `input`.
+    fn new(expr: Arc<dyn PhysicalExpr>, input: &Schema) -> Result<Self> {
         let mut columns: Vec<usize> = collect_columns(&expr).iter().map(|c| c.index()).collect();
         columns.sort_unstable();
         columns.dedup();
@@ -126,10 +128,12 @@ impl Conjunct {
                 None => Ok(Transformed::no(e)),
             })
             .data()?;
+        let narrow_schema = Arc::new(input.project(&columns)?);
         Ok(Self {
             expr,
             columns,
             narrow,
+            narrow_schema,
         })
     }
 
@@ -142,28 +146,26 @@ impl Conjunct {
             .map(|&i| Arc::clone(batch.column(i)))
             .collect();
         let gathered = take_arrays(&read, indices, None)?;
-        let schema = Arc::new(batch.schema().project(&self.columns)?);
         let narrow_batch = RecordBatch::try_new_with_options(
-            schema,
+            Arc::clone(&self.narrow_schema),
             gathered,
             &RecordBatchOptions::new().with_row_count(Some(indices.len())),
         )?;
         let kept = passing(self.narrow.evaluate(&narrow_batch)?, indices.len())?;
-        Ok(indices
-            .values()
-            .iter()
-            .zip(kept.iter())
-            .filter_map(|(&index, keep)| keep.then_some(index))
-            .collect())
+        Ok(filter(indices, &BooleanArray::new(kept, None))?
+            .as_primitive::<UInt32Type>()
+            .clone())
     }
 }
 
 /// A filter predicate `a AND b AND ...` evaluated in order on the rows the
 /// conjuncts before kept (module docs). Its mask has no nulls: a null
 /// conjunct drops its row, as a filter does.
-#[derive(Debug, Clone)]
+#[derive(Debug)]
 pub(crate) struct Conjunction {
     conjuncts: Vec<Conjunct>,
+    /// The filter's input: what the conjuncts read.
+    input: SchemaRef,
 }
 
 impl Conjunction {
@@ -172,21 +174,24 @@ impl Conjunction {
     /// dynamic or volatile.
     fn of(predicate: &Arc<dyn PhysicalExpr>, input: &SchemaRef) -> Option<Self> {
         let parts = split_conjunction(predicate);
-        if parts.len() < 2 || parts.iter().any(|p| is_dynamic(p) || is_volatile(p)) {
-            return None;
-        }
-        if !parts
-            .iter()
-            .all(|p| matches!(p.data_type(input), Ok(DataType::Boolean)))
+        if parts.len() < 2
+            || parts.iter().any(|p| {
+                is_dynamic(p)
+                    || is_volatile(p)
+                    || !matches!(p.data_type(input), Ok(DataType::Boolean))
+            })
         {
             return None;
         }
         let conjuncts = parts
             .into_iter()
-            .map(|p| Conjunct::new(Arc::clone(p)))
+            .map(|p| Conjunct::new(Arc::clone(p), input))
             .collect::<Result<_>>()
             .ok()?;
-        Some(Self { conjuncts })
+        Some(Self {
+            conjuncts,
+            input: Arc::clone(input),
+        })
     }
 }
 
@@ -240,35 +245,31 @@ impl Conjunction {
         // Indices are u32: a larger batch (none is, in practice) is
         // evaluated on every row throughout.
         let gathers = u32::try_from(rows).is_ok();
-        let mut mask: Option<BooleanBuffer> = None;
-        let mut conjuncts = self.conjuncts.iter();
-        for conjunct in conjuncts.by_ref() {
-            let value = passing(conjunct.expr.evaluate(batch)?, rows)?;
-            let both = match mask {
-                Some(mask) => &mask & &value,
-                None => value,
-            };
-            let kept = both.count_set_bits();
-            mask = Some(both);
-            if kept == 0 {
-                return Ok(BooleanBuffer::new_unset(rows));
+        let Some((first, rest)) = self.conjuncts.split_first() else {
+            return Ok(BooleanBuffer::new_set(rows));
+        };
+        let mut mask = passing(first.expr.evaluate(batch)?, rows)?;
+        let mut rest = rest.iter();
+        // On every row while many are kept.
+        loop {
+            let kept = mask.count_set_bits();
+            if kept == 0 || rest.len() == 0 {
+                return Ok(mask);
             }
             if gathers && kept * FEW.1 <= rows * FEW.0 {
                 break;
             }
+            if let Some(conjunct) = rest.next() {
+                mask = &mask & &passing(conjunct.expr.evaluate(batch)?, rows)?;
+            }
         }
-        let mask = mask.unwrap_or_else(|| BooleanBuffer::new_set(rows));
-        // The conjuncts left, if any, on the few rows kept.
-        let mut rest = conjuncts.peekable();
-        if rest.peek().is_none() {
-            return Ok(mask);
-        }
+        // The conjuncts left, on the few rows kept.
         let mut indices = indices_of(&mask);
         for conjunct in rest {
-            indices = conjunct.keep(batch, &indices)?;
             if indices.is_empty() {
                 break;
             }
+            indices = conjunct.keep(batch, &indices)?;
         }
         Ok(mask_of(&indices, rows))
     }
@@ -366,9 +367,12 @@ impl PhysicalExpr for Conjunction {
         }
         let conjuncts = children
             .into_iter()
-            .map(Conjunct::new)
+            .map(|child| Conjunct::new(child, &self.input))
             .collect::<Result<_>>()?;
-        Ok(Arc::new(Self { conjuncts }))
+        Ok(Arc::new(Self {
+            conjuncts,
+            input: Arc::clone(&self.input),
+        }))
     }
 
     fn fmt_sql(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -474,9 +478,8 @@ mod tests {
             // A projection in the filter (only some columns out).
             "SELECT count(*), sum(a) FROM t WHERE a > 40000 AND b = 3 AND c = 'k2'",
         ] {
-            let (expected, none) = rows(&plain, sql).await;
+            let (expected, _) = rows(&plain, sql).await;
             let (got, used) = rows(&ruled, sql).await;
-            assert_eq!(none, 0, "{sql}");
             assert_eq!(used, 1, "the rule gave no conjunction to {sql}");
             assert_eq!(got, expected, "{sql}");
         }
@@ -501,7 +504,7 @@ mod tests {
             let predicate = ctx.create_physical_expr(logical, &df_schema).unwrap();
             let conjunction = Conjunction::of(&predicate, &schema).expect("an AND chain");
             assert_eq!(conjunction.to_string(), predicate.to_string());
-            let expected = prep(predicate.evaluate(&data).unwrap(), data.num_rows());
+            let expected = passing(predicate.evaluate(&data).unwrap(), data.num_rows()).unwrap();
             let got = conjunction.mask(&data).unwrap();
             assert_eq!(got, expected, "{sql}");
             assert_eq!(
@@ -509,10 +512,6 @@ mod tests {
                 filter_record_batch(&data, &BooleanArray::new(expected, None)).unwrap(),
             );
         }
-    }
-
-    fn prep(value: ColumnarValue, rows: usize) -> BooleanBuffer {
-        passing(value, rows).unwrap()
     }
 
     /// A single condition, a chain with a volatile function, and one that
