@@ -2,7 +2,7 @@
 
 From the repository root, with the venv of ``bench/requirements.txt``::
 
-    python -m bench --quick            # under 2 minutes
+    python -m bench --quick            # about 6 minutes
     python -m bench --full             # the paper's grid, 5 repetitions
     python -m bench --only get,small   # some suites
     python -m bench --full --only ceilings,get,put,rust --headline-only   # the goals' table
@@ -52,7 +52,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         dest="mode",
         action="store_const",
         const="quick",
-        help="small sizes, 3 repetitions, under 2 minutes (the default)",
+        help="small sizes, 3 repetitions, about 6 minutes (the default)",
     )
     mode.add_argument(
         "--full",

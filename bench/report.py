@@ -2320,8 +2320,9 @@ def render(
         "# quiver benchmarks",
         "",
         "Generated file: do not edit. Regenerate it from the repository root with "
-        "`python -m bench --full` (about 40 minutes, 31 of them the sql suite) or "
-        "`python -m bench --quick` (under 2 minutes), using the venv of "
+        "`python -m bench --full` (about an hour with `--reps 2` on 2 cores: the engines "
+        "suite 22 minutes, the sql suite 16) or "
+        "`python -m bench --quick` (about 6 minutes), using the venv of "
         "`bench/requirements.txt`, PostgreSQL and psqlODBC (`scripts/install-postgres.sh`) and "
         "a release build of quiver (`cargo build --release`; or set `QUIVER_BIN`). "
         "`python -m bench --report-only` "
