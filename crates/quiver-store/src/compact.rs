@@ -8,10 +8,21 @@
 //! sent over the network with the rows. [`compact`] copies such a batch into
 //! buffers of its own; a batch whose buffers are tight is left as it is, with
 //! no copy.
+//!
+//! A buffer that points into a larger allocation (a message body, a mapped
+//! segment file) reports that whole allocation as its capacity, which is
+//! what DataFusion charges a query for each array it holds: every column of
+//! a stored batch, and every batch a `take` or filter made of it that still
+//! points into a string view's data buffers, would be charged the whole body
+//! or file again. [`fitted`] gives such a batch buffers that report their
+//! own bytes, over the same memory.
 
 use arrow::array::{Array, ArrayRef, AsArray, RecordBatch, RecordBatchOptions, make_array};
 use arrow::array::{ArrayData, MutableArrayData};
+use arrow::buffer::{BooleanBuffer, Buffer, NullBuffer};
 use arrow::datatypes::DataType;
+use std::ptr::NonNull;
+use std::sync::Arc;
 
 use crate::memory::data_bytes;
 
@@ -87,8 +98,8 @@ fn nests_views_or_dictionaries(data_type: &DataType) -> bool {
 
 /// `batch`, copied into buffers that fit its rows if it holds `held` bytes
 /// (what its buffers keep alive: a received message's whole body, say) and
-/// that is well over what its rows need; else `batch` itself. The second
-/// value is what the batch returned holds.
+/// that is well over what its rows need; else `batch` itself, [`fitted`].
+/// The second value is what the batch returned holds.
 ///
 /// Every column is copied, not only the wasteful ones: columns decoded from
 /// one message share its allocation, which is freed only when none of them
@@ -96,7 +107,7 @@ fn nests_views_or_dictionaries(data_type: &DataType) -> bool {
 pub fn compact(batch: RecordBatch, held: u64) -> (RecordBatch, u64) {
     let needed: u64 = batch.columns().iter().map(|c| needed_bytes(c)).sum();
     if !wasteful(held, needed) {
-        return (batch, held);
+        return (fitted(batch), held);
     }
     let columns: Vec<ArrayRef> = batch.columns().iter().map(|c| copied(c)).collect();
     let options = RecordBatchOptions::new().with_row_count(Some(batch.num_rows()));
@@ -137,11 +148,56 @@ pub fn compact_views(batch: &RecordBatch) -> Option<RecordBatch> {
     RecordBatch::try_new_with_options(batch.schema(), columns, &options).ok()
 }
 
+/// `batch` over the same memory, each of its buffers reporting its own
+/// length as its capacity (module docs). No byte is copied.
+pub(crate) fn fitted(batch: RecordBatch) -> RecordBatch {
+    let columns: Vec<ArrayRef> = batch
+        .columns()
+        .iter()
+        .map(|c| make_array(fitted_data(c.to_data())))
+        .collect();
+    let options = RecordBatchOptions::new().with_row_count(Some(batch.num_rows()));
+    // The same types and lengths: this cannot fail.
+    RecordBatch::try_new_with_options(batch.schema(), columns, &options).unwrap_or(batch)
+}
+
+fn fitted_data(data: ArrayData) -> ArrayData {
+    let buffers: Vec<Buffer> = data.buffers().iter().map(fitted_buffer).collect();
+    let children: Vec<ArrayData> = data.child_data().iter().cloned().map(fitted_data).collect();
+    let nulls = data.nulls().map(|n| {
+        let bits = BooleanBuffer::new(fitted_buffer(n.buffer()), n.offset(), n.len());
+        // SAFETY: the same bits as `n`, so the same null count.
+        unsafe { NullBuffer::new_unchecked(bits, n.null_count()) }
+    });
+    let builder = data
+        .into_builder()
+        .buffers(buffers)
+        .child_data(children)
+        .nulls(nulls);
+    // SAFETY: every buffer is the one it replaces (the same bytes at the same
+    // address), so the data is as valid as it was.
+    unsafe { builder.build_unchecked() }
+}
+
+/// `buffer`, reporting its own length as its capacity; the allocation it
+/// points into is kept alive by the new buffer.
+fn fitted_buffer(buffer: &Buffer) -> Buffer {
+    if buffer.capacity() <= buffer.len() {
+        return buffer.clone();
+    }
+    let Some(ptr) = NonNull::new(buffer.as_ptr().cast_mut()) else {
+        return buffer.clone();
+    };
+    // SAFETY: `ptr` and `len` are `buffer`'s, whose allocation the owner
+    // (a clone of `buffer`) keeps alive and unchanged.
+    unsafe { Buffer::from_custom_allocation(ptr, buffer.len(), Arc::new(buffer.clone())) }
+}
+
 /// `array` in buffers of its own that hold its rows and no more.
 fn copied(array: &ArrayRef) -> ArrayRef {
     match array.data_type() {
-        DataType::Utf8View => std::sync::Arc::new(array.as_string_view().gc()),
-        DataType::BinaryView => std::sync::Arc::new(array.as_binary_view().gc()),
+        DataType::Utf8View => Arc::new(array.as_string_view().gc()),
+        DataType::BinaryView => Arc::new(array.as_binary_view().gc()),
         _ => {
             let data: ArrayData = array.to_data();
             let mut copy = MutableArrayData::new(vec![&data], false, array.len());
@@ -149,7 +205,7 @@ fn copied(array: &ArrayRef) -> ArrayRef {
             // valid array cannot have: kept as it is then.
             match copy.try_extend(0, 0, array.len()) {
                 Ok(()) => make_array(copy.freeze()),
-                Err(_) => std::sync::Arc::clone(array),
+                Err(_) => Arc::clone(array),
             }
         }
     }
@@ -216,6 +272,64 @@ mod tests {
         let (compacted, bytes) = compact(slice.clone(), crate::batch_bytes(&slice));
         assert_eq!(bytes, 80);
         assert_eq!(compacted, slice);
+    }
+
+    /// What DataFusion charges a query for an array: its buffers' capacities.
+    fn charged(batch: &RecordBatch) -> usize {
+        batch
+            .columns()
+            .iter()
+            .map(|c| c.get_array_memory_size())
+            .sum()
+    }
+
+    #[test]
+    fn a_decoded_batch_reports_its_own_bytes_not_its_message() {
+        // Decoded from one IPC stream, as a put's batches and a segment's are:
+        // every buffer points into the stream's one allocation.
+        let strings = long_strings(10_000);
+        let columns: Vec<ArrayRef> = vec![
+            Arc::new(Int64Array::from_iter_values(0..10_000)),
+            Arc::new(StringViewArray::from_iter_values(&strings)),
+            Arc::new(StringArray::from_iter(
+                strings
+                    .iter()
+                    .enumerate()
+                    .map(|(i, s)| (i % 3 > 0).then_some(s)),
+            )),
+        ];
+        let schema = Arc::new(Schema::new(vec![
+            Field::new("i", DataType::Int64, false),
+            Field::new("v", DataType::Utf8View, false),
+            Field::new("s", DataType::Utf8, true),
+        ]));
+        let sent = RecordBatch::try_new(Arc::clone(&schema), columns).unwrap();
+        let mut stream = Vec::new();
+        let mut writer = arrow::ipc::writer::StreamWriter::try_new(&mut stream, &schema).unwrap();
+        writer.write(&sent).unwrap();
+        writer.finish().unwrap();
+        drop(writer);
+        let stream_bytes = stream.len();
+        let mut buffer = Buffer::from(stream);
+        let mut decoder = arrow::ipc::reader::StreamDecoder::new();
+        let decoded = std::iter::from_fn(|| decoder.decode(&mut buffer).unwrap())
+            .next()
+            .expect("a batch");
+        // Each column reports the whole stream: three times its size in all.
+        assert!(
+            charged(&decoded) >= 3 * stream_bytes,
+            "{}",
+            charged(&decoded)
+        );
+
+        let fitted = fitted(decoded.clone());
+        assert!(charged(&fitted) <= stream_bytes, "{}", charged(&fitted));
+        assert_eq!(fitted, sent);
+        // Over the same memory: nothing was copied.
+        let (before, after) = (decoded.column(1).to_data(), fitted.column(1).to_data());
+        assert_eq!(before.buffers()[1].as_ptr(), after.buffers()[1].as_ptr());
+        // A fitted batch is fitted already.
+        assert_eq!(charged(&super::fitted(fitted.clone())), charged(&fitted));
     }
 
     #[test]

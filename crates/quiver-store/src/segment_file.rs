@@ -98,7 +98,8 @@ pub(crate) fn map(path: &Path) -> Result<MappedSegment, String> {
     let mut batches = Vec::new();
     while !buffer.is_empty() {
         match decoder.decode(&mut buffer).map_err(|e| e.to_string())? {
-            Some(batch) => batches.push(batch),
+            // Each buffer reports its own bytes, not the file's.
+            Some(batch) => batches.push(crate::compact::fitted(batch)),
             None if buffer.is_empty() => break,
             None => {}
         }
