@@ -253,15 +253,19 @@ impl Conjunction {
         // On every row while many are kept.
         loop {
             let kept = mask.count_set_bits();
-            if kept == 0 || rest.len() == 0 {
+            if kept == 0 {
                 return Ok(mask);
             }
             if gathers && kept * FEW.1 <= rows * FEW.0 {
                 break;
             }
-            if let Some(conjunct) = rest.next() {
-                mask = &mask & &passing(conjunct.expr.evaluate(batch)?, rows)?;
-            }
+            let Some(conjunct) = rest.next() else {
+                return Ok(mask);
+            };
+            mask = &mask & &passing(conjunct.expr.evaluate(batch)?, rows)?;
+        }
+        if rest.len() == 0 {
+            return Ok(mask);
         }
         // The conjuncts left, on the few rows kept.
         let mut indices = indices_of(&mask);
