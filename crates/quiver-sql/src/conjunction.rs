@@ -390,8 +390,6 @@ mod tests {
     use arrow::compute::filter_record_batch;
     use arrow::util::pretty::pretty_format_batches;
     use datafusion::common::tree_node::TreeNodeRecursion;
-    use datafusion::datasource::MemTable;
-    use datafusion::execution::SessionStateBuilder;
     use datafusion::physical_plan::collect;
     use datafusion::prelude::SessionContext;
 
@@ -419,20 +417,8 @@ mod tests {
     }
 
     fn context(with_rule: bool) -> SessionContext {
-        let mut builder = SessionStateBuilder::new().with_default_features();
-        if with_rule {
-            builder = builder.with_physical_optimizer_rule(Arc::new(SequentialConjunctions));
-        }
-        let context = SessionContext::new_with_state(builder.build());
-        let data = batch(50_000);
-        // Batches of 4,096 rows: many batches, and a last one that is short.
-        let batches: Vec<RecordBatch> = (0..data.num_rows())
-            .step_by(4096)
-            .map(|start| data.slice(start, 4096.min(data.num_rows() - start)))
-            .collect();
-        let table = MemTable::try_new(data.schema(), vec![batches]).unwrap();
-        context.register_table("t", Arc::new(table)).unwrap();
-        context
+        let rule = with_rule.then(|| Arc::new(SequentialConjunctions) as _);
+        crate::rule_testing::session(&batch(50_000), rule)
     }
 
     fn conjunctions(plan: &Arc<dyn ExecutionPlan>) -> usize {

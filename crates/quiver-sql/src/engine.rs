@@ -198,6 +198,7 @@ impl SqlEngine {
             // cross to another.
             None => builder
                 .with_physical_optimizer_rule(Arc::new(crate::file_scan::FileDynamicFilters))
+                .with_physical_optimizer_rule(Arc::new(crate::decimal::DecimalArithmetic))
                 .with_physical_optimizer_rule(Arc::new(crate::conjunction::SequentialConjunctions)),
         }
         .build();

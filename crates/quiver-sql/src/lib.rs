@@ -15,6 +15,7 @@ mod blocking;
 mod catalog;
 mod cluster;
 mod conjunction;
+mod decimal;
 mod distinct;
 mod engine;
 mod error;
@@ -26,6 +27,8 @@ pub mod metrics;
 mod params;
 mod pushed;
 mod query;
+#[cfg(test)]
+mod rule_testing;
 mod scan;
 mod settings;
 mod stats;
