@@ -388,9 +388,7 @@ impl PhysicalExpr for Conjunction {
 mod tests {
     use arrow::array::{ArrayRef, Int64Array, StringArray};
     use arrow::compute::filter_record_batch;
-    use arrow::util::pretty::pretty_format_batches;
     use datafusion::common::tree_node::TreeNodeRecursion;
-    use datafusion::physical_plan::collect;
     use datafusion::prelude::SessionContext;
 
     use super::*;
@@ -435,14 +433,6 @@ mod tests {
         count
     }
 
-    async fn rows(context: &SessionContext, sql: &str) -> (String, usize) {
-        let frame = context.sql(sql).await.unwrap();
-        let plan = frame.create_physical_plan().await.unwrap();
-        let used = conjunctions(&plan);
-        let batches = collect(plan, context.task_ctx()).await.unwrap();
-        (pretty_format_batches(&batches).unwrap().to_string(), used)
-    }
-
     /// Each query's rows with the rule equal DataFusion's own, whichever
     /// conjunct first leaves few rows (the first, a later one, none), with
     /// null conjuncts, a conjunct over a string column, and one that would
@@ -468,8 +458,8 @@ mod tests {
             // A projection in the filter (only some columns out).
             "SELECT count(*), sum(a) FROM t WHERE a > 40000 AND b = 3 AND c = 'k2'",
         ] {
-            let (expected, _) = rows(&plain, sql).await;
-            let (got, used) = rows(&ruled, sql).await;
+            let (expected, _) = crate::rule_testing::rows(&plain, sql, conjunctions).await;
+            let (got, used) = crate::rule_testing::rows(&ruled, sql, conjunctions).await;
             assert_eq!(used, 1, "the rule gave no conjunction to {sql}");
             assert_eq!(got, expected, "{sql}");
         }

@@ -428,10 +428,8 @@ impl PhysicalExpr for DecimalExpr {
 #[cfg(test)]
 mod tests {
     use arrow::array::{Decimal128Array, StringArray};
-    use arrow::util::pretty::pretty_format_batches;
     use datafusion::common::tree_node::TreeNodeRecursion;
     use datafusion::physical_expr::expressions::{Column, Literal};
-    use datafusion::physical_plan::collect;
     use datafusion::prelude::SessionContext;
 
     use super::*;
@@ -577,19 +575,6 @@ mod tests {
         count
     }
 
-    async fn rows(context: &SessionContext, sql: &str) -> (String, usize) {
-        let plan = context
-            .sql(sql)
-            .await
-            .unwrap()
-            .create_physical_plan()
-            .await
-            .unwrap();
-        let count = rewritten(&plan);
-        let batches = collect(plan, context.task_ctx()).await.unwrap();
-        (pretty_format_batches(&batches).unwrap().to_string(), count)
-    }
-
     /// Queries as TPC-H writes them give the rows DataFusion gives, with the
     /// operations in projections, filters and aggregates' arguments rewritten.
     #[tokio::test]
@@ -612,8 +597,8 @@ mod tests {
                 5,
             ),
         ] {
-            let (expected, none) = rows(&plain, sql).await;
-            let (got, count) = rows(&ruled, sql).await;
+            let (expected, none) = crate::rule_testing::rows(&plain, sql, rewritten).await;
+            let (got, count) = crate::rule_testing::rows(&ruled, sql, rewritten).await;
             assert_eq!(none, 0);
             assert_eq!(count, operations, "{sql}");
             assert_eq!(got, expected, "{sql}");

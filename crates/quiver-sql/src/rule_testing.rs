@@ -1,12 +1,14 @@
 //! What the tests of this crate's physical optimizer rules share: a session
-//! with or without the rule, over one table.
+//! with or without the rule, over one table, and a query's rows in it.
 
 use std::sync::Arc;
 
 use arrow::record_batch::RecordBatch;
+use arrow::util::pretty::pretty_format_batches;
 use datafusion::datasource::MemTable;
 use datafusion::execution::SessionStateBuilder;
 use datafusion::physical_optimizer::PhysicalOptimizerRule;
+use datafusion::physical_plan::{ExecutionPlan, collect};
 use datafusion::prelude::SessionContext;
 
 /// A session whose table `t` holds `data` in batches of 4,096 rows (many
@@ -28,4 +30,21 @@ pub(crate) fn session(
     let table = MemTable::try_new(data.schema(), vec![batches]).unwrap();
     context.register_table("t", Arc::new(table)).unwrap();
     context
+}
+
+/// The rows of `sql` in `context`, printed, and `count` of its physical
+/// plan (how many of the rule's nodes it holds).
+pub(crate) async fn rows(
+    context: &SessionContext,
+    sql: &str,
+    count: fn(&Arc<dyn ExecutionPlan>) -> usize,
+) -> (String, usize) {
+    let frame = context.sql(sql).await.unwrap();
+    let plan = frame.create_physical_plan().await.unwrap();
+    let counted = count(&plan);
+    let batches = collect(plan, context.task_ctx()).await.unwrap();
+    (
+        pretty_format_batches(&batches).unwrap().to_string(),
+        counted,
+    )
 }
