@@ -191,6 +191,7 @@ impl SqlEngine {
         let builder = SessionStateBuilder::new()
             .with_config(config)
             .with_default_features()
+            .with_statistics_registry(crate::join_sizes::registry())
             .with_optimizer_rule(Arc::new(crate::join_order::JoinOrder));
         let state = match &cluster {
             Some(cluster) => cluster.session(builder),

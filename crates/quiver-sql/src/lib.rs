@@ -23,6 +23,7 @@ mod file_scan;
 mod file_table;
 mod filter;
 mod join_order;
+mod join_sizes;
 pub mod metrics;
 mod params;
 mod pushed;

@@ -22,13 +22,15 @@ pub const SETTINGS_ROW: &str = "quiver_settings";
 
 /// The settings `EXPLAIN` shows: those that decide how a plan is cut up,
 /// joined and read from files. DataFusion's defaults but the partitions
-/// (docs/performance.md, "Session settings", says why).
-const SHOWN: [&str; 9] = [
+/// and the statistics registry (docs/performance.md, "Session settings" and
+/// "Build sides past a join", says why).
+const SHOWN: [&str; 10] = [
     "datafusion.execution.target_partitions",
     "datafusion.execution.batch_size",
     "datafusion.optimizer.repartition_joins",
     "datafusion.optimizer.repartition_aggregations",
     "datafusion.optimizer.prefer_hash_join",
+    "datafusion.optimizer.use_statistics_registry",
     "datafusion.execution.collect_statistics",
     "datafusion.execution.parquet.pushdown_filters",
     "datafusion.execution.parquet.reorder_filters",
@@ -77,11 +79,13 @@ impl Setting {
     }
 }
 
-/// The session's settings: `target_partitions` partitions, then
-/// `settings`, which win.
+/// The session's settings: `target_partitions` partitions, join selection
+/// by the session's statistics registry (`join_sizes.rs`), then `settings`,
+/// which win.
 pub(crate) fn session_config(target_partitions: usize, settings: &[Setting]) -> SessionConfig {
     let mut config = SessionConfig::new().with_target_partitions(target_partitions);
     let options = config.options_mut();
+    options.optimizer.use_statistics_registry = true;
     for setting in settings {
         // Checked when parsed: no error here.
         if let Err(e) = setting.apply(options) {
@@ -164,7 +168,18 @@ mod tests {
         let shown = describe(config.options(), &[]);
         assert!(shown.contains("execution.target_partitions=3"), "{shown}");
         assert!(shown.contains("parquet.pushdown_filters=false"), "{shown}");
+        assert!(
+            shown.contains("optimizer.use_statistics_registry=true"),
+            "{shown}"
+        );
         assert_eq!(shown.lines().count(), SHOWN.len(), "{shown}");
+        let off = Setting::parse("optimizer.use_statistics_registry=false").unwrap();
+        let set = [off];
+        let shown = describe(session_config(3, &set).options(), &set);
+        assert!(
+            shown.contains("optimizer.use_statistics_registry=false"),
+            "{shown}"
+        );
         let on = Setting::parse("execution.parquet.pushdown_filters=true").unwrap();
         let five = Setting::parse("execution.target_partitions=5").unwrap();
         let bloom = Setting::parse("execution.parquet.bloom_filter_on_read=false").unwrap();

@@ -699,6 +699,7 @@ async fn explain_shows_the_settings_a_plan_was_made_under() {
         "execution.batch_size=1024",
         "execution.parquet.pushdown_filters=false",
         "optimizer.repartition_joins=true",
+        "optimizer.use_statistics_registry=true",
     ] {
         assert!(settings.contains(shown), "{shown} in {settings}");
     }
