@@ -203,7 +203,6 @@ impl ExecutionPlan for DynamicFilterExec {
 mod tests {
     use arrow::array::{ArrayRef, Int64Array, RecordBatch};
     use datafusion::execution::SessionStateBuilder;
-    use datafusion::parquet::arrow::ArrowWriter;
     use datafusion::prelude::{ParquetReadOptions, SessionContext};
 
     use super::*;
@@ -230,10 +229,7 @@ mod tests {
                 Arc::new(Int64Array::from(values)) as ArrayRef,
             )])
             .unwrap();
-            let file = std::fs::File::create(&path).unwrap();
-            let mut writer = ArrowWriter::try_new(file, batch.schema(), None).unwrap();
-            writer.write(&batch).unwrap();
-            writer.close().unwrap();
+            crate::rule_testing::write_parquet(&path, &batch, None);
             path
         };
         let ids = write("ids", (0..1000).collect());

@@ -401,7 +401,6 @@ impl TableProvider for FileTable {
 #[cfg(test)]
 mod tests {
     use arrow::array::{Int64Array, RecordBatch};
-    use datafusion::parquet::arrow::ArrowWriter;
     use datafusion::prelude::{ParquetReadOptions, SessionContext};
 
     use super::*;
@@ -415,10 +414,7 @@ mod tests {
         let properties = datafusion::parquet::file::properties::WriterProperties::builder()
             .set_max_row_group_row_count(Some(100))
             .build();
-        let file = File::create(path).unwrap();
-        let mut writer = ArrowWriter::try_new(file, batch.schema(), Some(properties)).unwrap();
-        writer.write(&batch).unwrap();
-        writer.close().unwrap();
+        crate::rule_testing::write_parquet(path, &batch, Some(properties));
     }
 
     async fn table(path: &std::path::Path) -> Arc<dyn TableProvider> {

@@ -27,10 +27,8 @@
 use std::sync::Arc;
 
 use arrow::datatypes::Schema;
-use datafusion::common::Statistics;
 use datafusion::common::stats::Precision;
 use datafusion::error::Result;
-use datafusion::physical_plan::ExecutionPlan;
 use datafusion::physical_plan::joins::{
     CrossJoinExec, HashJoinExec, NestedLoopJoinExec, SortMergeJoinExec, SymmetricHashJoinExec,
 };
@@ -38,6 +36,7 @@ use datafusion::physical_plan::operator_statistics::{
     DefaultStatisticsProvider, ExtendedStatistics, StatisticsProvider, StatisticsRegistry,
     StatisticsResult,
 };
+use datafusion::physical_plan::{ExecutionPlan, StatisticsArgs, StatisticsContext};
 
 /// The bytes a value of a type without a fixed width is taken to hold: a
 /// string view and a short string's bytes.
@@ -72,12 +71,9 @@ impl StatisticsProvider for JoinOutputSize {
         if !past_join {
             return Ok(StatisticsResult::Delegate);
         }
-        let StatisticsResult::Computed(own) =
-            DefaultStatisticsProvider.compute_statistics(plan, child_stats)?
-        else {
-            return Ok(StatisticsResult::Delegate);
-        };
-        let mut base = Statistics::from(own);
+        // DataFusion's own estimate, as the default provider computes it.
+        let mut base =
+            Arc::unwrap_or_clone(StatisticsContext::new().compute(plan, &StatisticsArgs::new())?);
         // Only bytes DataFusion estimated are made again: where it has none,
         // join selection compares rows, and keeps doing so.
         if let (Some(_), Some(rows)) = (base.total_byte_size.get_value(), base.num_rows.get_value())
@@ -125,7 +121,6 @@ mod tests {
     use datafusion::common::JoinType;
     use datafusion::common::tree_node::{TreeNode, TreeNodeRecursion};
     use datafusion::execution::SessionStateBuilder;
-    use datafusion::parquet::arrow::ArrowWriter;
     use datafusion::physical_plan::collect;
     use datafusion::prelude::{ParquetReadOptions, SessionConfig, SessionContext};
 
@@ -133,10 +128,7 @@ mod tests {
 
     fn write(dir: &Path, name: &str, columns: Vec<(&str, ArrayRef)>) {
         let batch = RecordBatch::try_from_iter(columns).unwrap();
-        let file = std::fs::File::create(dir.join(format!("{name}.parquet"))).unwrap();
-        let mut writer = ArrowWriter::try_new(file, batch.schema(), None).unwrap();
-        writer.write(&batch).unwrap();
-        writer.close().unwrap();
+        crate::rule_testing::write_parquet(&dir.join(format!("{name}.parquet")), &batch, None);
     }
 
     /// TPC-H's q21 in small: 1,000 suppliers in 25 nations, and 200,000

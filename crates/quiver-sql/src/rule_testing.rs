@@ -1,12 +1,16 @@
 //! What the tests of this crate's physical optimizer rules share: a session
-//! with or without the rule, over one table, and a query's rows in it.
+//! with or without the rule, over one table, a query's rows in it, and
+//! Parquet files to read.
 
+use std::path::Path;
 use std::sync::Arc;
 
 use arrow::record_batch::RecordBatch;
 use arrow::util::pretty::pretty_format_batches;
 use datafusion::datasource::MemTable;
 use datafusion::execution::SessionStateBuilder;
+use datafusion::parquet::arrow::ArrowWriter;
+use datafusion::parquet::file::properties::WriterProperties;
 use datafusion::physical_optimizer::PhysicalOptimizerRule;
 use datafusion::physical_plan::{ExecutionPlan, collect};
 use datafusion::prelude::SessionContext;
@@ -47,4 +51,17 @@ pub(crate) async fn rows(
         pretty_format_batches(&batches).unwrap().to_string(),
         counted,
     )
+}
+
+/// `batch` written to a Parquet file at `path`, with `properties` or the
+/// writer's defaults.
+pub(crate) fn write_parquet(
+    path: &Path,
+    batch: &RecordBatch,
+    properties: Option<WriterProperties>,
+) {
+    let file = std::fs::File::create(path).unwrap();
+    let mut writer = ArrowWriter::try_new(file, batch.schema(), properties).unwrap();
+    writer.write(batch).unwrap();
+    writer.close().unwrap();
 }
