@@ -198,6 +198,9 @@ impl SqlEngine {
             // Plans that stay on this node: the rule's node has no codec to
             // cross to another.
             None => builder
+                .with_physical_optimizer_rules(
+                    crate::shared::SharedAggregations::among_datafusions(),
+                )
                 .with_physical_optimizer_rule(Arc::new(crate::file_scan::FileDynamicFilters))
                 .with_physical_optimizer_rule(Arc::new(crate::decimal::DecimalArithmetic))
                 .with_physical_optimizer_rule(Arc::new(crate::conjunction::SequentialConjunctions)),

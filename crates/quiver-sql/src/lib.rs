@@ -32,6 +32,7 @@ mod query;
 mod rule_testing;
 mod scan;
 mod settings;
+mod shared;
 mod stats;
 mod stream;
 mod table;

@@ -149,6 +149,26 @@ fn first_rows(batches: &[RecordBatch], limit: usize) -> Vec<RecordBatch> {
     out
 }
 
+impl StoredScanExec {
+    /// Whether `other` reads the very arrays this scan reads (the same
+    /// allocations, not equal values), in the same partitions.
+    pub(crate) fn reads_same(&self, other: &Self) -> bool {
+        self.limited == other.limited
+            && self.partitions.len() == other.partitions.len()
+            && self.partitions.iter().zip(&other.partitions).all(|(a, b)| {
+                a.len() == b.len()
+                    && a.iter().zip(b).all(|(x, y)| {
+                        x.num_rows() == y.num_rows()
+                            && x.num_columns() == y.num_columns()
+                            && x.columns()
+                                .iter()
+                                .zip(y.columns())
+                                .all(|(p, q)| Arc::ptr_eq(p, q))
+                    })
+            })
+    }
+}
+
 impl DisplayAs for StoredScanExec {
     fn fmt_as(&self, t: DisplayFormatType, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match t {
