@@ -20,6 +20,8 @@
 use std::fmt;
 use std::sync::Arc;
 
+use arrow::array::ArrayData;
+use arrow::buffer::Buffer;
 use arrow::datatypes::SchemaRef;
 use arrow::record_batch::RecordBatch;
 use datafusion::common::stats::Precision;
@@ -150,23 +152,47 @@ fn first_rows(batches: &[RecordBatch], limit: usize) -> Vec<RecordBatch> {
 }
 
 impl StoredScanExec {
-    /// Whether `other` reads the very arrays this scan reads (the same
-    /// allocations, not equal values), in the same partitions.
+    /// Whether `other` reads the very rows this scan reads (the same
+    /// ranges of the same memory, not equal values), in the same partitions.
+    /// Each scan slices the stored batches into partitions of its own, so
+    /// the arrays are compared by the memory they view.
     pub(crate) fn reads_same(&self, other: &Self) -> bool {
         self.limited == other.limited
             && self.partitions.len() == other.partitions.len()
             && self.partitions.iter().zip(&other.partitions).all(|(a, b)| {
                 a.len() == b.len()
                     && a.iter().zip(b).all(|(x, y)| {
-                        x.num_rows() == y.num_rows()
-                            && x.num_columns() == y.num_columns()
-                            && x.columns()
-                                .iter()
-                                .zip(y.columns())
-                                .all(|(p, q)| Arc::ptr_eq(p, q))
+                        x.num_columns() == y.num_columns()
+                            && x.columns().iter().zip(y.columns()).all(|(p, q)| {
+                                Arc::ptr_eq(p, q) || same_memory(&p.to_data(), &q.to_data())
+                            })
                     })
             })
     }
+}
+
+/// Whether `a` and `b` view the same ranges of the same buffers (and so,
+/// buffers being immutable, hold the same values).
+fn same_memory(a: &ArrayData, b: &ArrayData) -> bool {
+    let same_buffer = |x: &Buffer, y: &Buffer| x.as_ptr() == y.as_ptr() && x.len() == y.len();
+    a.data_type() == b.data_type()
+        && a.len() == b.len()
+        && a.offset() == b.offset()
+        && a.buffers().len() == b.buffers().len()
+        && a.buffers()
+            .iter()
+            .zip(b.buffers())
+            .all(|(x, y)| same_buffer(x, y))
+        && match (a.nulls(), b.nulls()) {
+            (None, None) => true,
+            (Some(x), Some(y)) => x.offset() == y.offset() && same_buffer(x.buffer(), y.buffer()),
+            _ => false,
+        }
+        && a.child_data().len() == b.child_data().len()
+        && a.child_data()
+            .iter()
+            .zip(b.child_data())
+            .all(|(x, y)| same_memory(x, y))
 }
 
 impl DisplayAs for StoredScanExec {
@@ -361,6 +387,23 @@ mod tests {
             got[0].column(1).to_data().buffers()[1].as_ptr(),
             stored[0].column(1).to_data().buffers()[1].as_ptr()
         );
+    }
+
+    #[test]
+    fn scans_of_the_same_stored_rows_read_the_same() {
+        let stored = [batch(0, 100), batch(100, 50)];
+        let scan = |batches: Vec<RecordBatch>| {
+            let schema = batches[0].schema();
+            StoredScanExec::try_new(vec![batches], &schema, Some(&vec![1, 0]), None).expect("exec")
+        };
+        // Slices made apart of the same rows: other arrays, the same memory.
+        let slices = || vec![stored[0].slice(10, 90), stored[1].clone()];
+        assert!(scan(slices()).reads_same(&scan(slices())));
+        // Equal values in other memory, and other rows of the same memory.
+        let copied = vec![batch(10, 90), batch(100, 50)];
+        assert!(!scan(slices()).reads_same(&scan(copied)));
+        let other = vec![stored[0].slice(11, 89), stored[1].clone()];
+        assert!(!scan(slices()).reads_same(&scan(other)));
     }
 
     #[tokio::test]
