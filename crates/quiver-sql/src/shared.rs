@@ -616,19 +616,27 @@ mod tests {
         let batches = collect(Arc::clone(&plan), context.task_ctx())
             .await
             .unwrap();
-        let (mut copies, mut scanned) = (0, 0);
+        let mut copies = 0;
         plan.apply(|node| {
-            if node.is::<SharedExec>() {
-                copies += 1;
-            }
-            if node.is::<DataSourceExec>() {
-                scanned += node.metrics().and_then(|m| m.output_rows()).unwrap_or(0);
-            }
+            copies += usize::from(node.is::<SharedExec>());
             Ok(TreeNodeRecursion::Continue)
         })
         .unwrap();
         let rows = pretty_format_batches(&batches).unwrap().to_string();
-        (rows, copies, scanned)
+        (rows, copies, scanned(&plan))
+    }
+
+    /// The rows the file scans under `plan` read.
+    fn scanned(plan: &Arc<dyn ExecutionPlan>) -> usize {
+        let mut rows = 0;
+        plan.apply(|node| {
+            if node.is::<DataSourceExec>() {
+                rows += node.metrics().and_then(|m| m.output_rows()).unwrap_or(0);
+            }
+            Ok(TreeNodeRecursion::Continue)
+        })
+        .unwrap();
+        rows
     }
 
     /// TPC-H q15's shape: an aggregation named once, read twice.
@@ -697,20 +705,11 @@ mod tests {
             let batches = collect(Arc::clone(copy) as _, context.task_ctx())
                 .await
                 .unwrap();
-            let mut scanned = 0;
-            copy.input
-                .apply(|node| {
-                    if node.is::<DataSourceExec>() {
-                        scanned += node.metrics().and_then(|m| m.output_rows()).unwrap_or(0);
-                    }
-                    Ok(TreeNodeRecursion::Continue)
-                })
-                .unwrap();
             let alone = copy
                 .metrics()
                 .and_then(|m| m.sum_by_name("ran_alone"))
                 .map_or(0, |v| v.as_usize());
-            yielded.push((sorted(&batches), scanned, alone));
+            yielded.push((sorted(&batches), scanned(&copy.input), alone));
         }
         let yielded: [(String, usize, usize); 2] = yielded.try_into().unwrap();
         (sorted(&expected), yielded)
