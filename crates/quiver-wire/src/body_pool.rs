@@ -101,7 +101,10 @@ impl BodyPool {
             return copy_unpooled(chunks, len);
         }
         let class = size_class(len);
-        let region = match self.shared.lock().take(class) {
+        // Taken in a statement of its own: the lock is released before a new
+        // region is allocated and populated.
+        let taken = self.shared.lock().take(class);
+        let region = match taken {
             Some(region) => region,
             None => match Region::new(class) {
                 Some(region) => {
