@@ -256,8 +256,7 @@ impl State {
 /// pages in as before.
 #[cfg(target_os = "linux")]
 fn populate(ptr: *mut u8, len: usize) {
-    // SAFETY: sysconf reads a constant of the process.
-    let Ok(page) = usize::try_from(unsafe { libc::sysconf(libc::_SC_PAGESIZE) }) else {
+    let Some(page) = page_size() else {
         return;
     };
     let start = (ptr as usize).next_multiple_of(page);
@@ -278,6 +277,13 @@ fn populate(ptr: *mut u8, len: usize) {
 
 #[cfg(not(target_os = "linux"))]
 fn populate(_ptr: *mut u8, _len: usize) {}
+
+/// The kernel's page size.
+#[cfg(target_os = "linux")]
+fn page_size() -> Option<usize> {
+    // SAFETY: sysconf only reads a constant of the process.
+    usize::try_from(unsafe { libc::sysconf(libc::_SC_PAGESIZE) }).ok()
+}
 
 /// The size class of a `len`-byte body: `len` rounded up to an eighth of the
 /// power of two at or below it, so at most 12.5% (and for bodies of one size,
@@ -374,6 +380,53 @@ mod tests {
 
     fn joined(chunks: &[Bytes]) -> Vec<u8> {
         chunks.concat()
+    }
+
+    /// Which of the `pages` pages at `base` the kernel has backed.
+    #[cfg(target_os = "linux")]
+    fn resident(base: *mut u8, pages: usize) -> Vec<bool> {
+        let mut vec = vec![0u8; pages];
+        let page = page_size().unwrap();
+        // SAFETY: `base` is a page-aligned mapping of `pages` pages.
+        let ret = unsafe { libc::mincore(base.cast(), pages * page, vec.as_mut_ptr()) };
+        assert_eq!(ret, 0, "mincore: {}", std::io::Error::last_os_error());
+        vec.into_iter().map(|v| v & 1 == 1).collect()
+    }
+
+    #[test]
+    #[cfg(target_os = "linux")]
+    fn populate_backs_the_whole_pages_of_its_range_only() {
+        let page = page_size().unwrap();
+        let pages = 16;
+        // SAFETY: a fresh private anonymous mapping, unmapped below.
+        let base = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                pages * page,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                -1,
+                0,
+            )
+        };
+        assert_ne!(base, libc::MAP_FAILED);
+        let base = base.cast::<u8>();
+        assert!(
+            resident(base, pages).iter().all(|&r| !r),
+            "fresh pages are not backed"
+        );
+
+        // From the middle of page 1 to the middle of page 14: pages 2..=13
+        // lie whole inside the range; 1 and 14 are shared with bytes the
+        // caller does not own, and are left to the copy.
+        // SAFETY: inside the mapping.
+        populate(unsafe { base.add(page + page / 2) }, 13 * page);
+        let backed = resident(base, pages);
+        let expected: Vec<bool> = (0..pages).map(|p| (2..=13).contains(&p)).collect();
+        assert_eq!(backed, expected);
+
+        // SAFETY: mapped above, no reference into it remains.
+        assert_eq!(unsafe { libc::munmap(base.cast(), pages * page) }, 0);
     }
 
     #[test]
