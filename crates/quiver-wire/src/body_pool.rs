@@ -106,13 +106,13 @@ impl BodyPool {
         let taken = self.shared.lock().take(class);
         let region = match taken {
             Some(region) => region,
-            None => match Region::new(class) {
-                Some(region) => {
-                    populate(region.ptr.as_ptr(), len);
-                    region
-                }
-                None => return copy_unpooled(chunks, len),
-            },
+            None => {
+                let Some(region) = Region::new(class) else {
+                    return copy_unpooled(chunks, len);
+                };
+                populate(region.ptr.as_ptr(), len);
+                region
+            }
         };
         let mut offset = 0;
         for chunk in chunks {
