@@ -26,6 +26,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 import quiver
 from quiver.testing import find_quiver_binary
+from cluster_helpers import wait_until
 from server_process import REPO, Server, ServerFactory
 
 SERVING = health_pb2.HealthCheckResponse.SERVING
@@ -57,6 +58,12 @@ def target(server: Server) -> str:
 def health(channel: grpc.Channel, service: str = "") -> int:
     stub = health_pb2_grpc.HealthStub(channel)
     return stub.Check(health_pb2.HealthCheckRequest(service=service), timeout=10).status
+
+
+def wait_serving(channel: grpc.Channel) -> None:
+    """Wait for SERVING. The port opens, and ``quiver listening on`` is
+    printed, before startup ends; health says NOT_SERVING until then."""
+    wait_until("the server to report SERVING", lambda: health(channel) == SERVING, timeout=30)
 
 
 @pytest.fixture
@@ -185,7 +192,8 @@ def test_health_is_serving_without_credentials(
     )
     server = start_quiver("--users", str(users))
     channel = channel_of(server)
-    assert health(channel) == SERVING
+    # A check without credentials reaches SERVING.
+    wait_serving(channel)
     assert health(channel, FLIGHT_SERVICE) == SERVING
     with pytest.raises(grpc.RpcError) as e:
         health(channel, "no.such.Service")
@@ -199,7 +207,9 @@ def test_health_watch_sees_not_serving_at_shutdown_and_ends(
     start_quiver: ServerFactory, channel_of
 ) -> None:
     server = start_quiver()
-    stub = health_pb2_grpc.HealthStub(channel_of(server))
+    channel = channel_of(server)
+    wait_serving(channel)
+    stub = health_pb2_grpc.HealthStub(channel)
     seen: list[int] = []
     ended = threading.Event()
     errors: list[BaseException] = []
