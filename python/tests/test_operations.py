@@ -25,8 +25,8 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from prometheus_client.parser import text_string_to_metric_families
 
 import quiver
-from quiver.testing import find_quiver_binary
 from cluster_helpers import wait_until
+from quiver.testing import find_quiver_binary
 from server_process import REPO, Server, ServerFactory
 
 SERVING = health_pb2.HealthCheckResponse.SERVING
