@@ -95,3 +95,35 @@ def test_a_second_server_on_the_same_directory_is_refused(
     assert str(data / "LOCK") in second.stderr
     # The first is unharmed.
     flight.connect(server.uri).list_actions()
+
+
+def test_statistics_are_kept_beside_their_segment_and_read_after_a_restart(
+    start_quiver: ServerFactory, tmp_path: Path
+) -> None:
+    data = tmp_path / "data"
+    ids = pa.table({"id": pa.array(range(4_000), pa.int64())})
+    table = pa.Table.from_batches(ids.to_batches(max_chunksize=1_000))
+    query = "SELECT count(*) AS n FROM t WHERE id >= 3500"
+    first = start_quiver("--data-dir", str(data))
+    with quiver.connect(first.uri) as c:
+        c.put("t", table)
+        # Written when a query first needs them, not at the put.
+        assert list(data.glob("*.stats.arrows")) == []
+        assert c.sql(query).column("n")[0].as_py() == 500
+    [stats] = data.glob("seg-*.stats.arrows")
+    written = stats.stat()
+    assert first.stop() == 0
+
+    second = start_quiver("--data-dir", str(data))
+    with quiver.connect(second.uri) as c:
+        plan = "\n".join(str(v) for v in c.sql(f"EXPLAIN {query}").column("plan").to_pylist())
+        # The ranges prune 3 of the 4 stored batches...
+        assert "pruned_batches=3" in plan, plan
+        assert c.sql(query).column("n")[0].as_py() == 500
+        # ...read from the file, not computed and written again (a write
+        # replaces the file: a new inode).
+        kept = stats.stat()
+        assert (kept.st_ino, kept.st_mtime_ns) == (written.st_ino, written.st_mtime_ns)
+        # They go with their segment.
+        c.delete("t")
+        assert list(data.glob("*.stats.arrows")) == []

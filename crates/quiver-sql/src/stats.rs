@@ -1,8 +1,11 @@
 //! What the planner knows of a stored table: each stored batch's rows and,
 //! per column, its bytes, nulls, minimum and maximum.
 //!
-//! Computed once per version, at the first query that scans it, and kept
-//! with the version for as long as it lives (a version never changes). With
+//! Made once per version, at the first query that scans it, from its
+//! segments' facts (`quiver_store::SegmentFacts`: computed once per segment
+//! and shared by the versions holding it; in a data directory kept in a
+//! file beside the segment's, so a restart reads them instead of every
+//! value), and kept with the version for as long as it lives. With
 //! them DataFusion sizes a scan exactly: it picks join sides and broadcasts
 //! small tables by their bytes, and estimates filters from the columns'
 //! ranges. A query's filters prune stored batches by the same minimums and
@@ -13,20 +16,12 @@ use std::collections::HashSet;
 use std::convert::Infallible;
 use std::sync::{Arc, OnceLock};
 
-use arrow::array::{Array, ArrayRef, AsArray, BooleanArray, RecordBatch, UInt64Array};
-use arrow::compute::{
-    max, max_boolean, max_string, max_string_view, min, min_boolean, min_string, min_string_view,
-};
-use arrow::datatypes::{
-    ArrowPrimitiveType, DataType, Date32Type, Date64Type, Decimal128Type, Decimal256Type,
-    Float32Type, Float64Type, Int8Type, Int16Type, Int32Type, Int64Type, Schema, TimeUnit,
-    TimestampMicrosecondType, TimestampMillisecondType, TimestampNanosecondType,
-    TimestampSecondType, UInt8Type, UInt16Type, UInt32Type, UInt64Type,
-};
+use arrow::array::{ArrayRef, BooleanArray, UInt64Array};
+use arrow::datatypes::Schema;
 use datafusion::common::pruning::PruningStatistics;
 use datafusion::common::stats::Precision;
 use datafusion::common::{Column, ColumnStatistics, ScalarValue, Statistics};
-use quiver_store::TableVersion;
+use quiver_store::{SegmentFacts, TableVersion};
 
 /// One column of one batch.
 #[derive(Debug, Clone)]
@@ -59,8 +54,13 @@ impl VersionStats {
     /// The statistics of `version`, computed at the first call.
     pub(crate) fn of(version: &TableVersion) -> Arc<Self> {
         let made = version.attachment(|| {
+            let columns = version.schema().fields().len();
             Ok::<_, Infallible>(Self {
-                batches: version.batches().map(facts).collect(),
+                batches: version
+                    .facts()
+                    .iter()
+                    .flat_map(|segment| batch_facts(segment, columns))
+                    .collect(),
                 distinct: version
                     .schema()
                     .fields()
@@ -143,90 +143,26 @@ impl VersionStats {
     }
 }
 
-/// The facts of one batch.
-fn facts(batch: &RecordBatch) -> BatchFacts {
-    BatchFacts {
-        rows: batch.num_rows(),
-        columns: batch
-            .columns()
+/// The facts of each batch of `segment`, as the planner's values.
+fn batch_facts(segment: &SegmentFacts, columns: usize) -> impl Iterator<Item = BatchFacts> + '_ {
+    let bounds: Vec<_> = (0..columns).map(|c| segment.bounds(c)).collect();
+    (0..segment.batches()).map(move |batch| BatchFacts {
+        rows: segment.rows(batch) as usize,
+        columns: bounds
             .iter()
-            .map(|column| ColumnFacts {
-                nulls: column.null_count(),
-                bytes: column.to_data().get_slice_memory_size().unwrap_or(0),
-                range: range(column.as_ref()),
+            .enumerate()
+            .map(|(column, bounds)| ColumnFacts {
+                nulls: segment.nulls(batch, column) as usize,
+                bytes: segment.bytes(batch, column) as usize,
+                range: bounds.and_then(|(low, high)| {
+                    Some((
+                        ScalarValue::try_from_array(low, batch).ok()?,
+                        ScalarValue::try_from_array(high, batch).ok()?,
+                    ))
+                }),
             })
             .collect(),
-    }
-}
-
-/// The smallest and largest values of `array`, for the types whose order
-/// DataFusion and arrow agree on.
-fn range(array: &dyn Array) -> Option<(ScalarValue, ScalarValue)> {
-    fn primitive<T: ArrowPrimitiveType>(array: &dyn Array) -> Option<(ScalarValue, ScalarValue)> {
-        let values = array.as_primitive::<T>();
-        let kind = array.data_type();
-        let low = ScalarValue::new_primitive::<T>(min(values), kind).ok()?;
-        let high = ScalarValue::new_primitive::<T>(max(values), kind).ok()?;
-        Some((low, high))
-    }
-    let text = |low: Option<&str>, high: Option<&str>, make: fn(Option<String>) -> ScalarValue| {
-        Some((
-            make(low.map(str::to_string)),
-            make(high.map(str::to_string)),
-        ))
-    };
-    match array.data_type() {
-        DataType::Int8 => primitive::<Int8Type>(array),
-        DataType::Int16 => primitive::<Int16Type>(array),
-        DataType::Int32 => primitive::<Int32Type>(array),
-        DataType::Int64 => primitive::<Int64Type>(array),
-        DataType::UInt8 => primitive::<UInt8Type>(array),
-        DataType::UInt16 => primitive::<UInt16Type>(array),
-        DataType::UInt32 => primitive::<UInt32Type>(array),
-        DataType::UInt64 => primitive::<UInt64Type>(array),
-        DataType::Float32 => primitive::<Float32Type>(array),
-        DataType::Float64 => primitive::<Float64Type>(array),
-        DataType::Decimal128(_, _) => primitive::<Decimal128Type>(array),
-        DataType::Decimal256(_, _) => primitive::<Decimal256Type>(array),
-        DataType::Date32 => primitive::<Date32Type>(array),
-        DataType::Date64 => primitive::<Date64Type>(array),
-        DataType::Timestamp(TimeUnit::Second, _) => primitive::<TimestampSecondType>(array),
-        DataType::Timestamp(TimeUnit::Millisecond, _) => {
-            primitive::<TimestampMillisecondType>(array)
-        }
-        DataType::Timestamp(TimeUnit::Microsecond, _) => {
-            primitive::<TimestampMicrosecondType>(array)
-        }
-        DataType::Timestamp(TimeUnit::Nanosecond, _) => primitive::<TimestampNanosecondType>(array),
-        DataType::Boolean => {
-            let values = array.as_boolean();
-            Some((
-                ScalarValue::Boolean(min_boolean(values)),
-                ScalarValue::Boolean(max_boolean(values)),
-            ))
-        }
-        DataType::Utf8 => {
-            let values = array.as_string::<i32>();
-            text(min_string(values), max_string(values), ScalarValue::Utf8)
-        }
-        DataType::LargeUtf8 => {
-            let values = array.as_string::<i64>();
-            text(
-                min_string(values),
-                max_string(values),
-                ScalarValue::LargeUtf8,
-            )
-        }
-        DataType::Utf8View => {
-            let values = array.as_string_view();
-            text(
-                min_string_view(values),
-                max_string_view(values),
-                ScalarValue::Utf8View,
-            )
-        }
-        _ => None,
-    }
+    })
 }
 
 /// One column's statistics over several batches.
@@ -329,8 +265,8 @@ mod tests {
 
     use super::*;
     use crate::table::StoredTable;
-    use arrow::array::{Int64Array, StringArray};
-    use arrow::datatypes::Field;
+    use arrow::array::{Int64Array, RecordBatch, StringArray};
+    use arrow::datatypes::{DataType, Field};
     use datafusion::datasource::TableProvider;
     use datafusion::logical_expr::{col, lit};
     use datafusion::physical_plan::ExecutionPlan;

@@ -7,6 +7,8 @@
 //!   LOCK                            held (flock) while a server has the directory open
 //!   MANIFEST                        JSON: every table, its version and segment ids
 //!   seg-000000000000002a.arrows     one Arrow IPC stream per put or append
+//!   seg-000000000000002a.stats.arrows  its batches' statistics, written when
+//!                                   first computed (a cache: SegmentFacts)
 //!   damaged/                        files of tables that could not be read back
 //! ```
 //!
@@ -34,6 +36,7 @@ use arrow::record_batch::RecordBatch;
 use crate::disk::Disk;
 use crate::manifest::{FORMAT, Manifest, ManifestTable};
 use crate::segment_file::{self, MappedSegment};
+use crate::version::SegmentFile;
 use crate::{IoFailure, Result, StoreError};
 
 const MANIFEST: &str = "MANIFEST";
@@ -42,6 +45,7 @@ const LOCK: &str = "LOCK";
 const DAMAGED: &str = "damaged";
 const SEGMENT_PREFIX: &str = "seg-";
 const SEGMENT_SUFFIX: &str = ".arrows";
+const FACTS_SUFFIX: &str = ".stats.arrows";
 
 /// When a write is synced to disk before it is acknowledged.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -160,6 +164,14 @@ impl DataDir {
         segment_path(&self.dir, id)
     }
 
+    /// The files of segment `id`.
+    pub(crate) fn segment_file(&self, id: u64) -> SegmentFile {
+        SegmentFile {
+            id,
+            facts: facts_path(&self.dir, id),
+        }
+    }
+
     /// Writes a new segment file holding `batches` (synced, with the
     /// directory, under [`Fsync::Always`]) and maps it back. Returns its id and
     /// its batches as read from the mapping. On failure nothing is left behind.
@@ -242,6 +254,7 @@ impl DataDir {
                 }
                 _ => {}
             }
+            remove_facts(&self.dir, id);
         }
     }
 }
@@ -340,11 +353,43 @@ fn segment_path(dir: &Path, id: u64) -> PathBuf {
     dir.join(format!("{SEGMENT_PREFIX}{id:016x}{SEGMENT_SUFFIX}"))
 }
 
+fn facts_path(dir: &Path, id: u64) -> PathBuf {
+    dir.join(format!("{SEGMENT_PREFIX}{id:016x}{FACTS_SUFFIX}"))
+}
+
+/// Removes the facts file of segment `id`, if there is one. The facts are
+/// a cache: a file left behind is removed at the next start.
+fn remove_facts(dir: &Path, id: u64) {
+    let path = facts_path(dir, id);
+    match std::fs::remove_file(&path) {
+        Err(e) if e.kind() != io::ErrorKind::NotFound => {
+            tracing::warn!(path = %path.display(), error = %e, "cannot remove an unused statistics file; the next start will");
+        }
+        _ => {}
+    }
+}
+
 /// The id of a segment file's name.
 fn segment_id(name: &str) -> Option<u64> {
-    let hex = name
-        .strip_prefix(SEGMENT_PREFIX)?
-        .strip_suffix(SEGMENT_SUFFIX)?;
+    hex_id(
+        name.strip_prefix(SEGMENT_PREFIX)?
+            .strip_suffix(SEGMENT_SUFFIX)?,
+    )
+}
+
+/// The segment id of a facts file's name, and whether it is a temporary
+/// file a write of one left behind.
+fn facts_id(name: &str) -> Option<(u64, bool)> {
+    let rest = name.strip_prefix(SEGMENT_PREFIX)?;
+    if let Some(hex) = rest.strip_suffix(FACTS_SUFFIX) {
+        return Some((hex_id(hex)?, false));
+    }
+    let hex = rest.split_once(FACTS_SUFFIX)?.0;
+    name.ends_with(".tmp").then_some(())?;
+    Some((hex_id(hex)?, true))
+}
+
+fn hex_id(hex: &str) -> Option<u64> {
     (hex.len() == 16).then(|| u64::from_str_radix(hex, 16).ok())?
 }
 
@@ -394,6 +439,7 @@ fn set_aside(dir: &Path, ids: &[u64]) -> usize {
     }
     ids.iter()
         .filter(|&&id| {
+            remove_facts(dir, id);
             let from = segment_path(dir, id);
             let to = segment_path(&damaged, id);
             from.exists() && std::fs::rename(&from, &to).is_ok()
@@ -401,8 +447,9 @@ fn set_aside(dir: &Path, ids: &[u64]) -> usize {
         .count()
 }
 
-/// Removes segment files not in `named` and a leftover `MANIFEST.tmp`.
-/// Returns the largest segment id seen, and the count and bytes removed.
+/// Removes segment files not in `named`, their facts files, and leftover
+/// temporary files. Returns the largest segment id seen, and the count and
+/// bytes removed.
 fn clean(dir: &Path, named: &BTreeSet<u64>) -> (u64, usize, u64) {
     let (mut max_id, mut removed, mut bytes) = (0, 0, 0);
     let entries = match std::fs::read_dir(dir) {
@@ -415,14 +462,15 @@ fn clean(dir: &Path, named: &BTreeSet<u64>) -> (u64, usize, u64) {
     for entry in entries.flatten() {
         let name = entry.file_name();
         let name = name.to_string_lossy();
-        let orphan = match segment_id(&name) {
-            Some(id) => {
+        let orphan = match (segment_id(&name), facts_id(&name)) {
+            (Some(id), _) => {
                 max_id = max_id.max(id);
                 !named.contains(&id)
             }
-            None if name == MANIFEST_TMP => true,
-            None if [MANIFEST, LOCK, DAMAGED].contains(&name.as_ref()) => false,
-            None => {
+            (None, Some((id, tmp))) => tmp || !named.contains(&id),
+            (None, None) if name == MANIFEST_TMP => true,
+            (None, None) if [MANIFEST, LOCK, DAMAGED].contains(&name.as_ref()) => false,
+            (None, None) => {
                 tracing::warn!(file = %entry.path().display(), "unknown file in the data directory, left alone");
                 false
             }

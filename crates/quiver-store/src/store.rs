@@ -121,7 +121,13 @@ impl TableStore {
             let segments = table
                 .segments
                 .into_iter()
-                .map(|(id, batches)| Arc::new(Segment::stored(id, batches, pool.charge())))
+                .map(|(id, batches)| {
+                    Arc::new(Segment::stored(
+                        dir.segment_file(id),
+                        batches,
+                        pool.charge(),
+                    ))
+                })
                 .collect();
             next_version = next_version.max(table.version + 1);
             let version = TableVersion::new(
@@ -661,7 +667,7 @@ impl TableWriter<'_> {
                 let (id, mapped) = dir.write_segment(&self.schema, &self.batches)?;
                 drop((self.batches, self.charge));
                 (
-                    Segment::stored(id, mapped.batches, store.pool.charge()),
+                    Segment::stored(dir.segment_file(id), mapped.batches, store.pool.charge()),
                     Some(id),
                 )
             }

@@ -1,11 +1,13 @@
 //! Immutable table versions and the segments they share.
 
 use std::any::Any;
-use std::sync::{Arc, Mutex};
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex, OnceLock};
 
-use arrow::datatypes::SchemaRef;
+use arrow::datatypes::{Schema, SchemaRef};
 use arrow::record_batch::RecordBatch;
 
+use crate::facts::SegmentFacts;
 use crate::{MemoryCharge, Result, StoreError};
 
 /// The batches written by one put or append, with the memory they are charged.
@@ -22,8 +24,20 @@ pub(crate) struct Segment {
     batches: Vec<RecordBatch>,
     rows: u64,
     bytes: u64,
-    file: Option<u64>,
+    file: Option<SegmentFile>,
+    /// Computed at the first call of [`Segment::facts`], then shared by
+    /// every version holding the segment.
+    facts: OnceLock<Arc<SegmentFacts>>,
     _charge: MemoryCharge,
+}
+
+/// Where a durable segment's files are.
+#[derive(Debug)]
+pub(crate) struct SegmentFile {
+    /// The segment file's id in its data directory.
+    pub(crate) id: u64,
+    /// The file of its facts ([`SegmentFacts::load_or_compute`]).
+    pub(crate) facts: PathBuf,
 }
 
 impl Segment {
@@ -34,27 +48,46 @@ impl Segment {
             rows,
             bytes: charge.bytes(),
             file: None,
+            facts: OnceLock::new(),
             _charge: charge,
         }
     }
 
-    /// A segment read from segment file `id`, its batches mapped from it.
-    /// `charge` is empty: mapped pages belong to the page cache.
-    pub(crate) fn stored(id: u64, batches: Vec<RecordBatch>, charge: MemoryCharge) -> Self {
+    /// A segment read from its file, its batches mapped from it. `charge` is
+    /// empty: mapped pages belong to the page cache.
+    pub(crate) fn stored(
+        file: SegmentFile,
+        batches: Vec<RecordBatch>,
+        charge: MemoryCharge,
+    ) -> Self {
         let rows = batches.iter().map(|b| b.num_rows() as u64).sum();
         let bytes = batches.iter().map(crate::batch_bytes).sum();
         Self {
             batches,
             rows,
             bytes,
-            file: Some(id),
+            file: Some(file),
+            facts: OnceLock::new(),
             _charge: charge,
         }
     }
 
     /// The id of the segment file holding this segment, in a durable store.
     pub(crate) fn file(&self) -> Option<u64> {
-        self.file
+        self.file.as_ref().map(|f| f.id)
+    }
+
+    /// The facts of the segment's batches (of `schema`), computed at the
+    /// first call; a durable segment's are read from, or written to, the
+    /// file beside its segment file.
+    pub(crate) fn facts(&self, schema: &Schema) -> Arc<SegmentFacts> {
+        let made = self.facts.get_or_init(|| {
+            Arc::new(match &self.file {
+                Some(file) => SegmentFacts::load_or_compute(&file.facts, schema, &self.batches),
+                None => SegmentFacts::compute(schema, &self.batches),
+            })
+        });
+        Arc::clone(made)
     }
 
     /// The segment's batches, in write order.
@@ -193,6 +226,19 @@ impl TableVersion {
 
     pub(crate) fn segments(&self) -> &[Arc<Segment>] {
         &self.segments
+    }
+
+    /// The facts of every stored batch (rows and, per column, nulls, bytes,
+    /// minimum and maximum), segment by segment in the order of
+    /// [`TableVersion::batches`]. Each segment's are computed once, at the
+    /// first call of any version holding it (an append computes only its
+    /// own), and in a durable store kept beside the segment's file, so a
+    /// restart reads them instead of every value.
+    pub fn facts(&self) -> Vec<Arc<SegmentFacts>> {
+        self.segments
+            .iter()
+            .map(|s| s.facts(&self.schema))
+            .collect()
     }
 
     /// Every batch, in order.

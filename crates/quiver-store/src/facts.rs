@@ -1,0 +1,472 @@
+//! What a segment's batches hold, batch by batch: rows and, per column,
+//! nulls, bytes, minimum and maximum. The SQL engine's statistics and its
+//! pruning of stored batches are made of these (`quiver-sql/src/stats.rs`).
+//!
+//! The facts are themselves one Arrow record batch with a row per stored
+//! batch: `rows`, then for every column `i` of the table `i.nulls`,
+//! `i.bytes`, `i.min` and `i.max`, the last two of the column's own type
+//! (typed nulls where a batch's values are all null), or of type `Null` for
+//! a type whose order quiver does not keep. So they are computed with
+//! arrow's kernels, kept as they are, and written as they are: in a data
+//! directory, as an Arrow IPC stream beside the segment's file
+//! ([`SegmentFacts::load_or_compute`]).
+
+use std::io::{self, Cursor};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use arrow::array::{
+    Array, ArrayRef, AsArray, BooleanArray, LargeStringArray, NullArray, PrimitiveArray,
+    RecordBatch, StringArray, StringViewArray, UInt64Array,
+};
+use arrow::compute::{
+    concat, max, max_boolean, max_string, max_string_view, min, min_boolean, min_string,
+    min_string_view,
+};
+use arrow::datatypes::{
+    ArrowPrimitiveType, DataType, Date32Type, Date64Type, Decimal128Type, Decimal256Type, Field,
+    Float32Type, Float64Type, Int8Type, Int16Type, Int32Type, Int64Type, Schema, TimeUnit,
+    TimestampMicrosecondType, TimestampMillisecondType, TimestampNanosecondType,
+    TimestampSecondType, UInt8Type, UInt16Type, UInt32Type, UInt64Type,
+};
+use arrow::error::ArrowError;
+use arrow::ipc::reader::StreamReader;
+use arrow::ipc::writer::StreamWriter;
+
+/// A segment's facts: one row per stored batch, in the segment's order.
+#[derive(Debug)]
+pub struct SegmentFacts {
+    facts: RecordBatch,
+}
+
+impl SegmentFacts {
+    /// The facts of `batches`, whose schema is `schema`.
+    pub(crate) fn compute(schema: &Schema, batches: &[RecordBatch]) -> Self {
+        let layout = layout(schema);
+        let mut columns: Vec<ArrayRef> = Vec::with_capacity(layout.fields().len());
+        columns.push(Arc::new(UInt64Array::from_iter_values(
+            batches.iter().map(|b| b.num_rows() as u64),
+        )));
+        for (index, field) in schema.fields().iter().enumerate() {
+            let of_column = || batches.iter().map(move |b| b.column(index));
+            columns.push(Arc::new(UInt64Array::from_iter_values(
+                of_column().map(|c| c.null_count() as u64),
+            )));
+            columns.push(Arc::new(UInt64Array::from_iter_values(
+                of_column().map(|c| c.to_data().get_slice_memory_size().unwrap_or(0) as u64),
+            )));
+            if ordered(field.data_type()) {
+                // Every batch's column is of the field's type: each has bounds.
+                let (lows, highs): (Vec<ArrayRef>, Vec<ArrayRef>) =
+                    of_column().filter_map(|c| bounds(c.as_ref())).unzip();
+                columns.push(joined(&lows, field.data_type()));
+                columns.push(joined(&highs, field.data_type()));
+            } else {
+                columns.push(Arc::new(NullArray::new(batches.len())));
+                columns.push(Arc::new(NullArray::new(batches.len())));
+            }
+        }
+        // The columns follow the layout by construction.
+        let facts = RecordBatch::try_new(Arc::new(layout), columns)
+            .unwrap_or_else(|e| unreachable!("facts laid out as their schema: {e}"));
+        Self { facts }
+    }
+
+    /// The facts of a segment kept in a data directory: read from `path` if
+    /// a file there holds the facts of exactly these batches, else computed
+    /// and written there for the next start. The file is a cache: a missing,
+    /// damaged or stale one is replaced, and failing to write one is logged
+    /// and costs only the computing again after a restart.
+    pub(crate) fn load_or_compute(path: &Path, schema: &Schema, batches: &[RecordBatch]) -> Self {
+        match read(path) {
+            Ok(facts) if facts.describes(schema, batches) => return facts,
+            Ok(_) => {
+                tracing::warn!(path = %path.display(), "statistics file of other batches, computed again")
+            }
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+            Err(e) => {
+                tracing::warn!(path = %path.display(), error = %e, "cannot read a statistics file, computed again")
+            }
+        }
+        let facts = Self::compute(schema, batches);
+        if let Err(e) = facts.write(path) {
+            tracing::warn!(path = %path.display(), error = %e, "cannot write a statistics file; a restart computes them again");
+        }
+        facts
+    }
+
+    /// Whether these are the facts of `batches` of `schema`: laid out for
+    /// the schema, and a row per batch with its row count.
+    fn describes(&self, schema: &Schema, batches: &[RecordBatch]) -> bool {
+        self.facts.schema().fields() == layout(schema).fields()
+            && self.facts.num_rows() == batches.len()
+            && batches
+                .iter()
+                .enumerate()
+                .all(|(i, b)| self.rows(i) == b.num_rows() as u64)
+    }
+
+    /// Writes the facts to `path` through a temporary file renamed over it,
+    /// so a reader never sees half a file. Not synced: a crash loses at
+    /// most a cache.
+    fn write(&self, path: &Path) -> io::Result<()> {
+        // A name of this write's own: segments read back for two tables may
+        // be one file, whose facts two queries may write at once.
+        static WRITES: AtomicU64 = AtomicU64::new(0);
+        let mut tmp = path.as_os_str().to_owned();
+        tmp.push(format!(".{}.tmp", WRITES.fetch_add(1, Ordering::Relaxed)));
+        let tmp = PathBuf::from(tmp);
+        let mut bytes = Vec::new();
+        let mut writer = StreamWriter::try_new(&mut bytes, &self.facts.schema()).map_err(to_io)?;
+        writer.write(&self.facts).map_err(to_io)?;
+        writer.finish().map_err(to_io)?;
+        drop(writer);
+        std::fs::write(&tmp, &bytes)?;
+        std::fs::rename(&tmp, path).inspect_err(|_| {
+            let _ = std::fs::remove_file(&tmp);
+        })
+    }
+
+    /// How many stored batches these are the facts of.
+    pub fn batches(&self) -> usize {
+        self.facts.num_rows()
+    }
+
+    /// The rows of batch `batch`.
+    pub fn rows(&self, batch: usize) -> u64 {
+        self.counts(0).value(batch)
+    }
+
+    /// The nulls of column `column` in batch `batch`.
+    pub fn nulls(&self, batch: usize, column: usize) -> u64 {
+        self.counts(1 + 4 * column).value(batch)
+    }
+
+    /// The bytes of column `column`'s own part of its buffers in batch
+    /// `batch`.
+    pub fn bytes(&self, batch: usize, column: usize) -> u64 {
+        self.counts(2 + 4 * column).value(batch)
+    }
+
+    /// Column `column`'s minimums and maximums, one per batch (null where
+    /// the batch holds no value), or `None` for a type whose order quiver
+    /// does not keep.
+    pub fn bounds(&self, column: usize) -> Option<(&ArrayRef, &ArrayRef)> {
+        let low = self.facts.column(3 + 4 * column);
+        let high = self.facts.column(4 + 4 * column);
+        (*low.data_type() != DataType::Null).then_some((low, high))
+    }
+
+    fn counts(&self, index: usize) -> &UInt64Array {
+        self.facts.column(index).as_primitive()
+    }
+}
+
+/// The schema of the facts of a table of `schema`.
+fn layout(schema: &Schema) -> Schema {
+    let mut fields = vec![Field::new("rows", DataType::UInt64, false)];
+    for (index, field) in schema.fields().iter().enumerate() {
+        let bound = if ordered(field.data_type()) {
+            field.data_type().clone()
+        } else {
+            DataType::Null
+        };
+        fields.push(Field::new(
+            format!("{index}.nulls"),
+            DataType::UInt64,
+            false,
+        ));
+        fields.push(Field::new(
+            format!("{index}.bytes"),
+            DataType::UInt64,
+            false,
+        ));
+        fields.push(Field::new(format!("{index}.min"), bound.clone(), true));
+        fields.push(Field::new(format!("{index}.max"), bound, true));
+    }
+    Schema::new(fields)
+}
+
+/// Whether quiver keeps the minimum and maximum of a column of type `kind`.
+fn ordered(kind: &DataType) -> bool {
+    bounds(arrow::array::new_empty_array(kind).as_ref()).is_some()
+}
+
+/// The minimum and maximum of `array`, each as an array of one value of the
+/// array's type, null when it holds none; `None` for the types whose order
+/// arrow's kernels and DataFusion may not agree on.
+fn bounds(array: &dyn Array) -> Option<(ArrayRef, ArrayRef)> {
+    fn primitive<T: ArrowPrimitiveType>(array: &dyn Array) -> Option<(ArrayRef, ArrayRef)> {
+        let values = array.as_primitive::<T>();
+        let one = |value: Option<T::Native>| -> ArrayRef {
+            Arc::new(
+                PrimitiveArray::<T>::from_iter([value]).with_data_type(array.data_type().clone()),
+            )
+        };
+        Some((one(min(values)), one(max(values))))
+    }
+    match array.data_type() {
+        DataType::Int8 => primitive::<Int8Type>(array),
+        DataType::Int16 => primitive::<Int16Type>(array),
+        DataType::Int32 => primitive::<Int32Type>(array),
+        DataType::Int64 => primitive::<Int64Type>(array),
+        DataType::UInt8 => primitive::<UInt8Type>(array),
+        DataType::UInt16 => primitive::<UInt16Type>(array),
+        DataType::UInt32 => primitive::<UInt32Type>(array),
+        DataType::UInt64 => primitive::<UInt64Type>(array),
+        DataType::Float32 => primitive::<Float32Type>(array),
+        DataType::Float64 => primitive::<Float64Type>(array),
+        DataType::Decimal128(_, _) => primitive::<Decimal128Type>(array),
+        DataType::Decimal256(_, _) => primitive::<Decimal256Type>(array),
+        DataType::Date32 => primitive::<Date32Type>(array),
+        DataType::Date64 => primitive::<Date64Type>(array),
+        DataType::Timestamp(TimeUnit::Second, _) => primitive::<TimestampSecondType>(array),
+        DataType::Timestamp(TimeUnit::Millisecond, _) => {
+            primitive::<TimestampMillisecondType>(array)
+        }
+        DataType::Timestamp(TimeUnit::Microsecond, _) => {
+            primitive::<TimestampMicrosecondType>(array)
+        }
+        DataType::Timestamp(TimeUnit::Nanosecond, _) => primitive::<TimestampNanosecondType>(array),
+        DataType::Boolean => {
+            let values = array.as_boolean();
+            Some((
+                Arc::new(BooleanArray::from(vec![min_boolean(values)])),
+                Arc::new(BooleanArray::from(vec![max_boolean(values)])),
+            ))
+        }
+        DataType::Utf8 => {
+            let values = array.as_string::<i32>();
+            Some((
+                Arc::new(StringArray::from(vec![min_string(values)])),
+                Arc::new(StringArray::from(vec![max_string(values)])),
+            ))
+        }
+        DataType::LargeUtf8 => {
+            let values = array.as_string::<i64>();
+            Some((
+                Arc::new(LargeStringArray::from(vec![min_string(values)])),
+                Arc::new(LargeStringArray::from(vec![max_string(values)])),
+            ))
+        }
+        DataType::Utf8View => {
+            let values = array.as_string_view();
+            Some((
+                Arc::new(StringViewArray::from(vec![min_string_view(values)])),
+                Arc::new(StringViewArray::from(vec![max_string_view(values)])),
+            ))
+        }
+        _ => None,
+    }
+}
+
+/// The one-value arrays `parts` as one array of `kind`.
+fn joined(parts: &[ArrayRef], kind: &DataType) -> ArrayRef {
+    if parts.is_empty() {
+        return arrow::array::new_empty_array(kind);
+    }
+    let parts: Vec<&dyn Array> = parts.iter().map(AsRef::as_ref).collect();
+    // Arrays of one type concatenate.
+    concat(&parts).unwrap_or_else(|e| unreachable!("bounds of one type: {e}"))
+}
+
+/// The facts in the file at `path`: one IPC stream of one batch.
+fn read(path: &Path) -> io::Result<SegmentFacts> {
+    let bytes = std::fs::read(path)?;
+    let mut reader = StreamReader::try_new(Cursor::new(bytes), None).map_err(to_io)?;
+    let facts = reader
+        .next()
+        .ok_or_else(|| invalid("no batch"))?
+        .map_err(to_io)?;
+    if reader.next().is_some() {
+        return Err(invalid("more than one batch"));
+    }
+    Ok(SegmentFacts { facts })
+}
+
+fn invalid(why: &str) -> io::Error {
+    io::Error::new(io::ErrorKind::InvalidData, why)
+}
+
+fn to_io(e: ArrowError) -> io::Error {
+    io::Error::new(io::ErrorKind::InvalidData, e)
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)] // a failed unwrap is a failed test
+
+    use arrow::array::{DictionaryArray, Int64Array};
+    use arrow::datatypes::Int32Type;
+
+    use super::*;
+    use crate::{DurableOptions, Fsync, TableStore, TableVersion, WriteMode};
+
+    /// Columns `id` (Int64), `s` (Utf8, all null in the second batch) and
+    /// `d` (a dictionary, whose order is not kept); batch `b` holds ids
+    /// `100 b + offset ..` of `rows` rows.
+    fn batches(offset: i64, rows: i64) -> Vec<RecordBatch> {
+        (0..3)
+            .map(|b| {
+                let ids = Int64Array::from_iter_values((0..rows).map(|i| 100 * b + offset + i));
+                let s: StringArray = (0..rows)
+                    .map(|i| (b != 1).then(|| format!("v{}", 100 * b + i)))
+                    .collect();
+                let d: DictionaryArray<Int32Type> = (0..rows).map(|_| "k").collect();
+                RecordBatch::try_from_iter_with_nullable([
+                    ("id", Arc::new(ids) as ArrayRef, false),
+                    ("s", Arc::new(s) as ArrayRef, true),
+                    ("d", Arc::new(d) as ArrayRef, false),
+                ])
+                .unwrap()
+            })
+            .collect()
+    }
+
+    fn put(store: &TableStore, offset: i64) -> Arc<TableVersion> {
+        let batches = batches(offset, 10);
+        store
+            .put("t", WriteMode::Replace, batches[0].schema(), batches)
+            .unwrap()
+    }
+
+    fn max_id(facts: &SegmentFacts, batch: usize) -> i64 {
+        facts
+            .bounds(0)
+            .unwrap()
+            .1
+            .as_primitive::<Int64Type>()
+            .value(batch)
+    }
+
+    fn durable(dir: &Path) -> TableStore {
+        let options = DurableOptions {
+            dir: dir.to_path_buf(),
+            fsync: Fsync::Never,
+        };
+        TableStore::open(&options, 1 << 30).unwrap()
+    }
+
+    /// The facts files in `dir`, and the temporary files of their writes.
+    fn facts_files(dir: &Path) -> Vec<String> {
+        let mut names: Vec<String> = std::fs::read_dir(dir)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .filter(|n| n.contains(".stats."))
+            .collect();
+        names.sort();
+        names
+    }
+
+    #[test]
+    fn facts_hold_each_batch_rows_nulls_bytes_and_bounds() {
+        let batches = batches(0, 10);
+        let facts = SegmentFacts::compute(&batches[0].schema(), &batches);
+        assert_eq!(facts.batches(), 3);
+        assert_eq!((0..3).map(|b| facts.rows(b)).collect::<Vec<_>>(), [10; 3]);
+        assert_eq!(
+            (0..3).map(|b| facts.nulls(b, 1)).collect::<Vec<_>>(),
+            [0, 10, 0]
+        );
+        assert_eq!(facts.bytes(0, 0), 80);
+        let (low, high) = facts.bounds(0).unwrap();
+        assert_eq!(low.as_primitive::<Int64Type>().values(), &[0, 100, 200]);
+        assert_eq!(high.as_primitive::<Int64Type>().values(), &[9, 109, 209]);
+        let (low, high) = facts.bounds(1).unwrap();
+        let (low, high) = (low.as_string::<i32>(), high.as_string::<i32>());
+        assert_eq!((low.value(0), high.value(0)), ("v0", "v9"));
+        // All null: no bounds, typed.
+        assert!(low.is_null(1) && high.is_null(1));
+        assert_eq!(low.data_type(), &DataType::Utf8);
+        assert!(facts.bounds(2).is_none());
+        // No batches: no rows, and the layout still holds.
+        let none = SegmentFacts::compute(&batches[0].schema(), &[]);
+        assert_eq!(none.batches(), 0);
+        assert!(none.bounds(0).unwrap().0.is_empty());
+    }
+
+    #[test]
+    fn an_append_computes_the_facts_of_its_own_rows_only() {
+        let store = TableStore::new(1 << 30);
+        let first = put(&store, 0);
+        let more = batches(1000, 5);
+        let appended = store
+            .put("t", WriteMode::Append, more[0].schema(), more)
+            .unwrap();
+        let (before, after) = (first.facts(), appended.facts());
+        assert_eq!(after.len(), 2);
+        assert!(Arc::ptr_eq(&before[0], &after[0]));
+        assert_eq!(max_id(&after[1], 2), 1204);
+    }
+
+    #[test]
+    fn a_data_directory_keeps_the_facts_beside_the_segment_for_the_next_start() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = durable(dir.path());
+        let version = put(&store, 0);
+        // Written when first computed, not at the put.
+        assert!(facts_files(dir.path()).is_empty());
+        assert_eq!(max_id(&version.facts()[0], 2), 209);
+        let files = facts_files(dir.path());
+        assert_eq!(files.len(), 1, "{files:?}");
+        drop((version, store));
+
+        // Overwrite the file with the facts of other values, same row
+        // counts: a restart reads them rather than the segment's values.
+        let path = dir.path().join(&files[0]);
+        let other = batches(5000, 10);
+        SegmentFacts::compute(&other[0].schema(), &other)
+            .write(&path)
+            .unwrap();
+        let store = durable(dir.path());
+        let version = store.get("t").unwrap();
+        assert_eq!(max_id(&version.facts()[0], 2), 5209);
+        drop((version, store));
+
+        // A damaged file, or one of other row counts, is computed again
+        // from the values and replaced.
+        for replaced in [
+            b"not arrow".to_vec(),
+            std::fs::read(&path).unwrap()[..100].to_vec(),
+        ] {
+            std::fs::write(&path, replaced).unwrap();
+            let store = durable(dir.path());
+            assert_eq!(max_id(&store.get("t").unwrap().facts()[0], 2), 209);
+            assert_eq!(max_id(&read(&path).unwrap(), 2), 209);
+        }
+        let shorter = batches(7000, 3);
+        SegmentFacts::compute(&shorter[0].schema(), &shorter)
+            .write(&path)
+            .unwrap();
+        let store = durable(dir.path());
+        assert_eq!(max_id(&store.get("t").unwrap().facts()[0], 2), 209);
+        assert_eq!(facts_files(dir.path()), files);
+
+        // Replacing the table removes the old segment's facts with it.
+        let replaced = put(&store, 0);
+        replaced.facts();
+        let now = facts_files(dir.path());
+        assert_eq!(now.len(), 1);
+        assert_ne!(now, files);
+    }
+
+    #[test]
+    fn a_start_removes_facts_files_of_no_segment_and_half_written_ones() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = durable(dir.path());
+        put(&store, 0).facts();
+        drop(store);
+        let kept = facts_files(dir.path());
+        for stray in [
+            "seg-00000000000000ff.stats.arrows",
+            &format!("{}.3.tmp", kept[0]),
+        ] {
+            std::fs::write(dir.path().join(stray), b"x").unwrap();
+        }
+        assert_eq!(facts_files(dir.path()).len(), 3);
+        let store = durable(dir.path());
+        assert_eq!(facts_files(dir.path()), kept);
+        assert_eq!(max_id(&store.get("t").unwrap().facts()[0], 0), 9);
+    }
+}
