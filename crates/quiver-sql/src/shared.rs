@@ -12,8 +12,9 @@
 //! every copy then yields them, partition by partition, and the copies'
 //! inputs are not run. Where the batches grow past a quarter of the pool,
 //! the copy that ran its input goes on reading its streams where it stopped
-//! (after the batches kept so far) and each other copy runs its own input, as
-//! without the rule: no input is run twice.
+//! (after the batches kept so far, which stay charged until it hands them
+//! on) and each other copy runs its own input, as without the rule: no input
+//! is run twice.
 //!
 //! The rule runs before DataFusion's last filter pushdown, which gives the
 //! scans under a join the join's dynamic filter: the copies are compared as
@@ -304,6 +305,10 @@ enum Outcome {
 /// stream, to be read on.
 struct Handed {
     read: Vec<RecordBatch>,
+    /// What `read` is charged to the query's pool: each batch's share is
+    /// released as the batch is handed on (the operators above charge what
+    /// they keep).
+    charge: MemoryReservation,
     rest: SendableRecordBatchStream,
 }
 
@@ -361,19 +366,23 @@ async fn run(
         let mut stream = input.execute(partition, Arc::clone(&context))?;
         let (reservation, full) = (Arc::clone(&reservation), Arc::clone(&full));
         tasks.push(SpawnedTask::spawn(async move {
-            let mut read = Vec::new();
+            // The batches read, and the bytes of them charged: all but a
+            // last one that did not fit.
+            let (mut read, mut charged) = (Vec::new(), 0);
             while !full.load(Ordering::Relaxed) {
                 let Some(batch) = stream.next().await.transpose()? else {
-                    return Ok::<_, DataFusionError>((read, None));
+                    return Ok::<_, DataFusionError>((read, charged, None));
                 };
                 let size = batch.get_array_memory_size();
                 let fits = reservation.size() + size <= most && reservation.try_grow(size).is_ok();
                 read.push(batch);
-                if !fits {
+                if fits {
+                    charged += size;
+                } else {
                     full.store(true, Ordering::Relaxed);
                 }
             }
-            Ok((read, Some(stream)))
+            Ok((read, charged, Some(stream)))
         }));
     }
     let mut partitions = Vec::with_capacity(count);
@@ -384,24 +393,29 @@ async fn run(
         }
     }
     // Every task has ended: none holds the reservation any more.
-    if let (false, Ok(reservation)) = (full.load(Ordering::Relaxed), Arc::try_unwrap(reservation)) {
+    let Ok(reservation) = Arc::try_unwrap(reservation) else {
+        return internal_err!("a shared aggregation's partition outlived its run");
+    };
+    if !full.load(Ordering::Relaxed) {
         return Ok(Outcome::Kept {
-            partitions: partitions.into_iter().map(|(read, _)| read).collect(),
+            partitions: partitions.into_iter().map(|(read, ..)| read).collect(),
             _reservation: reservation,
         });
     }
     // Too large: the batches read so far go to the copy that read them,
-    // no longer charged here; its operators above charge what they keep.
+    // each partition's charged until they are handed on.
     let partitions = partitions
         .into_iter()
-        .map(|(read, rest)| {
+        .map(|(read, charged, rest)| {
             let rest = rest.unwrap_or_else(|| {
                 Box::pin(RecordBatchStreamAdapter::new(
                     input.schema(),
                     futures::stream::empty(),
                 ))
             });
-            Mutex::new(Some(Handed { read, rest }))
+            // The charges add up to the reservation; `min` keeps a split in it.
+            let charge = reservation.split(charged.min(reservation.size()));
+            Mutex::new(Some(Handed { read, charge, rest }))
         })
         .collect();
     Ok(Outcome::Handed { copy, partitions })
@@ -515,14 +529,18 @@ impl ExecutionPlan for SharedExec {
                     let handed = partitions
                         .get(partition)
                         .and_then(|p| p.lock().unwrap_or_else(PoisonError::into_inner).take());
-                    let Some(Handed { read, rest }) = handed else {
+                    let Some(Handed { read, charge, rest }) = handed else {
                         return internal_err!(
                             "a shared aggregation's partition {partition} was read twice"
                         );
                     };
+                    let read = read.into_iter().map(move |batch| {
+                        charge.shrink(batch.get_array_memory_size().min(charge.size()));
+                        Ok(batch)
+                    });
                     Box::pin(RecordBatchStreamAdapter::new(
                         input.schema(),
-                        futures::stream::iter(read.into_iter().map(Ok)).chain(rest),
+                        futures::stream::iter(read).chain(rest),
                     ))
                 }
                 Outcome::Handed { .. } => {
@@ -722,6 +740,33 @@ mod tests {
         assert_eq!((second.1, second.2), (0, 0));
         assert_eq!(first.0, expected);
         assert_eq!(second.0, expected);
+    }
+
+    #[tokio::test]
+    async fn batches_read_before_a_result_grew_too_large_stay_charged_until_handed_on() {
+        let dir = tempfile::tempdir().unwrap();
+        let context = session(dir.path(), false).await;
+        // The scan itself: two partitions of about 10,000 rows, in batches
+        // of at most 8,192 (131 kB of `k` and `v`).
+        let frame = context.sql("SELECT k, v FROM t").await.unwrap();
+        let input = frame.create_physical_plan().await.unwrap();
+        let most = 200_000;
+        let kept = Arc::new(Kept::new(2, Some(most)));
+        let copy = Arc::new(SharedExec::new(input, Arc::clone(&kept), 1));
+        let task = context.task_ctx();
+        let outcome = kept.outcome(1, &copy.input, &task).await.unwrap();
+        assert!(matches!(outcome.as_ref(), Outcome::Handed { copy: 1, .. }));
+        // The first batch fitted, the next did not: one is charged.
+        let charged = task.memory_pool().reserved();
+        assert!(0 < charged && charged <= most, "{charged}");
+        let rows: usize = collect(Arc::clone(&copy) as _, Arc::clone(&task))
+            .await
+            .unwrap()
+            .iter()
+            .map(RecordBatch::num_rows)
+            .sum();
+        assert_eq!(rows, 20_000);
+        assert_eq!(task.memory_pool().reserved(), 0);
     }
 
     #[tokio::test]
