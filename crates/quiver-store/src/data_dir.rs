@@ -168,6 +168,7 @@ impl DataDir {
     pub(crate) fn segment_file(&self, id: u64) -> SegmentFile {
         SegmentFile {
             id,
+            path: self.segment_path(id),
             facts: facts_path(&self.dir, id),
         }
     }

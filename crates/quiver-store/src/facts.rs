@@ -6,7 +6,8 @@
 //! batch: `rows`, then for every column `i` of the table `i.nulls`,
 //! `i.bytes`, `i.min` and `i.max`, the last two of the column's own type
 //! (typed nulls where a batch's values are all null), or of type `Null` for
-//! a type whose order quiver does not keep. So they are computed with
+//! a type whose order quiver does not keep and for a string column with a
+//! bound longer than [`LONGEST_BOUND`]. So they are computed with
 //! arrow's kernels, kept as they are, and written as they are: in a data
 //! directory, as an Arrow IPC stream beside the segment's file
 //! ([`SegmentFacts::load_or_compute`]).
@@ -31,8 +32,21 @@ use arrow::datatypes::{
     TimestampSecondType, UInt8Type, UInt16Type, UInt32Type, UInt64Type,
 };
 use arrow::error::ArrowError;
+
+use crate::version::SegmentFile;
 use arrow::ipc::reader::StreamReader;
 use arrow::ipc::writer::StreamWriter;
+
+/// The schema metadata key of a facts file saying what it is the facts of:
+/// the format, and the identity of the segment file (its length, inode and
+/// modification time), so that the file of another segment, one that took
+/// the same id after a restart, is not taken for this one's.
+const OF: &str = "quiver.facts.of";
+
+/// The longest string kept as a bound, in bytes: a column with a longer
+/// minimum or maximum in any batch keeps no bounds (as a type whose order is
+/// not kept), rather than copies of its longest values.
+const LONGEST_BOUND: usize = 1024;
 
 /// A segment's facts: one row per stored batch, in the segment's order.
 #[derive(Debug)]
@@ -43,8 +57,8 @@ pub struct SegmentFacts {
 impl SegmentFacts {
     /// The facts of `batches`, whose schema is `schema`.
     pub(crate) fn compute(schema: &Schema, batches: &[RecordBatch]) -> Self {
-        let layout = layout(schema);
-        let mut columns: Vec<ArrayRef> = Vec::with_capacity(layout.fields().len());
+        let mut columns: Vec<ArrayRef> = Vec::with_capacity(1 + 4 * schema.fields().len());
+        let mut ranged = Vec::with_capacity(schema.fields().len());
         columns.push(Arc::new(UInt64Array::from_iter_values(
             batches.iter().map(|b| b.num_rows() as u64),
         )));
@@ -56,33 +70,40 @@ impl SegmentFacts {
             columns.push(Arc::new(UInt64Array::from_iter_values(
                 of_column().map(|c| c.to_data().get_slice_memory_size().unwrap_or(0) as u64),
             )));
-            if ordered(field.data_type()) {
-                // Every batch's column is of the field's type: each has bounds.
-                let (lows, highs): (Vec<ArrayRef>, Vec<ArrayRef>) =
-                    of_column().filter_map(|c| bounds(c.as_ref())).unzip();
-                columns.push(joined(&lows, field.data_type()));
-                columns.push(joined(&highs, field.data_type()));
-            } else {
-                columns.push(Arc::new(NullArray::new(batches.len())));
-                columns.push(Arc::new(NullArray::new(batches.len())));
-            }
+            let (low, high) = column_bounds(of_column(), field.data_type()).unwrap_or_else(|| {
+                let none: ArrayRef = Arc::new(NullArray::new(batches.len()));
+                (Arc::clone(&none), none)
+            });
+            ranged.push(*low.data_type() != DataType::Null);
+            columns.push(low);
+            columns.push(high);
         }
         // The columns follow the layout by construction.
-        let facts = RecordBatch::try_new(Arc::new(layout), columns)
+        let facts = RecordBatch::try_new(Arc::new(layout(schema, &ranged)), columns)
             .unwrap_or_else(|e| unreachable!("facts laid out as their schema: {e}"));
         Self { facts }
     }
 
-    /// The facts of a segment kept in a data directory: read from `path` if
-    /// a file there holds the facts of exactly these batches, else computed
-    /// and written there for the next start. The file is a cache: a missing,
-    /// damaged or stale one is replaced, and failing to write one is logged
-    /// and costs only the computing again after a restart.
-    pub(crate) fn load_or_compute(path: &Path, schema: &Schema, batches: &[RecordBatch]) -> Self {
+    /// The facts of a segment kept in a data directory: read from the file
+    /// beside it if that holds the facts of exactly this segment file and
+    /// these batches, else computed and written there for the next start.
+    /// The file is a cache: a missing, damaged or stale one is replaced, and
+    /// failing to write one is logged and costs only the computing again
+    /// after a restart. A segment whose file is gone (the table was replaced
+    /// while a query held it) gets its facts computed and not written.
+    pub(crate) fn load_or_compute(
+        file: &SegmentFile,
+        schema: &Schema,
+        batches: &[RecordBatch],
+    ) -> Self {
+        let Ok(of) = identity(&file.path) else {
+            return Self::compute(schema, batches);
+        };
+        let path = &file.facts;
         match read(path) {
-            Ok(facts) if facts.describes(schema, batches) => return facts,
+            Ok(facts) if facts.describes(&of, schema, batches) => return facts,
             Ok(_) => {
-                tracing::warn!(path = %path.display(), "statistics file of other batches, computed again")
+                tracing::warn!(path = %path.display(), "statistics file of another segment, computed again")
             }
             Err(e) if e.kind() == io::ErrorKind::NotFound => {}
             Err(e) => {
@@ -90,42 +111,60 @@ impl SegmentFacts {
             }
         }
         let facts = Self::compute(schema, batches);
-        if let Err(e) = facts.write(path) {
+        if let Err(e) = facts.write(path, &of) {
             tracing::warn!(path = %path.display(), error = %e, "cannot write a statistics file; a restart computes them again");
         }
         facts
     }
 
-    /// Whether these are the facts of `batches` of `schema`: laid out for
-    /// the schema, and a row per batch with its row count.
-    fn describes(&self, schema: &Schema, batches: &[RecordBatch]) -> bool {
-        self.facts.schema().fields() == layout(schema).fields()
+    /// Whether these are the facts, read from a file, of the segment file
+    /// `of` names and of its `batches` of `schema`: written for that file,
+    /// laid out for the schema, and a row per batch with its rows and each
+    /// column's nulls.
+    fn describes(&self, of: &str, schema: &Schema, batches: &[RecordBatch]) -> bool {
+        let written = self.facts.schema();
+        let ranged: Vec<bool> = (0..schema.fields().len())
+            .map(|c| self.bounds(c).is_some())
+            .collect();
+        written.metadata().get(OF).map(String::as_str) == Some(of)
+            && written.fields() == layout(schema, &ranged).fields()
             && self.facts.num_rows() == batches.len()
-            && batches
-                .iter()
-                .enumerate()
-                .all(|(i, b)| self.rows(i) == b.num_rows() as u64)
+            && batches.iter().enumerate().all(|(i, b)| {
+                self.rows(i) == b.num_rows() as u64
+                    && b.columns()
+                        .iter()
+                        .enumerate()
+                        .all(|(c, column)| self.nulls(i, c) == column.null_count() as u64)
+            })
     }
 
-    /// Writes the facts to `path` through a temporary file renamed over it,
-    /// so a reader never sees half a file. Not synced: a crash loses at
-    /// most a cache.
-    fn write(&self, path: &Path) -> io::Result<()> {
+    /// Writes the facts of the segment file `of` names to `path`, through a
+    /// temporary file renamed over it, so a reader never sees half a file.
+    /// Not synced: a crash loses at most a cache.
+    fn write(&self, path: &Path, of: &str) -> io::Result<()> {
         // A name of this write's own: segments read back for two tables may
         // be one file, whose facts two queries may write at once.
         static WRITES: AtomicU64 = AtomicU64::new(0);
         let mut tmp = path.as_os_str().to_owned();
         tmp.push(format!(".{}.tmp", WRITES.fetch_add(1, Ordering::Relaxed)));
         let tmp = PathBuf::from(tmp);
+        let schema = Schema::new(self.facts.schema().fields().clone())
+            .with_metadata([(OF.to_string(), of.to_string())].into());
+        let facts = self
+            .facts
+            .clone()
+            .with_schema(Arc::new(schema))
+            .map_err(to_io)?;
         let mut bytes = Vec::new();
-        let mut writer = StreamWriter::try_new(&mut bytes, &self.facts.schema()).map_err(to_io)?;
-        writer.write(&self.facts).map_err(to_io)?;
+        let mut writer = StreamWriter::try_new(&mut bytes, &facts.schema()).map_err(to_io)?;
+        writer.write(&facts).map_err(to_io)?;
         writer.finish().map_err(to_io)?;
         drop(writer);
-        std::fs::write(&tmp, &bytes)?;
-        std::fs::rename(&tmp, path).inspect_err(|_| {
-            let _ = std::fs::remove_file(&tmp);
-        })
+        std::fs::write(&tmp, &bytes)
+            .and_then(|()| std::fs::rename(&tmp, path))
+            .inspect_err(|_| {
+                let _ = std::fs::remove_file(&tmp);
+            })
     }
 
     /// How many stored batches these are the facts of.
@@ -163,11 +202,12 @@ impl SegmentFacts {
     }
 }
 
-/// The schema of the facts of a table of `schema`.
-fn layout(schema: &Schema) -> Schema {
+/// The schema of the facts of a table of `schema`, whose columns `ranged`
+/// keep bounds.
+fn layout(schema: &Schema, ranged: &[bool]) -> Schema {
     let mut fields = vec![Field::new("rows", DataType::UInt64, false)];
-    for (index, field) in schema.fields().iter().enumerate() {
-        let bound = if ordered(field.data_type()) {
+    for ((index, field), &ranged) in schema.fields().iter().enumerate().zip(ranged) {
+        let bound = if ranged {
             field.data_type().clone()
         } else {
             DataType::Null
@@ -188,14 +228,42 @@ fn layout(schema: &Schema) -> Schema {
     Schema::new(fields)
 }
 
-/// Whether quiver keeps the minimum and maximum of a column of type `kind`.
-fn ordered(kind: &DataType) -> bool {
-    bounds(arrow::array::new_empty_array(kind).as_ref()).is_some()
+/// What names the segment file at `path` in its facts file: the format of
+/// the facts, and the file's length, inode and modification time (a segment
+/// file is written once and never changed).
+fn identity(path: &Path) -> io::Result<String> {
+    use std::os::unix::fs::MetadataExt;
+    let meta = std::fs::metadata(path)?;
+    Ok(format!(
+        "format 1; segment file of {} bytes, inode {}, modified {}.{:09}",
+        meta.len(),
+        meta.ino(),
+        meta.mtime(),
+        meta.mtime_nsec()
+    ))
+}
+
+/// A column's minimums and maximums, one per batch, as two arrays of the
+/// column's type; `None` where quiver keeps no bounds: a type whose order it
+/// does not keep, or a string bound longer than [`LONGEST_BOUND`].
+fn column_bounds<'a>(
+    columns: impl Iterator<Item = &'a ArrayRef>,
+    kind: &DataType,
+) -> Option<(ArrayRef, ArrayRef)> {
+    let each: Vec<(ArrayRef, ArrayRef)> =
+        columns.map(|c| bounds(c.as_ref())).collect::<Option<_>>()?;
+    if each.is_empty() {
+        // No batch to ask: the type decides.
+        bounds(arrow::array::new_empty_array(kind).as_ref())?;
+    }
+    let (lows, highs): (Vec<ArrayRef>, Vec<ArrayRef>) = each.into_iter().unzip();
+    Some((joined(&lows, kind)?, joined(&highs, kind)?))
 }
 
 /// The minimum and maximum of `array`, each as an array of one value of the
 /// array's type, null when it holds none; `None` for the types whose order
-/// arrow's kernels and DataFusion may not agree on.
+/// arrow's kernels and DataFusion may not agree on, and for strings longer
+/// than [`LONGEST_BOUND`].
 fn bounds(array: &dyn Array) -> Option<(ArrayRef, ArrayRef)> {
     fn primitive<T: ArrowPrimitiveType>(array: &dyn Array) -> Option<(ArrayRef, ArrayRef)> {
         let values = array.as_primitive::<T>();
@@ -206,6 +274,12 @@ fn bounds(array: &dyn Array) -> Option<(ArrayRef, ArrayRef)> {
         };
         Some((one(min(values)), one(max(values))))
     }
+    let short = |low: Option<&str>, high: Option<&str>| {
+        [low, high]
+            .iter()
+            .all(|s| s.is_none_or(|s| s.len() <= LONGEST_BOUND))
+            .then_some(())
+    };
     match array.data_type() {
         DataType::Int8 => primitive::<Int8Type>(array),
         DataType::Int16 => primitive::<Int16Type>(array),
@@ -238,6 +312,7 @@ fn bounds(array: &dyn Array) -> Option<(ArrayRef, ArrayRef)> {
         }
         DataType::Utf8 => {
             let values = array.as_string::<i32>();
+            short(min_string(values), max_string(values))?;
             Some((
                 Arc::new(StringArray::from(vec![min_string(values)])),
                 Arc::new(StringArray::from(vec![max_string(values)])),
@@ -245,6 +320,7 @@ fn bounds(array: &dyn Array) -> Option<(ArrayRef, ArrayRef)> {
         }
         DataType::LargeUtf8 => {
             let values = array.as_string::<i64>();
+            short(min_string(values), max_string(values))?;
             Some((
                 Arc::new(LargeStringArray::from(vec![min_string(values)])),
                 Arc::new(LargeStringArray::from(vec![max_string(values)])),
@@ -252,6 +328,7 @@ fn bounds(array: &dyn Array) -> Option<(ArrayRef, ArrayRef)> {
         }
         DataType::Utf8View => {
             let values = array.as_string_view();
+            short(min_string_view(values), max_string_view(values))?;
             Some((
                 Arc::new(StringViewArray::from(vec![min_string_view(values)])),
                 Arc::new(StringViewArray::from(vec![max_string_view(values)])),
@@ -261,14 +338,14 @@ fn bounds(array: &dyn Array) -> Option<(ArrayRef, ArrayRef)> {
     }
 }
 
-/// The one-value arrays `parts` as one array of `kind`.
-fn joined(parts: &[ArrayRef], kind: &DataType) -> ArrayRef {
+/// The one-value arrays `parts` as one array of `kind`; `None` if they do
+/// not fit one array (string offsets past 2 GiB).
+fn joined(parts: &[ArrayRef], kind: &DataType) -> Option<ArrayRef> {
     if parts.is_empty() {
-        return arrow::array::new_empty_array(kind);
+        return Some(arrow::array::new_empty_array(kind));
     }
     let parts: Vec<&dyn Array> = parts.iter().map(AsRef::as_ref).collect();
-    // Arrays of one type concatenate.
-    concat(&parts).unwrap_or_else(|e| unreachable!("bounds of one type: {e}"))
+    concat(&parts).ok()
 }
 
 /// The facts in the file at `path`: one IPC stream of one batch.
@@ -412,43 +489,87 @@ mod tests {
         assert_eq!(files.len(), 1, "{files:?}");
         drop((version, store));
 
-        // Overwrite the file with the facts of other values, same row
-        // counts: a restart reads them rather than the segment's values.
+        // Overwrite the file with the facts of other values, written for
+        // this segment file: a restart reads them rather than the values.
         let path = dir.path().join(&files[0]);
+        let segment = dir.path().join(files[0].replace(".stats", ""));
+        let of = identity(&segment).unwrap();
         let other = batches(5000, 10);
-        SegmentFacts::compute(&other[0].schema(), &other)
-            .write(&path)
-            .unwrap();
+        let facts_of =
+            |batches: &[RecordBatch]| SegmentFacts::compute(&batches[0].schema(), batches);
+        facts_of(&other).write(&path, &of).unwrap();
         let store = durable(dir.path());
         let version = store.get("t").unwrap();
         assert_eq!(max_id(&version.facts()[0], 2), 5209);
         drop((version, store));
 
-        // A damaged file, or one of other row counts, is computed again
-        // from the values and replaced.
+        // Computed again from the values, and the file replaced: a damaged
+        // file, one written for another segment file, one of other row
+        // counts, one of other null counts.
+        let mut no_nulls = batches(5000, 10);
+        no_nulls[1] = no_nulls[0].clone();
+        let written = |facts: SegmentFacts, of: &str| {
+            facts.write(&path, of).unwrap();
+            std::fs::read(&path).unwrap()
+        };
         for replaced in [
             b"not arrow".to_vec(),
-            std::fs::read(&path).unwrap()[..100].to_vec(),
+            written(facts_of(&other), &of)[..100].to_vec(),
+            written(facts_of(&other), "format 1; segment file of another"),
+            written(facts_of(&batches(7000, 3)), &of),
+            written(facts_of(&no_nulls), &of),
         ] {
             std::fs::write(&path, replaced).unwrap();
             let store = durable(dir.path());
             assert_eq!(max_id(&store.get("t").unwrap().facts()[0], 2), 209);
             assert_eq!(max_id(&read(&path).unwrap(), 2), 209);
         }
-        let shorter = batches(7000, 3);
-        SegmentFacts::compute(&shorter[0].schema(), &shorter)
-            .write(&path)
-            .unwrap();
-        let store = durable(dir.path());
-        assert_eq!(max_id(&store.get("t").unwrap().facts()[0], 2), 209);
         assert_eq!(facts_files(dir.path()), files);
 
         // Replacing the table removes the old segment's facts with it.
+        let store = durable(dir.path());
         let replaced = put(&store, 0);
         replaced.facts();
         let now = facts_files(dir.path());
         assert_eq!(now.len(), 1);
         assert_ne!(now, files);
+    }
+
+    #[test]
+    fn the_facts_file_of_a_segment_id_used_before_a_restart_is_not_taken() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = durable(dir.path());
+        put(&store, 0).facts();
+        let [file] = &facts_files(dir.path())[..] else {
+            panic!()
+        };
+        let stale = std::fs::read(dir.path().join(file)).unwrap();
+        store.remove("t").unwrap();
+        drop(store);
+        // The last segment gone, a restart hands its id out again; its old
+        // facts file is back, as a build that did not know the files (or a
+        // copy of an old directory) would leave it.
+        let store = durable(dir.path());
+        std::fs::write(dir.path().join(file), &stale).unwrap();
+        let version = put(&store, 3000);
+        assert_eq!(facts_files(dir.path()), std::slice::from_ref(file));
+        assert_eq!(max_id(&version.facts()[0], 2), 3209);
+    }
+
+    #[test]
+    fn long_strings_keep_no_bounds() {
+        let long = "x".repeat(LONGEST_BOUND + 1);
+        let batches: Vec<RecordBatch> = [vec!["a", "b"], vec!["c", long.as_str()]]
+            .into_iter()
+            .map(|values| {
+                let s: ArrayRef = Arc::new(StringArray::from(values));
+                RecordBatch::try_from_iter([("s", s)]).unwrap()
+            })
+            .collect();
+        let facts = SegmentFacts::compute(&batches[0].schema(), &batches);
+        assert!(facts.bounds(0).is_none());
+        let short = SegmentFacts::compute(&batches[0].schema(), &batches[..1]);
+        assert!(short.bounds(0).is_some());
     }
 
     #[test]

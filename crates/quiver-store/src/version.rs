@@ -36,6 +36,8 @@ pub(crate) struct Segment {
 pub(crate) struct SegmentFile {
     /// The segment file's id in its data directory.
     pub(crate) id: u64,
+    /// The segment file.
+    pub(crate) path: PathBuf,
     /// The file of its facts ([`SegmentFacts::load_or_compute`]).
     pub(crate) facts: PathBuf,
 }
@@ -83,7 +85,7 @@ impl Segment {
     pub(crate) fn facts(&self, schema: &Schema) -> Arc<SegmentFacts> {
         let made = self.facts.get_or_init(|| {
             Arc::new(match &self.file {
-                Some(file) => SegmentFacts::load_or_compute(&file.facts, schema, &self.batches),
+                Some(file) => SegmentFacts::load_or_compute(file, schema, &self.batches),
                 None => SegmentFacts::compute(schema, &self.batches),
             })
         });
