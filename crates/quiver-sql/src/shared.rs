@@ -746,8 +746,8 @@ mod tests {
     async fn batches_read_before_a_result_grew_too_large_stay_charged_until_handed_on() {
         let dir = tempfile::tempdir().unwrap();
         let context = session(dir.path(), false).await;
-        // The scan itself: two partitions of about 10,000 rows, in batches
-        // of at most 8,192 (131 kB of `k` and `v`).
+        // The scan itself: batches of at most 8,192 rows (131 kB of `k`
+        // and `v`).
         let frame = context.sql("SELECT k, v FROM t").await.unwrap();
         let input = frame.create_physical_plan().await.unwrap();
         let most = 200_000;
@@ -759,14 +759,23 @@ mod tests {
         // The first batch fitted, the next did not: one is charged.
         let charged = task.memory_pool().reserved();
         assert!(0 < charged && charged <= most, "{charged}");
-        let rows: usize = collect(Arc::clone(&copy) as _, Arc::clone(&task))
-            .await
-            .unwrap()
-            .iter()
-            .map(RecordBatch::num_rows)
-            .sum();
-        assert_eq!(rows, 20_000);
+        // Each partition's charged batches come first: once each has handed
+        // on its first, nothing is charged, while the streams are still open.
+        let (mut streams, mut rows) = (Vec::new(), 0);
+        for partition in 0..copy.properties().output_partitioning().partition_count() {
+            let mut stream = copy.execute(partition, Arc::clone(&task)).unwrap();
+            if let Some(batch) = stream.next().await {
+                rows += batch.unwrap().num_rows();
+            }
+            streams.push(stream);
+        }
         assert_eq!(task.memory_pool().reserved(), 0);
+        for mut stream in streams {
+            while let Some(batch) = stream.next().await {
+                rows += batch.unwrap().num_rows();
+            }
+        }
+        assert_eq!(rows, 20_000);
     }
 
     #[tokio::test]
