@@ -274,12 +274,6 @@ fn bounds(array: &dyn Array) -> Option<(ArrayRef, ArrayRef)> {
         };
         Some((one(min(values)), one(max(values))))
     }
-    let short = |low: Option<&str>, high: Option<&str>| {
-        [low, high]
-            .iter()
-            .all(|s| s.is_none_or(|s| s.len() <= LONGEST_BOUND))
-            .then_some(())
-    };
     match array.data_type() {
         DataType::Int8 => primitive::<Int8Type>(array),
         DataType::Int16 => primitive::<Int16Type>(array),
@@ -312,30 +306,31 @@ fn bounds(array: &dyn Array) -> Option<(ArrayRef, ArrayRef)> {
         }
         DataType::Utf8 => {
             let values = array.as_string::<i32>();
-            short(min_string(values), max_string(values))?;
-            Some((
-                Arc::new(StringArray::from(vec![min_string(values)])),
-                Arc::new(StringArray::from(vec![max_string(values)])),
-            ))
+            text::<StringArray>(min_string(values), max_string(values))
         }
         DataType::LargeUtf8 => {
             let values = array.as_string::<i64>();
-            short(min_string(values), max_string(values))?;
-            Some((
-                Arc::new(LargeStringArray::from(vec![min_string(values)])),
-                Arc::new(LargeStringArray::from(vec![max_string(values)])),
-            ))
+            text::<LargeStringArray>(min_string(values), max_string(values))
         }
         DataType::Utf8View => {
             let values = array.as_string_view();
-            short(min_string_view(values), max_string_view(values))?;
-            Some((
-                Arc::new(StringViewArray::from(vec![min_string_view(values)])),
-                Arc::new(StringViewArray::from(vec![max_string_view(values)])),
-            ))
+            text::<StringViewArray>(min_string_view(values), max_string_view(values))
         }
         _ => None,
     }
+}
+
+/// A string column's minimum and maximum as arrays `A` of one value each;
+/// `None` if either is longer than [`LONGEST_BOUND`].
+fn text<'a, A>(low: Option<&'a str>, high: Option<&'a str>) -> Option<(ArrayRef, ArrayRef)>
+where
+    A: From<Vec<Option<&'a str>>> + Array + 'static,
+{
+    let long = |bound: Option<&str>| bound.is_some_and(|b| b.len() > LONGEST_BOUND);
+    if long(low) || long(high) {
+        return None;
+    }
+    Some((Arc::new(A::from(vec![low])), Arc::new(A::from(vec![high]))))
 }
 
 /// The one-value arrays `parts` as one array of `kind`; `None` if they do
