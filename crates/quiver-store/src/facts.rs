@@ -32,10 +32,10 @@ use arrow::datatypes::{
     TimestampSecondType, UInt8Type, UInt16Type, UInt32Type, UInt64Type,
 };
 use arrow::error::ArrowError;
-
-use crate::version::SegmentFile;
 use arrow::ipc::reader::StreamReader;
 use arrow::ipc::writer::StreamWriter;
+
+use crate::version::SegmentFile;
 
 /// The schema metadata key of a facts file saying what it is the facts of:
 /// the format, and the identity of the segment file (its length, inode and
@@ -123,11 +123,18 @@ impl SegmentFacts {
     /// column's nulls.
     fn describes(&self, of: &str, schema: &Schema, batches: &[RecordBatch]) -> bool {
         let written = self.facts.schema();
+        let fields = written.fields();
+        if written.metadata().get(OF).map(String::as_str) != Some(of)
+            || fields.len() != 1 + 4 * schema.fields().len()
+        {
+            return false;
+        }
+        // Which columns the file keeps bounds of; the layout checks the rest
+        // before any column is read as what it should be.
         let ranged: Vec<bool> = (0..schema.fields().len())
-            .map(|c| self.bounds(c).is_some())
+            .map(|c| *fields[3 + 4 * c].data_type() != DataType::Null)
             .collect();
-        written.metadata().get(OF).map(String::as_str) == Some(of)
-            && written.fields() == layout(schema, &ranged).fields()
+        fields == layout(schema, &ranged).fields()
             && self.facts.num_rows() == batches.len()
             && batches.iter().enumerate().all(|(i, b)| {
                 self.rows(i) == b.num_rows() as u64
@@ -190,7 +197,8 @@ impl SegmentFacts {
 
     /// Column `column`'s minimums and maximums, one per batch (null where
     /// the batch holds no value), or `None` for a type whose order quiver
-    /// does not keep.
+    /// does not keep and a string column with a bound longer than
+    /// [`LONGEST_BOUND`].
     pub fn bounds(&self, column: usize) -> Option<(&ArrayRef, &ArrayRef)> {
         let low = self.facts.column(3 + 4 * column);
         let high = self.facts.column(4 + 4 * column);
@@ -513,6 +521,13 @@ mod tests {
             written(facts_of(&other), "format 1; segment file of another"),
             written(facts_of(&batches(7000, 3)), &of),
             written(facts_of(&no_nulls), &of),
+            // Of another layout: checked before a column is read.
+            written(
+                SegmentFacts {
+                    facts: batches(0, 10)[0].clone(),
+                },
+                &of,
+            ),
         ] {
             std::fs::write(&path, replaced).unwrap();
             let store = durable(dir.path());
