@@ -237,17 +237,22 @@ fn layout(schema: &Schema, ranged: &[bool]) -> Schema {
 }
 
 /// What names the segment file at `path` in its facts file: the format of
-/// the facts, and the file's length, inode and modification time (a segment
-/// file is written once and never changed).
+/// the facts, and the file's length, inode (on Unix) and modification time
+/// (a segment file is written once and never changed).
 fn identity(path: &Path) -> io::Result<String> {
-    use std::os::unix::fs::MetadataExt;
     let meta = std::fs::metadata(path)?;
+    let modified = meta
+        .modified()?
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap_or_default()
+        .as_nanos();
+    #[cfg(unix)]
+    let inode = std::os::unix::fs::MetadataExt::ino(&meta);
+    #[cfg(not(unix))]
+    let inode = 0;
     Ok(format!(
-        "format 1; segment file of {} bytes, inode {}, modified {}.{:09}",
-        meta.len(),
-        meta.ino(),
-        meta.mtime(),
-        meta.mtime_nsec()
+        "format 1; segment file of {} bytes, inode {inode}, modified {modified} ns",
+        meta.len()
     ))
 }
 
@@ -556,6 +561,10 @@ mod tests {
         let stale = std::fs::read(dir.path().join(file)).unwrap();
         store.remove("t").unwrap();
         drop(store);
+        // A restart takes longer than a tick of the clock that stamps files
+        // (a jiffy, at most 10 ms, where it is coarse): the new segment file
+        // may take the old one's id and inode, not its time.
+        std::thread::sleep(std::time::Duration::from_millis(20));
         // The last segment gone, a restart hands its id out again; its old
         // facts file is back, as a build that did not know the files (or a
         // copy of an old directory) would leave it.
