@@ -201,6 +201,31 @@ def test_a_query_that_loses_a_node_is_planned_again_on_the_server(
     assert "planning it again" in n1.log(), "the query did not lose n3: it proved nothing"
 
 
+def test_a_query_planned_before_a_node_died_runs_on_the_nodes_left(
+    cluster: Cluster, single: Server
+) -> None:
+    """Queries planned on n1 while n3 was live, run once n1 knows n3 is gone.
+
+    Each stage of such a plan has three tasks and two nodes are left: n3's scan
+    tasks go to nodes holding copies of their partitions, and no node takes two
+    tasks of a stage in its own process (they would share the plan's exchanges and
+    read each other's streams: "WorkerConnections stream ... already consumed").
+    Routed when it runs, the query needs no second plan. A stage's tasks are routed
+    from a random first node, so six queries run here."""
+    spread(cluster)
+    expected = sql(quiver.connect(single.uri), QUERIES["join"])
+    n1 = cluster.nodes["n1"]
+    with cluster.client("n1") as client:
+        # sql_reader plans at once and reads the result when it is read.
+        readers = [client.sql_reader(QUERIES["join"]) for _ in range(6)]
+        assert "n3" in client.nodes()
+        cluster.kill("n3")
+        wait_until("n1 to pass n3 over", lambda: "n3" not in client.nodes())
+        for reader in readers:
+            assert reader.read_all().equals(expected)
+    assert "planning it again" not in n1.log(), "a query was planned again"
+
+
 def test_a_paused_node_costs_no_query(cluster: Cluster, single: Server) -> None:
     spread(cluster)
     expected = sql(quiver.connect(single.uri), QUERIES["join"])

@@ -30,7 +30,7 @@ pub(crate) use scan::ScanContext;
 
 use codec::ClusterCodec;
 use table::ClusterTable;
-use tasks::{CatalogWorkers, NodeChannels, desired_tasks, route_tasks, scale_up, worker_url};
+use tasks::{CatalogWorkers, NodeChannels, TaskRouter, desired_tasks, scale_up, worker_url};
 
 /// The SQL side of a cluster node: its catalog for the engine, and the
 /// worker that runs other nodes' tasks.
@@ -163,16 +163,18 @@ impl ClusterCatalog for ClusterSql {
     }
 
     fn session(&self, builder: SessionStateBuilder) -> SessionStateBuilder {
+        let workers = CatalogWorkers {
+            node: self.node.clone(),
+        };
+        let local = worker_url(&self.location).ok();
         let mut builder = builder
             .with_distributed_planner()
-            .with_distributed_worker_resolver(CatalogWorkers {
-                node: self.node.clone(),
-            })
+            .with_distributed_worker_resolver(workers.clone())
             .with_distributed_user_codec(ClusterCodec)
             .with_distributed_channel_resolver(NodeChannels::new(self.scan.peers.clone()))
             .with_distributed_desired_task_count_handler(desired_tasks)
             .with_distributed_scale_up_leaf_node_handler(scale_up)
-            .with_distributed_route_tasks_handler(route_tasks);
+            .with_distributed_route_tasks_handler(TaskRouter::new(workers, local.clone()));
         // A join that collects its small side (DataFusion's CollectLeft) runs
         // in every task of the large side, the small side broadcast to each;
         // without this such a join, and all above it, would run on one node.
@@ -180,7 +182,7 @@ impl ClusterCatalog for ClusterSql {
             tracing::warn!("distributed SQL: broadcast joins stay off: {e}");
         }
         // Tasks this node runs itself stay in the process.
-        if let Ok(url) = worker_url(&self.location) {
+        if let Some(url) = local {
             builder = builder
                 .with_distributed_local_worker_context(self.worker.to_local_worker_context(url));
         }

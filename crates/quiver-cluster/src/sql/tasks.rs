@@ -3,6 +3,7 @@
 //! node holding copies of the partitions it reads.
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Weak};
 
 use async_trait::async_trait;
@@ -12,8 +13,8 @@ use datafusion::physical_plan::ExecutionPlan;
 use datafusion_distributed::grpc::{BoxCloneSyncChannel, create_worker_client};
 use datafusion_distributed::{
     ChannelResolver, DesiredTaskCountEvent, DesiredTaskCountEventResponse, DistributedLeafExec,
-    RouteTasksEvent, RouteTasksEventResponse, ScaleUpLeafNodeEvent, ScaleUpLeafNodeEventResponse,
-    WorkerChannel, WorkerResolver,
+    RouteTasksEvent, RouteTasksEventResponse, RouteTasksHandler, ScaleUpLeafNodeEvent,
+    ScaleUpLeafNodeEventResponse, WorkerChannel, WorkerResolver,
 };
 use url::Url;
 
@@ -134,41 +135,169 @@ pub(crate) fn scale_up(ev: ScaleUpLeafNodeEvent) -> Option<Result<ScaleUpLeafNod
     Some(leaf.map(|leaf| ScaleUpLeafNodeEventResponse::new(Arc::new(leaf))))
 }
 
-/// Sends each task of a stage scanning a cluster table to the node its
-/// variant was cut for.
-pub(crate) fn route_tasks(ev: RouteTasksEvent) -> Option<Result<RouteTasksEventResponse>> {
-    let mut urls = None;
-    let walked = ev.plan.apply(|node| {
+/// Where the tasks of a query's stages run, chosen when the query starts
+/// (not when it was planned: a node may have been lost since).
+///
+/// A task of a stage scanning a cluster table goes to the node its variant
+/// was cut for, else (that node is lost) to a live node holding copies of
+/// its partitions, else to the least loaded live node: a scan reads the
+/// copies it does not hold from the nodes that do. The tasks of a stage of
+/// more than one task above the scans are spread over the live nodes.
+///
+/// This node runs at most one task of a stage. The tasks it runs itself get
+/// the coordinator's plan as it is, not a decoded copy, so two of one stage
+/// would share its exchanges and each take the other's streams ("stream ...
+/// already consumed"). That happens when a node is lost between planning
+/// and running, which leaves a stage more tasks than live nodes; a stage
+/// that cannot be placed so fails as unreachable, and is planned again.
+#[derive(Debug, Clone)]
+pub(crate) struct TaskRouter {
+    workers: CatalogWorkers,
+    /// This node's worker URL.
+    local: Option<Url>,
+    /// Turns the first node of a stage's spread from query to query.
+    turn: Arc<AtomicUsize>,
+}
+
+impl TaskRouter {
+    pub(crate) fn new(workers: CatalogWorkers, local: Option<Url>) -> Self {
+        Self {
+            workers,
+            local,
+            turn: Arc::new(AtomicUsize::new(0)),
+        }
+    }
+}
+
+impl RouteTasksHandler for TaskRouter {
+    fn handle(&self, ev: RouteTasksEvent) -> Option<Result<RouteTasksEventResponse>> {
+        let wants = match scan_wants(ev.plan) {
+            Some(Ok(wants)) if wants.len() == ev.task_count => wants,
+            Some(Ok(wants)) => {
+                return Some(Err(DataFusionError::Internal(format!(
+                    "a cluster scan was cut for {} tasks, the stage has {}",
+                    wants.len(),
+                    ev.task_count
+                ))));
+            }
+            Some(Err(e)) => return Some(Err(e)),
+            // One task above the scans: the library's own choice (this
+            // node, or the node of the task it reads from).
+            None if ev.task_count <= 1 => return None,
+            None => vec![Vec::new(); ev.task_count],
+        };
+        let turn = self.turn.fetch_add(1, Ordering::Relaxed);
+        let placed = self
+            .workers
+            .get_urls()
+            .and_then(|live| place(&wants, &live, self.local.as_ref(), turn));
+        Some(placed.map(RouteTasksEventResponse::new))
+    }
+}
+
+/// For each task of a stage scanning a cluster table, the nodes it would
+/// run on, best first: the node its variant was cut for, then the nodes
+/// holding copies of its partitions, most bytes first. `None` for a stage
+/// that scans no cluster table.
+fn scan_wants(plan: &Arc<dyn ExecutionPlan>) -> Option<Result<Vec<Vec<Url>>>> {
+    let mut wants = None;
+    let walked = plan.apply(|node| {
         if let Some(leaf) = node.downcast_ref::<DistributedLeafExec>()
             && leaf.original().downcast_ref::<ClusterScanExec>().is_some()
         {
-            urls = leaf
-                .variants()
-                .iter()
-                .map(|v| {
-                    let scan = v.downcast_ref::<ClusterScanExec>()?;
-                    scan.spec.node.as_ref().map(|n| worker_url(&n.location))
-                })
-                .collect::<Option<Result<Vec<Url>>>>();
+            wants = Some(
+                leaf.variants()
+                    .iter()
+                    .filter_map(|v| v.downcast_ref::<ClusterScanExec>())
+                    .map(variant_wants)
+                    .collect::<Result<Vec<_>>>(),
+            );
             return Ok(TreeNodeRecursion::Stop);
         }
         Ok(TreeNodeRecursion::Continue)
     });
-    if let Err(e) = walked {
-        return Some(Err(e));
+    match walked {
+        Err(e) => Some(Err(e)),
+        Ok(_) => wants,
     }
-    let urls = urls?;
-    Some(urls.and_then(|urls| {
-        if urls.len() == ev.task_count {
-            Ok(RouteTasksEventResponse::new(urls))
-        } else {
-            Err(DataFusionError::Internal(format!(
-                "a cluster scan was cut for {} tasks, the stage has {}",
-                urls.len(),
-                ev.task_count
-            )))
+}
+
+/// The nodes a scan variant would run on, best first.
+fn variant_wants(scan: &ClusterScanExec) -> Result<Vec<Url>> {
+    let mut held: BTreeMap<&str, u64> = BTreeMap::new();
+    for part in scan.parts() {
+        for replica in &part.replicas {
+            *held.entry(replica.location.as_str()).or_default() += part.bytes.max(1);
         }
-    }))
+    }
+    let mut holders: Vec<(&str, u64)> = held.into_iter().collect();
+    holders.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(b.0)));
+    let cut_for = scan.spec.node.as_ref().map(|n| n.location.as_str());
+    let mut wants = Vec::with_capacity(holders.len() + 1);
+    for location in cut_for
+        .into_iter()
+        .chain(holders.into_iter().map(|(l, _)| l))
+    {
+        let url = worker_url(location)?;
+        if !wants.contains(&url) {
+            wants.push(url);
+        }
+    }
+    Ok(wants)
+}
+
+/// One live worker per task: the first of its `wants` that is live, else
+/// the least loaded of the live workers (from the `turn`th on, among
+/// equals); `local` takes one task at most. An unreachable error when a
+/// task has nowhere to go: the stage has more tasks than live nodes and
+/// this node is the only one left.
+fn place(wants: &[Vec<Url>], live: &[Url], local: Option<&Url>, turn: usize) -> Result<Vec<Url>> {
+    let mut load = vec![0usize; live.len()];
+    let mut placed: Vec<Option<usize>> = vec![None; wants.len()];
+    let mut local_taken = false;
+    let free = |worker: usize, local_taken: bool| !(local_taken && local == Some(&live[worker]));
+    // First every task whose best node is live, so that none is moved off
+    // its node by a task placed before it; then the others.
+    for first_only in [true, false] {
+        for (task, want) in wants.iter().enumerate() {
+            if placed[task].is_some() {
+                continue;
+            }
+            let wanted = want
+                .iter()
+                .take(if first_only { 1 } else { want.len() })
+                .filter_map(|url| live.iter().position(|l| l == url))
+                .filter(|&w| free(w, local_taken))
+                .min_by_key(|&w| load[w]);
+            let worker = match wanted {
+                Some(worker) => worker,
+                None if first_only => continue,
+                None => {
+                    let start = turn % live.len().max(1);
+                    let spread = (0..live.len()).map(|i| (start + i) % live.len());
+                    let least = spread
+                        .filter(|&w| free(w, local_taken))
+                        .min_by_key(|&w| load[w]);
+                    least.ok_or_else(|| {
+                        unreachable_error(format!(
+                            "a stage of {} tasks has {} live nodes to run on: the query was \
+                             planned before a node was lost",
+                            wants.len(),
+                            live.len()
+                        ))
+                    })?
+                }
+            };
+            load[worker] += 1;
+            local_taken |= local == Some(&live[worker]);
+            placed[task] = Some(worker);
+        }
+    }
+    placed
+        .into_iter()
+        .map(|w| w.map(|w| live[w].clone()))
+        .collect::<Option<Vec<_>>>()
+        .ok_or_else(|| DataFusionError::Internal("a task was left unplaced".into()))
 }
 
 /// `parts` over `tasks` tasks: each task is given a node (the nodes that
@@ -343,6 +472,77 @@ mod tests {
         assert_eq!(tasks.len(), 1);
         assert!(tasks[0].0.is_none());
         assert_eq!(names(&tasks[0].1), ["a", "b"]);
+    }
+
+    fn url(node: &str) -> Url {
+        worker_url(&format!("grpc+tcp://{node}:1")).expect("a url")
+    }
+
+    fn urls(nodes: &[&str]) -> Vec<Url> {
+        nodes.iter().map(|n| url(n)).collect()
+    }
+
+    #[test]
+    fn a_stage_planned_for_three_nodes_runs_on_two_with_one_task_here() {
+        // n3 was lost after planning: its scan task goes to a node holding its
+        // partitions, and n1 (this node) takes no second task of the stage.
+        let local = url("n1");
+        let live = urls(&["n1", "n2"]);
+        let scan = [
+            urls(&["n1", "n3"]),
+            urls(&["n2", "n1"]),
+            urls(&["n3", "n1", "n2"]),
+        ];
+        for turn in 0..4 {
+            let placed = place(&scan, &live, Some(&local), turn).expect("placed");
+            assert_eq!(placed[..2], urls(&["n1", "n2"])[..], "turn {turn}");
+            assert_eq!(placed[2], url("n2"), "turn {turn}");
+            // Above the scans: whatever node the spread starts from.
+            let placed =
+                place(&[vec![], vec![], vec![]], &live, Some(&local), turn).expect("placed");
+            assert_eq!(
+                placed.iter().filter(|u| **u == local).count(),
+                1,
+                "{placed:?}"
+            );
+            assert!(placed.iter().all(|u| live.contains(u)), "{placed:?}");
+        }
+    }
+
+    #[test]
+    fn tasks_go_to_their_nodes_and_spread_over_the_live_ones() {
+        let live = urls(&["n1", "n2", "n3"]);
+        let scan = [urls(&["n3"]), urls(&["n1"]), urls(&["n2"])];
+        let placed = place(&scan, &live, Some(&url("n1")), 0).expect("placed");
+        assert_eq!(placed, urls(&["n3", "n1", "n2"]));
+        // A task whose own node is live keeps it, though another task lost
+        // its node and is placed first.
+        let scan = [urls(&["n4", "n2"]), urls(&["n2"])];
+        let placed = place(&scan, &live, None, 0).expect("placed");
+        assert_eq!(placed[1], url("n2"));
+        assert_eq!(placed[0], url("n2"), "the lost node's copies are on n2");
+        for turn in 0..3 {
+            let placed = place(&[vec![], vec![], vec![]], &live, None, turn).expect("placed");
+            let mut distinct = placed.clone();
+            distinct.sort();
+            distinct.dedup();
+            assert_eq!(distinct.len(), 3, "{placed:?}");
+            assert_eq!(placed[0], live[turn], "the spread starts at turn {turn}");
+        }
+    }
+
+    #[test]
+    fn a_stage_with_only_this_node_left_fails_as_unreachable() {
+        let local = url("n1");
+        let live = [local.clone()];
+        let placed = place(&[vec![], vec![]], &live, Some(&local), 0);
+        let Err(DataFusionError::IoError(e)) = placed else {
+            panic!("{placed:?}");
+        };
+        assert_eq!(e.kind(), std::io::ErrorKind::NotConnected);
+        // One task is this node's to run.
+        let placed = place(&[vec![]], &live, Some(&local), 0).expect("placed");
+        assert_eq!(placed, [local]);
     }
 
     #[test]
