@@ -246,9 +246,10 @@ fn variant_wants(scan: &ClusterScanExec) -> Result<Vec<Url>> {
     Ok(wants)
 }
 
-/// One live worker per task: the first of its `wants` that is live, else
+/// One live worker per task: its first want when that is live; else the
+/// least loaded of its live `wants` (the better ranked among equals); else
 /// the least loaded of the live workers (from the `turn`th on, among
-/// equals); `local` takes one task at most. An unreachable error when a
+/// equals). `local` takes one task at most. An unreachable error when a
 /// task has nowhere to go: the stage has more tasks than live nodes and
 /// this node is the only one left.
 fn place(wants: &[Vec<Url>], live: &[Url], local: Option<&Url>, turn: usize) -> Result<Vec<Url>> {
