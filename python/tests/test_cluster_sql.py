@@ -210,8 +210,9 @@ def test_a_query_planned_before_a_node_died_runs_on_the_nodes_left(
     tasks go to nodes holding copies of their partitions, and no node takes two
     tasks of a stage in its own process (they would share the plan's exchanges and
     read each other's streams: "WorkerConnections stream ... already consumed").
-    Routed when it runs, the query needs no second plan. A stage's tasks are routed
-    from a random first node, so six queries run here."""
+    Routed when it runs, the query needs no second plan. Six queries: the library's
+    own routing (a random first node, round robin) put two tasks of a stage here in
+    about half of them."""
     spread(cluster)
     expected = sql(quiver.connect(single.uri), QUERIES["join"])
     n1 = cluster.nodes["n1"]
