@@ -16,35 +16,31 @@ use std::collections::HashSet;
 use std::convert::Infallible;
 use std::sync::{Arc, OnceLock};
 
-use arrow::array::{ArrayRef, BooleanArray, UInt64Array};
+use arrow::array::{Array, ArrayRef, BooleanArray, UInt32Array, UInt64Array};
+use arrow::compute::{concat, take};
 use arrow::datatypes::Schema;
 use datafusion::common::pruning::PruningStatistics;
 use datafusion::common::stats::Precision;
 use datafusion::common::{Column, ColumnStatistics, ScalarValue, Statistics};
-use quiver_store::{SegmentFacts, TableVersion};
+use quiver_store::{SegmentFacts, TableVersion, array_bounds};
 
-/// One column of one batch.
-#[derive(Debug, Clone)]
+/// One column, batch by batch.
+#[derive(Debug)]
 struct ColumnFacts {
-    nulls: usize,
+    nulls: UInt64Array,
     /// The bytes of the column's own part of its buffers.
-    bytes: usize,
-    /// The smallest and largest values, typed nulls when every value is
-    /// null; `None` for a type whose order quiver does not keep.
-    range: Option<(ScalarValue, ScalarValue)>,
+    bytes: UInt64Array,
+    /// The smallest and largest values of each batch, null where a batch
+    /// holds none; `None` for a type whose order quiver does not keep.
+    bounds: Option<(ArrayRef, ArrayRef)>,
 }
 
-/// One stored batch.
-#[derive(Debug, Clone)]
-struct BatchFacts {
-    rows: usize,
-    columns: Vec<ColumnFacts>,
-}
-
-/// A version's statistics, batch by batch in its order.
+/// A version's statistics, batch by batch in its order: its segments'
+/// facts laid end to end, as the arrays DataFusion's pruning reads.
 #[derive(Debug)]
 pub(crate) struct VersionStats {
-    batches: Vec<BatchFacts>,
+    rows: UInt64Array,
+    columns: Vec<ColumnFacts>,
     /// Each column's distinct values, estimated when first asked for
     /// ([`VersionStats::distinct`]).
     distinct: Vec<OnceLock<Option<u64>>>,
@@ -54,19 +50,18 @@ impl VersionStats {
     /// The statistics of `version`, computed at the first call.
     pub(crate) fn of(version: &TableVersion) -> Arc<Self> {
         let made = version.attachment(|| {
+            let segments = version.facts();
             let columns = version.schema().fields().len();
             Ok::<_, Infallible>(Self {
-                batches: version
-                    .facts()
-                    .iter()
-                    .flat_map(|segment| batch_facts(segment, columns))
+                rows: per_batch(&segments, |s, b| s.rows(b)),
+                columns: (0..columns)
+                    .map(|c| ColumnFacts {
+                        nulls: per_batch(&segments, |s, b| s.nulls(b, c)),
+                        bytes: per_batch(&segments, |s, b| s.bytes(b, c)),
+                        bounds: joined_bounds(&segments, c),
+                    })
                     .collect(),
-                distinct: version
-                    .schema()
-                    .fields()
-                    .iter()
-                    .map(|_| OnceLock::new())
-                    .collect(),
+                distinct: (0..columns).map(|_| OnceLock::new()).collect(),
             })
         });
         match made {
@@ -77,18 +72,18 @@ impl VersionStats {
 
     /// How many stored batches there are.
     pub(crate) fn batches(&self) -> usize {
-        self.batches.len()
+        self.rows.len()
     }
 
     /// The version's rows.
     pub(crate) fn rows(&self) -> usize {
-        self.batches.iter().map(|b| b.rows).sum()
+        self.rows.values().iter().sum::<u64>() as usize
     }
 
     /// Column `column`'s nulls, bytes, minimum and maximum over the whole
     /// version.
     pub(crate) fn column(&self, column: usize) -> ColumnStatistics {
-        column_statistics(self.batches.iter().map(|b| &b.columns[column]))
+        column_statistics(&self.columns[column], None)
     }
 
     /// Column `column`'s distinct non-null values in `version` (the version
@@ -114,10 +109,10 @@ impl VersionStats {
     ) -> Statistics {
         let chosen: Vec<usize> =
             projection.map_or_else(|| (0..columns).collect(), <[usize]>::to_vec);
-        let batches: Vec<&BatchFacts> = kept.iter().map(|&i| &self.batches[i]).collect();
+        let kept = (kept.len() < self.batches()).then_some(kept);
         let column_statistics: Vec<ColumnStatistics> = chosen
             .iter()
-            .map(|&c| column_statistics(batches.iter().map(|b| &b.columns[c])))
+            .map(|&c| column_statistics(&self.columns[c], kept))
             .collect();
         let bytes = column_statistics
             .iter()
@@ -127,7 +122,7 @@ impl VersionStats {
             })
             .sum();
         Statistics {
-            num_rows: Precision::Exact(batches.iter().map(|b| b.rows).sum()),
+            num_rows: Precision::Exact(sum(&self.rows, kept)),
             total_byte_size: Precision::Exact(bytes),
             column_statistics,
         }
@@ -143,59 +138,81 @@ impl VersionStats {
     }
 }
 
-/// The facts of each batch of `segment`, as the planner's values.
-fn batch_facts(segment: &SegmentFacts, columns: usize) -> impl Iterator<Item = BatchFacts> + '_ {
-    let bounds: Vec<_> = (0..columns).map(|c| segment.bounds(c)).collect();
-    (0..segment.batches()).map(move |batch| BatchFacts {
-        rows: segment.rows(batch) as usize,
-        columns: bounds
+/// `value(segment, batch)` of every batch of `segments`, in order.
+fn per_batch(
+    segments: &[Arc<SegmentFacts>],
+    value: impl Fn(&SegmentFacts, usize) -> u64,
+) -> UInt64Array {
+    UInt64Array::from_iter_values(
+        segments
             .iter()
-            .enumerate()
-            .map(|(column, bounds)| ColumnFacts {
-                nulls: segment.nulls(batch, column) as usize,
-                bytes: segment.bytes(batch, column) as usize,
-                range: bounds.and_then(|(low, high)| {
-                    Some((
-                        ScalarValue::try_from_array(low, batch).ok()?,
-                        ScalarValue::try_from_array(high, batch).ok()?,
-                    ))
-                }),
-            })
-            .collect(),
-    })
+            .flat_map(|s| (0..s.batches()).map(|b| value(s, b))),
+    )
 }
 
-/// One column's statistics over several batches.
-fn column_statistics<'a>(columns: impl Iterator<Item = &'a ColumnFacts>) -> ColumnStatistics {
-    let (mut nulls, mut bytes) = (0, 0);
-    let mut low: Option<ScalarValue> = None;
-    let mut high: Option<ScalarValue> = None;
-    let mut ranged = true;
-    for column in columns {
-        nulls += column.nulls;
-        bytes += column.bytes;
-        let Some((l, h)) = &column.range else {
-            ranged = false;
-            continue;
-        };
-        if !l.is_null() && low.as_ref().is_none_or(|low| l < low) {
-            low = Some(l.clone());
+/// Column `column`'s minimums and maximums over every batch of `segments`;
+/// `None` if a segment keeps none.
+fn joined_bounds(segments: &[Arc<SegmentFacts>], column: usize) -> Option<(ArrayRef, ArrayRef)> {
+    let each: Vec<(&ArrayRef, &ArrayRef)> = segments
+        .iter()
+        .map(|s| s.bounds(column))
+        .collect::<Option<_>>()?;
+    let join = |parts: Vec<&ArrayRef>| -> Option<ArrayRef> {
+        match parts[..] {
+            [one] => Some(Arc::clone(one)),
+            _ => {
+                let parts: Vec<&dyn Array> = parts.iter().map(|a| a.as_ref()).collect();
+                concat(&parts).ok()
+            }
         }
-        if !h.is_null() && high.as_ref().is_none_or(|high| h > high) {
-            high = Some(h.clone());
-        }
+    };
+    let (lows, highs): (Vec<_>, Vec<_>) = each.into_iter().unzip();
+    if lows.is_empty() {
+        return None;
     }
+    Some((join(lows)?, join(highs)?))
+}
+
+/// The sum of `values` at `kept` (all of them when `None`).
+fn sum(values: &UInt64Array, kept: Option<&[usize]>) -> usize {
+    let total: u64 = match kept {
+        Some(kept) => kept.iter().map(|&i| values.value(i)).sum(),
+        None => values.values().iter().sum(),
+    };
+    total as usize
+}
+
+/// One column's statistics over its batches `kept` (all when `None`).
+fn column_statistics(column: &ColumnFacts, kept: Option<&[usize]>) -> ColumnStatistics {
+    let range = column.bounds.as_ref().and_then(|(lows, highs)| {
+        let of = |array: &ArrayRef| -> Option<ArrayRef> {
+            match kept {
+                Some(kept) => {
+                    let indices = UInt32Array::from_iter_values(kept.iter().map(|&i| i as u32));
+                    take(array.as_ref(), &indices, None).ok()
+                }
+                None => Some(Arc::clone(array)),
+            }
+        };
+        let (low, _) = array_bounds(of(lows)?.as_ref())?;
+        let (_, high) = array_bounds(of(highs)?.as_ref())?;
+        Some((
+            ScalarValue::try_from_array(&low, 0).ok()?,
+            ScalarValue::try_from_array(&high, 0).ok()?,
+        ))
+    });
     let exact = |value: Option<ScalarValue>| match value {
-        Some(value) if ranged => Precision::Exact(value),
+        Some(value) if !value.is_null() => Precision::Exact(value),
         _ => Precision::Absent,
     };
+    let (low, high) = range.unzip();
     ColumnStatistics {
-        null_count: Precision::Exact(nulls),
+        null_count: Precision::Exact(sum(&column.nulls, kept)),
         max_value: exact(high),
         min_value: exact(low),
         sum_value: Precision::Absent,
         distinct_count: Precision::Absent,
-        byte_size: Precision::Exact(bytes),
+        byte_size: Precision::Exact(sum(&column.bytes, kept)),
     }
 }
 
@@ -208,50 +225,33 @@ pub(crate) struct BatchStatistics<'a> {
 }
 
 impl BatchStatistics<'_> {
-    /// The minimums (`low`) or maximums of `column`, one per batch.
-    fn bounds(&self, column: &Column, low: bool) -> Option<ArrayRef> {
+    fn column(&self, column: &Column) -> Option<&ColumnFacts> {
         let index = self.schema.index_of(column.name()).ok()?;
-        let values = self
-            .stats
-            .batches
-            .iter()
-            .map(|b| {
-                b.columns[index]
-                    .range
-                    .as_ref()
-                    .map(|(l, h)| if low { l.clone() } else { h.clone() })
-            })
-            .collect::<Option<Vec<_>>>()?;
-        ScalarValue::iter_to_array(values).ok()
+        self.stats.columns.get(index)
     }
 }
 
 impl PruningStatistics for BatchStatistics<'_> {
     fn min_values(&self, column: &Column) -> Option<ArrayRef> {
-        self.bounds(column, true)
+        let (low, _) = self.column(column)?.bounds.as_ref()?;
+        Some(Arc::clone(low))
     }
 
     fn max_values(&self, column: &Column) -> Option<ArrayRef> {
-        self.bounds(column, false)
+        let (_, high) = self.column(column)?.bounds.as_ref()?;
+        Some(Arc::clone(high))
     }
 
     fn num_containers(&self) -> usize {
-        self.stats.batches.len()
+        self.stats.batches()
     }
 
     fn null_counts(&self, column: &Column) -> Option<ArrayRef> {
-        let index = self.schema.index_of(column.name()).ok()?;
-        let counts = self
-            .stats
-            .batches
-            .iter()
-            .map(|b| b.columns[index].nulls as u64);
-        Some(Arc::new(UInt64Array::from_iter_values(counts)))
+        Some(Arc::new(self.column(column)?.nulls.clone()))
     }
 
     fn row_counts(&self) -> Option<ArrayRef> {
-        let rows = self.stats.batches.iter().map(|b| b.rows as u64);
-        Some(Arc::new(UInt64Array::from_iter_values(rows)))
+        Some(Arc::new(self.stats.rows.clone()))
     }
 
     fn contained(&self, _column: &Column, _values: &HashSet<ScalarValue>) -> Option<BooleanArray> {

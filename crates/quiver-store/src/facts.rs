@@ -263,11 +263,12 @@ fn column_bounds<'a>(
     columns: impl Iterator<Item = &'a ArrayRef>,
     kind: &DataType,
 ) -> Option<(ArrayRef, ArrayRef)> {
-    let each: Vec<(ArrayRef, ArrayRef)> =
-        columns.map(|c| bounds(c.as_ref())).collect::<Option<_>>()?;
+    let each: Vec<(ArrayRef, ArrayRef)> = columns
+        .map(|c| array_bounds(c.as_ref()))
+        .collect::<Option<_>>()?;
     if each.is_empty() {
         // No batch to ask: the type decides.
-        bounds(arrow::array::new_empty_array(kind).as_ref())?;
+        array_bounds(arrow::array::new_empty_array(kind).as_ref())?;
     }
     let (lows, highs): (Vec<ArrayRef>, Vec<ArrayRef>) = each.into_iter().unzip();
     Some((joined(&lows, kind)?, joined(&highs, kind)?))
@@ -276,8 +277,10 @@ fn column_bounds<'a>(
 /// The minimum and maximum of `array`, each as an array of one value of the
 /// array's type, null when it holds none; `None` for the types whose order
 /// arrow's kernels and DataFusion may not agree on, and for strings longer
-/// than [`LONGEST_BOUND`].
-fn bounds(array: &dyn Array) -> Option<(ArrayRef, ArrayRef)> {
+/// than [`LONGEST_BOUND`]. Of a column's minimums (or maximums) over several
+/// batches, as [`SegmentFacts::bounds`] gives them, it is their minimum (or
+/// maximum).
+pub fn array_bounds(array: &dyn Array) -> Option<(ArrayRef, ArrayRef)> {
     fn primitive<T: ArrowPrimitiveType>(array: &dyn Array) -> Option<(ArrayRef, ArrayRef)> {
         let values = array.as_primitive::<T>();
         let one = |value: Option<T::Native>| -> ArrayRef {

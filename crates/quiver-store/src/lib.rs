@@ -42,7 +42,7 @@ mod version;
 pub use compact::{compact, compact_views, needed_bytes};
 pub use data_dir::{DurableOptions, Fsync};
 pub use error::{IoFailure, Result, StoreError};
-pub use facts::SegmentFacts;
+pub use facts::{SegmentFacts, array_bounds};
 pub use limits::{Limit, MAX_ROWS_FLAG, MAX_TABLE_BYTES_FLAG, MAX_TABLE_ROWS_FLAG, TableLimits};
 pub use memory::{MemoryCharge, MemoryPool, batch_bytes};
 pub use name::{
