@@ -354,6 +354,13 @@ mod tests {
         // Batches 0 and 1 hold ids below 250.
         let stats = whole(plan.as_ref());
         assert_eq!(stats.num_rows, Precision::Exact(200));
+        // The ranges are the kept batches' own.
+        let id = &stats.column_statistics[0];
+        assert_eq!(
+            id.min_value,
+            Precision::Exact(ScalarValue::Int64(Some(200)))
+        );
+        assert_eq!(id.null_count, Precision::Exact(0));
         let shown = datafusion::physical_plan::displayable(plan.as_ref())
             .one_line()
             .to_string();
