@@ -203,7 +203,8 @@ impl SqlEngine {
                 )
                 .with_physical_optimizer_rule(Arc::new(crate::file_scan::FileDynamicFilters))
                 .with_physical_optimizer_rule(Arc::new(crate::decimal::DecimalArithmetic))
-                .with_physical_optimizer_rule(Arc::new(crate::conjunction::SequentialConjunctions)),
+                .with_physical_optimizer_rule(Arc::new(crate::conjunction::SequentialConjunctions))
+                .with_physical_optimizer_rule(Arc::new(crate::build_keys::BuildKeySets)),
         }
         .build();
         let context = SessionContext::new_with_state(state);

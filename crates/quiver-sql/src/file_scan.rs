@@ -35,6 +35,7 @@ use datafusion::physical_plan::metrics::{ExecutionPlanMetricsSet, MetricsSet};
 use datafusion::physical_plan::statistics::{ChildStats, StatisticsArgs};
 use datafusion::physical_plan::{DisplayAs, DisplayFormatType, ExecutionPlan, PlanProperties};
 
+use crate::build_keys::{KeySets, KeyedScan};
 use crate::pushed::{filtered_stream, is_dynamic};
 
 /// The physical optimizer rule (module docs).
@@ -101,6 +102,8 @@ pub(crate) struct DynamicFilterExec {
     /// Over the input's columns: a row is yielded if each is true (or set
     /// aside).
     filters: Vec<Arc<dyn PhysicalExpr>>,
+    /// The build keys of the joins that produced some of the filters.
+    key_sets: KeySets,
     metrics: ExecutionPlanMetricsSet,
 }
 
@@ -109,8 +112,28 @@ impl DynamicFilterExec {
         Self {
             input,
             filters,
+            key_sets: KeySets::default(),
             metrics: ExecutionPlanMetricsSet::new(),
         }
+    }
+}
+
+impl KeyedScan for DynamicFilterExec {
+    fn filters(&self) -> &[Arc<dyn PhysicalExpr>] {
+        &self.filters
+    }
+
+    fn key_sets(&self) -> &KeySets {
+        &self.key_sets
+    }
+
+    fn with_key_sets(&self, key_sets: KeySets) -> Arc<dyn ExecutionPlan> {
+        Arc::new(Self {
+            input: Arc::clone(&self.input),
+            filters: self.filters.clone(),
+            key_sets,
+            metrics: ExecutionPlanMetricsSet::new(),
+        })
     }
 }
 
@@ -157,7 +180,12 @@ impl ExecutionPlan for DynamicFilterExec {
         children: Vec<Arc<dyn ExecutionPlan>>,
     ) -> Result<Arc<dyn ExecutionPlan>> {
         match <[_; 1]>::try_from(children) {
-            Ok([input]) => Ok(Arc::new(Self::new(input, self.filters.clone()))),
+            Ok([input]) => Ok(Arc::new(Self {
+                input,
+                filters: self.filters.clone(),
+                key_sets: self.key_sets.clone(),
+                metrics: ExecutionPlanMetricsSet::new(),
+            })),
             Err(children) => {
                 internal_err!("DynamicFilterExec has one input, got {}", children.len())
             }
@@ -173,6 +201,7 @@ impl ExecutionPlan for DynamicFilterExec {
         Ok(filtered_stream(
             input,
             &self.filters,
+            &self.key_sets,
             &self.metrics,
             partition,
         ))

@@ -12,6 +12,7 @@
 #![warn(missing_docs)]
 
 mod blocking;
+mod build_keys;
 mod catalog;
 mod cluster;
 mod conjunction;

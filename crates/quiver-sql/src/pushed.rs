@@ -4,7 +4,8 @@
 //! A static filter is applied to every batch. A dynamic one (a hash join's
 //! build-side keys, a top-k's bound) is a shortcut its producer does not rely
 //! on: the join still matches every row it is given. So the scan evaluates a
-//! cheaper form of it where there is one, and sets it aside where it does not
+//! cheaper form of it where there is one (the join's build keys as a bitmap,
+//! `build_keys.rs`, once they are known), and sets it aside where it does not
 //! pay (docs/performance.md, "Dynamic filters in the stored scan").
 
 use std::sync::Arc;
@@ -30,6 +31,8 @@ use datafusion::physical_plan::metrics::{
 use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
 use futures::StreamExt;
 
+use crate::build_keys::{BuildKeys, KeyBitmap, KeySets};
+
 /// A dynamic filter is judged once it has seen this many rows.
 const JUDGED_AFTER_ROWS: usize = 16_384;
 
@@ -42,9 +45,11 @@ const KEEPS_TOO_MANY: (usize, usize) = (3, 4);
 pub(crate) struct PushedFilter {
     /// The filter as it was pushed.
     expr: Arc<dyn PhysicalExpr>,
-    /// What is evaluated: `expr` if it is static, else the cheaper form of
-    /// its value when it was last judged.
-    applied: Arc<dyn PhysicalExpr>,
+    /// The build keys of the join that pushed it, where they are collected.
+    keys: Option<Arc<BuildKeys>>,
+    /// What is evaluated: `expr` if it is static, else the build keys'
+    /// bitmap, else the cheaper form of its value when it was last judged.
+    applied: Applied,
     /// `expr`'s generation when it was last judged; 0 for a static filter,
     /// which is always applied (it may have been pushed down exactly).
     generation: u64,
@@ -61,16 +66,34 @@ pub(crate) fn is_dynamic(expr: &Arc<dyn PhysicalExpr>) -> bool {
     snapshot_generation(expr) != 0
 }
 
+/// How a pushed filter is evaluated.
+enum Applied {
+    Expr(Arc<dyn PhysicalExpr>),
+    /// Whether the key (the filter's one child) is among a join's build
+    /// keys.
+    Keys {
+        key: Arc<dyn PhysicalExpr>,
+        bitmap: Arc<KeyBitmap>,
+    },
+}
+
 impl PushedFilter {
-    pub(crate) fn new(expr: &Arc<dyn PhysicalExpr>) -> Self {
-        let applied = if is_dynamic(expr) {
+    fn new(expr: &Arc<dyn PhysicalExpr>, keys: Option<Arc<BuildKeys>>) -> Self {
+        let bitmap = keys.as_ref().and_then(|k| k.bitmap());
+        let applied = match (bitmap, <[_; 1]>::try_from(expr.children())) {
+            (Some(bitmap), Ok([key])) => Applied::Keys {
+                key: Arc::clone(key),
+                bitmap,
+            },
             // A filter that cannot be read now is evaluated as it is.
-            cheaper(expr).unwrap_or_else(|_| Arc::clone(expr))
-        } else {
-            Arc::clone(expr)
+            _ if is_dynamic(expr) => {
+                Applied::Expr(cheaper(expr).unwrap_or_else(|_| Arc::clone(expr)))
+            }
+            _ => Applied::Expr(Arc::clone(expr)),
         };
         Self {
             expr: Arc::clone(expr),
+            keys,
             applied,
             generation: snapshot_generation(expr),
             seen: 0,
@@ -86,20 +109,32 @@ impl PushedFilter {
     /// and saves nothing, so after [`JUDGED_AFTER_ROWS`] such a filter is
     /// set aside until its producer gives it a new value.
     fn mask(&mut self, batch: &RecordBatch) -> Result<Option<BooleanArray>> {
-        if self.generation != 0 && snapshot_generation(&self.expr) != self.generation {
-            *self = Self::new(&self.expr);
+        if self.generation != 0
+            && (snapshot_generation(&self.expr) != self.generation || self.keys_known())
+        {
+            *self = Self::new(&self.expr, self.keys.take());
         }
         if self.set_aside {
             return Ok(None);
         }
-        let value = self.applied.evaluate(batch)?.into_array(batch.num_rows())?;
-        let Some(mask) = value.as_boolean_opt() else {
-            return internal_err!("a pushed filter gave {}, not booleans", value.data_type());
-        };
-        // A null is not a match.
-        let mask = match mask.null_count() {
-            0 => mask.clone(),
-            _ => prep_null_mask_filter(mask),
+        let mask = match &self.applied {
+            Applied::Keys { key, bitmap } => {
+                bitmap.mask(&key.evaluate(batch)?.into_array(batch.num_rows())?)?
+            }
+            Applied::Expr(expr) => {
+                let value = expr.evaluate(batch)?.into_array(batch.num_rows())?;
+                let Some(mask) = value.as_boolean_opt() else {
+                    return internal_err!(
+                        "a pushed filter gave {}, not booleans",
+                        value.data_type()
+                    );
+                };
+                // A null is not a match.
+                match mask.null_count() {
+                    0 => mask.clone(),
+                    _ => prep_null_mask_filter(mask),
+                }
+            }
         };
         self.seen += batch.num_rows();
         self.kept += mask.true_count();
@@ -109,26 +144,45 @@ impl PushedFilter {
             && self.kept * den >= self.seen * num;
         Ok(Some(mask))
     }
+
+    /// Whether the join's build keys have become known since the filter
+    /// was last judged.
+    fn keys_known(&self) -> bool {
+        matches!(self.applied, Applied::Expr(_)) && self.keys.as_ref().is_some_and(|k| k.complete())
+    }
+
+    fn by_keys(&self) -> bool {
+        matches!(self.applied, Applied::Keys { .. })
+    }
 }
 
 /// `input`'s batches, each filtered by `filters` when it is read (a dynamic
 /// filter has the value its producer, a join's build side or a top-k, gave
-/// it by then), counted in `metrics` as partition `partition`'s: rows out,
-/// compute time, and `skipped_filter_batches`.
+/// it by then; a join's whose build keys are in `key_sets` is tested
+/// against them once they are known), counted in `metrics` as partition
+/// `partition`'s: rows out, compute time, `skipped_filter_batches`, and
+/// `build_key_batches` (batches tested against a join's build keys).
 pub(crate) fn filtered_stream(
     input: SendableRecordBatchStream,
     filters: &[Arc<dyn PhysicalExpr>],
+    key_sets: &KeySets,
     metrics: &ExecutionPlanMetricsSet,
     partition: usize,
 ) -> SendableRecordBatchStream {
     let schema = input.schema();
-    let mut filters: Vec<PushedFilter> = filters.iter().map(PushedFilter::new).collect();
+    let mut filters: Vec<PushedFilter> = filters
+        .iter()
+        .map(|f| PushedFilter::new(f, key_sets.of(f)))
+        .collect();
     let baseline = BaselineMetrics::new(metrics, partition);
-    let skipped = MetricBuilder::new(metrics).counter("skipped_filter_batches", partition);
+    let counts = Counts {
+        skipped: MetricBuilder::new(metrics).counter("skipped_filter_batches", partition),
+        by_keys: MetricBuilder::new(metrics).counter("build_key_batches", partition),
+    };
     let rows = input.filter_map(move |batch| {
         let timer = baseline.elapsed_compute().timer();
         let batch = batch
-            .and_then(|b| filtered(b, &mut filters, &skipped))
+            .and_then(|b| filtered(b, &mut filters, &counts))
             .transpose();
         timer.done();
         if let Some(Ok(b)) = &batch {
@@ -139,24 +193,35 @@ pub(crate) fn filtered_stream(
     Box::pin(RecordBatchStreamAdapter::new(schema, rows))
 }
 
+/// What a scan's filtered stream counts, batch by batch.
+struct Counts {
+    /// Batches a filter set aside was not evaluated on.
+    skipped: Count,
+    /// Batches tested against a join's build keys.
+    by_keys: Count,
+}
+
 /// `batch`'s rows that pass every one of `filters` (their masks combined,
-/// the batch copied once); `None` if none does. `skipped` counts the
-/// batches a filter set aside was not evaluated on.
+/// the batch copied once); `None` if none does.
 fn filtered(
     batch: RecordBatch,
     filters: &mut [PushedFilter],
-    skipped: &Count,
+    counts: &Counts,
 ) -> Result<Option<RecordBatch>> {
     let mut combined: Option<BooleanArray> = None;
-    let mut counted = false;
+    let (mut skipped, mut by_keys) = (false, false);
     for filter in filters {
         let Some(mask) = filter.mask(&batch)? else {
-            if !counted {
-                skipped.add(1);
-                counted = true;
+            if !skipped {
+                counts.skipped.add(1);
+                skipped = true;
             }
             continue;
         };
+        if filter.by_keys() && !by_keys {
+            counts.by_keys.add(1);
+            by_keys = true;
+        }
         let both = match combined {
             Some(both) => and(&both, &mask)?,
             None => mask,
@@ -358,22 +423,27 @@ mod tests {
         };
         let exprs = [below, even, keeps_all(), keeps_all()];
         assert_eq!(exprs.iter().filter(|e| is_dynamic(e)).count(), 2);
-        let mut filters: Vec<PushedFilter> = exprs.iter().map(PushedFilter::new).collect();
-        let skipped = Count::new();
+        let mut filters: Vec<PushedFilter> =
+            exprs.iter().map(|e| PushedFilter::new(e, None)).collect();
+        let counts = Counts {
+            skipped: Count::new(),
+            by_keys: Count::new(),
+        };
         let expected: Vec<i64> = (0..7_000).filter(|i| i % 2 == 0).collect();
         for round in 0..3 {
-            let kept = filtered(batch.clone(), &mut filters, &skipped)
+            let kept = filtered(batch.clone(), &mut filters, &counts)
                 .expect("filtered")
                 .expect("rows");
             assert_eq!(ids(&kept), expected, "batch {round}");
         }
         // Judged after the second batch (20,000 rows seen): the third batch is
         // counted once, though both filters were set aside for it.
-        assert_eq!(skipped.value(), 1);
+        assert_eq!(counts.skipped.value(), 1);
+        assert_eq!(counts.by_keys.value(), 0);
         let none = binary(i(), Operator::Lt, lit(0i64));
-        let mut filters = vec![PushedFilter::new(&none)];
+        let mut filters = vec![PushedFilter::new(&none, None)];
         assert!(
-            filtered(batch, &mut filters, &skipped)
+            filtered(batch, &mut filters, &counts)
                 .expect("filtered")
                 .is_none()
         );

@@ -43,6 +43,7 @@ use datafusion::physical_plan::{
     DisplayAs, DisplayFormatType, ExecutionPlan, Partitioning, PlanProperties,
 };
 
+use crate::build_keys::{KeySets, KeyedScan};
 use crate::pushed::{filtered_stream, is_dynamic};
 
 /// Partitions of record batches, projected and limited, yielded as they are,
@@ -60,6 +61,8 @@ pub(crate) struct StoredScanExec {
     /// Filters pushed down after planning (dynamic ones among them), over
     /// the scan's columns: a row is yielded only if each is true.
     filters: Vec<Arc<dyn PhysicalExpr>>,
+    /// The build keys of the joins that produced some of the filters.
+    key_sets: KeySets,
     metrics: ExecutionPlanMetricsSet,
 }
 
@@ -105,6 +108,7 @@ impl StoredScanExec {
             pruned: 0,
             limited: limit.is_some(),
             filters: Vec::new(),
+            key_sets: KeySets::default(),
             metrics: ExecutionPlanMetricsSet::new(),
         })
     }
@@ -193,6 +197,24 @@ fn same_memory(a: &ArrayData, b: &ArrayData) -> bool {
             .iter()
             .zip(b.child_data())
             .all(|(x, y)| same_memory(x, y))
+}
+
+impl KeyedScan for StoredScanExec {
+    fn filters(&self) -> &[Arc<dyn PhysicalExpr>] {
+        &self.filters
+    }
+
+    fn key_sets(&self) -> &KeySets {
+        &self.key_sets
+    }
+
+    fn with_key_sets(&self, key_sets: KeySets) -> Arc<dyn ExecutionPlan> {
+        Arc::new(Self {
+            key_sets,
+            metrics: ExecutionPlanMetricsSet::new(),
+            ..self.clone()
+        })
+    }
 }
 
 impl DisplayAs for StoredScanExec {
@@ -309,6 +331,7 @@ impl ExecutionPlan for StoredScanExec {
         Ok(filtered_stream(
             Box::pin(stream),
             &self.filters,
+            &self.key_sets,
             &self.metrics,
             partition,
         ))
