@@ -1,23 +1,25 @@
-//! A hash join's build-side keys, collected as the join reads them, as a
-//! bitmap the probe side's scans test their rows against.
+//! A hash join's build-side keys, collected as the join reads them, as
+//! bitmaps the probe side's scans test their rows against.
 //!
 //! A hash join pushes a dynamic filter to the scans of its probe side: the
 //! build keys' bounds, and their membership as an `IN` list or a lookup in
 //! the join's hash table. The scans apply it to every row they read
 //! (`pushed.rs`), which hashes each probe key and probes the table: about
 //! as much work per row as decoding it from Parquet (docs/performance.md,
-//! "Build keys as a bitmap"). For one integer key, the set of build keys
-//! fits a bitmap over their range, and a probe key is tested with one
-//! subtraction and one bit.
+//! "Build keys as a bitmap"). The build keys of an integer column fit a
+//! bitmap over their range, and a probe key is tested with one subtraction
+//! and one bit.
 //!
 //! [`BuildKeySets`], a physical optimizer rule run after the rules that put
 //! the join's filter in its scans, puts a [`BuildKeysExec`] over the build
 //! side of each such join: it hands the join its batches unchanged and
-//! notes their keys in a [`BuildKeys`]. The scans holding the join's filter
-//! get that [`BuildKeys`], and once every build partition has been read they
-//! test their rows against its bitmap instead of the pushed filter. The
-//! bitmap holds exactly the build side's non-null keys, so it keeps every
-//! row the join can match, as the pushed filter does.
+//! notes the keys of its integer key columns in a [`BuildKeys`]. The scans
+//! holding the join's filter get that [`BuildKeys`], and once every build
+//! partition has been read they test their rows against its bitmaps instead
+//! of the pushed filter: a row passes if its key in each such column is
+//! among the build side's in that column. That holds for every row the join
+//! can match (exactly those, for a join on one integer column), as the
+//! pushed filter does.
 
 use std::fmt;
 use std::pin::Pin;
@@ -32,7 +34,7 @@ use arrow::datatypes::{
     UInt8Type, UInt16Type, UInt32Type, UInt64Type,
 };
 use arrow::record_batch::RecordBatch;
-use datafusion::common::tree_node::{Transformed, TreeNode, TreeNodeRecursion};
+use datafusion::common::tree_node::{Transformed, TreeNode, TreeNodeIterator, TreeNodeRecursion};
 use datafusion::common::{NullEquality, Statistics, internal_err};
 use datafusion::config::ConfigOptions;
 use datafusion::error::Result;
@@ -64,26 +66,77 @@ pub(crate) struct BuildKeys {
     /// each has been read to its end.
     partitions: usize,
     state: Mutex<Collecting>,
-    /// Set once every partition has been read to its end (and the keys did
-    /// not outgrow a bitmap): a check without the lock.
+    /// Set once every partition has been read to its end and one key
+    /// column fits a bitmap: a check without the lock.
     complete: AtomicBool,
-    /// The [`BuildKeysExec`]'s metrics: the bitmap's size, once it is made.
+    /// The [`BuildKeysExec`]'s metrics: the bitmaps' size, once made.
     metrics: ExecutionPlanMetricsSet,
     bitmap_bytes: Gauge,
 }
 
-#[derive(Default)]
 struct Collecting {
     /// Which partitions have been read to their end.
     finished: Vec<bool>,
+    /// Each key column's keys (one for a join on one column).
+    columns: Vec<ColumnKeys>,
+}
+
+/// One key column's keys.
+#[derive(Default)]
+struct ColumnKeys {
     /// The keys seen, as 64-bit integers, until the bitmap is made.
     keys: Vec<Int64Array>,
     bounds: Option<(i64, i64)>,
-    /// The keys cannot be a bitmap: of a type it does not take, or spread
-    /// over more than [`MAX_BITMAP_BITS`].
+    /// The keys cannot be a bitmap: of a type it does not take, spread
+    /// over more than [`MAX_BITMAP_BITS`], or given up.
     unusable: bool,
     /// The keys as a bitmap, made when first asked for once complete.
     bitmap: Option<Arc<KeyBitmap>>,
+}
+
+impl ColumnKeys {
+    fn give_up(&mut self) {
+        *self = Self {
+            unusable: true,
+            ..Self::default()
+        };
+    }
+
+    fn add(&mut self, keys: &ArrayRef) {
+        if self.unusable {
+            return;
+        }
+        let Some(keys) = as_i64(keys) else {
+            return self.give_up();
+        };
+        let (Some(low), Some(high)) = (arrow::compute::min(&keys), arrow::compute::max(&keys))
+        else {
+            // Only nulls, or no row: nothing a probe key can match.
+            return;
+        };
+        let (low, high) = match self.bounds {
+            Some((l, h)) => (l.min(low), h.max(high)),
+            None => (low, high),
+        };
+        if span(low, high) > MAX_BITMAP_BITS {
+            return self.give_up();
+        }
+        self.bounds = Some((low, high));
+        self.keys.push(keys);
+    }
+
+    /// The bitmap, made from the keys the first time.
+    fn bitmap(&mut self, bytes: &Gauge) -> Option<Arc<KeyBitmap>> {
+        if self.unusable {
+            return None;
+        }
+        let bitmap = self.bitmap.get_or_insert_with(|| {
+            let bitmap = KeyBitmap::new(&std::mem::take(&mut self.keys), self.bounds);
+            bytes.add(bitmap.words.len() * 8);
+            Arc::new(bitmap)
+        });
+        Some(Arc::clone(bitmap))
+    }
 }
 
 impl fmt::Debug for BuildKeys {
@@ -96,14 +149,23 @@ impl fmt::Debug for BuildKeys {
 }
 
 impl BuildKeys {
-    pub(crate) fn new(partitions: usize) -> Self {
+    /// The keys of a build side of `partitions` partitions, joined on
+    /// columns of `types`: those [`as_i64`] does not take are not noted.
+    pub(crate) fn new(partitions: usize, types: &[DataType]) -> Self {
         let metrics = ExecutionPlanMetricsSet::new();
         let bitmap_bytes = MetricBuilder::new(&metrics).global_gauge("key_bitmap_bytes");
+        let columns = types
+            .iter()
+            .map(|t| ColumnKeys {
+                unusable: !takes(t),
+                ..ColumnKeys::default()
+            })
+            .collect();
         Self {
             partitions,
             state: Mutex::new(Collecting {
                 finished: vec![false; partitions],
-                ..Collecting::default()
+                columns,
             }),
             complete: AtomicBool::new(false),
             metrics,
@@ -122,36 +184,28 @@ impl BuildKeys {
     /// Gives up on the keys: they are never complete from now on.
     fn give_up(&self) {
         let mut state = self.collecting();
-        state.unusable = true;
-        state.keys.clear();
-        state.bitmap = None;
+        state.columns.iter_mut().for_each(ColumnKeys::give_up);
         self.complete.store(false, Ordering::Release);
     }
 
-    /// Notes the keys of one build-side batch.
-    fn add(&self, keys: &ArrayRef) {
-        let Some(keys) = as_i64(keys) else {
-            return self.give_up();
-        };
+    /// Whether a key column is still noted: a bitmap can be made of it.
+    fn noted(&self, column: usize) -> bool {
+        self.collecting()
+            .columns
+            .get(column)
+            .is_some_and(|c| !c.unusable)
+    }
+
+    /// Notes the keys of one build-side batch, a column's for each key
+    /// column.
+    fn add(&self, keys: &[Option<ArrayRef>]) {
         let mut state = self.collecting();
-        if state.unusable {
-            return;
+        for (column, keys) in state.columns.iter_mut().zip(keys) {
+            match keys {
+                Some(keys) => column.add(keys),
+                None => column.give_up(),
+            }
         }
-        let (Some(low), Some(high)) = (arrow::compute::min(&keys), arrow::compute::max(&keys))
-        else {
-            // Only nulls, or no row: nothing a probe key can match.
-            return;
-        };
-        let (low, high) = match state.bounds {
-            Some((l, h)) => (l.min(low), h.max(high)),
-            None => (low, high),
-        };
-        if span(low, high) > MAX_BITMAP_BITS {
-            drop(state);
-            return self.give_up();
-        }
-        state.bounds = Some((low, high));
-        state.keys.push(keys);
     }
 
     /// Notes that partition `partition` has been read to its end.
@@ -160,33 +214,31 @@ impl BuildKeys {
         if let Some(done) = state.finished.get_mut(partition) {
             *done = true;
         }
-        if !state.unusable && state.finished.iter().all(|&done| done) {
+        if state.finished.iter().all(|&done| done) && state.columns.iter().any(|c| !c.unusable) {
             self.complete.store(true, Ordering::Release);
         }
     }
 
-    /// Whether every build partition has been read and its keys fit a
-    /// bitmap: [`BuildKeys::bitmap`] has one.
+    /// Whether every build partition has been read and a key column fits a
+    /// bitmap: [`BuildKeys::bitmaps`] has one.
     pub(crate) fn complete(&self) -> bool {
         self.complete.load(Ordering::Acquire)
     }
 
-    /// The build keys as a bitmap, once they are all known.
-    pub(crate) fn bitmap(&self) -> Option<Arc<KeyBitmap>> {
+    /// Once the build keys are all known, a bitmap of each key column's
+    /// that fits one, with the column's place among the join's keys.
+    pub(crate) fn bitmaps(&self) -> Option<Vec<(usize, Arc<KeyBitmap>)>> {
         if !self.complete() {
             return None;
         }
         let mut state = self.collecting();
-        if state.unusable {
-            return None;
-        }
-        let state = &mut *state;
-        let bitmap = state.bitmap.get_or_insert_with(|| {
-            let bitmap = KeyBitmap::new(&std::mem::take(&mut state.keys), state.bounds);
-            self.bitmap_bytes.set(bitmap.words.len() * 8);
-            Arc::new(bitmap)
-        });
-        Some(Arc::clone(bitmap))
+        let bitmaps: Vec<_> = state
+            .columns
+            .iter_mut()
+            .enumerate()
+            .filter_map(|(i, c)| c.bitmap(&self.bitmap_bytes).map(|b| (i, b)))
+            .collect();
+        (!bitmaps.is_empty()).then_some(bitmaps)
     }
 }
 
@@ -288,8 +340,8 @@ impl KeyBitmap {
 #[derive(Debug)]
 pub(crate) struct BuildKeysExec {
     input: Arc<dyn ExecutionPlan>,
-    /// The join's build-side key, over the input's columns.
-    key: Arc<dyn PhysicalExpr>,
+    /// The join's build-side keys, over the input's columns.
+    keys_on: Vec<Arc<dyn PhysicalExpr>>,
     /// Shared with the scans that test their rows against the keys.
     keys: Arc<BuildKeys>,
 }
@@ -298,9 +350,9 @@ impl DisplayAs for BuildKeysExec {
     fn fmt_as(&self, t: DisplayFormatType, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match t {
             DisplayFormatType::Default | DisplayFormatType::Verbose => {
-                write!(f, "BuildKeysExec: key={}", self.key)
+                write!(f, "BuildKeysExec: keys=[{}]", shown(&self.keys_on))
             }
-            DisplayFormatType::TreeRender => write!(f, "key={}", self.key),
+            DisplayFormatType::TreeRender => write!(f, "keys=[{}]", shown(&self.keys_on)),
         }
     }
 }
@@ -327,7 +379,7 @@ impl ExecutionPlan for BuildKeysExec {
         &self,
         f: &mut dyn FnMut(&Arc<dyn PhysicalExpr>) -> Result<TreeNodeRecursion>,
     ) -> Result<TreeNodeRecursion> {
-        f(&self.key)
+        self.keys_on.iter().apply_until_stop(f)
     }
 
     fn with_new_children(
@@ -339,7 +391,7 @@ impl ExecutionPlan for BuildKeysExec {
             // these keys are to get its keys.
             Ok([input]) => Ok(Arc::new(Self {
                 input,
-                key: Arc::clone(&self.key),
+                keys_on: self.keys_on.clone(),
                 keys: Arc::clone(&self.keys),
             })),
             Err(children) => {
@@ -362,9 +414,13 @@ impl ExecutionPlan for BuildKeysExec {
         context: Arc<TaskContext>,
     ) -> Result<SendableRecordBatchStream> {
         let input = self.input.execute(partition, context)?;
+        // Only the columns still noted are evaluated.
+        let keys_on = (self.keys_on.iter().enumerate())
+            .map(|(i, on)| self.keys.noted(i).then(|| Arc::clone(on)))
+            .collect();
         Ok(Box::pin(NotingKeys {
             input,
-            key: Arc::clone(&self.key),
+            keys_on,
             keys: Arc::clone(&self.keys),
             partition,
         }))
@@ -394,7 +450,8 @@ impl ExecutionPlan for BuildKeysExec {
 /// One build partition's batches, their keys noted as they pass.
 struct NotingKeys {
     input: SendableRecordBatchStream,
-    key: Arc<dyn PhysicalExpr>,
+    /// The key columns noted (`None` for the others).
+    keys_on: Vec<Option<Arc<dyn PhysicalExpr>>>,
     keys: Arc<BuildKeys>,
     partition: usize,
 }
@@ -406,15 +463,15 @@ impl Stream for NotingKeys {
         let next = self.input.as_mut().poll_next(cx);
         match &next {
             Poll::Ready(Some(Ok(batch))) => {
-                match self
-                    .key
-                    .evaluate(batch)
-                    .and_then(|v| v.into_array(batch.num_rows()))
-                {
-                    Ok(keys) => self.keys.add(&keys),
-                    // The join reports its own error on this key.
-                    Err(_) => self.keys.give_up(),
-                }
+                // A key the join cannot evaluate is its error to report;
+                // that column's keys are given up.
+                let keys: Vec<Option<ArrayRef>> = (self.keys_on.iter())
+                    .map(|on| {
+                        let value = on.as_ref()?.evaluate(batch).ok()?;
+                        value.into_array(batch.num_rows()).ok()
+                    })
+                    .collect();
+                self.keys.add(&keys);
             }
             Poll::Ready(None) => self.keys.finish(self.partition),
             Poll::Ready(Some(Err(_))) | Poll::Pending => {}
@@ -489,7 +546,7 @@ impl PhysicalOptimizerRule for BuildKeySets {
             let Some(join) = node.downcast_ref::<HashJoinExec>() else {
                 return Ok(Transformed::no(node));
             };
-            let Some((id, key)) = keyed_filter(join)? else {
+            let Some((id, types)) = keyed_filter(join)? else {
                 return Ok(Transformed::no(node));
             };
             if join.left().is::<BuildKeysExec>() {
@@ -499,6 +556,7 @@ impl PhysicalOptimizerRule for BuildKeySets {
             let build = join.left();
             let keys = Arc::new(BuildKeys::new(
                 build.output_partitioning().partition_count(),
+                &types,
             ));
             let probe = Arc::clone(join.right()).transform_down(|child| {
                 let Some(scan) = keyed_scan(&child) else {
@@ -518,7 +576,7 @@ impl PhysicalOptimizerRule for BuildKeySets {
             }
             let build: Arc<dyn ExecutionPlan> = Arc::new(BuildKeysExec {
                 input: Arc::clone(build),
-                key,
+                keys_on: join.on().iter().map(|(on, _)| Arc::clone(on)).collect(),
                 keys,
             });
             Ok(Transformed::yes(replace_children_if_necessary(
@@ -538,28 +596,39 @@ impl PhysicalOptimizerRule for BuildKeySets {
     }
 }
 
-/// The expression id of `join`'s dynamic filter and its build-side key,
-/// when the filter can be a bitmap of the build keys: one key of an
-/// integer type, `NULL` matching nothing, and a join type whose answer
-/// needs no probe row without a match.
-fn keyed_filter(join: &HashJoinExec) -> Result<Option<(u64, Arc<dyn PhysicalExpr>)>> {
-    let [(build_key, _)] = join.on() else {
-        return Ok(None);
-    };
+/// The expression id of `join`'s dynamic filter and the types of its
+/// build-side keys, when a bitmap of one of them can stand for the filter:
+/// a key column of an integer or date type (a probe row whose key in that
+/// column is not among the build side's cannot match), `NULL` matching
+/// nothing, and a join type whose answer needs no probe row without a
+/// match.
+fn keyed_filter(join: &HashJoinExec) -> Result<Option<(u64, Vec<DataType>)>> {
     if join.null_equality() != NullEquality::NullEqualsNothing
         || !matches!(
             join.join_type(),
             JoinType::Inner | JoinType::Left | JoinType::LeftSemi | JoinType::RightSemi
         )
-        || !takes(&build_key.data_type(&join.left().schema())?)
     {
+        return Ok(None);
+    }
+    let schema = join.left().schema();
+    let types = (join.on().iter())
+        .map(|(on, _)| on.data_type(&schema))
+        .collect::<Result<Vec<_>>>()?;
+    if !types.iter().any(takes) {
         return Ok(None);
     }
     let id = join
         .dynamic_expressions_produced()
         .iter()
         .find_map(|e| e.expression_id());
-    Ok(id.map(|id| (id, Arc::clone(build_key))))
+    Ok(id.map(|id| (id, types)))
+}
+
+/// `exprs`, shown as a list.
+fn shown(exprs: &[Arc<dyn PhysicalExpr>]) -> String {
+    let shown: Vec<String> = exprs.iter().map(|e| e.to_string()).collect();
+    shown.join(", ")
 }
 
 #[cfg(test)]
@@ -576,6 +645,22 @@ mod tests {
         Arc::new(Int64Array::from(values))
     }
 
+    /// Keys of one column of `data_type` over `partitions` partitions.
+    fn one_column(partitions: usize, data_type: DataType) -> BuildKeys {
+        BuildKeys::new(partitions, &[data_type])
+    }
+
+    fn add(keys: &BuildKeys, array: ArrayRef) {
+        keys.add(&[Some(array)]);
+    }
+
+    /// The one key column's bitmap, once complete.
+    fn bitmap_of(keys: &BuildKeys) -> Option<Arc<KeyBitmap>> {
+        let mut bitmaps = keys.bitmaps()?;
+        assert_eq!(bitmaps.len(), 1);
+        bitmaps.pop().map(|(_, b)| b)
+    }
+
     fn kept(bitmap: &KeyBitmap, probe: ArrayRef) -> Vec<bool> {
         let mask = bitmap.mask(&probe).expect("mask");
         assert_eq!(mask.null_count(), 0);
@@ -584,12 +669,20 @@ mod tests {
 
     #[test]
     fn a_bitmap_holds_exactly_the_non_null_build_keys() {
-        let keys = BuildKeys::new(1);
-        keys.add(&int64(vec![Some(-3), None, Some(70)]));
-        keys.add(&int64(vec![Some(5), Some(5)]));
+        let keys = one_column(1, DataType::Int64);
+        add(&keys, int64(vec![Some(-3), None, Some(70)]));
+        add(&keys, int64(vec![Some(5), Some(5)]));
         keys.finish(0);
-        let bitmap = keys.bitmap().expect("complete");
-        let probe = int64(vec![Some(-4), Some(-3), Some(0), Some(5), Some(70), Some(71), None]);
+        let bitmap = bitmap_of(&keys).expect("complete");
+        let probe = int64(vec![
+            Some(-4),
+            Some(-3),
+            Some(0),
+            Some(5),
+            Some(70),
+            Some(71),
+            None,
+        ]);
         assert_eq!(
             kept(&bitmap, probe),
             [false, true, false, true, true, false, false]
@@ -601,51 +694,61 @@ mod tests {
 
     #[test]
     fn unsigned_keys_past_the_signed_range_stay_apart() {
-        let keys = BuildKeys::new(1);
-        keys.add(&(Arc::new(UInt64Array::from(vec![u64::MAX, u64::MAX - 2])) as ArrayRef));
+        let keys = one_column(1, DataType::UInt64);
+        add(
+            &keys,
+            Arc::new(UInt64Array::from(vec![u64::MAX, u64::MAX - 2])) as ArrayRef,
+        );
         keys.finish(0);
-        let bitmap = keys.bitmap().expect("complete");
+        let bitmap = bitmap_of(&keys).expect("complete");
         let probe: ArrayRef = Arc::new(UInt64Array::from(vec![u64::MAX, u64::MAX - 1, 1]));
         assert_eq!(kept(&bitmap, probe), [true, false, false]);
     }
 
     #[test]
     fn keys_are_known_once_every_partition_has_ended() {
-        let keys = BuildKeys::new(2);
-        keys.add(&int64(vec![Some(1)]));
+        let keys = one_column(2, DataType::Int64);
+        add(&keys, int64(vec![Some(1)]));
         keys.finish(0);
         // A partition run twice still counts once.
         keys.finish(0);
-        assert!(!keys.complete() && keys.bitmap().is_none());
-        keys.add(&int64(vec![Some(9)]));
+        assert!(!keys.complete() && bitmap_of(&keys).is_none());
+        add(&keys, int64(vec![Some(9)]));
         keys.finish(1);
-        let bitmap = keys.bitmap().expect("complete");
-        assert_eq!(kept(&bitmap, int64(vec![Some(1), Some(9), Some(2)])), [true, true, false]);
+        let bitmap = bitmap_of(&keys).expect("complete");
+        assert_eq!(
+            kept(&bitmap, int64(vec![Some(1), Some(9), Some(2)])),
+            [true, true, false]
+        );
         // An empty build side: no probe key matches.
-        let none = BuildKeys::new(1);
+        let none = one_column(1, DataType::Int64);
         none.finish(0);
-        assert_eq!(kept(&none.bitmap().expect("complete"), int64(vec![Some(0)])), [false]);
+        assert_eq!(
+            kept(&bitmap_of(&none).expect("complete"), int64(vec![Some(0)])),
+            [false]
+        );
     }
 
     #[test]
     fn keys_too_far_apart_of_another_type_or_run_again_are_given_up() {
-        let wide = BuildKeys::new(1);
-        wide.add(&int64(vec![Some(0)]));
-        wide.add(&int64(vec![Some(MAX_BITMAP_BITS as i64)]));
+        let wide = one_column(1, DataType::Int64);
+        add(&wide, int64(vec![Some(0)]));
+        add(&wide, int64(vec![Some(MAX_BITMAP_BITS as i64)]));
         wide.finish(0);
-        assert!(!wide.complete() && wide.bitmap().is_none());
+        assert!(!wide.complete() && bitmap_of(&wide).is_none());
 
-        let strings = BuildKeys::new(1);
-        strings.add(&(Arc::new(StringArray::from(vec!["a"])) as ArrayRef));
+        let strings = one_column(1, DataType::Int64);
+        // A batch's keys of another type than planned are given up.
+        add(&strings, Arc::new(StringArray::from(vec!["a"])) as ArrayRef);
         strings.finish(0);
-        assert!(strings.bitmap().is_none());
+        assert!(bitmap_of(&strings).is_none());
 
-        let again = BuildKeys::new(1);
-        again.add(&int64(vec![Some(1)]));
+        let again = one_column(1, DataType::Int64);
+        add(&again, int64(vec![Some(1)]));
         again.finish(0);
-        assert!(again.bitmap().is_some());
+        assert!(bitmap_of(&again).is_some());
         again.give_up();
-        assert!(!again.complete() && again.bitmap().is_none());
+        assert!(!again.complete() && bitmap_of(&again).is_none());
     }
 
     /// Sums `name` over the plan's nodes called `node`.
@@ -665,23 +768,36 @@ mod tests {
         total
     }
 
-    /// `SELECT count(*)` of the ids among the keys, over Parquet files of
-    /// 100,000 ids and of the keys, with the join partitioned or not.
-    async fn count_of_ids_among(keys: Vec<i64>, partitioned: bool) -> (i64, Arc<dyn ExecutionPlan>) {
+    /// The tag of id `id` in the probe side's file.
+    fn tag(id: i64) -> String {
+        format!("t{}", id.rem_euclid(3))
+    }
+
+    /// `SELECT count(*)` of a join `ON` `on` of a Parquet file of 100,000
+    /// ids (and their tags) with one of `keys` (ids and tags), the join
+    /// partitioned or not.
+    async fn joined_count(
+        keys: Vec<(i64, String)>,
+        on: &str,
+        partitioned: bool,
+    ) -> (i64, Arc<dyn ExecutionPlan>) {
         let dir = tempfile::tempdir().unwrap();
-        let write = |name: &str, values: Vec<i64>| {
+        let write = |name: &str, rows: Vec<(i64, String)>| {
             let path = dir.path().join(format!("{name}.parquet"));
-            let batch = RecordBatch::try_from_iter([(
-                "id",
-                Arc::new(Int64Array::from(values)) as ArrayRef,
-            )])
+            let (ids, tags): (Vec<i64>, Vec<String>) = rows.into_iter().unzip();
+            let batch = RecordBatch::try_from_iter([
+                ("id", Arc::new(Int64Array::from(ids)) as ArrayRef),
+                ("tag", Arc::new(StringArray::from(tags)) as ArrayRef),
+            ])
             .unwrap();
             crate::rule_testing::write_parquet(&path, &batch, None);
             path
         };
-        let ids = write("ids", (0..100_000).collect());
+        let ids = write("ids", (0..100_000).map(|id| (id, tag(id))).collect());
         let keys = write("keys", keys);
-        let mut config = SessionConfig::new().with_target_partitions(2).with_batch_size(1024);
+        let mut config = SessionConfig::new()
+            .with_target_partitions(2)
+            .with_batch_size(1024);
         if partitioned {
             let options = config.options_mut();
             options.optimizer.hash_join_single_partition_threshold = 0;
@@ -701,15 +817,26 @@ mod tests {
                 .unwrap();
         }
         let plan = context
-            .sql("SELECT count(*) FROM ids JOIN keys ON ids.id = keys.id")
+            .sql(&format!("SELECT count(*) FROM ids JOIN keys ON {on}"))
             .await
             .unwrap()
             .create_physical_plan()
             .await
             .unwrap();
-        let batches = collect(Arc::clone(&plan), context.task_ctx()).await.unwrap();
+        let batches = collect(Arc::clone(&plan), context.task_ctx())
+            .await
+            .unwrap();
         let count = batches[0].column(0).as_primitive::<Int64Type>().value(0);
         (count, plan)
+    }
+
+    /// `SELECT count(*)` of the ids among `keys`.
+    async fn count_of_ids_among(
+        keys: Vec<i64>,
+        partitioned: bool,
+    ) -> (i64, Arc<dyn ExecutionPlan>) {
+        let keys = keys.into_iter().map(|id| (id, tag(id))).collect();
+        joined_count(keys, "ids.id = keys.id", partitioned).await
     }
 
     #[tokio::test]
@@ -724,7 +851,9 @@ mod tests {
         assert!(metric(&plan, "DynamicFilterExec", "build_key_batches") > 0);
         assert_eq!(metric(&plan, "DynamicFilterExec", "output_rows"), 5);
         // Run again, the rule changes nothing.
-        let again = BuildKeySets.optimize(Arc::clone(&plan), &ConfigOptions::default()).unwrap();
+        let again = BuildKeySets
+            .optimize(Arc::clone(&plan), &ConfigOptions::default())
+            .unwrap();
         let mut build_keys = 0;
         again
             .apply(|n| {
@@ -741,6 +870,21 @@ mod tests {
         let expected = keys.len() as i64;
         let (count, plan) = count_of_ids_among(keys, true).await;
         assert_eq!(count, expected);
-        assert_eq!(metric(&plan, "DynamicFilterExec", "output_rows"), expected as usize);
+        assert_eq!(
+            metric(&plan, "DynamicFilterExec", "output_rows"),
+            expected as usize
+        );
+    }
+
+    #[tokio::test]
+    async fn a_join_on_two_columns_tests_the_integer_one_against_its_keys() {
+        // Ids 3, 7 and 90,000 with their own tags; id 8 with another tag
+        // (it passes the bitmap of ids, and the join drops it).
+        let keys = vec![(3, tag(3)), (7, tag(7)), (8, tag(9)), (90_000, tag(90_000))];
+        let on = "ids.id = keys.id AND ids.tag = keys.tag";
+        let (count, plan) = joined_count(keys, on, false).await;
+        assert_eq!(count, 3);
+        assert!(metric(&plan, "DynamicFilterExec", "build_key_batches") > 0);
+        assert_eq!(metric(&plan, "DynamicFilterExec", "output_rows"), 4);
     }
 }

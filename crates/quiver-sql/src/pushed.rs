@@ -69,22 +69,21 @@ pub(crate) fn is_dynamic(expr: &Arc<dyn PhysicalExpr>) -> bool {
 /// How a pushed filter is evaluated.
 enum Applied {
     Expr(Arc<dyn PhysicalExpr>),
-    /// Whether the key (the filter's one child) is among a join's build
-    /// keys.
-    Keys {
-        key: Arc<dyn PhysicalExpr>,
-        bitmap: Arc<KeyBitmap>,
-    },
+    /// Whether each of some of the keys (the filter's children, one per
+    /// key column of the join) is among the build side's in its column.
+    Keys(Vec<(Arc<dyn PhysicalExpr>, Arc<KeyBitmap>)>),
 }
 
 impl PushedFilter {
     fn new(expr: &Arc<dyn PhysicalExpr>, keys: Option<Arc<BuildKeys>>) -> Self {
-        let bitmap = keys.as_ref().and_then(|k| k.bitmap());
-        let applied = match (bitmap, <[_; 1]>::try_from(expr.children())) {
-            (Some(bitmap), Ok([key])) => Applied::Keys {
-                key: Arc::clone(key),
-                bitmap,
-            },
+        let children = expr.children();
+        let keyed = (keys.as_ref().and_then(|k| k.bitmaps())).and_then(|bitmaps| {
+            (bitmaps.into_iter())
+                .map(|(i, bitmap)| Some((Arc::clone(children.get(i)?), bitmap)))
+                .collect::<Option<Vec<_>>>()
+        });
+        let applied = match keyed {
+            Some(keyed) => Applied::Keys(keyed),
             // A filter that cannot be read now is evaluated as it is.
             _ if is_dynamic(expr) => {
                 Applied::Expr(cheaper(expr).unwrap_or_else(|_| Arc::clone(expr)))
@@ -118,8 +117,19 @@ impl PushedFilter {
             return Ok(None);
         }
         let mask = match &self.applied {
-            Applied::Keys { key, bitmap } => {
-                bitmap.mask(&key.evaluate(batch)?.into_array(batch.num_rows())?)?
+            Applied::Keys(keyed) => {
+                let mut mask: Option<BooleanArray> = None;
+                for (key, bitmap) in keyed {
+                    let found = bitmap.mask(&key.evaluate(batch)?.into_array(batch.num_rows())?)?;
+                    mask = Some(match mask {
+                        Some(both) => and(&both, &found)?,
+                        None => found,
+                    });
+                }
+                match mask {
+                    Some(mask) => mask,
+                    None => return internal_err!("a join's build keys without a key column"),
+                }
             }
             Applied::Expr(expr) => {
                 let value = expr.evaluate(batch)?.into_array(batch.num_rows())?;
@@ -152,7 +162,7 @@ impl PushedFilter {
     }
 
     fn by_keys(&self) -> bool {
-        matches!(self.applied, Applied::Keys { .. })
+        matches!(self.applied, Applied::Keys(_))
     }
 }
 
