@@ -12,14 +12,15 @@
 //!
 //! [`SequentialConjunctions`], a physical optimizer rule run after
 //! DataFusion's own, gives each `FilterExec` whose predicate is such a chain
-//! a [`Conjunction`] instead: the same conjuncts in the same order, each
-//! evaluated on the whole batch while the rows kept so far are many, and on
-//! those rows alone once they are few. Then it copies only the columns that
-//! conjunct reads, gathered by the kept rows' indices, and narrows the
-//! indices by its result: nothing is scattered, and the mask is built once at
-//! the end. A conjunct is given no row DataFusion's evaluation would not give
-//! it: on every row while many are kept, as DataFusion does, so a conjunct
-//! that fails on a row an earlier one dropped fails alike. (DataFusion does
+//! a [`Conjunction`] instead: the same conjuncts, the cheap ones that cannot
+//! fail moved first (`cost`), each evaluated on the whole batch while the
+//! rows kept so far are many, and on those rows alone once they are few.
+//! Then it copies only the columns that conjunct reads, gathered by the kept
+//! rows' indices, and narrows the indices by its result: nothing is
+//! scattered, and the mask is built once at the end. A conjunct is given no
+//! row DataFusion's evaluation would not give it: on every row while many
+//! are kept, as DataFusion does, so a conjunct that fails on a row an
+//! earlier one dropped fails alike. (DataFusion does
 //! not pre-select after a conjunct that is null on some row; this does,
 //! taking null as false, so it gives such a chain fewer rows.)
 //!
@@ -46,7 +47,9 @@ use datafusion::error::Result;
 use datafusion::logical_expr::ColumnarValue;
 use datafusion::logical_expr::Operator;
 use datafusion::physical_expr::PhysicalExpr;
-use datafusion::physical_expr::expressions::{BinaryExpr, Column};
+use datafusion::physical_expr::expressions::{
+    BinaryExpr, Column, InListExpr, IsNotNullExpr, IsNullExpr, Literal,
+};
 use datafusion::physical_expr::utils::{collect_columns, split_conjunction};
 use datafusion::physical_optimizer::PhysicalOptimizerRule;
 use datafusion::physical_plan::ExecutionPlan;
@@ -183,6 +186,10 @@ impl Conjunction {
         {
             return None;
         }
+        // The cheap conjuncts that cannot fail first (a stable sort: the
+        // others keep their order, after them).
+        let mut parts = parts;
+        parts.sort_by_key(|p| cost(p, input));
         let conjuncts = parts
             .into_iter()
             .map(|p| Conjunct::new(Arc::clone(p), input))
@@ -193,6 +200,66 @@ impl Conjunction {
             input: Arc::clone(input),
         })
     }
+}
+
+/// Where a conjunct goes in the chain, cheapest first: a comparison of a
+/// column of a fixed-width type with a literal (0), of two such columns
+/// (1), or of strings and other types, or an `IN` list of literals, or a
+/// null test (2); anything else (3: arithmetic that may fail on some rows,
+/// casts, functions, `OR`s) keeps its place among the others, after them.
+///
+/// Only conjuncts that cannot fail are moved, and only ahead: each conjunct
+/// is then given no row it would not have been given in the query's order
+/// (the ones before it keep at most the same rows), so a chain such as
+/// `d <> 0 AND 1000 / d > 1` fails on no more rows than it did.
+fn cost(expr: &Arc<dyn PhysicalExpr>, input: &Schema) -> u8 {
+    const OTHER: u8 = 3;
+    let is_column = |e: &Arc<dyn PhysicalExpr>| e.is::<Column>();
+    let is_operand = |e: &Arc<dyn PhysicalExpr>| is_column(e) || e.is::<Literal>();
+    if let Some(binary) = expr.downcast_ref::<BinaryExpr>() {
+        let (left, right) = (binary.left(), binary.right());
+        let compares = matches!(
+            binary.op(),
+            Operator::Eq
+                | Operator::NotEq
+                | Operator::Lt
+                | Operator::LtEq
+                | Operator::Gt
+                | Operator::GtEq
+                | Operator::IsDistinctFrom
+                | Operator::IsNotDistinctFrom
+        );
+        let (Ok(left_type), Ok(right_type)) = (left.data_type(input), right.data_type(input))
+        else {
+            return OTHER;
+        };
+        if !compares || !is_operand(left) || !is_operand(right) || left_type != right_type {
+            return OTHER;
+        }
+        return match (
+            left_type.is_primitive(),
+            is_column(left) && is_column(right),
+        ) {
+            (true, false) => 0,
+            (true, true) => 1,
+            (false, _) => 2,
+        };
+    }
+    if let Some(list) = expr.downcast_ref::<InListExpr>() {
+        let literals = list.list().iter().all(|e| e.is::<Literal>());
+        return if is_column(list.expr()) && literals {
+            2
+        } else {
+            OTHER
+        };
+    }
+    if let Some(test) = expr.downcast_ref::<IsNullExpr>() {
+        return if is_column(test.arg()) { 2 } else { OTHER };
+    }
+    if let Some(test) = expr.downcast_ref::<IsNotNullExpr>() {
+        return if is_column(test.arg()) { 2 } else { OTHER };
+    }
+    OTHER
 }
 
 /// Whether `expr` holds a volatile function (`random()`): evaluated on fewer
@@ -483,7 +550,6 @@ mod tests {
             let logical = ctx.parse_sql_expr(sql, &df_schema).unwrap();
             let predicate = ctx.create_physical_expr(logical, &df_schema).unwrap();
             let conjunction = Conjunction::of(&predicate, &schema).expect("an AND chain");
-            assert_eq!(conjunction.to_string(), predicate.to_string());
             let expected = passing(predicate.evaluate(&data).unwrap(), data.num_rows()).unwrap();
             let got = conjunction.mask(&data).unwrap();
             assert_eq!(got, expected, "{sql}");
@@ -491,6 +557,34 @@ mod tests {
                 filter_record_batch(&data, &BooleanArray::new(got, None)).unwrap(),
                 filter_record_batch(&data, &BooleanArray::new(expected, None)).unwrap(),
             );
+        }
+    }
+
+    /// The cheap conjuncts that cannot fail go first, cheapest first; the
+    /// others keep their order after them.
+    #[test]
+    fn conjuncts_that_cannot_fail_go_first_cheapest_first() {
+        let schema = batch(1).schema();
+        let ctx = SessionContext::new();
+        let df_schema = datafusion::common::DFSchema::try_from(schema.as_ref().clone()).unwrap();
+        for (sql, order) in [
+            (
+                "c = 'k1' AND 1000 / d > 1 AND a < b AND a < 300 AND d <> 0",
+                "a@0 < 300 AND d@3 != 0 AND a@0 < b@1 AND c@2 = k1 AND 1000 / d@3 > 1",
+            ),
+            (
+                "b + 1 > 5 AND c IN ('k0', 'k2') AND b IS NOT NULL AND a >= 7",
+                "a@0 >= 7 AND c@2 IN (SET) ([k0, k2]) AND b@1 IS NOT NULL AND b@1 + 1 > 5",
+            ),
+            (
+                "a % 2 = 0 AND d <> 0 AND 1000 / d > 1",
+                "d@3 != 0 AND a@0 % 2 = 0 AND 1000 / d@3 > 1",
+            ),
+        ] {
+            let logical = ctx.parse_sql_expr(sql, &df_schema).unwrap();
+            let predicate = ctx.create_physical_expr(logical, &df_schema).unwrap();
+            let conjunction = Conjunction::of(&predicate, &schema).expect("an AND chain");
+            assert_eq!(conjunction.to_string(), order, "{sql}");
         }
     }
 
