@@ -27,7 +27,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 
-use arrow::array::{Array, ArrayRef, AsArray, BooleanArray, Int64Array};
+use arrow::array::{Array, ArrayRef, AsArray, BooleanArray, Int64Array, new_empty_array};
 use arrow::buffer::BooleanBuffer;
 use arrow::datatypes::{
     DataType, Date32Type, Date64Type, Int8Type, Int16Type, Int32Type, Int64Type, SchemaRef,
@@ -275,11 +275,7 @@ fn as_i64(array: &ArrayRef) -> Option<Int64Array> {
 
 /// Whether [`as_i64`] takes values of `data_type`.
 fn takes(data_type: &DataType) -> bool {
-    use DataType::*;
-    matches!(
-        data_type,
-        Int8 | Int16 | Int32 | Int64 | UInt8 | UInt16 | UInt32 | UInt64 | Date32 | Date64
-    )
+    as_i64(&new_empty_array(data_type)).is_some()
 }
 
 /// A set of 64-bit keys, one bit per value between the least and the
@@ -494,15 +490,14 @@ pub(crate) struct KeySets(Vec<(u64, Arc<BuildKeys>)>);
 impl KeySets {
     /// The build keys of the join that produced `filter`, if known.
     pub(crate) fn of(&self, filter: &Arc<dyn PhysicalExpr>) -> Option<Arc<BuildKeys>> {
-        let id = filter.expression_id()?;
+        self.by_id(filter.expression_id()?).cloned()
+    }
+
+    fn by_id(&self, id: u64) -> Option<&Arc<BuildKeys>> {
         self.0
             .iter()
             .find(|(known, _)| *known == id)
-            .map(|(_, keys)| Arc::clone(keys))
-    }
-
-    fn holds(&self, id: u64) -> bool {
-        self.0.iter().any(|(known, _)| *known == id)
+            .map(|(_, keys)| keys)
     }
 
     fn with(&self, id: u64, keys: &Arc<BuildKeys>) -> Self {
@@ -563,7 +558,7 @@ impl PhysicalOptimizerRule for BuildKeySets {
                     return Ok(Transformed::no(child));
                 };
                 let holds = scan.filters().iter().any(|f| f.expression_id() == Some(id));
-                if !holds || scan.key_sets().holds(id) {
+                if !holds || scan.key_sets().by_id(id).is_some() {
                     return Ok(Transformed::no(child));
                 }
                 Ok(Transformed::yes(
