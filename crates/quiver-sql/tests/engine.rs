@@ -481,6 +481,17 @@ async fn a_join_filters_the_scan_of_its_probe_side_by_its_build_side() {
     let scan = analyzed_scan(&engine, sql, 1000).await;
     assert!(scan.contains("filters=[DynamicFilter"), "{scan}");
     assert!(scan.contains("output_rows=3,"), "{scan}");
+    // Tested against a bitmap of the build side's keys, not the join's hash table.
+    assert!(counted_in(&scan, "build_key_batches") > 0, "{scan}");
+}
+
+/// The value of the metric `name` shown in `line`, a plan's line with its metrics.
+fn counted_in(line: &str, name: &str) -> usize {
+    line.split(&format!("{name}="))
+        .nth(1)
+        .and_then(|rest| rest.split(|c: char| !c.is_ascii_digit()).next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no {name} in {line}"))
 }
 
 #[tokio::test]
@@ -508,13 +519,7 @@ async fn a_join_filter_that_keeps_every_row_is_set_aside() {
     );
     let scan = analyzed_scan(&engine, sql, 80_000).await;
     assert!(scan.contains("filters=[DynamicFilter"), "{scan}");
-    let skipped: usize = scan
-        .split("skipped_filter_batches=")
-        .nth(1)
-        .and_then(|rest| rest.split(|c: char| !c.is_ascii_digit()).next())
-        .and_then(|n| n.parse().ok())
-        .unwrap_or_else(|| panic!("no skipped batches counted in {scan}"));
-    assert!(skipped > 0, "{scan}");
+    assert!(counted_in(&scan, "skipped_filter_batches") > 0, "{scan}");
 }
 
 /// TPC-H q21's shape: the FROM clause names the 60,000 facts first and the nation
@@ -646,6 +651,8 @@ async fn a_join_filters_the_rows_of_a_parquet_file_by_its_build_side() {
         .unwrap_or_else(|| panic!("no filter over the file's scan in {plan}"));
     assert!(filtered.contains("filters=[DynamicFilter"), "{plan}");
     assert!(filtered.contains("output_rows=3,"), "{plan}");
+    assert!(counted_in(filtered, "build_key_batches") > 0, "{plan}");
+    assert!(plan.contains("BuildKeysExec: keys=[k@0]"), "{plan}");
 }
 
 /// The line of `EXPLAIN ANALYZE sql` that shows the scan of the stored table of `rows`
