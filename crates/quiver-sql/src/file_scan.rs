@@ -96,7 +96,7 @@ fn dynamic_filters(node: &Arc<dyn ExecutionPlan>) -> Option<Vec<Arc<dyn Physical
 }
 
 /// Its input's rows that pass its dynamic filters (module docs).
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub(crate) struct DynamicFilterExec {
     input: Arc<dyn ExecutionPlan>,
     /// Over the input's columns: a row is yielded if each is true (or set
@@ -129,10 +129,9 @@ impl KeyedScan for DynamicFilterExec {
 
     fn with_key_sets(&self, key_sets: KeySets) -> Arc<dyn ExecutionPlan> {
         Arc::new(Self {
-            input: Arc::clone(&self.input),
-            filters: self.filters.clone(),
             key_sets,
             metrics: ExecutionPlanMetricsSet::new(),
+            ..self.clone()
         })
     }
 }
@@ -182,9 +181,8 @@ impl ExecutionPlan for DynamicFilterExec {
         match <[_; 1]>::try_from(children) {
             Ok([input]) => Ok(Arc::new(Self {
                 input,
-                filters: self.filters.clone(),
-                key_sets: self.key_sets.clone(),
                 metrics: ExecutionPlanMetricsSet::new(),
+                ..self.as_ref().clone()
             })),
             Err(children) => {
                 internal_err!("DynamicFilterExec has one input, got {}", children.len())
