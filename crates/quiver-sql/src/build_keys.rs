@@ -596,12 +596,21 @@ impl PhysicalOptimizerRule for BuildKeySets {
 /// a key column of an integer or date type (a probe row whose key in that
 /// column is not among the build side's cannot match), `NULL` matching
 /// nothing, and a join type whose answer needs no probe row without a
-/// match.
+/// match. An anti or mark join of the build side's rows (`NOT EXISTS`, a
+/// subquery in a disjunction) is one: a probe row matches none of them or
+/// is not needed. A null-aware anti join (`NOT IN`) is not: a probe row
+/// whose key is null empties its answer.
 fn keyed_filter(join: &HashJoinExec) -> Result<Option<(u64, Vec<DataType>)>> {
     if join.null_equality() != NullEquality::NullEqualsNothing
+        || join.null_aware
         || !matches!(
             join.join_type(),
-            JoinType::Inner | JoinType::Left | JoinType::LeftSemi | JoinType::RightSemi
+            JoinType::Inner
+                | JoinType::Left
+                | JoinType::LeftSemi
+                | JoinType::RightSemi
+                | JoinType::LeftAnti
+                | JoinType::LeftMark
         )
     {
         return Ok(None);

@@ -485,6 +485,69 @@ async fn a_join_filters_the_scan_of_its_probe_side_by_its_build_side() {
     assert!(counted_in(&scan, "build_key_batches") > 0, "{scan}");
 }
 
+#[tokio::test]
+async fn not_exists_filters_the_scan_of_its_probe_side_by_its_build_side() {
+    // TPC-H q21's `NOT EXISTS`: an anti join of the three keys (the build side) and
+    // Trips' 1000 ids. A Trips row whose id is not a key matches none of them, so the
+    // scan yields the 2 rows whose ids are keys (5 and 500), tested against a bitmap of
+    // the keys, and the answer is the key 5000 that has no trip.
+    let (store, engine) = engine();
+    let keys = RecordBatch::try_from_iter([(
+        "k",
+        Arc::new(Int64Array::from(vec![5, 500, 5000])) as ArrayRef,
+    )])
+    .unwrap();
+    store
+        .put("Keys", WriteMode::Replace, keys.schema(), [keys])
+        .unwrap();
+    let sql = "SELECT count(*), sum(k) FROM Keys \
+               WHERE NOT EXISTS (SELECT 1 FROM Trips WHERE Trips.id = Keys.k)";
+    let counted = query(&engine, sql).await.unwrap();
+    assert_eq!((int(&counted, 0, 0), int(&counted, 1, 0)), (1, 5000));
+    let plan = explained_row(
+        &query(&engine, &format!("EXPLAIN {sql}")).await.unwrap(),
+        "physical_plan",
+    );
+    assert!(plan.contains("join_type=LeftAnti"), "{plan}");
+    let scan = analyzed_scan(&engine, sql, 1000).await;
+    assert!(scan.contains("output_rows=2,"), "{scan}");
+    assert!(counted_in(&scan, "build_key_batches") > 0, "{scan}");
+}
+
+#[tokio::test]
+async fn not_in_sees_a_null_among_the_rows_no_key_matches() {
+    // `NOT IN` is a null-aware anti join: one null among the subquery's values makes
+    // every row's answer unknown. The null matches no key, so a scan that dropped the
+    // subquery's rows by the build side's keys would lose it and answer 1.
+    let (store, engine) = engine();
+    let keys = RecordBatch::try_from_iter([(
+        "k",
+        Arc::new(Int64Array::from(vec![5, 500, 5000])) as ArrayRef,
+    )])
+    .unwrap();
+    let schema = Arc::new(arrow::datatypes::Schema::new(vec![
+        arrow::datatypes::Field::new("k", arrow::datatypes::DataType::Int64, false),
+    ]));
+    let keys = keys.with_schema(schema).unwrap();
+    store
+        .put("Keys", WriteMode::Replace, keys.schema(), [keys])
+        .unwrap();
+    let ids: Vec<Option<i64>> = (0..1000).map(|i| (i != 700).then_some(i)).collect();
+    let ids =
+        RecordBatch::try_from_iter([("id", Arc::new(Int64Array::from(ids)) as ArrayRef)]).unwrap();
+    store
+        .put("Ids", WriteMode::Replace, ids.schema(), [ids])
+        .unwrap();
+    let sql = "SELECT count(*) FROM Keys WHERE k NOT IN (SELECT id FROM Ids)";
+    let counted = query(&engine, sql).await.unwrap();
+    assert_eq!(int(&counted, 0, 0), 0);
+    let plan = explained_row(
+        &query(&engine, &format!("EXPLAIN {sql}")).await.unwrap(),
+        "physical_plan",
+    );
+    assert!(plan.contains("null_aware"), "{plan}");
+}
+
 /// The value of the metric `name` shown in `line`, a plan's line with its metrics.
 fn counted_in(line: &str, name: &str) -> usize {
     line.split(&format!("{name}="))
