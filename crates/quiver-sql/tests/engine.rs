@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use arrow::array::{Array, ArrayRef, Int64Array, RecordBatch, StringArray, UInt64Array};
 use arrow::compute::concat_batches;
+use arrow::datatypes::{DataType, Field, Schema};
 use datafusion::parquet::arrow::ArrowWriter;
 use futures::StreamExt;
 use quiver_sql::{EngineOptions, Outcome, SETTINGS_ROW, Setting, SqlEngine, SqlError, TableKind};
@@ -456,13 +457,10 @@ async fn filters_that_prune_stored_batches_still_give_every_matching_row() {
     assert!(physical.contains("pruned_batches=1"), "{physical}");
 }
 
-/// Stores the table Keys: its column `k` holds 5, 500 and 995.
-fn put_keys(store: &TableStore) {
-    let keys = RecordBatch::try_from_iter([(
-        "k",
-        Arc::new(Int64Array::from(vec![5, 500, 995])) as ArrayRef,
-    )])
-    .unwrap();
+/// Stores the table Keys: its column `k`, not nullable, holds `keys`.
+fn put_keys(store: &TableStore, keys: Vec<i64>) {
+    let schema = Arc::new(Schema::new(vec![Field::new("k", DataType::Int64, false)]));
+    let keys = RecordBatch::try_new(schema, vec![Arc::new(Int64Array::from(keys))]).unwrap();
     store
         .put("Keys", WriteMode::Replace, keys.schema(), [keys])
         .unwrap();
@@ -474,7 +472,7 @@ async fn a_join_filters_the_scan_of_its_probe_side_by_its_build_side() {
     // probe side runs, are pushed into the scan of Trips as a dynamic filter, so the scan
     // yields 3 rows, not 1000, and the answer is the same.
     let (store, engine) = engine();
-    put_keys(&store);
+    put_keys(&store, vec![5, 500, 995]);
     let sql = "SELECT count(*), sum(id) FROM Trips WHERE id IN (SELECT k FROM Keys)";
     let counted = query(&engine, sql).await.unwrap();
     assert_eq!((int(&counted, 0, 0), int(&counted, 1, 0)), (3, 1500));
@@ -492,14 +490,7 @@ async fn not_exists_filters_the_scan_of_its_probe_side_by_its_build_side() {
     // scan yields the 2 rows whose ids are keys (5 and 500), tested against a bitmap of
     // the keys, and the answer is the key 5000 that has no trip.
     let (store, engine) = engine();
-    let keys = RecordBatch::try_from_iter([(
-        "k",
-        Arc::new(Int64Array::from(vec![5, 500, 5000])) as ArrayRef,
-    )])
-    .unwrap();
-    store
-        .put("Keys", WriteMode::Replace, keys.schema(), [keys])
-        .unwrap();
+    put_keys(&store, vec![5, 500, 5000]);
     let sql = "SELECT count(*), sum(k) FROM Keys \
                WHERE NOT EXISTS (SELECT 1 FROM Trips WHERE Trips.id = Keys.k)";
     let counted = query(&engine, sql).await.unwrap();
@@ -520,18 +511,8 @@ async fn not_in_sees_a_null_among_the_rows_no_key_matches() {
     // every row's answer unknown. The null matches no key, so a scan that dropped the
     // subquery's rows by the build side's keys would lose it and answer 1.
     let (store, engine) = engine();
-    let keys = RecordBatch::try_from_iter([(
-        "k",
-        Arc::new(Int64Array::from(vec![5, 500, 5000])) as ArrayRef,
-    )])
-    .unwrap();
-    let schema = Arc::new(arrow::datatypes::Schema::new(vec![
-        arrow::datatypes::Field::new("k", arrow::datatypes::DataType::Int64, false),
-    ]));
-    let keys = keys.with_schema(schema).unwrap();
-    store
-        .put("Keys", WriteMode::Replace, keys.schema(), [keys])
-        .unwrap();
+    // Not nullable: DataFusion pushes a null-aware join's filter only then.
+    put_keys(&store, vec![5, 500, 5000]);
     let ids: Vec<Option<i64>> = (0..1000).map(|i| (i != 700).then_some(i)).collect();
     let ids =
         RecordBatch::try_from_iter([("id", Arc::new(Int64Array::from(ids)) as ArrayRef)]).unwrap();
@@ -700,7 +681,7 @@ async fn a_join_filters_the_rows_of_a_parquet_file_by_its_build_side() {
     let (store, engine) = engine();
     let path = write_parquet(dir.path(), "ids", &trips(0..1000));
     engine.register_file("Ids", &path).await.unwrap();
-    put_keys(&store);
+    put_keys(&store, vec![5, 500, 995]);
     let sql = "SELECT count(*), sum(id) FROM Ids WHERE id IN (SELECT k FROM Keys)";
     let counted = query(&engine, sql).await.unwrap();
     assert_eq!((int(&counted, 0, 0), int(&counted, 1, 0)), (3, 1500));
