@@ -12,6 +12,7 @@ use datafusion::datasource::file_format::options::ArrowReadOptions;
 use datafusion::datasource::memory::MemorySourceConfig;
 use datafusion::execution::TaskContext;
 use datafusion::execution::memory_pool::{GreedyMemoryPool, TrackConsumersPool};
+use datafusion::execution::object_store::ObjectStoreUrl;
 use datafusion::execution::runtime_env::RuntimeEnvBuilder;
 use datafusion::execution::{SessionState, SessionStateBuilder};
 use datafusion::logical_expr::dml::InsertOp;
@@ -208,6 +209,11 @@ impl SqlEngine {
         }
         .build();
         let context = SessionContext::new_with_state(state);
+        // Files in place are read as `file://` objects: cached bytes in place.
+        context.runtime_env().register_object_store(
+            ObjectStoreUrl::local_filesystem().as_ref(),
+            Arc::new(crate::local_files::LocalFiles::new()),
+        );
         let schema = Arc::new(StoreSchema::new(Arc::clone(&store), cluster));
         let catalog = MemoryCatalogProvider::new();
         // A fresh catalog has no schema to replace: this cannot fail.

@@ -25,6 +25,7 @@ mod file_table;
 mod filter;
 mod join_order;
 mod join_sizes;
+mod local_files;
 pub mod metrics;
 mod params;
 mod pushed;
