@@ -41,11 +41,17 @@ impl LocalFiles {
     }
 
     /// `ranges` of the file at `location`, if the page cache holds every
-    /// byte of them; `None` if any read would wait for a disk, or fails (the
-    /// local file system then reads them, and says why one fails).
+    /// byte of them; `None` if any read would wait for a disk, or fails, or
+    /// one runs past the end of the file (the local file system then reads
+    /// them, and says why one fails). Nothing is allocated for a range the
+    /// file does not hold.
     fn cached(&self, location: &Path, ranges: &[Range<u64>]) -> Option<Vec<Bytes>> {
         let path = self.inner.path_to_filesystem(location).ok()?;
         let file = File::open(path).ok()?;
+        let len = file.metadata().ok()?.len();
+        if ranges.iter().any(|range| range.end > len) {
+            return None;
+        }
         ranges
             .iter()
             .map(|range| read_cached(&file, range))
