@@ -14,7 +14,6 @@ use std::fmt;
 use std::fs::File;
 use std::ops::Range;
 use std::os::fd::AsRawFd;
-use std::sync::Arc;
 
 use async_trait::async_trait;
 use bytes::Bytes;
@@ -30,13 +29,13 @@ use object_store::{
 /// (module docs).
 #[derive(Debug)]
 pub(crate) struct LocalFiles {
-    inner: Arc<LocalFileSystem>,
+    inner: LocalFileSystem,
 }
 
 impl LocalFiles {
     pub(crate) fn new() -> Self {
         Self {
-            inner: Arc::new(LocalFileSystem::new()),
+            inner: LocalFileSystem::new(),
         }
     }
 
@@ -223,7 +222,7 @@ mod tests {
     #[test]
     fn the_engine_reads_files_in_place_through_it() {
         use datafusion::execution::object_store::ObjectStoreUrl;
-        let store = Arc::new(quiver_store::TableStore::new(1 << 20));
+        let store = std::sync::Arc::new(quiver_store::TableStore::new(1 << 20));
         let engine = crate::SqlEngine::new(store, crate::EngineOptions::default());
         let files = engine
             .context()

@@ -495,21 +495,19 @@ async fn not_exists_filters_the_scan_of_its_probe_side_by_its_build_side() {
                WHERE NOT EXISTS (SELECT 1 FROM Trips WHERE Trips.id = Keys.k)";
     let counted = query(&engine, sql).await.unwrap();
     assert_eq!((int(&counted, 0, 0), int(&counted, 1, 0)), (1, 5000));
-    let plan = explained_row(
-        &query(&engine, &format!("EXPLAIN {sql}")).await.unwrap(),
-        "physical_plan",
-    );
+    let plan = analyzed(&engine, sql).await;
     assert!(plan.contains("join_type=LeftAnti"), "{plan}");
-    let scan = analyzed_scan(&engine, sql, 1000).await;
+    let scan = scan_of(&plan, 1000);
     assert!(scan.contains("output_rows=2,"), "{scan}");
-    assert!(counted_in(&scan, "build_key_batches") > 0, "{scan}");
+    assert!(counted_in(scan, "build_key_batches") > 0, "{scan}");
 }
 
 #[tokio::test]
 async fn not_in_sees_a_null_among_the_rows_no_key_matches() {
     // `NOT IN` is a null-aware anti join: one null among the subquery's values makes
-    // every row's answer unknown. The null matches no key, so a scan that dropped the
-    // subquery's rows by the build side's keys would lose it and answer 1.
+    // every row's answer unknown. DataFusion pushes the join's filter to the scan of the
+    // subquery's rows, in a form that keeps nulls; the null matches no key, so a scan
+    // that tested those rows against the build side's keys would lose it and answer 1.
     let (store, engine) = engine();
     // Not nullable: DataFusion pushes a null-aware join's filter only then.
     put_keys(&store, vec![5, 500, 5000]);
@@ -522,11 +520,12 @@ async fn not_in_sees_a_null_among_the_rows_no_key_matches() {
     let sql = "SELECT count(*) FROM Keys WHERE k NOT IN (SELECT id FROM Ids)";
     let counted = query(&engine, sql).await.unwrap();
     assert_eq!(int(&counted, 0, 0), 0);
-    let plan = explained_row(
-        &query(&engine, &format!("EXPLAIN {sql}")).await.unwrap(),
-        "physical_plan",
-    );
+    let plan = analyzed(&engine, sql).await;
     assert!(plan.contains("null_aware"), "{plan}");
+    // The filter is there to be tested against the keys, and is not.
+    let scan = scan_of(&plan, 1000);
+    assert!(scan.contains("filters=[DynamicFilter"), "{scan}");
+    assert_eq!(counted_in(scan, "build_key_batches"), 0, "{scan}");
 }
 
 /// The value of the metric `name` shown in `line`, a plan's line with its metrics.
@@ -685,10 +684,7 @@ async fn a_join_filters_the_rows_of_a_parquet_file_by_its_build_side() {
     let sql = "SELECT count(*), sum(id) FROM Ids WHERE id IN (SELECT k FROM Keys)";
     let counted = query(&engine, sql).await.unwrap();
     assert_eq!((int(&counted, 0, 0), int(&counted, 1, 0)), (3, 1500));
-    let analyzed = query(&engine, &format!("EXPLAIN ANALYZE {sql}"))
-        .await
-        .unwrap();
-    let plan = explained_row(&analyzed, "Plan with Metrics");
+    let plan = analyzed(&engine, sql).await;
     let filtered = plan
         .lines()
         .find(|line| line.contains("DynamicFilterExec"))
@@ -699,18 +695,26 @@ async fn a_join_filters_the_rows_of_a_parquet_file_by_its_build_side() {
     assert!(plan.contains("BuildKeysExec: keys=[k@0]"), "{plan}");
 }
 
-/// The line of `EXPLAIN ANALYZE sql` that shows the scan of the stored table of `rows`
-/// rows, with its metrics.
-async fn analyzed_scan(engine: &SqlEngine, sql: &str, rows: usize) -> String {
+/// The plan of `EXPLAIN ANALYZE sql`, with its metrics.
+async fn analyzed(engine: &SqlEngine, sql: &str) -> String {
     let analyzed = query(engine, &format!("EXPLAIN ANALYZE {sql}"))
         .await
         .unwrap();
-    let plan = explained_row(&analyzed, "Plan with Metrics");
+    explained_row(&analyzed, "Plan with Metrics")
+}
+
+/// The line of `plan` that shows the scan of the stored table of `rows` rows.
+fn scan_of(plan: &str, rows: usize) -> &str {
     let scanned = format!("rows={rows},");
     plan.lines()
         .find(|line| line.contains("StoredScanExec") && line.contains(&scanned))
         .unwrap_or_else(|| panic!("no scan of {rows} rows in {plan}"))
-        .to_string()
+}
+
+/// The line of `EXPLAIN ANALYZE sql` that shows the scan of the stored table of `rows`
+/// rows, with its metrics.
+async fn analyzed_scan(engine: &SqlEngine, sql: &str, rows: usize) -> String {
+    scan_of(&analyzed(engine, sql).await, rows).to_string()
 }
 
 /// The plan of the `EXPLAIN` row of type `plan_type`.
