@@ -15,7 +15,6 @@ import subprocess
 import sys
 import threading
 import time
-import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -25,10 +24,10 @@ import pyarrow as pa
 import pyarrow.flight as flight
 import pyarrow.parquet as pq
 import pytest
-from prometheus_client.parser import text_string_to_metric_families
 
 import functions_fixture as fx
 import quiver
+from metrics_helpers import metric
 from quiver.errors import (
     FunctionError,
     FunctionNotFoundError,
@@ -147,21 +146,6 @@ def wait_for_workers(client: quiver.Client, alive: int = WORKERS) -> float:
             pytest.fail(f"the pool did not get back to {alive} workers in {REPLACE_WITHIN_S} s")
         time.sleep(0.1)  # polling list-functions: the server offers no event to await
     return time.monotonic() - start
-
-
-def scrape(url: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
-    with urllib.request.urlopen(url, timeout=10) as response:
-        text = response.read().decode()
-    return {
-        (s.name, tuple(sorted(s.labels.items()))): s.value
-        for family in text_string_to_metric_families(text)
-        for s in family.samples
-    }
-
-
-def metric(url: str, name: str, **labels: str) -> float:
-    samples = scrape(url)
-    return sum(v for (n, ls), v in samples.items() if n == name and set(labels.items()) <= set(ls))
 
 
 def exchange_plain(

@@ -22,33 +22,16 @@ import pyarrow as pa
 import pyarrow.flight as flight
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
-from prometheus_client.parser import text_string_to_metric_families
 
 import quiver
 from cluster_helpers import wait_until
+from metrics_helpers import scrape, value
 from quiver.testing import find_quiver_binary
 from server_process import REPO, Server, ServerFactory
 
 SERVING = health_pb2.HealthCheckResponse.SERVING
 NOT_SERVING = health_pb2.HealthCheckResponse.NOT_SERVING
 FLIGHT_SERVICE = "arrow.flight.protocol.FlightService"
-
-
-def scrape(url: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
-    """Every sample of the metrics page, read by Prometheus' parser."""
-    with urllib.request.urlopen(url, timeout=10) as response:
-        assert response.headers["Content-Type"].startswith("text/plain")
-        text = response.read().decode()
-    samples = {}
-    for family in text_string_to_metric_families(text):
-        for s in family.samples:
-            samples[(s.name, tuple(sorted(s.labels.items())))] = s.value
-    return samples
-
-
-def value(samples: dict, name: str, **labels: str) -> float:
-    """The sum of ``name``'s samples whose labels include ``labels``."""
-    return sum(v for (n, ls), v in samples.items() if n == name and set(labels.items()) <= set(ls))
 
 
 def target(server: Server) -> str:
