@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.flight as flight
 import pytest
 
@@ -184,6 +185,29 @@ def direct_types(batches: int = 6, rows: int = 700) -> pa.Table:
             )
         )
     return pa.Table.from_batches(parts)
+
+
+def with_nested(table: pa.Table) -> pa.Table:
+    """``table`` (with an ``id`` column) and a list and a struct column, batches kept."""
+    ids = table["id"]
+    tags = pa.array([[f"t{i % 3}"] * (i % 3) for i in ids.to_pylist()], pa.list_(pa.string()))
+    point = pa.StructArray.from_arrays(
+        [ids.combine_chunks(), pc.negate(ids).combine_chunks()], names=["x", "y"]
+    )
+    return table.append_column("tags", tags).append_column("point", point)
+
+
+def test_the_jvm_source_reads_nested_columns_batch_after_batch(
+    spark: Any, client: quiver.Client, uri: str
+) -> None:
+    """Spark closes a batch's columns when it has read them: a struct's must not take the
+    vector the next batch is loaded into with it (its children gone, the load failed)."""
+    table = with_nested(direct_types())
+    client.put("nested", table, partitions=2)
+    got = read(spark, uri, "nested").toArrow().sort_by("id")
+    assert got.num_rows == table.num_rows
+    for name in ("id", "tags", "point"):
+        assert got[name].to_pylist() == table[name].to_pylist(), name
 
 
 def test_the_jvm_source_reads_each_batch_of_every_direct_type(

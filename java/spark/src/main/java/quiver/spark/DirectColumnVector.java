@@ -85,7 +85,22 @@ final class DirectColumnVector extends ColumnVector {
     if (vector instanceof LargeVarCharVector || vector instanceof LargeVarBinaryVector) {
       return new DirectColumnVector(vector, BaseLargeVariableWidthVector.OFFSET_WIDTH);
     }
-    return new ArrowColumnVector(vector);
+    return new BorrowedArrowColumnVector(vector);
+  }
+
+  /**
+   * Spark's reader of any Arrow vector, but for a vector it does not own: Spark closes a
+   * batch's columns once it has read them ({@code closeIfFreeable}), and Spark's own column
+   * would close the vector, which a stream loads its next batch into (a struct's close drops
+   * its children: the next load fails). The stream, or the mapping, closes the vector.
+   */
+  private static final class BorrowedArrowColumnVector extends ArrowColumnVector {
+    BorrowedArrowColumnVector(FieldVector vector) {
+      super(vector);
+    }
+
+    @Override
+    public void close() {}
   }
 
   /** Takes the addresses of the batch the vector now holds. */
