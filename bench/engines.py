@@ -255,6 +255,9 @@ class EngineConfig:
         The PostgreSQL JDBC driver's jar (Spark only; ``None``: no JDBC peers).
     jdbc_url : str or None
         The PostgreSQL server's JDBC URL.
+    java_home : str or None
+        The JDK the JVM connector's Spark runs on (``None``: ``java`` on the ``PATH``): a
+        JDK 22+ reads quiver's shared memory.
     cache_partitions : int
         Partitions of Spark's cached DataFrame (the writes write as many).
     """
@@ -269,6 +272,7 @@ class EngineConfig:
     jdbc_url: str | None = None
     spark_jars: str | None = None
     cache_partitions: int = 4
+    java_home: str | None = None
 
 
 class EngineClient:
@@ -327,6 +331,13 @@ class EngineClient:
         jars = [self.config.jdbc_jar]
         if self.engine == SPARK_JVM:
             jars.append(self.config.spark_jars)
+            if self.config.java_home is not None:
+                # PySpark starts its JVM from JAVA_HOME. The connector calls libc through
+                # the foreign-function API, which warns unless native access is enabled.
+                os.environ["JAVA_HOME"] = self.config.java_home
+                builder = builder.config(
+                    "spark.driver.extraJavaOptions", "--enable-native-access=ALL-UNNAMED"
+                )
         if any(jars):
             builder = builder.config("spark.jars", ",".join(j for j in jars if j))
         self.spark = builder.getOrCreate()

@@ -29,6 +29,7 @@ from typing import TypeVar
 import pandas as pd
 import pyarrow as pa
 import pyarrow.flight as flight
+from quiver import testing
 
 from . import (
     ceilings,
@@ -1603,6 +1604,9 @@ class EnginesSetup:
     pg: postgres.PostgresServer | None = None
     jar: Path | None = None
     spark_jars: str | None = None
+    #: The JDK 22+ the JVM connector's Spark runs on, which reads shared memory; ``None``:
+    #: the ``java`` on the ``PATH``, over gRPC.
+    jvm_home: Path | None = None
 
     def server_pid(self, server: str) -> int | None:
         """Return the process whose tree serves ``server`` (``None``: the engine alone)."""
@@ -1613,20 +1617,21 @@ class EnginesSetup:
         return None
 
 
-def _engine_peers(engine: str, endpoints: int, jdbc: bool) -> list[EnginePeer]:
+def _engine_peers(engine: str, endpoints: int, jdbc: bool, jvm_shm: bool) -> list[EnginePeer]:
     """Return ``engine``'s reads (and Spark's writes), quiver's first.
 
     quiver is read with the connectors' default transport (shared memory, on this host)
-    through 1 and N endpoints, and through N over gRPC, as a server elsewhere is.
+    through 1 and N endpoints, and through N over gRPC, as a server elsewhere is. The JVM
+    connector reads shared memory on Java 22+ alone (``jvm_shm``; else every read of it is
+    over gRPC) and writes over gRPC: it has one quiver write.
     """
     many = {"kind": QUIVER, "table": engines.TRIPS_MANY}
-    # The JVM connector reads and writes over gRPC only: its quiver rows are gRPC's.
     grpc = engine != SPARK_JVM
     reads = [
         EnginePeer(engine, "read", QUIVER, 1, {"kind": QUIVER, "table": engines.TRIPS_ONE}),
         EnginePeer(engine, "read", QUIVER, endpoints, many),
     ]
-    if grpc:
+    if grpc or jvm_shm:
         reads.append(
             EnginePeer(engine, "read", QUIVER_GRPC, endpoints, {**many, "transport": "grpc"})
         )
@@ -1693,7 +1698,15 @@ def run_engines(run: Run) -> None:
         jars = None
     sparks = [e for e in usable if e in engines.SPARKS]
     if sparks:
-        run.software["Java"] = _java_version()
+        run.software["Java"] = _java_version("java")
+    jvm_home = testing.find_java_home(22) if SPARK_JVM in usable else None
+    if jvm_home is not None:
+        run.software["Java (Spark, JVM connector)"] = _java_version(str(jvm_home / "bin/java"))
+    elif SPARK_JVM in usable:
+        run.note(
+            f"engines: {SPARK_JVM} runs on the Java above, which has no foreign-function API: "
+            "it reads quiver over gRPC (shared memory needs a JDK 22+)"
+        )
     log_dir = run.log_dir / "engines"
     with contextlib.ExitStack() as stack:
         tmp = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="quiver-engines-")))
@@ -1701,15 +1714,16 @@ def run_engines(run: Run) -> None:
         stack.callback(_stop_engines_server, run, server)
         setup = _engines_load(run, stack, server, tmp, bool(sparks), log_dir)
         setup.spark_jars = jars
+        setup.jvm_home = jvm_home
         for engine in usable:
             with run.attempt(f"engines: {engine}"):
                 _measure_engine(run, engine, setup)
 
 
-def _java_version() -> str:
-    """Return the first line of ``java -version`` (the JVM Spark starts), or why not."""
+def _java_version(java: str) -> str:
+    """Return the first line of ``JAVA -version`` (the JVM Spark starts), or why not."""
     try:
-        done = subprocess.run(["java", "-version"], capture_output=True, text=True, timeout=60)
+        done = subprocess.run([java, "-version"], capture_output=True, text=True, timeout=60)
     except (OSError, subprocess.SubprocessError) as e:
         return f"unknown ({type(e).__name__})"
     lines = (done.stderr or done.stdout).strip().splitlines()
@@ -1817,6 +1831,7 @@ def _measure_engine(run: Run, engine: str, setup: EnginesSetup) -> None:
         else f"jdbc:postgresql://127.0.0.1:{pg.port}/{postgres.DATABASE}",
         cache_partitions=setup.endpoints,
         spark_jars=setup.spark_jars,
+        java_home=None if setup.jvm_home is None else str(setup.jvm_home),
     )
     log(f"engines: starting {engine} (its output: {config.log_path})")
     with workers.Worker(
@@ -1825,7 +1840,7 @@ def _measure_engine(run: Run, engine: str, setup: EnginesSetup) -> None:
         startup = float(worker.call("started"))
         log(f"engines: {engine} started in {startup:.1f} s")
         run.add(Measurement("engines", "", engine, "startup", seconds=startup))
-        peers = _engine_peers(engine, setup.endpoints, pg is not None)
+        peers = _engine_peers(engine, setup.endpoints, pg is not None, setup.jvm_home is not None)
         broken = worker.call("connector_status")
         if broken is not None:
             run.failures += 1

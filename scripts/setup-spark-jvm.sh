@@ -72,12 +72,26 @@ say "extra jars: $(cd "$cache/lib" && ls | tr '\n' ' ')"
 # 2. The connector.
 mapfile -t sources < <(cd "$repo" && find java/spark/src/main/java -name '*.java' | LC_ALL=C sort)
 [ ${#sources[@]} -gt 0 ] || die "no sources under java/spark/src/main/java"
+# Its shared-memory reads need Java's foreign-function API (Java 22+): src/main/java22 is
+# compiled by a JDK 22+ when one is here (JAVA22_HOME, JAVA_HOME, or under /usr/lib/jvm), into
+# the same jar; the connector loads it only when Spark runs on Java 22 or newer.
+mapfile -t sources22 < <(cd "$repo" && find java/spark/src/main/java22 -name '*.java' | LC_ALL=C sort)
+javac22=""
+for candidate in "${JAVA22_HOME:-}/bin/javac" "${JAVA_HOME:-}/bin/javac" "$(command -v javac)" \
+    /usr/lib/jvm/*/bin/javac; do
+    [ -x "$candidate" ] || continue
+    version="$("$candidate" -version 2>&1 | sed -n 's/^javac \([0-9]*\).*/\1/p')"
+    if [ -n "$version" ] && [ "$version" -ge 22 ]; then
+        javac22="$candidate"
+        break
+    fi
+done
 jar="$cache/quiver-spark.jar"
 stamp="$(
     cd "$repo"
     {
-        echo "$deps_stamp $(javac -version 2>&1)"
-        sha256sum "${sources[@]}"
+        echo "$deps_stamp $(javac -version 2>&1) ${javac22:+$("$javac22" -version 2>&1)}"
+        sha256sum "${sources[@]}" "${sources22[@]}"
         find java/spark/src/main/resources -type f | LC_ALL=C sort | xargs sha256sum
     } | sha256sum | cut -d' ' -f1
 )"
@@ -87,6 +101,14 @@ if [ "$(cat "$cache/.jar-stamp" 2>/dev/null)" != "$stamp" ] || [ ! -s "$jar" ]; 
     mkdir -p "$cache/classes"
     (cd "$repo" && javac --release 17 -Xlint:all,-serial,-processing,-path,-classfile -Werror -encoding UTF-8 \
         -cp "$spark_jars/*:$cache/lib/*" -d "$cache/classes" "${sources[@]}")
+    if [ -n "$javac22" ]; then
+        say "compiling ${#sources22[@]} Java 22 source file(s) with $javac22"
+        (cd "$repo" && "$javac22" --release 22 -Xlint:all,-serial,-processing,-path,-classfile \
+            -Werror -encoding UTF-8 -cp "$spark_jars/*:$cache/lib/*:$cache/classes" \
+            -d "$cache/classes" "${sources22[@]}")
+    else
+        say "no JDK 22+: the connector reads over gRPC only (shared memory needs Java 22+)"
+    fi
     cp -r "$repo/java/spark/src/main/resources/." "$cache/classes/"
     (cd "$cache/classes" && jar cf "$jar.tmp" .)
     mv "$jar.tmp" "$jar"

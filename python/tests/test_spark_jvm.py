@@ -15,6 +15,7 @@ from __future__ import annotations
 import datetime
 import decimal
 import os
+import re
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -36,6 +37,8 @@ from engine_helpers import (
     spark_view,
     types_spark_lacks,
 )
+from metrics_helpers import scrape, value
+from quiver import testing
 from security_helpers import PASSWORDS, make_certs, make_users
 from server_process import REPO, Server, ServerFactory
 
@@ -119,8 +122,8 @@ def read(spark: Any, uri: str, table: str, schema: str | None = None, **options:
     reader = spark.read.format("quiver").option("uri", uri)
     if schema is not None:
         reader = reader.schema(schema)
-    for key, value in options.items():
-        reader = reader.option(key, value)
+    for key, setting in options.items():
+        reader = reader.option(key, setting)
     return reader.load(table)
 
 
@@ -281,7 +284,8 @@ def test_the_jvm_source_reads_types_spark_lacks_widened(
     spark: Any, client: quiver.Client, uri: str, server: Server
 ) -> None:
     client.put("wide", types_spark_lacks(), partitions=2)
-    check_spark_reads_types_it_lacks(read(spark, uri, "wide"))
+    # Over gRPC, whatever the JVM: the server logs what each DoGet was asked.
+    check_spark_reads_types_it_lacks(read(spark, uri, "wide", transport="grpc"))
     # The filter on widened columns stayed with Spark.
     log = server.log().splitlines()
     filters = [line.partition(" filter=")[2] for line in log if "DoGet pushdown" in line]
@@ -457,6 +461,76 @@ def test_a_java_spark_job_reads_and_writes_quiver_tables(
     assert done.returncode == 0, done.stderr[-5000:]
     assert "quiver-java-job rows=1000 from500=500 partitions=3" in done.stdout, done.stdout
     assert sorted(client.get("copy")["id"].to_pylist()) == list(range(100))
+
+
+def copy_job(jars: str, java_home: Path, uri: str, table: str, copy: str, transport: str) -> str:
+    """Run java/spark/src/test/java/quiver/spark/CopyJob.java with ``spark-submit`` on the
+    JDK at ``java_home``; return what it printed."""
+    import pyspark
+
+    submit = Path(pyspark.__file__).parent / "bin" / "spark-submit"
+    job = java_cache() / "spark" / "quiver-spark-tests.jar"
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PYSPARK", "SPARK_"))}
+    env["JAVA_HOME"] = str(java_home)
+    done = subprocess.run(
+        [str(submit), "--jars", jars, "--driver-java-options", "--enable-native-access=ALL-UNNAMED",
+         "--class", "quiver.spark.CopyJob", str(job), uri, table, copy, transport],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=env,
+        check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-5000:]
+    return done.stdout
+
+
+def test_a_java_22_job_reads_every_type_through_shared_memory(
+    jars: str, start_quiver: ServerFactory
+) -> None:
+    """On Java 22+, a same-host read maps the server's memfds: the rows Spark sees are the
+    table's, cut into the endpoints' row ranges (4 endpoints over batches of 700 rows: every
+    endpoint starts inside a batch), and the server served them without one DoGet."""
+    java_home = testing.find_java_home(22)
+    if java_home is None:
+        if in_ci():
+            pytest.fail("no JDK 22+ here: the shared-memory reads of the JVM connector need one")
+        pytest.skip("no JDK 22+ here: the JVM connector reads over gRPC only")
+    server = start_quiver("--metrics-listen", "127.0.0.1:0")
+    metrics = server.metrics_url()
+    table = with_nested(direct_types())
+    with quiver.connect(server.uri) as client:
+        client.put("wide", table, partitions=4)
+        before = scrape(metrics)
+        out = copy_job(jars, java_home, server.uri, "wide", "copy", "shm")
+        after = scrape(metrics)
+        assert re.search(r"quiver-copy-job java=\d+ partitions=4", out), out
+        shm_gets = value(after, "quiver_rpcs_total", method="ShmGet", code="OK") - value(
+            before, "quiver_rpcs_total", method="ShmGet", code="OK"
+        )
+        assert shm_gets == 4
+        assert value(after, "quiver_rpcs_total", method="DoGet") == value(
+            before, "quiver_rpcs_total", method="DoGet"
+        )
+        got = client.get("copy").sort_by("id")
+    assert got.num_rows == table.num_rows
+    for name in table.column_names:
+        assert got[name].to_pylist() == table[name].to_pylist(), name
+
+
+def test_the_jvm_source_says_what_shared_memory_needs(
+    spark: Any, client: quiver.Client, uri: str
+) -> None:
+    """On the Java of the test command (17), ``transport="shm"`` fails naming Java 22;
+    ``"auto"`` reads over gRPC."""
+    client.put("trips", mixed_table(100), partitions=2)
+    if int(spark.sparkContext._jvm.java.lang.Runtime.version().feature()) >= 22:
+        pytest.skip("this Spark runs on Java 22+, which reads shared memory")
+    with pytest.raises(Exception, match="needs Java 22 or newer"):
+        read(spark, uri, "trips", transport="shm").count()
+    assert read(spark, uri, "trips", transport="auto").count() == 100
+    with pytest.raises(Exception, match='"auto", "shm" or "grpc"'):
+        read(spark, uri, "trips", transport="udp").count()
 
 
 def test_a_scala_spark_shell_job_reads_and_writes_quiver_tables(

@@ -12,9 +12,12 @@ import java.util.List;
 import java.util.Map;
 import java.util.Optional;
 import java.util.concurrent.TimeUnit;
+import org.apache.arrow.flight.CallHeaders;
 import org.apache.arrow.flight.CallOption;
 import org.apache.arrow.flight.CallOptions;
+import org.apache.arrow.flight.FlightCallHeaders;
 import org.apache.arrow.flight.FlightClient;
+import org.apache.arrow.flight.HeaderCallOption;
 import org.apache.arrow.flight.Location;
 import org.apache.arrow.flight.auth2.BearerCredentialWriter;
 import org.apache.arrow.flight.grpc.CredentialCallOption;
@@ -37,6 +40,8 @@ final class Connection implements Serializable {
   private final String privateKey;
   private final String overrideHostname;
   private final Double timeoutSeconds;
+  /** {@code "auto"} (the default), {@code "shm"} or {@code "grpc"}. */
+  private final String transport;
 
   private Connection(Map<String, String> options) {
     this.uri = options.get("uri");
@@ -60,14 +65,21 @@ final class Connection implements Serializable {
     this.overrideHostname = options.get("override_hostname");
     String timeout = options.get("timeout");
     this.timeoutSeconds = timeout == null ? null : Double.valueOf(timeout);
-    String transport = options.getOrDefault("transport", "auto");
-    if (!transport.equals("auto") && !transport.equals("grpc")) {
-      // Shared memory needs the memfds mapped as Arrow buffers: the Python client does it,
-      // the JVM connector reads over gRPC (docs/engines.md).
+    this.transport = options.getOrDefault("transport", "auto");
+    if (!transport.equals("auto") && !transport.equals("shm") && !transport.equals("grpc")) {
       throw new IllegalArgumentException(
-          "option \"transport\": the JVM connector reads over gRPC (\"auto\" or \"grpc\"), not "
-              + transport);
+          "option \"transport\" is \"auto\", \"shm\" or \"grpc\", not \"" + transport + "\"");
     }
+  }
+
+  /** Whether reads may go through shared memory ({@code "auto"} or {@code "shm"}). */
+  boolean sharedMemoryAllowed() {
+    return !transport.equals("grpc");
+  }
+
+  /** Whether reads must go through shared memory ({@code "shm"}). */
+  boolean sharedMemoryOnly() {
+    return transport.equals("shm");
   }
 
   /** The connection the options name (case-insensitive keys, as Spark passes them). */
@@ -179,6 +191,15 @@ final class Connection implements Serializable {
       this.flight = flight;
       this.allocator = allocator;
       this.options = options;
+    }
+
+    /** This client's call options and the header that asks for a shared-memory endpoint. */
+    CallOption[] sharedMemoryOptions() {
+      CallHeaders headers = new FlightCallHeaders();
+      headers.insert(SharedMemory.TRANSPORT_HEADER, SharedMemory.TRANSPORT_VALUE);
+      CallOption[] all = java.util.Arrays.copyOf(options, options.length + 1);
+      all[options.length] = new HeaderCallOption(headers);
+      return all;
     }
 
     @Override

@@ -1,0 +1,258 @@
+package quiver.spark;
+
+import com.fasterxml.jackson.databind.JsonNode;
+import com.fasterxml.jackson.databind.ObjectMapper;
+import java.io.IOException;
+import java.net.InetAddress;
+import java.net.URI;
+import java.net.UnknownHostException;
+import java.nio.charset.StandardCharsets;
+import java.util.ArrayList;
+import java.util.List;
+import org.apache.arrow.flight.FlightDescriptor;
+import org.apache.arrow.flight.FlightEndpoint;
+import org.apache.arrow.flight.FlightInfo;
+import org.apache.arrow.flight.FlightRuntimeException;
+import org.apache.arrow.flight.FlightStatusCode;
+import org.apache.arrow.flight.Location;
+import org.apache.arrow.vector.FieldVector;
+import org.apache.arrow.vector.VectorLoader;
+import org.apache.arrow.vector.VectorSchemaRoot;
+import org.apache.arrow.vector.dictionary.DictionaryProvider;
+import org.apache.arrow.vector.ipc.message.ArrowRecordBatch;
+
+/**
+ * One endpoint of a stored table read through shared memory: the server's GetFlightInfo, asked
+ * for a shared-memory endpoint, gives a ticket for the version the endpoint's ticket pinned;
+ * that version is mapped ({@link SharedMemory}) and the endpoint's rows (partition {@code p} of
+ * {@code n}: rows {@code p*R/n} up to {@code (p+1)*R/n} of {@code R}) and columns are taken from
+ * it, as the Python connector does (docs/engines.md). A batch inside those rows is loaded as it
+ * lies in the mapping; the first and last may be cut, which copies what they keep.
+ */
+final class MappedBatches implements QuiverPartitionReader.Batches {
+  /** What names one partition of a cluster's table, which only DoGet serves. */
+  private static final String PARTITION_PREFIX = ".quiver-part/";
+
+  private final Connection.Client client;
+  private final SharedMemory.Mapped mapped;
+  private final VectorSchemaRoot root;
+  private final VectorLoader loader;
+  private final List<String> columns;
+  private final long start;
+  private final long end;
+  private int next;
+  private long firstRow;
+  private VectorSchemaRoot cut;
+  private List<FieldVector> vectors;
+  private int rows;
+
+  private MappedBatches(
+      Connection.Client client, SharedMemory.Mapped mapped, List<String> columns, long[] window) {
+    this.client = client;
+    this.mapped = mapped;
+    this.root = VectorSchemaRoot.create(mapped.schema, client.allocator);
+    this.loader = new VectorLoader(root);
+    this.columns = columns;
+    this.start = window[0];
+    this.end = window[1];
+  }
+
+  /**
+   * The endpoint's rows through the shared memory of the server at {@code location}, or null
+   * for a ticket that is read over gRPC whatever the transport, as the Python connector reads
+   * it: a filtered one (the server filters what it streams; the mapping holds every row) or a
+   * cluster partition's (which only DoGet serves).
+   *
+   * @throws SharedMemory.Unavailable the endpoint cannot be read so: another host, a server
+   *     without shared memory, a table changed since the plan, a JVM without the
+   *     foreign-function API
+   */
+  static MappedBatches open(Connection connection, String location, byte[] ticket)
+      throws IOException {
+    JsonNode pinned = pinned(ticket);
+    if (pinned == null
+        || pinned.has("f")
+        || pinned.get("t").asText().startsWith(PARTITION_PREFIX)) {
+      return null;
+    }
+    if (!onThisHost(location)) {
+      throw new SharedMemory.Unavailable(location + " is not on this host");
+    }
+    SharedMemory.Calls calls = SharedMemory.calls();
+    Connection.Client client = connection.open(location);
+    SharedMemory.Mapped mapped = null;
+    try {
+      String table = pinned.get("t").asText();
+      FlightInfo info;
+      try {
+        info = client.flight.getInfo(FlightDescriptor.path(table), client.sharedMemoryOptions());
+      } catch (FlightRuntimeException e) {
+        if (e.status().code() == FlightStatusCode.UNAVAILABLE
+            || e.status().code() == FlightStatusCode.TIMED_OUT) {
+          throw e; // the location is down: the next one is tried
+        }
+        // DoGet of the pinned ticket says what is wrong (a table deleted, changed, ...).
+        throw new SharedMemory.Unavailable(e.getMessage(), e);
+      }
+      byte[] metadata = info.getAppMetadata();
+      long version =
+          metadata == null
+              ? -1
+              : new ObjectMapper().readTree(metadata).path("version").asLong(-1);
+      if (version != pinned.get("v").asLong()) {
+        throw new SharedMemory.Unavailable(
+            "table '" + table + "' changed since the read was planned (version "
+                + pinned.get("v").asLong() + ", now " + version + "): run the action again");
+      }
+      SharedMemory.Location where = null;
+      byte[] granted = null;
+      for (FlightEndpoint endpoint : info.getEndpoints()) {
+        for (Location candidate : endpoint.getLocations()) {
+          SharedMemory.Location parsed = SharedMemory.Location.parse(candidate.getUri());
+          if (parsed != null) {
+            where = parsed;
+            granted = endpoint.getTicket().getBytes();
+          }
+        }
+      }
+      if (where == null) {
+        throw new SharedMemory.Unavailable(location + " offers no shared memory");
+      }
+      mapped = SharedMemory.get(calls, client.allocator, where, granted);
+      long total = 0;
+      for (ArrowRecordBatch batch : mapped.batches) {
+        total += batch.getLength();
+      }
+      long p = pinned.get("p").asLong();
+      long n = pinned.get("n").asLong();
+      long[] window = {p * total / n, (p + 1) * total / n};
+      return new MappedBatches(client, mapped, columns(pinned), window);
+    } catch (IOException | RuntimeException e) {
+      if (mapped != null) {
+        mapped.close();
+      }
+      client.close();
+      throw e;
+    }
+  }
+
+  /**
+   * The ticket's JSON if it pins a stored table's version and partition; null for another
+   * ticket (a query's, which the server's Flight SQL plan serves by DoGet alone).
+   */
+  private static JsonNode pinned(byte[] ticket) throws IOException {
+    String text = new String(ticket, StandardCharsets.UTF_8);
+    if (!text.startsWith(QuiverScan.TICKET_PREFIX)) {
+      return null;
+    }
+    JsonNode body = new ObjectMapper().readTree(text.substring(QuiverScan.TICKET_PREFIX.length()));
+    for (String key : new String[] {"t", "v", "p", "n"}) {
+      if (!body.has(key)) {
+        return null;
+      }
+    }
+    if (body.get("n").asLong() <= 0 || body.get("p").asLong() < 0) {
+      throw new IOException("the ticket's partition is not one of its count: " + text);
+    }
+    return body;
+  }
+
+  private static List<String> columns(JsonNode pinned) {
+    if (!pinned.has("c")) {
+      return null;
+    }
+    List<String> names = new ArrayList<>();
+    pinned.get("c").forEach(name -> names.add(name.asText()));
+    return names;
+  }
+
+  /** Whether {@code location} names a server on this host (loopback, or this host's name). */
+  static boolean onThisHost(String location) {
+    String host = URI.create(location).getHost();
+    if (host == null) {
+      return false;
+    }
+    try {
+      if (InetAddress.getByName(host).isLoopbackAddress()) {
+        return true;
+      }
+      return host.equalsIgnoreCase(InetAddress.getLocalHost().getHostName());
+    } catch (UnknownHostException e) {
+      return false;
+    }
+  }
+
+  @Override
+  public boolean next() {
+    closeCut();
+    while (next < mapped.batches.size() && firstRow < end) {
+      ArrowRecordBatch batch = mapped.batches.get(next++);
+      long first = firstRow;
+      firstRow += batch.getLength();
+      long from = Math.max(start, first);
+      long to = Math.min(end, firstRow);
+      if (from >= to) {
+        continue;
+      }
+      loader.load(batch);
+      VectorSchemaRoot current = root;
+      if (to - from < batch.getLength()) {
+        cut = root.slice((int) (from - first), (int) (to - from));
+        current = cut;
+      }
+      rows = current.getRowCount();
+      vectors = project(current);
+      return true;
+    }
+    return false;
+  }
+
+  private List<FieldVector> project(VectorSchemaRoot current) {
+    if (columns == null) {
+      return current.getFieldVectors();
+    }
+    List<FieldVector> projected = new ArrayList<>(columns.size());
+    for (String name : columns) {
+      FieldVector vector = current.getVector(name);
+      if (vector == null) {
+        throw new IllegalStateException("the mapped table has no column '" + name + "'");
+      }
+      projected.add(vector);
+    }
+    return projected;
+  }
+
+  private void closeCut() {
+    if (cut != null) {
+      cut.close();
+      cut = null;
+    }
+  }
+
+  @Override
+  public List<FieldVector> vectors() {
+    return vectors;
+  }
+
+  @Override
+  public int rowCount() {
+    return rows;
+  }
+
+  @Override
+  public DictionaryProvider dictionaries() {
+    // SharedMemory.get refuses dictionary-encoded columns.
+    throw new IllegalStateException("a mapped table has no dictionaries");
+  }
+
+  @Override
+  public void close() {
+    try {
+      closeCut();
+      root.close();
+      mapped.close();
+    } finally {
+      client.close();
+    }
+  }
+}
