@@ -642,7 +642,15 @@ ENGINES_VS_PARQUET = 1.0
 #: ...and a table of N endpoints read at least this many times faster than one of 1.
 ENGINES_N_VS_ONE = 1.5
 #: The run's software entries the engines suite added (shown in its section, not the sql's).
-ENGINES_SOFTWARE = ("pyspark", "dask", "distributed", "ray", "PostgreSQL JDBC", "Java")
+ENGINES_SOFTWARE = (
+    "pyspark",
+    "dask",
+    "distributed",
+    "ray",
+    "PostgreSQL JDBC",
+    "Java",
+    "Java (Spark, JVM connector)",
+)
 
 
 def _engine_ratio(
@@ -865,6 +873,11 @@ def _engines_section(
         f"shared memory, docs/shm.md) through 1 and {many} endpoints, and through {many} "
         'with `transport="grpc"` (Flight DoGet over loopback TCP, as a server on another '
         "host is read);",
+        "- the same Spark with quiver's JVM connector (`java/spark`, `Spark, JVM connector`): "
+        "run on a JDK 22+ when there is one (`Java (Spark, JVM connector)` below), whose "
+        "foreign-function API lets it map a server's memfds on this host as the Python "
+        "connector does, with the same three quiver reads; on an older Java it reads over "
+        "gRPC alone. Its writes go over gRPC;",
         "- PostgreSQL through Spark's own JDBC reader (the paper's baseline; PostgreSQL JDBC "
         "driver, `fetchsize` 10,000), in its default single partition and in 2 "
         "(`partitionColumn` `PULocationID` over 1–265, `numPartitions` 2);",

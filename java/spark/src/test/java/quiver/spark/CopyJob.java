@@ -21,15 +21,7 @@ public final class CopyJob {
       System.exit(2);
     }
     String uri = args[0];
-    SparkSession spark =
-        SparkSession.builder()
-            .master("local[2]")
-            .appName("quiver-copy-job")
-            .config("spark.ui.enabled", "false")
-            .config("spark.driver.bindAddress", "127.0.0.1")
-            .config("spark.driver.host", "127.0.0.1")
-            .config("spark.sql.session.timeZone", "UTC")
-            .getOrCreate();
+    SparkSession spark = LocalSpark.start("quiver-copy-job");
     try {
       Dataset<Row> df =
           spark.read().format("quiver").option("uri", uri).option("transport", args[3]).load(args[1]);

@@ -20,14 +20,7 @@ public final class JavaJob {
       System.exit(2);
     }
     String uri = args[0];
-    SparkSession spark =
-        SparkSession.builder()
-            .master("local[2]")
-            .appName("quiver-java-job")
-            .config("spark.ui.enabled", "false")
-            .config("spark.driver.bindAddress", "127.0.0.1")
-            .config("spark.driver.host", "127.0.0.1")
-            .getOrCreate();
+    SparkSession spark = LocalSpark.start("quiver-java-job");
     try {
       Dataset<Row> df = spark.read().format("quiver").option("uri", uri).load(args[1]);
       long rows = df.count();
