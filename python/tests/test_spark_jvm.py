@@ -29,7 +29,7 @@ import pytest
 
 import quiver
 import quiver.spark
-from cluster_helpers import NODES, Cluster
+from cluster_helpers import NODES, Cluster, Etcd, wait_until
 from engine_helpers import (
     check_a_failed_spark_write_publishes_nothing,
     check_spark_reads_types_it_lacks,
@@ -38,7 +38,7 @@ from engine_helpers import (
     types_spark_lacks,
 )
 from metrics_helpers import scrape, value
-from quiver import testing
+from quiver import splits, testing
 from security_helpers import PASSWORDS, make_certs, make_users
 from server_process import REPO, Server, ServerFactory
 
@@ -513,6 +513,50 @@ def test_a_java_22_job_reads_every_type_through_shared_memory(
             before, "quiver_rpcs_total", method="DoGet"
         )
         got = client.get("copy").sort_by("id")
+    assert got.num_rows == table.num_rows
+    for name in table.column_names:
+        assert got[name].to_pylist() == table[name].to_pylist(), name
+
+
+def test_a_java_22_job_reads_a_cluster_table_through_its_nodes_shared_memory(
+    jars: str, etcd: Etcd, tmp_path: Path
+) -> None:
+    """Three nodes on this host: each endpoint (a partition) is mapped from a node that holds
+    a copy of it, found through that node's GetFlightInfo; no node serves a DoGet of one."""
+    java_home = testing.find_java_home(22)
+    if java_home is None:
+        if in_ci():
+            pytest.fail("no JDK 22+ here: the shared-memory reads of the JVM connector need one")
+        pytest.skip("no JDK 22+ here: the JVM connector reads over gRPC only")
+    nodes = Cluster(etcd, tmp_path)
+    for node_id in NODES:
+        nodes.start(node_id, shm=True)
+    stopped = False
+    try:
+        wait_until("three live nodes", lambda: len(nodes.status()["nodes"]) == 3)  # type: ignore[arg-type]
+        table = with_nested(direct_types())
+        with nodes.client("n1") as c:
+            c.put("wide", table, partitions=6)
+        out = copy_job(jars, java_home, nodes.uri("n2"), "wide", "copy", "shm")
+        assert re.search(r"quiver-copy-job java=\d+ partitions=6", out), out
+        with nodes.client("n2") as c:
+            got = c.get("copy").sort_by("id")
+        # The control: one split of the table read by DoGet, which its node logs.
+        plan = splits.plan_read(nodes.connection("n2", transport="grpc"), "wide")
+        assert sum(b.num_rows for b in splits.read_split(plan, plan.splits[0])) > 0
+        failures = nodes.stop_all()  # every RPC has logged its line once the nodes are down
+        stopped = True
+        assert failures == []
+        partition_gets = [
+            line
+            for n in NODES
+            for line in nodes.nodes[n].log().splitlines()
+            if "DoGet" in line and ".quiver-part/wide#" in line
+        ]
+        assert len(partition_gets) == 1, partition_gets
+    finally:
+        if not stopped:
+            nodes.stop_all()
     assert got.num_rows == table.num_rows
     for name in table.column_names:
         assert got[name].to_pylist() == table[name].to_pylist(), name

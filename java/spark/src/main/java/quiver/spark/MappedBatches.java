@@ -23,11 +23,12 @@ import org.apache.arrow.vector.ipc.message.ArrowRecordBatch;
 
 /**
  * One endpoint of a stored table read through shared memory: the server's GetFlightInfo, asked
- * for a shared-memory endpoint, gives a ticket for the version the endpoint's ticket pinned;
- * that version is mapped ({@link SharedMemory}) and the endpoint's rows (partition {@code p} of
- * {@code n}: rows {@code p*R/n} up to {@code (p+1)*R/n} of {@code R}) and columns are taken from
- * it, as the Python connector does (docs/engines.md). A batch inside those rows is loaded as it
- * lies in the mapping; the first and last may be cut, which copies what they keep.
+ * for a shared-memory endpoint, gives a ticket for the version the endpoint's ticket pinned (on
+ * a cluster node, for the endpoint's partition); that is mapped ({@link SharedMemory}) and the
+ * endpoint's rows (on one server, partition {@code p} of {@code n}: rows {@code p*R/n} up to
+ * {@code (p+1)*R/n} of {@code R}) and columns are taken from it, as the Python connector does
+ * (docs/engines.md). A batch inside those rows is loaded as it lies in the mapping; the first
+ * and last may be cut, which copies what they keep.
  */
 final class MappedBatches implements QuiverPartitionReader.Batches {
   /** What names one partition of a cluster's table, which only DoGet serves. */
@@ -61,18 +62,29 @@ final class MappedBatches implements QuiverPartitionReader.Batches {
    * The endpoint's rows through the shared memory of the server at {@code location}, or null
    * for a ticket that is read over gRPC whatever the transport, as the Python connector reads
    * it: a filtered one (the server filters what it streams; the mapping holds every row) or a
-   * cluster partition's (which only DoGet serves).
+   * query's.
+   *
+   * <p>A server's ticket pins a version and partition {@code p} of {@code n}: the version is
+   * mapped and the partition's rows taken from it. A cluster's ticket names one partition's
+   * storage, which only DoGet serves: the node's GetFlightInfo of the table lists the same
+   * partitions in the same order while the version is the plan's, and each one the node holds
+   * over shared memory (docs/cluster.md), so the endpoint's is mapped whole.
    *
    * @throws SharedMemory.Unavailable the endpoint cannot be read so: another host, a server
-   *     without shared memory, a table changed since the plan, a JVM without the
-   *     foreign-function API
+   *     without shared memory, a node without a copy of the partition, a table changed since
+   *     the plan, a JVM without the foreign-function API
    */
-  static MappedBatches open(Connection connection, String location, byte[] ticket)
+  static MappedBatches open(
+      Connection connection, String location, QuiverScan.QuiverPartition partition)
       throws IOException {
-    JsonNode pinned = pinned(ticket);
-    if (pinned == null
-        || pinned.has("f")
-        || pinned.get("t").asText().startsWith(PARTITION_PREFIX)) {
+    JsonNode pinned = pinned(partition.ticket);
+    if (pinned == null || pinned.has("f")) {
+      return null;
+    }
+    boolean clustered = pinned.get("t").asText().startsWith(PARTITION_PREFIX);
+    String table = clustered ? partition.table : pinned.get("t").asText();
+    long planned = clustered ? partition.version : pinned.path("v").asLong(-1);
+    if (table == null || planned < 0 || !clustered && !(pinned.has("p") && pinned.has("n"))) {
       return null;
     }
     if (!onThisHost(location)) {
@@ -82,7 +94,6 @@ final class MappedBatches implements QuiverPartitionReader.Batches {
     Connection.Client client = connection.open(location);
     SharedMemory.Mapped mapped = null;
     try {
-      String table = pinned.get("t").asText();
       FlightInfo info;
       try {
         info = client.flight.getInfo(FlightDescriptor.path(table), client.sharedMemoryOptions());
@@ -94,19 +105,23 @@ final class MappedBatches implements QuiverPartitionReader.Batches {
         // DoGet of the pinned ticket says what is wrong (a table deleted, changed, ...).
         throw new SharedMemory.Unavailable(e.getMessage(), e);
       }
-      byte[] metadata = info.getAppMetadata();
-      long version =
-          metadata == null
-              ? -1
-              : new ObjectMapper().readTree(metadata).path("version").asLong(-1);
-      if (version != pinned.get("v").asLong()) {
+      long version = QuiverScan.version(info);
+      if (version != planned) {
+        // A cluster holds a replaced version's partitions for the plan's readers: DoGet.
         throw new SharedMemory.Unavailable(
-            "table '" + table + "' changed since the read was planned (version "
-                + pinned.get("v").asLong() + ", now " + version + "): run the action again");
+            "table '" + table + "' changed since the read was planned (version " + planned
+                + ", now " + version + "): run the action again");
+      }
+      List<FlightEndpoint> endpoints = info.getEndpoints();
+      if (clustered) {
+        if (partition.index >= endpoints.size()) {
+          throw new SharedMemory.Unavailable("table '" + table + "' lists fewer partitions");
+        }
+        endpoints = List.of(endpoints.get(partition.index));
       }
       SharedMemory.Location where = null;
       byte[] granted = null;
-      for (FlightEndpoint endpoint : info.getEndpoints()) {
+      for (FlightEndpoint endpoint : endpoints) {
         for (Location candidate : endpoint.getLocations()) {
           SharedMemory.Location parsed = SharedMemory.Location.parse(candidate.getUri());
           if (parsed != null) {
@@ -116,16 +131,23 @@ final class MappedBatches implements QuiverPartitionReader.Batches {
         }
       }
       if (where == null) {
-        throw new SharedMemory.Unavailable(location + " offers no shared memory");
+        throw new SharedMemory.Unavailable(
+            clustered
+                ? location + " holds no copy of partition " + partition.index + " of '"
+                    + table + "' (it moved since the plan)"
+                : location + " offers no shared memory");
       }
       mapped = SharedMemory.get(calls, client.allocator, where, granted);
       long total = 0;
       for (ArrowRecordBatch batch : mapped.batches) {
         total += batch.getLength();
       }
-      long p = pinned.get("p").asLong();
-      long n = pinned.get("n").asLong();
-      long[] window = {p * total / n, (p + 1) * total / n};
+      long[] window = {0, total};
+      if (!clustered) {
+        long p = pinned.get("p").asLong();
+        long n = pinned.get("n").asLong();
+        window = new long[] {p * total / n, (p + 1) * total / n};
+      }
       return new MappedBatches(client, mapped, columns(pinned), window);
     } catch (IOException | RuntimeException e) {
       if (mapped != null) {
@@ -137,8 +159,8 @@ final class MappedBatches implements QuiverPartitionReader.Batches {
   }
 
   /**
-   * The ticket's JSON if it pins a stored table's version and partition; null for another
-   * ticket (a query's, which the server's Flight SQL plan serves by DoGet alone).
+   * The ticket's JSON if quiver issued it for a table (it names one, {@code "t"}); null for
+   * another ticket (a query's, which the server's Flight SQL plan serves by DoGet alone).
    */
   private static JsonNode pinned(byte[] ticket) throws IOException {
     String text = new String(ticket, StandardCharsets.UTF_8);
@@ -146,12 +168,10 @@ final class MappedBatches implements QuiverPartitionReader.Batches {
       return null;
     }
     JsonNode body = new ObjectMapper().readTree(text.substring(QuiverScan.TICKET_PREFIX.length()));
-    for (String key : new String[] {"t", "v", "p", "n"}) {
-      if (!body.has(key)) {
-        return null;
-      }
+    if (!body.has("t")) {
+      return null;
     }
-    if (body.get("n").asLong() <= 0 || body.get("p").asLong() < 0) {
+    if (body.has("n") && (body.get("n").asLong() <= 0 || body.get("p").asLong() < 0)) {
       throw new IOException("the ticket's partition is not one of its count: " + text);
     }
     return body;

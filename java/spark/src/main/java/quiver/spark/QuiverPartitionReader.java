@@ -57,7 +57,7 @@ final class QuiverPartitionReader implements PartitionReader<ColumnarBatch> {
     Batches opened = null;
     for (String location : partition.locations) {
       try {
-        opened = open(connection, location, partition.ticket);
+        opened = open(connection, location, partition);
         break;
       } catch (SharedMemory.Unavailable e) {
         failures.add(location + ": " + e.getMessage());
@@ -85,11 +85,12 @@ final class QuiverPartitionReader implements PartitionReader<ColumnarBatch> {
    * allows and the location can, else by DoGet ({@code "auto"}); {@link SharedMemory.Unavailable}
    * when only shared memory will do and it cannot.
    */
-  private static Batches open(Connection connection, String location, byte[] ticket)
+  private static Batches open(
+      Connection connection, String location, QuiverScan.QuiverPartition partition)
       throws SharedMemory.Unavailable {
     if (connection.sharedMemoryAllowed()) {
       try {
-        Batches mapped = MappedBatches.open(connection, location, ticket);
+        Batches mapped = MappedBatches.open(connection, location, partition);
         if (mapped != null) {
           return mapped;
         }
@@ -102,7 +103,7 @@ final class QuiverPartitionReader implements PartitionReader<ColumnarBatch> {
             "reading through shared memory from " + location + ": " + e.getMessage(), e);
       }
     }
-    return stream(connection, location, ticket);
+    return stream(connection, location, partition.ticket);
   }
 
   /** DoGet of the ticket from {@code location}, once its first message has arrived. */

@@ -92,14 +92,33 @@ final class QuiverScan implements Scan, Batch {
       info = client.flight.getInfo(descriptor, client.options);
     }
     List<FlightEndpoint> endpoints = info.getEndpoints();
+    long version = version(info);
     InputPartition[] partitions = new InputPartition[endpoints.size()];
     for (int i = 0; i < partitions.length; i++) {
       FlightEndpoint endpoint = endpoints.get(i);
       byte[] issued = endpoint.getTicket().getBytes();
       partitions[i] =
-          new QuiverPartition(source.isQuery() ? issued : ticket(issued), locations(endpoint));
+          new QuiverPartition(
+              source.isQuery() ? issued : ticket(issued),
+              locations(endpoint),
+              source.table,
+              version,
+              i);
     }
     return partitions;
+  }
+
+  /** The version a table's FlightInfo describes (its app metadata's), or -1. */
+  static long version(FlightInfo info) {
+    byte[] metadata = info.getAppMetadata();
+    if (metadata == null || metadata.length == 0) {
+      return -1;
+    }
+    try {
+      return new ObjectMapper().readTree(metadata).path("version").asLong(-1);
+    } catch (IOException e) {
+      return -1;
+    }
   }
 
   @Override
@@ -150,15 +169,28 @@ final class QuiverScan implements Scan, Batch {
     return uris.toArray(new String[0]);
   }
 
-  /** One endpoint: its ticket and locations. */
+  /**
+   * One endpoint: its ticket and locations, and where it lies in the FlightInfo it came from
+   * (the table, its version, the endpoint's index), by which a cluster node's shared-memory
+   * endpoint for the same partition is found.
+   */
   static final class QuiverPartition implements InputPartition {
     private static final long serialVersionUID = 1L;
     final byte[] ticket;
     final String[] locations;
+    /** The table read, or null for a query. */
+    final String table;
+    /** The version the FlightInfo described, or -1. */
+    final long version;
 
-    QuiverPartition(byte[] ticket, String[] locations) {
+    final int index;
+
+    QuiverPartition(byte[] ticket, String[] locations, String table, long version, int index) {
       this.ticket = ticket;
       this.locations = locations;
+      this.table = table;
+      this.version = version;
+      this.index = index;
     }
 
     @Override
