@@ -485,17 +485,23 @@ def copy_job(jars: str, java_home: Path, uri: str, table: str, copy: str, transp
     return done.stdout
 
 
+@pytest.fixture(scope="module")
+def java_home() -> Path:
+    """A JDK 22+ to run a Spark job on: the JVM connector's shared-memory reads need one."""
+    found = testing.find_java_home(22)
+    if found is None:
+        if in_ci():
+            pytest.fail("no JDK 22+ here: the shared-memory reads of the JVM connector need one")
+        pytest.skip("no JDK 22+ here: the JVM connector reads over gRPC only")
+    return found
+
+
 def test_a_java_22_job_reads_every_type_through_shared_memory(
-    jars: str, start_quiver: ServerFactory
+    jars: str, java_home: Path, start_quiver: ServerFactory
 ) -> None:
     """On Java 22+, a same-host read maps the server's memfds: the rows Spark sees are the
     table's, cut into the endpoints' row ranges (4 endpoints over batches of 700 rows: every
     endpoint starts inside a batch), and the server served them without one DoGet."""
-    java_home = testing.find_java_home(22)
-    if java_home is None:
-        if in_ci():
-            pytest.fail("no JDK 22+ here: the shared-memory reads of the JVM connector need one")
-        pytest.skip("no JDK 22+ here: the JVM connector reads over gRPC only")
     server = start_quiver("--metrics-listen", "127.0.0.1:0")
     metrics = server.metrics_url()
     table = with_nested(direct_types())
@@ -519,15 +525,10 @@ def test_a_java_22_job_reads_every_type_through_shared_memory(
 
 
 def test_a_java_22_job_reads_a_cluster_table_through_its_nodes_shared_memory(
-    jars: str, etcd: Etcd, tmp_path: Path
+    jars: str, java_home: Path, etcd: Etcd, tmp_path: Path
 ) -> None:
     """Three nodes on this host: each endpoint (a partition) is mapped from a node that holds
     a copy of it, found through that node's GetFlightInfo; no node serves a DoGet of one."""
-    java_home = testing.find_java_home(22)
-    if java_home is None:
-        if in_ci():
-            pytest.fail("no JDK 22+ here: the shared-memory reads of the JVM connector need one")
-        pytest.skip("no JDK 22+ here: the JVM connector reads over gRPC only")
     nodes = Cluster(etcd, tmp_path)
     for node_id in NODES:
         nodes.start(node_id, shm=True)
