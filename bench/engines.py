@@ -148,6 +148,16 @@ def spark_jvm_jars() -> tuple[str | None, str]:
     return (java_cache() / "spark" / "jars.txt").read_text().strip(), done.stdout
 
 
+def spark_jvm_java22() -> Path | None:
+    """Return the Java 22+ the JVM connector's shared-memory reads were built for.
+
+    ``scripts/setup-spark-jvm.sh`` records it beside the jar; ``None`` when there is none:
+    then the connector reads over gRPC alone.
+    """
+    recorded = java_cache() / "spark" / "java22-home"
+    return Path(recorded.read_text().strip()) if recorded.is_file() else None
+
+
 def jdbc_jar() -> Path:
     """Return where ``scripts/setup-java.sh`` puts the PostgreSQL JDBC driver's jar."""
     version = (Path(__file__).parent / "postgresql-jdbc.version").read_text().strip()

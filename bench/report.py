@@ -874,7 +874,8 @@ def _engines_section(
         'with `transport="grpc"` (Flight DoGet over loopback TCP, as a server on another '
         "host is read);",
         "- the same Spark with quiver's JVM connector (`java/spark`, `Spark, JVM connector`): "
-        "run on a JDK 22+ when there is one (`Java (Spark, JVM connector)` below), whose "
+        "run on the JDK 22+ `scripts/setup-spark-jvm.sh` built it with, when there is one "
+        "(`Java (Spark, JVM connector)` below), whose "
         "foreign-function API lets it map a server's memfds on this host as the Python "
         "connector does, with the same three quiver reads; on an older Java it reads over "
         "gRPC alone. Its writes go over gRPC;",

@@ -29,7 +29,6 @@ from typing import TypeVar
 import pandas as pd
 import pyarrow as pa
 import pyarrow.flight as flight
-from quiver import testing
 
 from . import (
     ceilings,
@@ -1699,7 +1698,7 @@ def run_engines(run: Run) -> None:
     sparks = [e for e in usable if e in engines.SPARKS]
     if sparks:
         run.software["Java"] = _java_version("java")
-    jvm_home = testing.find_java_home(22) if SPARK_JVM in usable else None
+    jvm_home = engines.spark_jvm_java22() if SPARK_JVM in usable else None
     if jvm_home is not None:
         run.software["Java (Spark, JVM connector)"] = _java_version(str(jvm_home / "bin/java"))
     elif SPARK_JVM in usable:

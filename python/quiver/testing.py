@@ -17,7 +17,6 @@ and its log together; quiver's own test suite and benchmark harness use it.
 from __future__ import annotations
 
 import os
-import re
 import selectors
 import shutil
 import signal
@@ -34,7 +33,6 @@ __all__ = [
     "EtcdProcess",
     "ServerProcess",
     "ServerStartError",
-    "find_java_home",
     "find_quiver_binary",
     "free_port",
     "start",
@@ -146,33 +144,6 @@ class ServerProcess:
         if self.process.stdout is not None:
             self.process.stdout.close()
         return code
-
-
-def find_java_home(minimum: int) -> Path | None:
-    """Return a JDK of Java ``minimum`` or newer, or ``None``.
-
-    Looks at ``$JAVA{minimum}_HOME``, ``$JAVA_HOME``, then ``/usr/lib/jvm/*``, in that
-    order. quiver's JVM Spark connector reads shared memory on Java 22 and newer (Java's
-    foreign-function API): ``find_java_home(22)`` finds a JVM to run such a Spark on.
-    """
-    homes = [os.environ.get(f"JAVA{minimum}_HOME", ""), os.environ.get("JAVA_HOME", "")]
-    jvms = Path("/usr/lib/jvm")
-    if jvms.is_dir():
-        homes += sorted(str(p) for p in jvms.iterdir())
-    for home in filter(None, homes):
-        java = Path(home) / "bin" / "java"
-        if not java.is_file():
-            continue
-        try:
-            done = subprocess.run(
-                [str(java), "-version"], capture_output=True, text=True, timeout=60, check=False
-            )
-        except (OSError, subprocess.SubprocessError):
-            continue
-        found = re.search(r'version "(\d+)', done.stderr)
-        if found and int(found.group(1)) >= minimum:
-            return Path(home)
-    return None
 
 
 def find_quiver_binary(repo: Path | None = None) -> Path:
