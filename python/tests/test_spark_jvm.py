@@ -145,6 +145,23 @@ def test_the_jvm_source_reads_one_columnar_partition_per_endpoint_with_every_typ
     assert got.sort_by("id").equals(spark_view(table)), got.schema
 
 
+def assert_same_rows(got: pa.Table, table: pa.Table) -> None:
+    """Assert that ``got`` holds ``table``'s rows in its order, column by column (dictionaries
+    decoded); a difference is named by its first row (pytest's diff of two long lists of
+    values takes minutes)."""
+    assert got.num_rows == table.num_rows
+    for name in table.column_names:
+        want, have = table[name].to_pylist(), got[name].to_pylist()
+        wrong = [i for i, (w, h) in enumerate(zip(want, have, strict=True)) if w != h]
+        if wrong:
+            first = wrong[0]
+            pytest.fail(
+                f"column {name!r}: {len(wrong)} of {len(want)} rows differ; row {first} is "
+                f"{have[first]!r}, not {want[first]!r}",
+                pytrace=False,
+            )
+
+
 def direct_types(batches: int = 6, rows: int = 700) -> pa.Table:
     """Every type the JVM source reads from the Arrow buffers' memory itself, in several
     batches whose values and nulls differ (the first batch has none): a reader that kept a
@@ -220,9 +237,7 @@ def test_the_jvm_source_reads_each_batch_of_every_direct_type(
     client.put("direct", table, partitions=2)
     df = read(spark, uri, "direct")
     got = df.toArrow().sort_by("id")
-    assert got.num_rows == table.num_rows
-    for name in table.column_names:
-        assert got[name].to_pylist() == table[name].to_pylist(), name
+    assert_same_rows(got, table)
     # Spark's own operators over the values: a filter and sums.
     odd = df.where("i32 % 2 = 1 AND flag").count()
     assert odd == sum(
@@ -408,9 +423,7 @@ def test_the_jvm_source_writes_every_direct_type_batch_by_batch(
     df = read(spark, uri, "direct")
     df.write.format("quiver").option("uri", uri).mode("overwrite").save("copy")
     got = client.get("copy").sort_by("id")
-    assert got.num_rows == table.num_rows
-    for name in table.column_names:
-        assert got[name].to_pylist() == table[name].to_pylist(), name
+    assert_same_rows(got, table)
     # A table an empty overwrite made has the schema written rows have, and takes them.
     df.limit(0).write.format("quiver").option("uri", uri).mode("overwrite").save("empty")
     assert client.get("empty").schema == got.schema
@@ -502,6 +515,30 @@ def java_home(jars: str) -> Path:
     return Path(recorded.read_text().strip())
 
 
+def check_a_shared_memory_copy(
+    jars: str, java_home: Path, server: Server, table: pa.Table, partitions: int
+) -> None:
+    """Put ``table`` in ``partitions`` endpoints, copy it with a Java 22 job reading with
+    ``transport`` ``shm``, and check the copy's rows and that the server served one ShmGet per
+    endpoint and no DoGet (its metrics)."""
+    metrics = server.metrics_url()
+    with quiver.connect(server.uri) as client:
+        client.put("source", table, partitions=partitions)
+        before = scrape(metrics)
+        out = copy_job(jars, java_home, server.uri, "source", "copy", "shm")
+        after = scrape(metrics)
+        assert re.search(rf"quiver-copy-job java=\d+ partitions={partitions}\b", out), out
+        shm_gets = value(after, "quiver_rpcs_total", method="ShmGet", code="OK") - value(
+            before, "quiver_rpcs_total", method="ShmGet", code="OK"
+        )
+        assert shm_gets == partitions
+        assert value(after, "quiver_rpcs_total", method="DoGet") == value(
+            before, "quiver_rpcs_total", method="DoGet"
+        )
+        got = client.get("copy").sort_by("id")
+    assert_same_rows(got, table)
+
+
 def test_a_java_22_job_reads_every_type_through_shared_memory(
     jars: str, java_home: Path, start_quiver: ServerFactory
 ) -> None:
@@ -509,25 +546,32 @@ def test_a_java_22_job_reads_every_type_through_shared_memory(
     table's, cut into the endpoints' row ranges (4 endpoints over batches of 700 rows: every
     endpoint starts inside a batch), and the server served them without one DoGet."""
     server = start_quiver("--metrics-listen", "127.0.0.1:0")
-    metrics = server.metrics_url()
-    table = with_nested(direct_types())
-    with quiver.connect(server.uri) as client:
-        client.put("wide", table, partitions=4)
-        before = scrape(metrics)
-        out = copy_job(jars, java_home, server.uri, "wide", "copy", "shm")
-        after = scrape(metrics)
-        assert re.search(r"quiver-copy-job java=\d+ partitions=4", out), out
-        shm_gets = value(after, "quiver_rpcs_total", method="ShmGet", code="OK") - value(
-            before, "quiver_rpcs_total", method="ShmGet", code="OK"
+    check_a_shared_memory_copy(jars, java_home, server, with_nested(direct_types()), 4)
+
+
+def test_a_java_22_job_reads_dictionary_columns_through_shared_memory(
+    jars: str, java_home: Path, start_quiver: ServerFactory
+) -> None:
+    """Dictionary-encoded columns are mapped too: their dictionary batches, loaded in stream
+    order, decode the record batches after them. Each batch here has dictionaries of its own
+    (the stream replaces them), and 3 endpoints over 4 batches of 500 rows start inside
+    batches, whose dictionaries come before the endpoint's first row."""
+    batches = []
+    for b in range(4):
+        ids = list(range(b * 500, (b + 1) * 500))
+        words = [f"w{b}-{i % 5}" if i % 9 else None for i in ids]
+        codes = [(i * 7 + b) % 11 for i in ids]
+        batches.append(
+            pa.record_batch(
+                {
+                    "id": pa.array(ids, pa.int64()),
+                    "word": pa.array(words, pa.string()).dictionary_encode(),
+                    "code": pa.array(codes, pa.int64()).dictionary_encode(),
+                }
+            )
         )
-        assert shm_gets == 4
-        assert value(after, "quiver_rpcs_total", method="DoGet") == value(
-            before, "quiver_rpcs_total", method="DoGet"
-        )
-        got = client.get("copy").sort_by("id")
-    assert got.num_rows == table.num_rows
-    for name in table.column_names:
-        assert got[name].to_pylist() == table[name].to_pylist(), name
+    server = start_quiver("--metrics-listen", "127.0.0.1:0")
+    check_a_shared_memory_copy(jars, java_home, server, pa.Table.from_batches(batches), 3)
 
 
 def test_a_java_22_job_reads_a_cluster_table_through_its_nodes_shared_memory(
@@ -564,9 +608,7 @@ def test_a_java_22_job_reads_a_cluster_table_through_its_nodes_shared_memory(
     finally:
         if not stopped:
             nodes.stop_all()
-    assert got.num_rows == table.num_rows
-    for name in table.column_names:
-        assert got[name].to_pylist() == table[name].to_pylist(), name
+    assert_same_rows(got, table)
 
 
 def test_the_jvm_source_says_what_shared_memory_needs(

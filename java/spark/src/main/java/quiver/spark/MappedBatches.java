@@ -8,7 +8,9 @@ import java.net.URI;
 import java.net.UnknownHostException;
 import java.nio.charset.StandardCharsets;
 import java.util.ArrayList;
+import java.util.HashMap;
 import java.util.List;
+import java.util.Map;
 import org.apache.arrow.flight.FlightDescriptor;
 import org.apache.arrow.flight.FlightEndpoint;
 import org.apache.arrow.flight.FlightInfo;
@@ -18,8 +20,14 @@ import org.apache.arrow.flight.Location;
 import org.apache.arrow.vector.FieldVector;
 import org.apache.arrow.vector.VectorLoader;
 import org.apache.arrow.vector.VectorSchemaRoot;
+import org.apache.arrow.vector.dictionary.Dictionary;
 import org.apache.arrow.vector.dictionary.DictionaryProvider;
+import org.apache.arrow.vector.ipc.message.ArrowDictionaryBatch;
+import org.apache.arrow.vector.ipc.message.ArrowMessage;
 import org.apache.arrow.vector.ipc.message.ArrowRecordBatch;
+import org.apache.arrow.vector.types.pojo.Field;
+import org.apache.arrow.vector.types.pojo.Schema;
+import org.apache.arrow.vector.util.DictionaryUtility;
 
 /**
  * One endpoint of a stored table read through shared memory: the server's GetFlightInfo, asked
@@ -28,7 +36,9 @@ import org.apache.arrow.vector.ipc.message.ArrowRecordBatch;
  * endpoint's rows (on one server, partition {@code p} of {@code n}: rows {@code p*R/n} up to
  * {@code (p+1)*R/n} of {@code R}) and columns are taken from it, as the Python connector does
  * (docs/engines.md). A batch inside those rows is loaded as it lies in the mapping; the first
- * and last may be cut, which copies what they keep.
+ * and last may be cut, which copies what they keep. A dictionary batch is loaded, as it lies,
+ * into its dictionary's vector where the stream has it, so each record batch is read with the
+ * dictionaries of its place in the stream.
  */
 final class MappedBatches implements QuiverPartitionReader.Batches {
   /** What names one partition of a cluster's table, which only DoGet serves. */
@@ -36,6 +46,9 @@ final class MappedBatches implements QuiverPartitionReader.Batches {
 
   private final Connection.Client client;
   private final SharedMemory.Mapped mapped;
+  /** The dictionaries of the dictionary-encoded columns, by id; empty if none. */
+  private final DictionaryProvider.MapDictionaryProvider dictionaries;
+
   private final VectorSchemaRoot root;
   private final VectorLoader loader;
   private final List<String> columns;
@@ -51,7 +64,18 @@ final class MappedBatches implements QuiverPartitionReader.Batches {
       Connection.Client client, SharedMemory.Mapped mapped, List<String> columns, long[] window) {
     this.client = client;
     this.mapped = mapped;
-    this.root = VectorSchemaRoot.create(mapped.schema, client.allocator);
+    // As Arrow's stream readers do: a dictionary-encoded column's vector holds its indices, and
+    // a vector of its values' type, one per dictionary id, holds the dictionary.
+    Map<Long, Dictionary> byId = new HashMap<>();
+    List<Field> fields = new ArrayList<>();
+    for (Field field : mapped.schema.getFields()) {
+      fields.add(DictionaryUtility.toMemoryFormat(field, client.allocator, byId));
+    }
+    this.dictionaries =
+        new DictionaryProvider.MapDictionaryProvider(byId.values().toArray(new Dictionary[0]));
+    this.root =
+        VectorSchemaRoot.create(
+            new Schema(fields, mapped.schema.getCustomMetadata()), client.allocator);
     this.loader = new VectorLoader(root);
     this.columns = columns;
     this.start = window[0];
@@ -139,8 +163,10 @@ final class MappedBatches implements QuiverPartitionReader.Batches {
       }
       mapped = SharedMemory.get(calls, client.allocator, where, granted);
       long total = 0;
-      for (ArrowRecordBatch batch : mapped.batches) {
-        total += batch.getLength();
+      for (ArrowMessage message : mapped.messages) {
+        if (message instanceof ArrowRecordBatch) {
+          total += ((ArrowRecordBatch) message).getLength();
+        }
       }
       long[] window = {0, total};
       if (!clustered) {
@@ -205,8 +231,13 @@ final class MappedBatches implements QuiverPartitionReader.Batches {
   @Override
   public boolean next() {
     closeCut();
-    while (next < mapped.batches.size() && firstRow < end) {
-      ArrowRecordBatch batch = mapped.batches.get(next++);
+    while (next < mapped.messages.size() && firstRow < end) {
+      ArrowMessage message = mapped.messages.get(next++);
+      if (message instanceof ArrowDictionaryBatch) {
+        load((ArrowDictionaryBatch) message);
+        continue;
+      }
+      ArrowRecordBatch batch = (ArrowRecordBatch) message;
       long first = firstRow;
       firstRow += batch.getLength();
       long from = Math.max(start, first);
@@ -225,6 +256,19 @@ final class MappedBatches implements QuiverPartitionReader.Batches {
       return true;
     }
     return false;
+  }
+
+  /** The dictionary of the batch's id, from here on the batch's values (a replacement). */
+  private void load(ArrowDictionaryBatch batch) {
+    Dictionary dictionary = dictionaries.lookup(batch.getDictionaryId());
+    if (dictionary == null) {
+      throw new IllegalStateException(
+          "a dictionary batch of id " + batch.getDictionaryId() + ", which no column uses");
+    }
+    FieldVector vector = dictionary.getVector();
+    // Not closed: it would close the dictionary's vector, which the provider owns.
+    VectorSchemaRoot holder = new VectorSchemaRoot(List.of(vector.getField()), List.of(vector), 0);
+    new VectorLoader(holder).load(batch.getDictionary());
   }
 
   private List<FieldVector> project(VectorSchemaRoot current) {
@@ -261,8 +305,7 @@ final class MappedBatches implements QuiverPartitionReader.Batches {
 
   @Override
   public DictionaryProvider dictionaries() {
-    // SharedMemory.get refuses dictionary-encoded columns.
-    throw new IllegalStateException("a mapped table has no dictionaries");
+    return dictionaries;
   }
 
   @Override
@@ -270,6 +313,7 @@ final class MappedBatches implements QuiverPartitionReader.Batches {
     try {
       closeCut();
       root.close();
+      dictionaries.close();
       mapped.close();
     } finally {
       client.close();

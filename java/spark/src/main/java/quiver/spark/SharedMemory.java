@@ -14,9 +14,10 @@ import org.apache.arrow.flatbuf.MessageHeader;
 import org.apache.arrow.memory.ArrowBuf;
 import org.apache.arrow.memory.BufferAllocator;
 import org.apache.arrow.memory.ForeignAllocation;
+import org.apache.arrow.vector.ipc.message.ArrowDictionaryBatch;
+import org.apache.arrow.vector.ipc.message.ArrowMessage;
 import org.apache.arrow.vector.ipc.message.ArrowRecordBatch;
 import org.apache.arrow.vector.ipc.message.MessageSerializer;
-import org.apache.arrow.vector.types.pojo.Field;
 import org.apache.arrow.vector.types.pojo.Schema;
 
 /**
@@ -179,13 +180,16 @@ final class SharedMemory {
   }
 
   /**
-   * A version mapped: its schema and batches, whose buffers are slices of the memfds. Closing
-   * it releases the batches, unmaps the memfds once no buffer points into them, tells the server
-   * which offsets it read ({@code free_data}) and closes the connection.
+   * A version mapped: its schema (as sent: a dictionary-encoded column has its values' type) and
+   * its record and dictionary batches in stream order, whose buffers are slices of the memfds
+   * (a dictionary batch replaces the dictionary of its id from there on). Closing it releases
+   * the batches, unmaps the memfds once no buffer points into them, tells the server which
+   * offsets it read ({@code free_data}) and closes the connection.
    */
   static final class Mapped implements AutoCloseable {
     final Schema schema;
-    final List<ArrowRecordBatch> batches;
+    /** {@link ArrowRecordBatch}es and {@link ArrowDictionaryBatch}es. */
+    final List<ArrowMessage> messages;
     private final List<ArrowBuf> regions;
     private final Channel channel;
     private final Long freeTag;
@@ -193,13 +197,13 @@ final class SharedMemory {
 
     private Mapped(
         Schema schema,
-        List<ArrowRecordBatch> batches,
+        List<ArrowMessage> messages,
         List<ArrowBuf> regions,
         Channel channel,
         Long freeTag,
         long[] offsets) {
       this.schema = schema;
-      this.batches = batches;
+      this.messages = messages;
       this.regions = regions;
       this.channel = channel;
       this.freeTag = freeTag;
@@ -209,7 +213,7 @@ final class SharedMemory {
     @Override
     public void close() {
       try {
-        batches.forEach(ArrowRecordBatch::close);
+        messages.forEach(SharedMemory::release);
         regions.forEach(ArrowBuf::close);
         if (freeTag != null) {
           for (int i = 0; i < offsets.length; i += FREE_CHUNK) {
@@ -234,14 +238,14 @@ final class SharedMemory {
    * {@code location}, into buffers of {@code allocator}.
    *
    * @throws Unavailable the socket cannot be reached or refuses the ticket (not this server's
-   *     socket), or the version has dictionary-encoded columns (read over gRPC)
+   *     socket), or the version has a delta dictionary batch (read over gRPC)
    * @throws IOException the server answered with an error, or with something malformed
    */
   static Mapped get(Calls calls, BufferAllocator allocator, Location location, byte[] ticket)
       throws IOException {
     Channel channel = calls.connect(location.path);
     List<ArrowBuf> regions = new ArrayList<>();
-    List<ArrowRecordBatch> batches = new ArrayList<>();
+    List<ArrowMessage> messages = new ArrayList<>();
     try {
       channel.send(tagged(location.want, ticket));
       List<Integer> fds = new ArrayList<>();
@@ -274,21 +278,28 @@ final class SharedMemory {
         datagram = channel.receive(null);
       }
       Schema schema = stream.schema();
-      for (Field field : schema.getFields()) {
-        if (field.getDictionary() != null) {
-          throw new Unavailable(
-              "column '" + field.getName() + "' is dictionary-encoded: read over gRPC");
+      for (int seq = 1; seq < stream.end; seq++) {
+        ArrowMessage message = stream.batch(seq, regions, allocator);
+        messages.add(message);
+        if (message instanceof ArrowDictionaryBatch && ((ArrowDictionaryBatch) message).isDelta()) {
+          throw new Unavailable("a delta dictionary batch (message " + seq + "): read over gRPC");
         }
       }
-      for (int seq = 1; seq < stream.end; seq++) {
-        batches.add(stream.batch(seq, regions, allocator));
-      }
-      return new Mapped(schema, batches, regions, channel, location.free, stream.offsets());
+      return new Mapped(schema, messages, regions, channel, location.free, stream.offsets());
     } catch (IOException | RuntimeException e) {
-      batches.forEach(ArrowRecordBatch::close);
+      messages.forEach(SharedMemory::release);
       regions.forEach(ArrowBuf::close);
       channel.close();
       throw e;
+    }
+  }
+
+  /** Releases a record or dictionary batch's buffers. */
+  private static void release(ArrowMessage message) {
+    if (message instanceof ArrowRecordBatch) {
+      ((ArrowRecordBatch) message).close();
+    } else {
+      ((ArrowDictionaryBatch) message).close();
     }
   }
 
@@ -465,28 +476,46 @@ final class SharedMemory {
     }
 
     Schema schema() throws IOException {
-      Message message = message(0, MessageHeader.Schema);
+      Message message = Message.getRootAsMessage(metadata.get(0).duplicate());
+      if (message.headerType() != MessageHeader.Schema) {
+        throw new IOException(
+            "the stream does not start with a schema (header type " + message.headerType() + ")");
+      }
       return MessageSerializer.deserializeSchema(message);
     }
 
-    private Message message(int seq, byte type) throws IOException {
+    /**
+     * Record or dictionary batch {@code seq}: its header as received, its body a slice of its
+     * memfd.
+     */
+    ArrowMessage batch(int seq, List<ArrowBuf> regions, BufferAllocator allocator)
+        throws IOException {
       Message message = Message.getRootAsMessage(metadata.get(seq).duplicate());
-      if (message.headerType() != type) {
-        String what = type == MessageHeader.Schema ? "a schema" : "a record batch";
+      byte type = message.headerType();
+      if (type != MessageHeader.RecordBatch && type != MessageHeader.DictionaryBatch) {
         throw new IOException(
-            "message " + seq + " is not " + what + " (header type " + message.headerType() + ")");
+            "message " + seq + " is neither a record nor a dictionary batch (header type "
+                + type + ")");
       }
-      return message;
+      return deserialize(message, body(seq, message.bodyLength(), regions, allocator));
     }
 
-    /** Batch {@code seq}: its header as received, its body a slice of its memfd. */
-    ArrowRecordBatch batch(int seq, List<ArrowBuf> regions, BufferAllocator allocator)
+    private static ArrowMessage deserialize(Message message, ArrowBuf body) throws IOException {
+      return message.headerType() == MessageHeader.RecordBatch
+          ? MessageSerializer.deserializeRecordBatch(message, body)
+          : MessageSerializer.deserializeDictionaryBatch(message, body);
+    }
+
+    /**
+     * The body of message {@code seq}, {@code length} bytes from its first buffer on: a slice of
+     * the memfd that holds it, with a reference of its own (the batch made from it releases the
+     * body it is given; the region's reference stays with the region).
+     */
+    private ArrowBuf body(int seq, long length, List<ArrowBuf> regions, BufferAllocator allocator)
         throws IOException {
-      Message message = message(seq, MessageHeader.RecordBatch);
-      long length = message.bodyLength();
       long[] offsets = bodies.get(seq);
       if (length == 0 || offsets.length == 0) {
-        return MessageSerializer.deserializeRecordBatch(message, allocator.getEmpty());
+        return allocator.getEmpty();
       }
       long start = offsets[0];
       for (ArrowBuf region : regions) {
@@ -497,10 +526,8 @@ final class SharedMemory {
                 "message " + seq + ": its body of " + length + " bytes runs past its memfd");
           }
           ArrowBuf body = region.slice(start, length);
-          // The batch retains its buffers and releases the body it is given: a reference of
-          // its own, so that the region's stays with the region.
           body.getReferenceManager().retain();
-          return MessageSerializer.deserializeRecordBatch(message, body);
+          return body;
         }
         start -= capacity;
       }
