@@ -225,9 +225,8 @@ def test_the_jvm_source_reads_nested_columns_batch_after_batch(
     table = with_nested(direct_types())
     client.put("nested", table, partitions=2)
     got = read(spark, uri, "nested").toArrow().sort_by("id")
-    assert got.num_rows == table.num_rows
-    for name in ("id", "tags", "point"):
-        assert got[name].to_pylist() == table[name].to_pylist(), name
+    columns = ["id", "tags", "point"]
+    assert_same_rows(got.select(columns), table.select(columns))
 
 
 def test_the_jvm_source_reads_each_batch_of_every_direct_type(
@@ -519,19 +518,21 @@ def check_a_shared_memory_copy(
     jars: str, java_home: Path, server: Server, table: pa.Table, partitions: int
 ) -> None:
     """Put ``table`` in ``partitions`` endpoints, copy it with a Java 22 job reading with
-    ``transport`` ``shm``, and check the copy's rows and that the server served one ShmGet per
-    endpoint and no DoGet (its metrics)."""
+    ``transport`` ``shm``, and check the copy's rows, its count, and that the server served
+    one ShmGet per endpoint and read, and no DoGet (its metrics)."""
     metrics = server.metrics_url()
     with quiver.connect(server.uri) as client:
         client.put("source", table, partitions=partitions)
         before = scrape(metrics)
         out = copy_job(jars, java_home, server.uri, "source", "copy", "shm")
         after = scrape(metrics)
-        assert re.search(rf"quiver-copy-job java=\d+ partitions={partitions}\b", out), out
+        # The count reads no column: the endpoints' row ranges alone, nothing cut.
+        expected = rf"quiver-copy-job java=\d+ partitions={partitions} rows={table.num_rows}\b"
+        assert re.search(expected, out), out
         shm_gets = value(after, "quiver_rpcs_total", method="ShmGet", code="OK") - value(
             before, "quiver_rpcs_total", method="ShmGet", code="OK"
         )
-        assert shm_gets == partitions
+        assert shm_gets == 2 * partitions  # one per endpoint, for the copy and for the count
         assert value(after, "quiver_rpcs_total", method="DoGet") == value(
             before, "quiver_rpcs_total", method="DoGet"
         )
@@ -589,7 +590,8 @@ def test_a_java_22_job_reads_a_cluster_table_through_its_nodes_shared_memory(
         with nodes.client("n1") as c:
             c.put("wide", table, partitions=6)
         out = copy_job(jars, java_home, nodes.uri("n2"), "wide", "copy", "shm")
-        assert re.search(r"quiver-copy-job java=\d+ partitions=6", out), out
+        expected = rf"quiver-copy-job java=\d+ partitions=6 rows={table.num_rows}\b"
+        assert re.search(expected, out), out
         with nodes.client("n2") as c:
             got = c.get("copy").sort_by("id")
         # The control: one split of the table read by DoGet, which its node logs.

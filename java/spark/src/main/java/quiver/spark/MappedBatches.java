@@ -36,7 +36,7 @@ import org.apache.arrow.vector.util.DictionaryUtility;
  * endpoint's rows (on one server, partition {@code p} of {@code n}: rows {@code p*R/n} up to
  * {@code (p+1)*R/n} of {@code R}) and columns are taken from it, as the Python connector does
  * (docs/engines.md). A batch inside those rows is loaded as it lies in the mapping; the first
- * and last may be cut, which copies what they keep. A dictionary batch is loaded, as it lies,
+ * and last may be cut, which copies what they keep of the columns read. A dictionary batch is loaded, as it lies,
  * into its dictionary's vector where the stream has it, so each record batch is read with the
  * dictionaries of its place in the stream.
  */
@@ -51,7 +51,8 @@ final class MappedBatches implements QuiverPartitionReader.Batches {
 
   private final VectorSchemaRoot root;
   private final VectorLoader loader;
-  private final List<String> columns;
+  /** The root's vectors Spark reads, in its order: the ticket's columns. */
+  private final List<FieldVector> projected;
   private final long start;
   private final long end;
   private int next;
@@ -77,7 +78,7 @@ final class MappedBatches implements QuiverPartitionReader.Batches {
         VectorSchemaRoot.create(
             new Schema(fields, mapped.schema.getCustomMetadata()), client.allocator);
     this.loader = new VectorLoader(root);
-    this.columns = columns;
+    this.projected = project(root, columns);
     this.start = window[0];
     this.end = window[1];
   }
@@ -246,13 +247,14 @@ final class MappedBatches implements QuiverPartitionReader.Batches {
         continue;
       }
       loader.load(batch);
-      VectorSchemaRoot current = root;
-      if (to - from < batch.getLength()) {
-        cut = root.slice((int) (from - first), (int) (to - from));
-        current = cut;
+      rows = (int) (to - from);
+      vectors = projected;
+      if (rows < batch.getLength() && !projected.isEmpty()) {
+        // Only the columns read are cut (a copy); none at all for a count. The root over them
+        // is not closed: it would close the root's own vectors.
+        cut = new VectorSchemaRoot(projected).slice((int) (from - first), rows);
+        vectors = cut.getFieldVectors();
       }
-      rows = current.getRowCount();
-      vectors = project(current);
       return true;
     }
     return false;
@@ -271,13 +273,14 @@ final class MappedBatches implements QuiverPartitionReader.Batches {
     new VectorLoader(holder).load(batch.getDictionary());
   }
 
-  private List<FieldVector> project(VectorSchemaRoot current) {
+  /** The vectors of {@code columns} (all if null), in that order. */
+  private static List<FieldVector> project(VectorSchemaRoot root, List<String> columns) {
     if (columns == null) {
-      return current.getFieldVectors();
+      return root.getFieldVectors();
     }
     List<FieldVector> projected = new ArrayList<>(columns.size());
     for (String name : columns) {
-      FieldVector vector = current.getVector(name);
+      FieldVector vector = root.getVector(name);
       if (vector == null) {
         throw new IllegalStateException("the mapped table has no column '" + name + "'");
       }

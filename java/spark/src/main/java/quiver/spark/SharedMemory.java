@@ -497,11 +497,8 @@ final class SharedMemory {
             "message " + seq + " is neither a record nor a dictionary batch (header type "
                 + type + ")");
       }
-      return deserialize(message, body(seq, message.bodyLength(), regions, allocator));
-    }
-
-    private static ArrowMessage deserialize(Message message, ArrowBuf body) throws IOException {
-      return message.headerType() == MessageHeader.RecordBatch
+      ArrowBuf body = body(seq, message.bodyLength(), regions, allocator);
+      return type == MessageHeader.RecordBatch
           ? MessageSerializer.deserializeRecordBatch(message, body)
           : MessageSerializer.deserializeDictionaryBatch(message, body);
     }

@@ -7,8 +7,8 @@ import org.apache.spark.sql.SparkSession;
 /**
  * A Spark job in Java that copies a quiver table: reads every row of TABLE with option
  * {@code transport} TRANSPORT and overwrites COPY with them (a write goes over gRPC), then
- * prints its input partitions and rows on one line for python/tests/test_spark_jvm.py, which
- * compares COPY with TABLE.
+ * counts TABLE's rows the same way (a read of no column) and prints its input partitions and
+ * that count on one line for python/tests/test_spark_jvm.py, which compares COPY with TABLE.
  *
  * <p>Arguments: URI TABLE COPY TRANSPORT.
  */
@@ -30,7 +30,9 @@ public final class CopyJob {
           "quiver-copy-job java="
               + Runtime.version().feature()
               + " partitions="
-              + df.javaRDD().getNumPartitions());
+              + df.javaRDD().getNumPartitions()
+              + " rows="
+              + df.count());
     } finally {
       spark.stop();
     }
