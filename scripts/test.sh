@@ -6,7 +6,7 @@
 #      that fails): cargo fmt --check; the release `quiver` binary the Python tests
 #      start, built after its code-generating crate (quiver-etcd) is cleaned, so each
 #      run proves the build needs cargo alone; then every unit, integration and doc
-#      test, compiled in the background (niced) while the Python tests of step 7 run,
+#      test, compiled in the background (niced) while the Python tests of step 8 run,
 #      and run after them. Clippy's lints (-D warnings) run inside those builds,
 #      clippy-driver being the workspace's rustc wrapper: the workspace is compiled once
 #      for lints, tests and binary, and no dependency is compiled a second time for
@@ -18,7 +18,7 @@
 #      tests run once here against real engines (Spark needs the JDK of step 4);
 #      then the client's wheel (maturin, abi3: one wheel for every CPython >= 3.10),
 #      built once and installed into the venv, so the tests import what a user
-#      installs, not the source tree. The venv, and steps 4 to 6, install in the
+#      installs, not the source tree. The venv, and steps 4 to 7, install in the
 #      background while Rust compiles (they wait on the network more than on the CPU);
 #   4. Java (JDK 17 and Maven from Debian's packages if missing) and Apache Arrow's
 #      Flight SQL JDBC driver, for python/tests/test_jdbc.py (scripts/setup-java.sh;
@@ -30,7 +30,12 @@
 #   6. systemd and tmux from Debian's packages, if missing, for systemd-analyze
 #      verify of the unit in deploy/ and for `quiver top` under a terminal
 #      (scripts/install-os-tools.sh);
-#   7. ruff, mypy on the client package (python/quiver), and pytest against the
+#   7. SeaweedFS's `weed`, the real S3 server that the object-storage tests start on
+#      127.0.0.1 with a bucket and credentials (python/tests/s3_helpers.py), built
+#      with Go from its module at a pinned version (scripts/install-s3-server.sh; a
+#      few minutes cold, then cached outside the repository, in ~/.cache/quiver/s3);
+#      its path is QUIVER_S3_SERVER_BIN for the tests;
+#   8. ruff, mypy on the client package (python/quiver), and pytest against the
 #      real server binary: the client's tests (Flight, Flight SQL through ADBC and
 #      JDBC, the sqllogictest files) and the benchmark harness's smoke tests (tiny
 #      sizes; never the benchmarks); then the cluster's tests once more on a secure
@@ -43,6 +48,8 @@
 #   CARGO_TARGET_DIR  where cargo builds (default: ./target)
 #   QUIVER_VENV       the Python venv to create or reuse (default: ./.venv)
 #   PYTHON            the interpreter for the venv (default: python3)
+#   QUIVER_S3_CACHE   where scripts/install-s3-server.sh builds weed (default:
+#                     ~/.cache/quiver/s3)
 #   PYTEST_ARGS       extra pytest arguments, e.g. "-k put -x"
 set -euo pipefail
 
@@ -51,6 +58,8 @@ cd "$repo"
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$repo/target}"
 venv="${QUIVER_VENV:-$repo/.venv}"
 python="${PYTHON:-python3}"
+# The S3 server of the tests, where scripts/install-s3-server.sh builds it (step 7).
+export QUIVER_S3_SERVER_BIN="${QUIVER_S3_CACHE:-$HOME/.cache/quiver/s3}/bin/weed"
 
 # Each step's wall-clock time, printed at the end (docs/performance.md keeps a cold run's).
 started=$SECONDS
@@ -94,8 +103,9 @@ cargo fmt --all -- --check
 
 # What waits on the network more than on the CPU installs while Rust compiles, in two
 # background jobs: the Python venv (pip), and Java with the JDBC driver, PostgreSQL,
-# systemd and tmux (apt-get, one after another for dpkg's lock). Each writes a log; the
-# steps that need them wait for them (`await_background`), and a failure ends the run there.
+# systemd and tmux (apt-get, one after another for dpkg's lock), then SeaweedFS's weed
+# (go build). Each writes a log; the steps that need them wait for them
+# (`await_background`), and a failure ends the run there.
 installs="$(mktemp -d)"
 install_venv() {
     local stamp="$venv/.quiver-deps" want
@@ -119,6 +129,10 @@ install_system() {
     # systemd and tmux (test_deploy.py, test_top.py). Exit 3: they cannot be installed
     # here; the tests then say so (and fail with CI=true).
     bash scripts/install-os-tools.sh || [ $? -eq 3 ]
+    # SeaweedFS's weed, the S3 server of the object-storage tests (python/tests/
+    # s3_helpers.py): built with Go from its module (niced), cached outside the
+    # repository at $QUIVER_S3_SERVER_BIN.
+    bash scripts/install-s3-server.sh
 }
 background() {
     local name=$1
@@ -208,7 +222,7 @@ background test-build nice -n 19 cargo test --release --workspace --locked --tim
 step "mypy (the client package ships py.typed)"
 "$venv/bin/mypy" --config-file python/pyproject.toml python/quiver
 
-await_background system "Java and the JDBC driver, PostgreSQL and psqlODBC, systemd and tmux"
+await_background system "Java and the JDBC driver, PostgreSQL and psqlODBC, systemd and tmux, SeaweedFS's weed"
 
 step "pytest"
 # --durations: the slowest tests, named in the log (what a run spends where).

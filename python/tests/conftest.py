@@ -16,6 +16,8 @@ import pytest
 import quiver
 from cluster_helpers import NODES, SECURE, Cluster, Etcd, start_secured_etcd, wait_until
 from engine_helpers import Planner, mixed_table
+from quiver import testing
+from s3_helpers import start_s3
 from server_process import Server, ServerFactory, start_server
 
 
@@ -129,3 +131,15 @@ def cluster(etcd: Etcd, tmp_path: Path) -> Iterator[Cluster]:
         failures = nodes.stop_all()
         if failures:
             pytest.fail("\n".join(failures), pytrace=False)
+
+
+@pytest.fixture(scope="session")
+def s3(tmp_path_factory: pytest.TempPathFactory) -> Iterator[testing.S3Server]:
+    """One real S3 server (SeaweedFS) on 127.0.0.1 for the whole session (s3_helpers.py):
+    each test creates its own buckets. A test that stops or pauses it starts or resumes it
+    again before it ends."""
+    server = start_s3(tmp_path_factory.mktemp("s3"))
+    try:
+        yield server
+    finally:
+        server.stop()
