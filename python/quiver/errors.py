@@ -244,6 +244,7 @@ class WorkerDiedError(QuiverError):
 KIND_CLASSES: dict[str, type[QuiverError]] = {
     "TABLE_NOT_FOUND": TableNotFoundError,
     "HANDLE_NOT_FOUND": NotFoundError,
+    "OBJECT_NOT_FOUND": NotFoundError,
     "TABLE_EXISTS": AlreadyExistsError,
     **dict.fromkeys(
         (

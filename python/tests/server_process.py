@@ -7,8 +7,9 @@ binary, or holds what the server printed.
 from __future__ import annotations
 
 import dataclasses
+import os
 import signal
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
 import pytest
@@ -41,11 +42,24 @@ def quiver_bin() -> Path:
     return testing.find_quiver_binary(REPO)
 
 
-def start_server(*flags: str, log_dir: Path, listen: str = "127.0.0.1:0") -> Server:
-    """Start ``quiver serve --listen LISTEN FLAGS`` and wait for its URI."""
+def start_server(
+    *flags: str, log_dir: Path, listen: str = "127.0.0.1:0", env: Mapping[str, str] | None = None
+) -> Server:
+    """Start ``quiver serve --listen LISTEN FLAGS`` and wait for its URI; ``env`` is added
+    to the environment :func:`quiver.testing.start_quiver` gives it."""
+    environment = None
+    if env is not None:
+        environment = {k: v for k, v in os.environ.items() if not k.startswith("QUIVER_")}
+        environment["QUIVER_LOG"] = "info"
+        environment.update(env)
     try:
         started = testing.start_quiver(
-            *flags, log_dir=log_dir, binary=quiver_bin(), timeout=START_TIMEOUT_S, listen=listen
+            *flags,
+            log_dir=log_dir,
+            binary=quiver_bin(),
+            timeout=START_TIMEOUT_S,
+            listen=listen,
+            env=environment,
         )
     except testing.ServerStartError as error:
         pytest.fail(str(error), pytrace=False)

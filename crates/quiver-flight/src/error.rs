@@ -236,6 +236,9 @@ impl Error {
                 SqlError::Denied(_) => (Code::PermissionDenied, "PERMISSION_DENIED"),
                 SqlError::Internal(_) => (Code::Internal, "INTERNAL"),
                 SqlError::Unavailable(_) => (Code::Unavailable, "UNAVAILABLE"),
+                SqlError::NotFound(_) => (Code::NotFound, "OBJECT_NOT_FOUND"),
+                SqlError::Forbidden(_) => (Code::PermissionDenied, "PERMISSION_DENIED"),
+                SqlError::Unauthenticated(_) => (Code::Unauthenticated, "UNAUTHENTICATED"),
                 // A function called from SQL: classified as when called alone.
                 SqlError::Function(f) => {
                     match f.downcast_ref::<quiver_functions::FunctionError>() {

@@ -180,6 +180,7 @@ fn describe() {
     describe_gauge!(BUILD_INFO, "Always 1; the version is a label");
     quiver_store::metrics::describe();
     quiver_sql::metrics::describe();
+    quiver_objects::metrics::describe();
 }
 
 /// What the gauges are read from at each scrape.

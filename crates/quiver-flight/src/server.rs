@@ -129,9 +129,10 @@ pub struct ServerConfig {
     pub direct_wire: bool,
     /// The SQL engine's limits.
     pub sql: EngineOptions,
-    /// Tables over files, registered before the server accepts connections:
-    /// (name, path of a Parquet, CSV or Arrow IPC file or directory).
-    pub tables: Vec<(String, PathBuf)>,
+    /// Tables in place, registered before the server accepts connections:
+    /// (name, location: a local path or an object store URL of Parquet, CSV
+    /// or Arrow IPC files, a directory, prefix or glob of them).
+    pub tables: Vec<(String, String)>,
     /// Python functions served over DoExchange (`--functions`), their workers
     /// started before the server serves; `None`: no functions.
     pub functions: Option<quiver_functions::FunctionConfig>,
@@ -263,16 +264,16 @@ pub fn advertised_location(config: &ServerConfig, addr: Option<SocketAddr>) -> S
 /// Registers the `--table` files.
 async fn register_tables(
     service: &QuiverService,
-    tables: &[(String, PathBuf)],
+    tables: &[(String, String)],
 ) -> Result<(), ServeError> {
-    for (name, path) in tables {
+    for (name, location) in tables {
         service
             .sql_engine()
-            .register_file(name, path)
+            .register_location(name, location)
             .await
             .map_err(|source| ServeError::Table {
                 name: name.clone(),
-                path: path.display().to_string(),
+                path: location.clone(),
                 source,
             })?;
     }

@@ -171,6 +171,15 @@ impl QuiverService {
             Described::Table(name) => name,
         };
         log.table(&name);
+        // Files in place: read as a query of the whole table.
+        if self.sql.engine().table_in_place(&name).is_some() {
+            let info = self
+                .sql
+                .table_in_place_info(&name, descriptor, &caller?)
+                .await?;
+            log_info(log, &info);
+            return Ok(info);
+        }
         // Shared memory, when asked for and on, to a caller that passed
         // authentication (any role may read a table).
         let shm = match (want_shm, &self.options.shm) {
@@ -677,7 +686,10 @@ impl FlightService for QuiverService {
                     Described::Partition(_) => return Err(partition_not_here("GetSchema")),
                     Described::Table(name) => {
                         log.table(&name);
-                        self.tables.schema(&name).await?
+                        match self.sql.engine().table_in_place(&name) {
+                            Some(schema) => schema,
+                            None => self.tables.schema(&name).await?,
+                        }
                     }
                 };
                 let options = IpcWriteOptions::default();

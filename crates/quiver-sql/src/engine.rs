@@ -1,18 +1,18 @@
 //! [`SqlEngine`]: DataFusion over the table store and registered files.
 
-use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
 use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
 use arrow::record_batch::{RecordBatch, RecordBatchOptions};
 use datafusion::catalog::{CatalogProvider, MemoryCatalogProvider};
-use datafusion::common::{ParamValues, TableReference};
-use datafusion::datasource::file_format::options::ArrowReadOptions;
+use datafusion::common::{DataFusionError, ParamValues, TableReference};
+use datafusion::datasource::file_format::options::{ArrowReadOptions, ReadOptions};
+use datafusion::datasource::listing::{ListingTable, ListingTableConfig};
 use datafusion::datasource::memory::MemorySourceConfig;
 use datafusion::execution::TaskContext;
+use datafusion::execution::cache::cache_manager::CacheManagerConfig;
 use datafusion::execution::memory_pool::{GreedyMemoryPool, TrackConsumersPool};
-use datafusion::execution::object_store::ObjectStoreUrl;
 use datafusion::execution::runtime_env::RuntimeEnvBuilder;
 use datafusion::execution::{SessionState, SessionStateBuilder};
 use datafusion::logical_expr::dml::InsertOp;
@@ -31,6 +31,10 @@ use crate::params::number_placeholders;
 use crate::query::{Query, Replan};
 use crate::settings::Setting;
 use crate::{Result, SqlError};
+use quiver_objects::{
+    CacheSettings, ObjectStoreSettings, ObjectStores, RangeCache, is_object_store_url,
+    refused_option,
+};
 
 /// Default memory one query may hold in its operators: 1 GiB.
 pub const DEFAULT_QUERY_MEMORY_LIMIT: usize = 1 << 30;
@@ -51,6 +55,14 @@ pub struct EngineOptions {
     pub target_partitions: usize,
     /// DataFusion settings over quiver's own choices (`--sql-setting`).
     pub settings: Vec<Setting>,
+    /// How buckets of object storage are reached, over the environment.
+    pub object_stores: ObjectStoreSettings,
+    /// The cache of the ranges read from object storage.
+    pub cache: CacheSettings,
+    /// How long the files of a table in place are listed for once: `None`
+    /// lists them at every query, so files that arrive or go are seen by
+    /// the next one (`--list-ttl`).
+    pub list_ttl: Option<Duration>,
 }
 
 impl Default for EngineOptions {
@@ -60,6 +72,9 @@ impl Default for EngineOptions {
             query_timeout: DEFAULT_QUERY_TIMEOUT,
             target_partitions: 0,
             settings: Vec::new(),
+            object_stores: ObjectStoreSettings::default(),
+            cache: CacheSettings::default(),
+            list_ttl: None,
         }
     }
 }
@@ -140,6 +155,8 @@ pub struct TableInfo {
 /// [`SqlEngine::register_file`] or `CREATE EXTERNAL TABLE`.
 pub struct SqlEngine {
     store: Arc<TableStore>,
+    /// Where tables in place are read from (the session's registry).
+    object_stores: Arc<ObjectStores>,
     schema: Arc<StoreSchema>,
     context: SessionContext,
     options: EngineOptions,
@@ -194,6 +211,40 @@ impl SqlEngine {
             .with_default_features()
             .with_statistics_registry(crate::join_sizes::registry())
             .with_optimizer_rule(Arc::new(crate::join_order::JoinOrder));
+        // Files in place, local or in object storage, through one registry;
+        // listings kept for `list_ttl` at most (by default, listed at every
+        // query), so files that arrive or go are seen without a restart.
+        let cache = match RangeCache::from_settings(&options.cache) {
+            Ok(cache) => cache.map(Arc::new),
+            // The server checks the directory before it builds the engine.
+            Err(e) => {
+                tracing::error!(error = %e, "the cache of object ranges is off");
+                None
+            }
+        };
+        let object_stores = Arc::new(ObjectStores::new(
+            Arc::new(crate::local_files::LocalFiles::new()),
+            options.object_stores.clone(),
+            cache,
+        ));
+        let caches = CacheManagerConfig::default()
+            .with_list_files_cache_limit(if options.list_ttl.is_some() {
+                CacheManagerConfig::default().list_files_cache_limit
+            } else {
+                0
+            })
+            .with_list_files_cache_ttl(options.list_ttl);
+        let runtime = RuntimeEnvBuilder::new()
+            .with_object_store_registry(Arc::clone(&object_stores) as _)
+            .with_cache_manager(caches)
+            .build_arc();
+        let builder = match runtime {
+            Ok(runtime) => builder.with_runtime_env(runtime),
+            Err(e) => {
+                tracing::warn!(error = %e, "the object stores could not be set up");
+                builder
+            }
+        };
         let state = match &cluster {
             Some(cluster) => cluster.session(builder),
             // Plans that stay on this node: the rule's node has no codec to
@@ -209,11 +260,6 @@ impl SqlEngine {
         }
         .build();
         let context = SessionContext::new_with_state(state);
-        // Files in place are read as `file://` objects: cached bytes in place.
-        context.runtime_env().register_object_store(
-            ObjectStoreUrl::local_filesystem().as_ref(),
-            Arc::new(crate::local_files::LocalFiles::new()),
-        );
         let schema = Arc::new(StoreSchema::new(Arc::clone(&store), cluster));
         let catalog = MemoryCatalogProvider::new();
         // A fresh catalog has no schema to replace: this cannot fail.
@@ -221,6 +267,7 @@ impl SqlEngine {
         context.register_catalog(CATALOG, Arc::new(catalog));
         Self {
             store,
+            object_stores,
             schema,
             context,
             options: EngineOptions {
@@ -258,6 +305,15 @@ impl SqlEngine {
         &self.options
     }
 
+    /// The schema of `name`, if it is a table in place (files registered
+    /// with [`SqlEngine::register_location`] or `CREATE EXTERNAL TABLE`).
+    pub fn table_in_place(&self, name: &str) -> Option<SchemaRef> {
+        self.schema
+            .registered(name)
+            .filter(|table| table.table_type() != datafusion::logical_expr::TableType::View)
+            .map(|table| table.schema())
+    }
+
     /// Every table, by name.
     pub fn tables(&self) -> Vec<TableInfo> {
         self.schema
@@ -267,55 +323,65 @@ impl SqlEngine {
             .collect()
     }
 
-    /// Registers the Parquet, CSV (with a header row) or Arrow IPC file or
-    /// directory at `path` as the table `name`, queried in place. The format
-    /// comes from the file's extension (in a directory, its files').
-    pub async fn register_file(&self, name: &str, path: &Path) -> Result<()> {
+    /// Registers the Parquet, CSV (with a header row) or Arrow IPC files at
+    /// `location` as the table `name`, queried in place. `location` is a
+    /// local file or directory, or an object store URL (`s3://bucket/key`,
+    /// `s3://bucket/prefix/`, `gs://...`, `az://...`), where a glob
+    /// (`s3://bucket/trips/*.parquet`) picks files too. The format comes
+    /// from the files' extension; directories named `key=value` are
+    /// partition columns, usable in filters and pruned by them.
+    pub async fn register_location(&self, name: &str, location: &str) -> Result<()> {
         quiver_store::validate_name(name)?;
-        let extension = file_extension(path)?;
-        let location = path
-            .to_str()
-            .ok_or_else(|| SqlError::File(format!("{} is not a UTF-8 path", path.display())))?;
-        let location = if path.is_dir() && !location.ends_with('/') {
-            format!("{location}/")
-        } else {
-            location.to_string()
-        };
-        let table = TableReference::bare(name);
+        let state = self.context.state();
+        let url = crate::location::table_url(&state, location).await?;
+        let extension = crate::location::data_extension(&state, &url, location).await?;
         let dotted = format!(".{extension}");
-        match extension.as_str() {
-            "parquet" | "parq" => {
-                let options = ParquetReadOptions::default().file_extension(&dotted);
-                self.context
-                    .register_parquet(table, &location, options)
-                    .await?;
-            }
+        let config = state.config();
+        let table_options = state.default_table_options();
+        let listing = match extension.as_str() {
+            "parquet" | "parq" => ParquetReadOptions::default()
+                .file_extension(&dotted)
+                .to_listing_options(config, table_options),
             "csv" | "tsv" => {
                 let delimiter = if extension == "tsv" { b'\t' } else { b',' };
-                let options = CsvReadOptions::new()
+                CsvReadOptions::new()
                     .has_header(true)
                     .delimiter(delimiter)
-                    .file_extension(&dotted);
-                self.context.register_csv(table, &location, options).await?;
+                    .file_extension(&dotted)
+                    .to_listing_options(config, table_options)
             }
-            "arrow" | "feather" | "ipc" | "arrows" => {
-                let options = ArrowReadOptions {
-                    file_extension: &dotted,
-                    ..Default::default()
-                };
-                self.context
-                    .register_arrow(table, &location, options)
-                    .await?;
+            "arrow" | "feather" | "ipc" | "arrows" => ArrowReadOptions {
+                file_extension: &dotted,
+                ..Default::default()
             }
+            .to_listing_options(config, table_options),
             other => {
                 return Err(SqlError::File(format!(
-                    "{}: unknown file type '.{other}' (expected .parquet, .csv, .tsv, \
-                     .arrow, .feather or .ipc)",
-                    path.display()
+                    "{location}: unknown file type '.{other}' (expected .parquet, .csv, .tsv, \
+                     .arrow, .feather or .ipc)"
                 )));
             }
-        }
-        tracing::info!(table = name, path = %path.display(), "registered external table");
+        };
+        // `key=value/` directories: partition columns, as CREATE EXTERNAL
+        // TABLE infers them.
+        let partitions = listing.infer_partitions(&state, &url).await?;
+        let partition_type =
+            DataType::Dictionary(Box::new(DataType::UInt16), Box::new(DataType::Utf8));
+        let listing = listing.with_table_partition_cols(
+            partitions
+                .into_iter()
+                .map(|column| (column, partition_type.clone()))
+                .collect(),
+        );
+        let config = ListingTableConfig::new(url)
+            .with_listing_options(listing)
+            .infer_schema(&state)
+            .await
+            .map_err(|e| crate::location::about(location, e))?;
+        let table = ListingTable::try_new(config)?;
+        self.context
+            .register_table(TableReference::bare(name), Arc::new(table))?;
+        tracing::info!(table = name, location, "registered external table");
         Ok(())
     }
 
@@ -421,11 +487,30 @@ impl SqlEngine {
                     Err(StoreError::NotFound { name }.into())
                 }
             }
-            LogicalPlan::Ddl(
-                ddl @ (DdlStatement::CreateExternalTable(_)
-                | DdlStatement::CreateView(_)
-                | DdlStatement::DropView(_)),
-            ) => {
+            LogicalPlan::Ddl(DdlStatement::CreateExternalTable(create)) => {
+                // How storage is reached is the server's to say.
+                if let Some(refused) = create.options.keys().find_map(|k| refused_option(k)) {
+                    return Err(SqlError::Forbidden(refused));
+                }
+                // A location with no files to infer the schema from: gone,
+                // rather than a statement DataFusion cannot plan.
+                if create.schema.fields().is_empty() {
+                    let state = self.context.state();
+                    for location in &create.locations {
+                        let url = crate::location::table_url(&state, location).await?;
+                        crate::location::data_extension(&state, &url, location).await?;
+                    }
+                }
+                self.context
+                    .execute_logical_plan(LogicalPlan::Ddl(DdlStatement::CreateExternalTable(
+                        create,
+                    )))
+                    .await?
+                    .collect()
+                    .await?;
+                Ok(Outcome::Changed(0))
+            }
+            LogicalPlan::Ddl(ddl @ (DdlStatement::CreateView(_) | DdlStatement::DropView(_))) => {
                 self.context
                     .execute_logical_plan(LogicalPlan::Ddl(ddl))
                     .await?
@@ -450,9 +535,35 @@ impl SqlEngine {
                  use Flight SQL prepared statements for parameters",
                 statement.name()
             ))),
-            LogicalPlan::Copy(_) => Err(SqlError::Unsupported(
-                "COPY is not supported: fetch the result and write it on the client".into(),
-            )),
+            LogicalPlan::Copy(copy) => {
+                // Object storage only: a local path would write the server's
+                // own files (its data directory among them).
+                if !is_object_store_url(&copy.output_url) {
+                    return Err(SqlError::Forbidden(format!(
+                        "COPY TO '{}': quiver writes to object storage only (s3://, gs://, \
+                         az://); fetch the result to write it on the client",
+                        copy.output_url
+                    )));
+                }
+                if let Some(refused) = copy.options.keys().find_map(|k| refused_option(k)) {
+                    return Err(SqlError::Forbidden(refused));
+                }
+                // The writes are held until the statement has succeeded: each
+                // object appears whole, or (the query failed) not at all.
+                let url = url::Url::parse(&copy.output_url)
+                    .map_err(|e| SqlError::invalid(format!("{}: {e}", copy.output_url)))?;
+                let hold = self.object_stores.hold_writes(&url)?;
+                match self.count_written(LogicalPlan::Copy(copy)).await {
+                    Ok(rows) => {
+                        hold.commit().await.map_err(DataFusionError::from)?;
+                        Ok(Outcome::Changed(rows))
+                    }
+                    Err(e) => {
+                        hold.abort().await;
+                        Err(e)
+                    }
+                }
+            }
             plan => {
                 let mut query = self.query(&plan).await?;
                 if let Some(cluster) = self.schema.cluster() {
@@ -694,45 +805,4 @@ fn changes_tables(plan: &LogicalPlan) -> bool {
             | LogicalPlan::Statement(_)
             | LogicalPlan::Copy(_)
     )
-}
-
-/// The extension of a file, or of the files in a directory.
-fn file_extension(path: &Path) -> Result<String> {
-    let of = |p: &Path| {
-        p.extension()
-            .and_then(|e| e.to_str())
-            .map(str::to_ascii_lowercase)
-    };
-    let metadata =
-        std::fs::metadata(path).map_err(|e| SqlError::File(format!("{}: {e}", path.display())))?;
-    if !metadata.is_dir() {
-        return of(path).ok_or_else(|| {
-            SqlError::File(format!(
-                "{}: no extension to tell its format by",
-                path.display()
-            ))
-        });
-    }
-    let entries =
-        std::fs::read_dir(path).map_err(|e| SqlError::File(format!("{}: {e}", path.display())))?;
-    let mut found = None;
-    for entry in entries.flatten() {
-        let file = entry.path();
-        if file.is_file()
-            && !file
-                .file_name()
-                .is_some_and(|n| n.to_string_lossy().starts_with('.'))
-        {
-            found = of(&file);
-            if found.is_some() {
-                break;
-            }
-        }
-    }
-    found.ok_or_else(|| {
-        SqlError::File(format!(
-            "{}: no data files in the directory",
-            path.display()
-        ))
-    })
 }

@@ -55,6 +55,19 @@ pub enum SqlError {
     /// trying again.
     #[error("{0}")]
     Unavailable(String),
+    /// Object storage has no such bucket or object (a table in place whose
+    /// files are gone).
+    #[error("{0}")]
+    NotFound(String),
+    /// Object storage refused the server's credentials for a bucket or
+    /// object, or a statement asked to reach storage the way only the
+    /// server's configuration may say (an endpoint, credentials, a URL
+    /// scheme quiver does not read).
+    #[error("{0}")]
+    Forbidden(String),
+    /// Object storage does not know the server's credentials.
+    #[error("{0}")]
+    Unauthenticated(String),
     /// A bug or an unexpected failure.
     #[error("internal error: {0}")]
     Internal(String),
@@ -67,10 +80,30 @@ impl SqlError {
     }
 }
 
+impl From<quiver_objects::Error> for SqlError {
+    fn from(e: quiver_objects::Error) -> Self {
+        objects_kind(&e)(e.to_string())
+    }
+}
+
+/// The kind of a store that could not be had.
+fn objects_kind(error: &quiver_objects::Error) -> fn(String) -> SqlError {
+    use quiver_objects::Error as E;
+    match error {
+        E::InvalidBucket(_) => SqlError::Invalid,
+        E::UnsupportedScheme(_) => SqlError::Forbidden,
+        E::Setup { .. } => SqlError::File,
+        E::Busy(_) => SqlError::Unavailable,
+    }
+}
+
 impl From<DataFusionError> for SqlError {
     fn from(e: DataFusionError) -> Self {
         // The message keeps DataFusion's context; the kind comes from the root.
         let message = e.to_string();
+        if let Some(kind) = object_store_kind(&e) {
+            return kind(message);
+        }
         match e.find_root() {
             DataFusionError::ResourcesExhausted(_) => Self::ResourcesExhausted(message),
             DataFusionError::NotImplemented(_) => Self::Unsupported(message),
@@ -81,6 +114,8 @@ impl From<DataFusionError> for SqlError {
                 Some(SqlError::Cancelled) => Self::Cancelled,
                 Some(SqlError::ResourcesExhausted(m)) => Self::ResourcesExhausted(m.clone()),
                 Some(SqlError::Function(f)) => Self::Function(std::sync::Arc::clone(f)),
+                Some(SqlError::Forbidden(m)) => Self::Forbidden(m.clone()),
+                Some(SqlError::File(m)) => Self::File(m.clone()),
                 _ => match inner.downcast_ref::<StoreError>() {
                     Some(s) => Self::Store(s.clone()),
                     // A call to another cluster node that did not get
@@ -101,6 +136,35 @@ impl From<DataFusionError> for SqlError {
             _ => Self::Invalid(message),
         }
     }
+}
+
+/// The kind of a failure of object storage, if `error` is one or comes from
+/// one (a scan's read reaches DataFusion as a Parquet or Arrow error whose
+/// source is the store's): a store that could not be had, or one that
+/// failed. The local file system's own failures stay [`SqlError::File`].
+fn object_store_kind(error: &DataFusionError) -> Option<fn(String) -> SqlError> {
+    use object_store::Error as E;
+    let mut next: Option<&(dyn std::error::Error + 'static)> = Some(error);
+    while let Some(error) = next {
+        if let Some(objects) = error.downcast_ref::<quiver_objects::Error>() {
+            return Some(objects_kind(objects));
+        }
+        if let Some(store) = error.downcast_ref::<E>() {
+            return Some(match store {
+                E::NotFound { .. } => SqlError::NotFound,
+                E::PermissionDenied { .. } => SqlError::Forbidden,
+                E::Unauthenticated { .. } => SqlError::Unauthenticated,
+                // A store that did not answer, or answered with a failure
+                // of its own (retried already), or an object that changed
+                // while it was read: worth trying again.
+                E::Generic { store, .. } if *store != "LocalFileSystem" => SqlError::Unavailable,
+                E::Precondition { .. } => SqlError::Unavailable,
+                _ => SqlError::File,
+            });
+        }
+        next = error.source();
+    }
+    None
 }
 
 /// Whether `error`, or an error it comes from, says a peer did not answer:

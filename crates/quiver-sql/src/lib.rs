@@ -26,6 +26,7 @@ mod filter;
 mod join_order;
 mod join_sizes;
 mod local_files;
+mod location;
 pub mod metrics;
 mod params;
 mod pushed;
@@ -51,5 +52,6 @@ pub use engine::{
 pub use error::{Result, SqlError};
 pub use params::{number_placeholders, row_values};
 pub use query::{BatchStream, Query};
+pub use quiver_objects::{BucketSettings, CacheSettings, DEFAULT_CACHE_SIZE, ObjectStoreSettings};
 pub use settings::{SETTINGS_ROW, Setting};
 pub use stream::{INPUT_TABLE, InputStream};

@@ -34,7 +34,7 @@ pub(crate) fn outcome_of(e: &SqlError) -> &'static str {
         SqlError::Timeout(_) => "timeout",
         SqlError::Cancelled => "cancelled",
         SqlError::ResourcesExhausted(_) => "resources",
-        SqlError::Denied(_) => "denied",
+        SqlError::Denied(_) | SqlError::Forbidden(_) => "denied",
         _ => "failed",
     }
 }

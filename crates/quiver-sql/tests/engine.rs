@@ -344,7 +344,10 @@ async fn files_register_in_place_and_list_with_their_kind() {
     let csv = dir.path().join("cities.csv");
     std::fs::write(&csv, "city,population\nLyon,520000\nGhent,265000\n").unwrap();
     let (_, engine) = engine();
-    engine.register_file("cities", &csv).await.unwrap();
+    engine
+        .register_location("cities", csv.to_str().unwrap())
+        .await
+        .unwrap();
     let result = query(&engine, "SELECT sum(population) FROM cities")
         .await
         .unwrap();
@@ -357,20 +360,25 @@ async fn files_register_in_place_and_list_with_their_kind() {
     assert!(kinds.contains(&("cities".into(), TableKind::External)));
     assert!(kinds.contains(&("Trips".into(), TableKind::Stored)));
     // A stored table's name cannot be taken by a file, nor the reverse.
-    assert!(engine.register_file("Trips", &csv).await.is_err());
+    assert!(
+        engine
+            .register_location("Trips", csv.to_str().unwrap())
+            .await
+            .is_err()
+    );
     let err = changed(&engine, "CREATE TABLE cities AS SELECT 1")
         .await
         .unwrap_err();
     assert!(matches!(err, SqlError::Invalid(_)), "{err}");
     // Unknown formats and missing paths are refused with the path named.
     let err = engine
-        .register_file("x", &dir.path().join("nope.parquet"))
+        .register_location("x", dir.path().join("nope.parquet").to_str().unwrap())
         .await
         .unwrap_err();
     assert!(err.to_string().contains("nope.parquet"), "{err}");
     std::fs::write(dir.path().join("notes.txt"), "hi").unwrap();
     let err = engine
-        .register_file("x", &dir.path().join("notes.txt"))
+        .register_location("x", dir.path().join("notes.txt").to_str().unwrap())
         .await
         .unwrap_err();
     assert!(err.to_string().contains(".txt"), "{err}");
@@ -656,7 +664,10 @@ async fn joins_of_parquet_files_in_place_are_ordered_by_their_footers() {
     let (_, engine) = engine();
     for (name, batch) in facts_suppliers_nations() {
         let path = write_parquet(dir.path(), name, &batch);
-        engine.register_file(name, &path).await.unwrap();
+        engine
+            .register_location(name, path.to_str().unwrap())
+            .await
+            .unwrap();
     }
     joins_supplier_and_nation_first(&engine).await;
 }
@@ -679,7 +690,10 @@ async fn a_join_filters_the_rows_of_a_parquet_file_by_its_build_side() {
     let dir = tempfile::tempdir().unwrap();
     let (store, engine) = engine();
     let path = write_parquet(dir.path(), "ids", &trips(0..1000));
-    engine.register_file("Ids", &path).await.unwrap();
+    engine
+        .register_location("Ids", path.to_str().unwrap())
+        .await
+        .unwrap();
     put_keys(&store, vec![5, 500, 995]);
     let sql = "SELECT count(*), sum(id) FROM Ids WHERE id IN (SELECT k FROM Keys)";
     let counted = query(&engine, sql).await.unwrap();
@@ -763,4 +777,49 @@ async fn explain_shows_the_settings_a_plan_was_made_under() {
         .await
         .unwrap();
     assert_eq!(analyzed.num_rows(), 1);
+}
+
+/// Where a statement may not make the server read or write: another URL
+/// scheme, an endpoint or credentials in its options, a local `COPY TO`.
+/// All refused before anything is reached.
+#[tokio::test]
+async fn tables_in_place_and_copies_reach_only_what_the_server_allows() {
+    let dir = tempfile::tempdir().unwrap();
+    let (_, engine) = engine();
+    let forbidden = |e: SqlError| matches!(e, SqlError::Forbidden(_));
+    let err = engine
+        .register_location("h", "http://127.0.0.1:9/x.parquet")
+        .await
+        .unwrap_err();
+    assert!(forbidden(err), "an http:// location");
+    for statement in [
+        "CREATE EXTERNAL TABLE h STORED AS PARQUET LOCATION 'http://127.0.0.1:9/x.parquet'",
+        "CREATE EXTERNAL TABLE s STORED AS PARQUET LOCATION 's3://lake/t/' \
+         OPTIONS ('aws.endpoint' 'http://127.0.0.1:9')",
+        "CREATE EXTERNAL TABLE s STORED AS PARQUET LOCATION 's3://lake/t/' \
+         OPTIONS ('aws.secret_access_key' 'x')",
+    ] {
+        let err = changed(&engine, statement).await.unwrap_err();
+        assert!(forbidden(err), "{statement}");
+    }
+    let local = dir.path().join("out.parquet");
+    let copy = format!(
+        "COPY (SELECT 1 AS x) TO '{}' STORED AS PARQUET",
+        local.display()
+    );
+    let err = changed(&engine, &copy).await.unwrap_err();
+    assert!(forbidden(err), "{copy}");
+    assert!(!local.exists());
+    // A file:// URL is a local path like any other.
+    let csv = dir.path().join("c.csv");
+    std::fs::write(&csv, "a\n1\n").unwrap();
+    engine
+        .register_location("c", &format!("file://{}", csv.display()))
+        .await
+        .unwrap();
+    let missing = engine
+        .register_location("m", &dir.path().join("missing").display().to_string())
+        .await
+        .unwrap_err();
+    assert!(matches!(missing, SqlError::NotFound(_)), "{missing}");
 }

@@ -62,6 +62,10 @@ pub(crate) enum Command {
     /// Parquet or Arrow with --format or -o), or an interactive shell when
     /// none is.
     Sql(SqlArgs),
+    /// Export a stored table as Parquet to object storage: the server writes
+    /// it (with its own credentials), as one object that appears whole or not
+    /// at all. Needs the admin role.
+    Export(ExportArgs),
     /// List the functions the server serves (`serve --functions`): name,
     /// input -> output fields, description.
     Functions(crate::functions::FunctionsArgs),
@@ -265,6 +269,15 @@ pub(crate) struct SqlArgs {
     /// Print the rows and the time the statement took (to standard error).
     #[arg(long)]
     pub(crate) timing: bool,
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct ExportArgs {
+    /// The table.
+    pub(crate) name: String,
+    /// Where the server writes it: an object store URL of a Parquet file
+    /// (s3://bucket/exports/trips.parquet).
+    pub(crate) url: String,
 }
 
 #[derive(Debug, Args)]

@@ -37,6 +37,7 @@ pub(crate) async fn run(connector: &Connector, command: Command) -> CmdResult {
         Command::Info(args) => info(connector, args).await,
         Command::Rm(args) => rm(connector, args).await,
         Command::Sql(args) => crate::sql::run(connector, args).await,
+        Command::Export(args) => crate::sql::export(connector, args).await,
         Command::Functions(args) => crate::functions::list(connector, args).await,
         Command::Exchange(args) => crate::functions::exchange(connector, args).await,
         Command::Apply(args) => crate::functions::apply(connector, args).await,

@@ -10,7 +10,7 @@ mod table;
 mod tasks;
 
 use std::collections::BTreeMap;
-use std::sync::{Arc, Weak};
+use std::sync::{Arc, OnceLock, Weak};
 
 use arrow::array::RecordBatch;
 
@@ -19,6 +19,7 @@ use async_trait::async_trait;
 use datafusion::datasource::TableProvider;
 use datafusion::error::{DataFusionError, Result};
 use datafusion::execution::SessionStateBuilder;
+use datafusion::execution::runtime_env::RuntimeEnv;
 use datafusion_distributed::{DistributedExt, SessionStateBuilderExt, Worker, WorkerQueryContext};
 use quiver_sql::ClusterCatalog;
 
@@ -40,6 +41,11 @@ pub(crate) struct ClusterSql {
     scan: Arc<ScanContext>,
     worker: Worker,
     location: String,
+    /// The engine's runtime (its object stores and their cache), set when
+    /// the engine sets up its session: the worker's sessions run with it,
+    /// so a task that scans files in object storage reads them through the
+    /// same stores, settings and cache as a query planned here.
+    runtime: Arc<OnceLock<Arc<RuntimeEnv>>>,
 }
 
 impl std::fmt::Debug for ClusterSql {
@@ -66,11 +72,17 @@ impl ClusterSql {
             peers,
         });
         let for_worker = Arc::clone(&scan);
+        let runtime: Arc<OnceLock<Arc<RuntimeEnv>>> = Arc::default();
+        let worker_runtime = Arc::clone(&runtime);
         let worker = Worker::from_session_builder(move |ctx: WorkerQueryContext| {
             let scan = Arc::clone(&for_worker);
             let channels = channels.clone();
+            let runtime = worker_runtime.get().cloned();
             async move {
                 let mut builder = ctx.builder;
+                if let Some(runtime) = runtime {
+                    builder = builder.with_runtime_env(runtime);
+                }
                 let config = builder.config().get_or_insert_default();
                 config.set_distributed_user_codec(ClusterCodec);
                 config.set_distributed_channel_resolver(channels);
@@ -83,6 +95,7 @@ impl ClusterSql {
             scan,
             worker,
             location,
+            runtime,
         }
     }
 
@@ -162,7 +175,11 @@ impl ClusterCatalog for ClusterSql {
         self.node().map(|node| node.locations()).unwrap_or_default()
     }
 
-    fn session(&self, builder: SessionStateBuilder) -> SessionStateBuilder {
+    fn session(&self, mut builder: SessionStateBuilder) -> SessionStateBuilder {
+        if let Some(runtime) = builder.runtime_env().clone() {
+            // The first engine's: a node has one.
+            let _ = self.runtime.set(runtime);
+        }
         let workers = CatalogWorkers {
             node: self.node.clone(),
         };

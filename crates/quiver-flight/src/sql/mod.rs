@@ -200,6 +200,20 @@ impl FlightSql {
         }
     }
 
+    /// GetFlightInfo of the table in place `name` (a path descriptor): its
+    /// rows as a query's result, one endpoint per group of its files, that
+    /// any Flight client reads with DoGet.
+    pub(crate) async fn table_in_place_info(
+        &self,
+        name: &str,
+        descriptor: FlightDescriptor,
+        caller: &Caller,
+    ) -> Result<FlightInfo> {
+        let query = format!("SELECT * FROM \"{}\"", name.replace('"', "\"\""));
+        let outcome = self.run(&query, None, caller.role.effect()).await?;
+        self.result_info(outcome, descriptor)
+    }
+
     /// GetSchema of a Flight SQL command: what GetFlightInfo would answer,
     /// without running anything.
     pub(crate) async fn schema(&self, command: Command) -> Result<SchemaRef> {

@@ -105,6 +105,24 @@ fn file_args(path: &Path, serve: &ArgMatches) -> Result<(Vec<OsString>, BTreeSet
                 toml::Value::Boolean(false) => {}
                 _ => return Err(bad("true or false")),
             },
+            // `[s3.BUCKET]` blocks: `--s3 BUCKET.KEY=VALUE` each (a list of
+            // those strings, as --print-config writes them, is taken too).
+            ArgAction::Append if key == "s3" && value.is_table() => {
+                let buckets = value.as_table().into_iter().flatten();
+                for (bucket, block) in buckets {
+                    let toml::Value::Table(block) = block else {
+                        return Err(bad("`[s3.BUCKET]` blocks of settings"));
+                    };
+                    for (setting, value) in block {
+                        let value = match value {
+                            toml::Value::Boolean(b) => b.to_string(),
+                            other => scalar(other)
+                                .ok_or_else(|| bad("blocks of strings, numbers or booleans"))?,
+                        };
+                        args.push(format!("--s3={bucket}.{setting}={value}").into());
+                    }
+                }
+            }
             ArgAction::Append => {
                 let values = match value {
                     toml::Value::Array(values) => values.iter().collect(),
@@ -239,6 +257,22 @@ mod tests {
         assert_eq!(args.partitions, 2, "the command line overrides the file");
         assert_eq!(args.sql.tables.len(), 2);
         assert!((args.sql.query_timeout - 1.5).abs() < 1e-9);
+    }
+
+    #[test]
+    fn s3_blocks_set_each_buckets_settings() {
+        let file = write(
+            "table = [\"trips=s3://lake.v2/trips/\"]\n\
+             [s3.\"lake.v2\"]\nendpoint = \"http://127.0.0.1:8333\"\npath-style = true\n\
+             region = \"eu-west-1\"\n",
+        );
+        let args = serve_args(serve(file.path(), &[]).unwrap());
+        let options = args.sql.to_config().unwrap();
+        let bucket = &options.object_stores.buckets["lake.v2"];
+        assert_eq!(bucket.endpoint.as_deref(), Some("http://127.0.0.1:8333"));
+        assert_eq!(bucket.path_style, Some(true));
+        assert_eq!(bucket.region.as_deref(), Some("eu-west-1"));
+        assert_eq!(args.sql.tables[0].1, "s3://lake.v2/trips/");
     }
 
     #[test]

@@ -21,7 +21,10 @@ use quiver_flight::TlsConfig;
 use quiver_flight::auth::{Authenticator, DEFAULT_TOKEN_TTL, TokenSigner, UsersFile};
 use quiver_flight::server::{self, Http2Config, ServerConfig, ServerLimits};
 use quiver_functions::FunctionConfig;
-use quiver_sql::{DEFAULT_QUERY_MEMORY_LIMIT, DEFAULT_QUERY_TIMEOUT, EngineOptions, Setting};
+use quiver_sql::{
+    CacheSettings, DEFAULT_CACHE_SIZE, DEFAULT_QUERY_MEMORY_LIMIT, DEFAULT_QUERY_TIMEOUT,
+    EngineOptions, ObjectStoreSettings, Setting,
+};
 use quiver_store::{DurableOptions, Fsync, TableLimits, TableStore};
 
 use crate::size::{ByteSize, machine_memory};
@@ -467,12 +470,44 @@ impl FunctionArgs {
 /// Flight SQL: [`EngineOptions`], and the tables over files.
 #[derive(Debug, Args)]
 pub(crate) struct SqlArgs {
-    /// A table over files, queried in place by SQL: NAME=PATH, where PATH is a
-    /// Parquet, CSV (with a header row) or Arrow IPC file, or a directory of
-    /// them; the format comes from the extension. Repeatable (no environment
+    /// A table in place, queried by SQL where its files lie: NAME=LOCATION,
+    /// where LOCATION is a Parquet, CSV (with a header row) or Arrow IPC
+    /// file, a directory of them, or a glob, on this machine or in object
+    /// storage (s3://bucket/trips/, s3://bucket/trips/*.parquet, gs://...,
+    /// az://...); the format comes from the extension, and `key=value`
+    /// directories are partition columns. Repeatable (no environment
     /// variable).
-    #[arg(long = "table", value_name = "NAME=PATH", value_parser = parse_table)]
-    pub(crate) tables: Vec<(String, PathBuf)>,
+    #[arg(long = "table", value_name = "NAME=LOCATION", value_parser = parse_table)]
+    pub(crate) tables: Vec<(String, String)>,
+
+    /// How one S3 bucket is reached, over the AWS environment
+    /// (AWS_ACCESS_KEY_ID, AWS_REGION, AWS_ENDPOINT_URL, ...) and
+    /// ~/.aws: BUCKET.KEY=VALUE, KEY one of endpoint, region, path-style,
+    /// credentials-file, profile (e.g. lake.endpoint=http://127.0.0.1:8333).
+    /// Repeatable; in the config file, an `[s3.BUCKET]` block.
+    #[arg(long = "s3", env = "QUIVER_S3", value_name = "BUCKET.KEY=VALUE",
+          value_delimiter = ',', value_parser = parse_bucket_setting)]
+    pub(crate) s3: Vec<String>,
+
+    /// Seconds the file list of a table in place is kept before it is listed
+    /// again. Default: listed at every query, so files that arrive or are
+    /// removed are seen by the next one.
+    #[arg(long, env = "QUIVER_LIST_TTL", value_name = "SECONDS")]
+    pub(crate) list_ttl: Option<f64>,
+
+    /// Keep the byte ranges read from object storage in this directory
+    /// (the cache's own: what is there at start is removed), rather than in
+    /// memory. Each range is kept under its object's version (ETag), so a
+    /// rewritten object is read anew.
+    #[arg(long, env = "QUIVER_CACHE_DIR")]
+    pub(crate) cache_dir: Option<PathBuf>,
+
+    /// Bytes of ranges read from object storage kept (in memory, or in
+    /// --cache-dir); the least recently used go first. 0 turns the cache
+    /// off.
+    #[arg(long, env = "QUIVER_CACHE_SIZE",
+          default_value_t = ByteSize(DEFAULT_CACHE_SIZE))]
+    pub(crate) cache_size: ByteSize,
 
     /// Memory one SQL query may use in sorts, joins and aggregates; past it
     /// the query fails with RESOURCE_EXHAUSTED.
@@ -502,9 +537,48 @@ impl SqlArgs {
             query_memory_limit: size(self.query_memory_limit),
             query_timeout: duration("--query-timeout", self.query_timeout)?,
             settings: self.settings.clone(),
+            object_stores: self.object_store_settings()?,
+            cache: self.cache_settings()?,
+            list_ttl: self
+                .list_ttl
+                .map(|seconds| duration("--list-ttl", seconds))
+                .transpose()?,
             ..EngineOptions::default()
         })
     }
+
+    /// The cache of ranges; its directory is made (and must be writable)
+    /// now, so that a bad one stops the start.
+    fn cache_settings(&self) -> Result<CacheSettings, String> {
+        if let Some(dir) = &self.cache_dir {
+            let probe = dir.join(".quiver-cache-probe");
+            std::fs::create_dir_all(dir)
+                .and_then(|()| std::fs::write(&probe, b""))
+                .and_then(|()| std::fs::remove_file(&probe))
+                .map_err(|e| format!("--cache-dir {}: {e}", dir.display()))?;
+        }
+        Ok(CacheSettings {
+            dir: self.cache_dir.clone(),
+            size: self.cache_size.0,
+        })
+    }
+
+    /// The buckets' settings of `--s3`.
+    fn object_store_settings(&self) -> Result<ObjectStoreSettings, String> {
+        let mut settings = ObjectStoreSettings::default();
+        for setting in &self.s3 {
+            settings
+                .apply(setting)
+                .map_err(|e| format!("--s3 {setting}: {e}"))?;
+        }
+        Ok(settings)
+    }
+}
+
+/// `BUCKET.KEY=VALUE` of `--s3`, checked as the engine will take it.
+fn parse_bucket_setting(value: &str) -> Result<String, String> {
+    ObjectStoreSettings::default().apply(value)?;
+    Ok(value.to_string())
 }
 
 /// `KEY=VALUE` of `--sql-setting`, checked against DataFusion's settings.
@@ -512,13 +586,13 @@ fn parse_setting(value: &str) -> Result<Setting, String> {
     Setting::parse(value).map_err(|e| e.to_string())
 }
 
-/// `NAME=PATH` of `--table`.
-fn parse_table(value: &str) -> Result<(String, PathBuf), String> {
+/// `NAME=LOCATION` of `--table`.
+fn parse_table(value: &str) -> Result<(String, String), String> {
     match value.split_once('=') {
-        Some((name, path)) if !name.is_empty() && !path.is_empty() => {
-            Ok((name.to_string(), path.into()))
+        Some((name, location)) if !name.is_empty() && !location.is_empty() => {
+            Ok((name.to_string(), location.to_string()))
         }
-        _ => Err(format!("expected NAME=PATH, got {value:?}")),
+        _ => Err(format!("expected NAME=LOCATION, got {value:?}")),
     }
 }
 
@@ -823,12 +897,11 @@ mod tests {
     }
 
     #[test]
-    fn table_flag_is_name_equals_path() {
-        let (name, path) = parse_table("taxi=/data/taxi/").unwrap();
-        assert_eq!(
-            (name.as_str(), path.to_str()),
-            ("taxi", Some("/data/taxi/"))
-        );
+    fn table_flag_is_name_equals_location() {
+        let (name, location) = parse_table("taxi=/data/taxi/").unwrap();
+        assert_eq!((name.as_str(), location.as_str()), ("taxi", "/data/taxi/"));
+        let (_, location) = parse_table("trips=s3://lake/trips/?x=1").unwrap();
+        assert_eq!(location, "s3://lake/trips/?x=1");
         assert!(parse_table("taxi").is_err());
         assert!(parse_table("=x").is_err());
         assert!(parse_table("x=").is_err());

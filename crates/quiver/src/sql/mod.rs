@@ -25,7 +25,7 @@ use bytes::Bytes;
 use futures::{StreamExt, TryStreamExt};
 use prost::Message;
 
-use crate::cli::SqlArgs;
+use crate::cli::{ExportArgs, SqlArgs};
 use crate::client::{Connector, describe};
 
 use output::Output;
@@ -51,6 +51,24 @@ pub(crate) async fn run(connector: &Connector, args: SqlArgs) -> CmdResult {
         eprintln!("{}", timing(rows, started));
     }
     Ok(())
+}
+
+/// `quiver export TABLE URL`: a `COPY ... TO` the server runs.
+pub(crate) async fn export(connector: &Connector, args: ExportArgs) -> CmdResult {
+    let statement = export_statement(&args.name, &args.url);
+    let mut session = Session::connect(connector).await?;
+    let rows = session.count(&statement).await?;
+    println!("exported '{}' ({rows} rows) to {}", args.name, args.url);
+    Ok(())
+}
+
+/// The statement that writes table `name` to `url` as Parquet.
+fn export_statement(name: &str, url: &str) -> String {
+    format!(
+        "COPY (SELECT * FROM \"{}\") TO '{}' STORED AS PARQUET",
+        name.replace('"', "\"\""),
+        url.replace('\'', "''")
+    )
 }
 
 /// "N rows in T": what `--timing` and the shell's `\timing` print.
@@ -103,6 +121,28 @@ impl<'a> Session<'a> {
             }
         }
         out.finish()
+    }
+
+    /// Runs the statement `sql` that changes tables, and returns the rows
+    /// it wrote.
+    async fn count(&mut self, sql: &str) -> CmdResult<u64> {
+        let command = CommandStatementQuery {
+            query: sql.to_string(),
+            transaction_id: None,
+        };
+        let info = self.flight_info(command.as_any().encode_to_vec()).await?;
+        let mut rows = 0;
+        for endpoint in &info.endpoint {
+            let mut batches = self.connector.do_get(endpoint).await.map_err(describe)?;
+            while let Some(batch) = batches.next().await {
+                let batch = batch.map_err(describe)?;
+                let counts = arrow::compute::cast(batch.column(0), &DataType::UInt64)?;
+                if let Some(counts) = counts.as_any().downcast_ref::<arrow::array::UInt64Array>() {
+                    rows += counts.iter().flatten().sum::<u64>();
+                }
+            }
+        }
+        Ok(rows)
     }
 
     async fn flight_info(&mut self, command: Vec<u8>) -> CmdResult<FlightInfo> {
@@ -251,6 +291,14 @@ fn parameters(expected: &Schema, params: &[String]) -> CmdResult<RecordBatch> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_export_statement_quotes_the_name_and_the_url() {
+        assert_eq!(
+            export_statement("Trips \"x\"", "s3://b/it's.parquet"),
+            "COPY (SELECT * FROM \"Trips \"\"x\"\"\") TO 's3://b/it''s.parquet' STORED AS PARQUET"
+        );
+    }
 
     #[test]
     fn parameters_are_cast_to_the_types_the_statement_takes() {
