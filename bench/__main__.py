@@ -10,6 +10,7 @@ From the repository root, with the venv of ``bench/requirements.txt``::
     python -m bench --only sql --sql-rows 1e6 --reps 3   # one size of the sql suite
     python -m bench --suite engines --engines-rows 2e6   # Spark, Dask, Ray on 2M rows
     python -m bench --only tpch --tpch-scale 1   # the 22 TPC-H queries against DuckDB
+    python -m bench --only lake        # tables in S3 over a shaped link (root: a netns)
     python -m bench --full --only nemesis   # 30 minutes of cluster faults (not by default)
     python -m bench --report-only      # redraw and rewrite from bench/out/
 """
@@ -28,7 +29,7 @@ from pathlib import Path
 import pandas as pd
 import pyarrow as pa
 
-from . import plots, report, servers
+from . import lake, plots, report, servers
 from .plan import DEFAULT_SUITES, SUITES, plan_for
 from .results import ResultsFile, git_revision, machine_info, now, read_results, read_run_info
 from .results import write_run_info as save_run_info
@@ -109,6 +110,12 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         "10 full)",
     )
     parser.add_argument(
+        "--lake-scale",
+        type=float,
+        help="TPC-H scale factor of the lake suite's tables in S3 (default: the mode's: 0.01 "
+        "smoke, 1 quick and full)",
+    )
+    parser.add_argument(
         "--nemesis-seconds",
         type=float,
         help="how long the nemesis suite injects faults (default: the mode's: 30 s smoke, "
@@ -155,6 +162,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
             parser.error("--engines-rows: expected a positive row count")
     if args.tpch_scale is not None and not 0 < args.tpch_scale <= 1000:
         parser.error("--tpch-scale: expected a scale factor above 0 (1: 1 GB of TPC-H data)")
+    if args.lake_scale is not None and not 0 < args.lake_scale <= 1000:
+        parser.error("--lake-scale: expected a scale factor above 0 (1: 1 GB of TPC-H data)")
     if args.nemesis_seconds is not None and args.nemesis_seconds <= 0:
         parser.error("--nemesis-seconds: expected a positive number of seconds")
     return args
@@ -179,6 +188,8 @@ def measure(args: argparse.Namespace, argv: list[str]) -> tuple[dict[str, object
         plan = dataclasses.replace(plan, nemesis_seconds=args.nemesis_seconds)
     if args.tpch_scale:
         plan = dataclasses.replace(plan, tpch_scale=args.tpch_scale)
+    if args.lake_scale:
+        plan = dataclasses.replace(plan, lake_scale=args.lake_scale)
     binary = servers.quiver_bin()
     if not binary.is_file():
         raise SystemExit(
@@ -307,6 +318,7 @@ def main(argv: list[str] | None = None) -> int:
         *report.functions_goals(rows),
         *report.engines_goals(rows),
         *report.tpch_goals(rows),
+        *lake.goals(rows),
         *report.nemesis_goals(rows),
     ]
     for goal in goals:

@@ -34,6 +34,7 @@ SUITES = (
     "functions",
     "engines",
     "tpch",
+    "lake",
     "cluster",
     "nemesis",
 )
@@ -166,6 +167,25 @@ class Plan:
         whose 22 queries run ``reps`` times on each engine after one untimed, checked run:
         0.01 in smoke mode, 1 in quick mode, 10 in full mode on a machine that holds it
         (:func:`tpch_full_scale`).
+    lake_scale : float
+        The TPC-H scale factor of the ``lake`` suite's tables in S3 (issue 66; 0.01 in
+        smoke mode, 1 otherwise: its queries cross a 1 Gbit/s link)...
+    lake_parts : int
+        ...each table as this many Parquet files under its prefix (``tpchgen-cli
+        --parts``), and the DoGet table too.
+    lake_reps : int
+        Timed runs of each query per engine in the ``lake`` suite, after its checked run.
+    lake_warm_cache : str
+        The warm quiver's ``--cache-size`` (on disk, ``--cache-dir``): all the tables.
+    lake_doget_scale : float
+        The scale factor of the lineitem table the ``lake`` suite reads whole by DoGet
+        from S3 (about 222 MB of Parquet per unit: 4.5, about 1 GiB, in full mode)...
+    lake_doget_reps : int
+        ...this many times, a fresh server each.
+    lake_memory_copies : int
+        Copies of that table's objects (under other keys) that make the table a server
+        with a tenth of its size as ``--cache-size`` reads while its RSS is sampled: about
+        3 GiB in full mode (10 GiB would take this 2-core machine's disk and minutes).
     """
 
     mode: str
@@ -212,6 +232,13 @@ class Plan:
     engines_timeout_s: float = 600.0
     engines_warm_ups: int = 1
     tpch_scale: float = 1.0
+    lake_scale: float = 1.0
+    lake_parts: int = 4
+    lake_reps: int = 2
+    lake_warm_cache: str = "4GiB"
+    lake_doget_scale: float = 1.0
+    lake_doget_reps: int = 2
+    lake_memory_copies: int = 3
 
     @property
     def headline_rows(self) -> int:
@@ -303,6 +330,13 @@ def plan_for(mode: str, ram_bytes: int) -> Plan:
             engines_timeout_s=180.0,
             engines_warm_ups=0,
             tpch_scale=0.01,
+            lake_scale=0.01,
+            lake_parts=2,
+            lake_reps=1,
+            lake_warm_cache="256MiB",
+            lake_doget_scale=0.05,
+            lake_doget_reps=1,
+            lake_memory_copies=2,
         )
     if mode == "quick":
         return Plan(
@@ -378,5 +412,8 @@ def plan_for(mode: str, ram_bytes: int) -> Plan:
             engines_spark_memory="8g",
             engines_timeout_s=1800.0,
             tpch_scale=tpch_full_scale(ram_bytes),
+            lake_reps=3,
+            lake_doget_scale=4.5,
+            lake_doget_reps=3,
         )
     raise ValueError(f"unknown mode {mode!r}: expected quick, full or smoke")

@@ -900,4 +900,8 @@ def draw_all(rows: list[Row], plan: dict[str, object], out_dir: Path) -> list[Pa
         drawn.append(engines_figure(rows, out_dir / "engines.png"))
     if tpch_queries(rows):
         drawn.append(tpch_figure(rows, plan, out_dir / "tpch.png"))
+    if select(rows, suite="lake", op=tpch.QUERY_IDS):
+        from . import lake  # here: bench.lake imports this module (through bench.report)
+
+        drawn.append(lake.figure(rows, plan, out_dir / "lake.png"))
     return drawn

@@ -1279,6 +1279,12 @@ def _goals_section(rows: list[Row], mode: str) -> list[str]:
             "The goals of TPC-H against DuckDB are in "
             "[their section](#tpc-h-quiver-against-duckdb-issue-38).",
         ]
+    if select(rows, suite="lake"):
+        lines += [
+            "",
+            "The goals of tables in S3 are in "
+            "[their section](#tables-in-s3-tpc-h-doget-and-memory-issue-66).",
+        ]
     return lines
 
 
@@ -1678,7 +1684,10 @@ def _sql_intro(run: dict[str, object], cap: int | None, largest: int) -> list[st
     versions = ", ".join(
         f"{k} {v}"
         for k, v in software.items()
-        if k not in ENGINES_SOFTWARE and k not in TPCH_SOFTWARE
+        if k not in ENGINES_SOFTWARE
+        and k not in TPCH_SOFTWARE
+        # The lake suite's DuckDB (``duckdb (DuckDB httpfs, S3)``): shown in its section.
+        and not str(k).startswith("duckdb (")
     )
     lines = [
         "## Query results into pandas (the paper's Figure 8)",
@@ -2396,6 +2405,9 @@ def render(
     lines += _functions_section(rows, run, plots.get("functions_xgbatch"), report_dir)
     lines += _engines_section(rows, run, plots.get("engines"), report_dir)
     lines += _tpch_section(rows, run, plots.get("tpch"), report_dir)
+    from . import lake  # here: bench.lake imports this module
+
+    lines += lake.section(rows, run, plots.get("lake"), report_dir)
     notes = run.get("notes") or []
     assert isinstance(notes, list)
     if notes:

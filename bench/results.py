@@ -84,7 +84,7 @@ class Measurement:
     suite : str
         ``get``, ``put``, ``headline``, ``rust``, ``small``, ``bytes``, ``json``,
         ``memory``, ``ceilings``, ``sql``, ``soak``, ``shm``, ``functions``, ``engines``,
-        ``tpch``, ``cluster``, ``nemesis``.
+        ``tpch``, ``lake``, ``cluster``, ``nemesis``.
     server : str
         ``quiver``, ``arrow-cpp``, ``json-socket``, ``postgresql``, ``duckdb``, empty for
         ceilings; for ``functions`` the peer (``in-process``, ``quiver-1-worker``...); for
@@ -135,6 +135,17 @@ class Measurement:
         of the 8 tables put, ``bytes``), ``stored`` (the server's ``stats().bytes``),
         ``rss_loaded`` (the server's VmRSS and VmHWM after the load) and ``rss`` (the
         largest VmRSS sampled while the queries ran, and the VmHWM after them).
+        For ``lake`` (:mod:`bench.lake`; ``server`` ``duckdb-httpfs``, ``quiver-s3-cold``,
+        ``quiver-s3-warm``, ``quiver-local``, ``quiver-s3``, ``s3``): ``qNN`` and
+        ``first:qNN`` (a timed run, and the checked first run: ``bytes`` what quiver read
+        from S3 by its counter, ``wire_bytes`` what the link's veth received), ``check:qNN``
+        as for ``tpch``, ``rss``, ``generate``, ``upload``, ``link`` (``seconds`` an HTTP
+        request's round trip, ``bytes`` the shaped rate in bytes/s or 0, ``note`` what the
+        link is), ``s3_get`` (pyarrow's GETs of the DoGet table's objects), ``doget_table``
+        and ``memory_table`` (``bytes`` of Parquet, ``streams`` objects), ``doget`` and
+        ``memory`` (``bytes`` read from S3, ``wire_bytes`` the Arrow bytes received, the
+        memory run's peak VmRSS and VmHWM) and ``memory_cache`` (``bytes``: its
+        ``--cache-size``).
         For ``bytes``, per column kind (:data:`bench.data.BYTES_KINDS`): ``arrow:KIND``
         (``bytes`` the tight Arrow size of the rows, ``pa.table({"c": array}).nbytes`` of a
         fresh array of their values; no server), ``stored:KIND`` (the server's FlightInfo

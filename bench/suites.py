@@ -2118,6 +2118,16 @@ def _tpch_query(run: Run, client: workers.Worker, qid: str) -> list[str]:
     return failures
 
 
+# --- tables in S3 (issue 66) -------------------------------------------------------------------
+
+
+def run_lake(run: Run) -> None:
+    """TPC-H, a DoGet and the server's memory over tables in S3: :func:`bench.lake.measure`."""
+    from . import lake
+
+    lake.measure(run)
+
+
 # --- several nodes -----------------------------------------------------------------------------
 
 
@@ -2308,6 +2318,7 @@ SUITE_FUNCTIONS = {
     "functions": run_functions,
     "engines": run_engines,
     "tpch": run_tpch,
+    "lake": run_lake,
     "cluster": run_cluster,
     "nemesis": run_nemesis,
 }

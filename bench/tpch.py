@@ -116,27 +116,69 @@ def table_path(directory: Path, table: str) -> Path:
     return directory / f"{table}.parquet"
 
 
-def generate(root: Path, scale: float) -> tuple[Path, float | None]:
-    """Generate the 8 tables at ``scale`` into ``root/sf<scale>``, unless they are there.
+def table_dir(directory: Path, table: str) -> Path:
+    """Return the folder of ``table``'s files in a directory generated with ``parts``."""
+    return directory / table
+
+
+def table_files(directory: Path, table: str) -> list[Path]:
+    """Return the Parquet files of ``table`` in a directory generated with ``parts``.
+
+    tpchgen-cli writes ``<table>/<table>.<part>.parquet`` (part from 1), and fewer parts
+    than asked for a table too small to split (``region``, ``nation``: one).
+    """
+    return sorted(table_dir(directory, table).glob(f"{table}.*.parquet"))
+
+
+def generate(
+    root: Path, scale: float, parts: int | None = None, tables: tuple[str, ...] = TABLES
+) -> tuple[Path, float | None]:
+    """Generate the tables at ``scale`` into ``root/sf<scale>``, unless they are there.
 
     The files are tpchgen-cli's, as it writes them (one Parquet file per table, its
     default compression and row groups, ``string_view`` columns). A directory whose
     ``generated.json`` names the same generator and scale, with every file present, is
     used again; anything else there is generated afresh.
 
+    Parameters
+    ----------
+    root : pathlib.Path
+        Where the scales' directories are.
+    scale : float
+        The scale factor.
+    parts : int, optional
+        Split each table into this many files (``--parts``), each table a folder of its
+        own (:func:`table_files`), as a data lake lays a table out, in
+        ``root/sf<scale>-parts<parts>``; by default one file per table
+        (:func:`table_path`).
+    tables : tuple of str
+        The tables to generate (all 8 by default); fewer name the directory too
+        (``sf5-parts4-lineitem``).
+
     Returns
     -------
     tuple of (pathlib.Path, float or None)
         The directory, and the seconds generating took (``None``: reused).
     """
-    directory = root / f"sf{scale_text(scale)}"
+    name = f"sf{scale_text(scale)}"
+    if parts is not None:
+        name += f"-parts{parts}"
+    if tuple(tables) != TABLES:
+        name += "-" + "-".join(tables)
+    directory = root / name
     version = tpchgen_version()
     marker = directory / GENERATED
-    wanted = {"generator": version, "scale": scale, "tables": list(TABLES)}
+    wanted: dict[str, object] = {"generator": version, "scale": scale, "tables": list(tables)}
+    if parts is not None:
+        wanted["parts"] = parts
+
+    def present(table: str) -> bool:
+        if parts is None:
+            return table_path(directory, table).is_file()
+        return bool(table_files(directory, table))
+
     with contextlib.suppress(OSError, ValueError):
-        if json.loads(marker.read_text()) == wanted and all(
-            table_path(directory, t).is_file() for t in TABLES
-        ):
+        if json.loads(marker.read_text()) == wanted and all(present(t) for t in tables):
             return directory, None
     marker.unlink(missing_ok=True)
     directory.mkdir(parents=True, exist_ok=True)
@@ -144,6 +186,10 @@ def generate(root: Path, scale: float) -> tuple[Path, float | None]:
         tpchgen_cli(), "parquet", "--scale-factor", scale_text(scale),
         "--output-dir", str(directory), "--overwrite", "--quiet",
     ]  # fmt: skip
+    if parts is not None:
+        command += ["--parts", str(parts)]
+    if tuple(tables) != TABLES:
+        command += ["--tables", ",".join(tables)]
     started = time.perf_counter()
     done = subprocess.run(command, capture_output=True, text=True, check=False)
     seconds = time.perf_counter() - started
@@ -151,7 +197,7 @@ def generate(root: Path, scale: float) -> tuple[Path, float | None]:
         raise RuntimeError(
             f"{' '.join(command)} exited with code {done.returncode}: {done.stderr.strip()[-500:]}"
         )
-    missing = [t for t in TABLES if not table_path(directory, t).is_file()]
+    missing = [t for t in tables if not present(t)]
     if missing:
         raise RuntimeError(f"{TPCHGEN} wrote no file for {', '.join(missing)} in {directory}")
     marker.write_text(json.dumps(wanted) + "\n")

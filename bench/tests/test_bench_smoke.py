@@ -38,6 +38,8 @@ from bench import (
     data,
     engines,
     flight_client,
+    lake,
+    lake_worker,
     report,
     sql_clients,
     sql_worker,
@@ -71,7 +73,7 @@ from bench.results import (
     ResultsFile,
     read_results,
 )
-from bench.servers import REPO, quiver_bench_available, quiver_bin, start_arrow_cpp
+from bench.servers import REPO, quiver_bench_available, quiver_bin, start, start_arrow_cpp
 
 PLOTS = (
     "throughput_vs_streams.png",
@@ -86,9 +88,11 @@ PLOTS = (
 )
 INSTALL_POSTGRES = REPO / "scripts" / "install-postgres.sh"
 SETUP_JAVA = REPO / "scripts" / "setup-java.sh"
-#: The suites of the main smoke run: all but the engines, tpch, cluster and nemesis suites,
-#: which have runs of their own.
-MAIN_SUITES = ",".join(s for s in SUITES if s not in ("engines", "tpch", "cluster", "nemesis"))
+#: The suites of the main smoke run: all but the engines, tpch, lake, cluster and nemesis
+#: suites, which have runs of their own.
+MAIN_SUITES = ",".join(
+    s for s in SUITES if s not in ("engines", "tpch", "lake", "cluster", "nemesis")
+)
 
 
 def _postgres_missing() -> str | None:
@@ -1162,6 +1166,198 @@ def test_tpch_goals_say_met_or_not_met_from_the_same_runs_medians():
     assert goals[2].shown.startswith("— (not measured: q07; the other 21: 0.73×"), goals[2].shown
     assert goals[3].verdict == "FAIL" and "not measured: q07" in goals[3].shown
     assert report.tpch_goals([]) == []
+
+
+# --- the lake suite: tables in S3 (issue 66) ------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def lake_run(tmp_path_factory: pytest.TempPathFactory) -> dict[str, object]:
+    """The lake suite in smoke mode: TPC-H at scale factor 0.01 in a real S3 server behind a
+    shaped link, on quiver (cold, warm, local files) and DuckDB httpfs, a DoGet and the
+    memory of a server reading a table 10 times its cache."""
+    if not quiver_bin().is_file():
+        pytest.fail(f"quiver binary not found at {quiver_bin()}", pytrace=False)
+    tmp = tmp_path_factory.mktemp("lake")
+    result = run_smoke("lake", tmp, timeout=600)
+    with (tmp / "out" / "results.csv").open(newline="") as f:
+        rows = [r for r in csv.DictReader(f) if r["suite"] == "lake"]
+    notes = json.loads((tmp / "out" / "run.json").read_text())["notes"]
+    skipped = [n for n in notes if n.startswith("lake suite skipped")]
+    if skipped and os.environ.get("CI") != "true":
+        pytest.skip(skipped[0])
+    return {"tmp": tmp, "result": result, "rows": rows, "notes": notes}
+
+
+def test_the_lake_smoke_run_succeeds(lake_run):
+    result = lake_run["result"]
+    assert result.returncode == 0, result.stderr[-6000:]
+    notes = lake_run["notes"]
+    assert not [n for n in notes if n.startswith(("FAILED", "lake suite skipped"))], notes
+    assert not [n for n in notes if n.startswith("lake: q")], notes
+    # Nothing of the link is left behind: its namespace, its veth pair.
+    listed = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True, check=False)
+    assert lake.NAMESPACE_PREFIX not in listed.stdout
+    assert (
+        "qlake"
+        not in subprocess.run(
+            ["ip", "-br", "link"], capture_output=True, text=True, check=False
+        ).stdout
+    )
+
+
+def test_the_lake_suite_checked_every_query_against_duckdb_httpfs(lake_run):
+    rows = lake_run["rows"]
+    reference = lake.DUCKDB_HTTPFS
+    if os.environ.get("CI") != "true" and any(r["server"] == lake.DUCKDB_LOCAL for r in rows):
+        reference = lake.DUCKDB_LOCAL  # said in the notes: httpfs could not be installed
+    plan = plan_for("smoke", GIB)
+    for setup in lake.SETUPS:
+        checks = {r["op"]: r for r in rows if r["server"] == setup and r["op"].startswith("check")}
+        assert sorted(checks) == [f"check:{q}" for q in tpch.QUERY_IDS]
+        differ = {op: r["note"] for op, r in checks.items() if r["errors"] != "0"}
+        assert not differ, differ
+    for engine in (reference, *lake.SETUPS):
+        for qid in tpch.QUERY_IDS:
+            timed = [r for r in rows if r["server"] == engine and r["op"] == qid]
+            assert len(timed) == plan.lake_reps, (engine, qid)
+            assert all(float(r["seconds"]) > 0 for r in timed)
+
+
+def test_the_lake_suite_read_cold_from_s3_and_warm_from_its_cache(lake_run):
+    rows = lake_run["rows"]
+
+    def s3_bytes(server: str, prefix: str = "") -> int:
+        return sum(
+            int(r["bytes"] or 0)
+            for r in rows
+            if r["server"] == server and r["op"] in {prefix + q for q in tpch.QUERY_IDS}
+        )
+
+    assert s3_bytes(lake.QUIVER_COLD) > 100_000
+    assert s3_bytes(lake.QUIVER_WARM, "first:") > 100_000  # each query's first run fills it
+    assert s3_bytes(lake.QUIVER_WARM) <= s3_bytes(lake.QUIVER_COLD) * lake.WARM_S3_SHARE
+    assert s3_bytes(lake.QUIVER_LOCAL) == 0
+
+
+def test_the_lake_suite_measured_the_link_a_doget_and_the_memory(lake_run):
+    rows = {r["op"]: r for r in lake_run["rows"]}
+    link = rows["link"]
+    assert float(link["seconds"]) > 0
+    if os.geteuid() == 0:
+        # Shaped: a round trip of the 5 ms of the goals (netem, or HTB and the relay).
+        assert int(link["bytes"]) == lake.RATE_BYTES_PER_S, link
+        assert 0.004 < float(link["seconds"]) < 0.05, link
+    doget = rows["doget"]
+    assert int(doget["bytes"]) > 0 and int(doget["wire_bytes"]) > 0, doget
+    assert int(doget["rows_per_stream"]) > 100_000, doget
+    assert int(rows["s3_get"]["bytes"]) == int(rows["doget_table"]["bytes"])
+    memory = rows["memory"]
+    assert int(memory["rss_bytes"]) > 0 and int(memory["hwm_bytes"]) > 0, memory
+    assert int(rows["memory_table"]["bytes"]) >= 9 * int(rows["memory_cache"]["bytes"])
+    assert int(memory["rows_per_stream"]) == 2 * int(doget["rows_per_stream"])
+
+
+def test_the_lake_suite_reaches_the_report_and_its_figure(lake_run):
+    tmp = lake_run["tmp"]
+    assert (tmp / "out" / "plots" / "lake.png").stat().st_size > 0
+    text = (tmp / "BENCHMARKS.md").read_text()
+    section = text[text.index("## Tables in S3: TPC-H, DoGet and memory (issue 66)") :]
+    assert "(plots/lake.png)" in section
+    for qid in tpch.QUERY_IDS:
+        assert f"| {qid.upper()} | " in section, qid
+    assert "| **total** |" in section
+    goals = [line for line in section.splitlines() if line.startswith("| lake: ")]
+    assert len(goals) == 9, goals
+    assert all(line.endswith("| **PASS** |") for line in goals[:3]), goals[:3]
+    measured = goals[3:] if os.geteuid() == 0 else goals[3:7]
+    assert all("not measured" not in line for line in measured), measured
+    assert "[their section](#tables-in-s3-tpc-h-doget-and-memory-issue-66)" in text
+
+
+def _lake_rows(cold: float, warm: float, local: float, duckdb: float, warm_bytes: int) -> list:
+    rows = []
+    for qid in tpch.QUERY_IDS:
+        for engine, seconds, nbytes in (
+            (lake.DUCKDB_HTTPFS, duckdb, 0),
+            (lake.QUIVER_COLD, cold, 1000),
+            (lake.QUIVER_WARM, warm, warm_bytes),
+            (lake.QUIVER_LOCAL, local, 0),
+        ):
+            rows.append(Measurement("lake", engine, "x", qid, 1, 10, bytes=nbytes, seconds=seconds))
+        for setup in lake.SETUPS:
+            rows.append(Measurement("lake", setup, "x", f"check:{qid}", errors=0))
+    rows.append(Measurement("lake", "s3", "http", "link", seconds=0.005, bytes=125_000_000))
+    rows.append(Measurement("lake", "s3", "", "doget_table", streams=4, bytes=2**30))
+    rows.append(Measurement("lake", "quiver-s3", "pyarrow", "doget", bytes=10**9, seconds=9.0))
+    rows.append(Measurement("lake", "quiver-s3", "", "memory_cache", bytes=300 << 20))
+    rows.append(Measurement("lake", "quiver-s3", "", "memory_table", bytes=3 << 30))
+    rows.append(Measurement("lake", "quiver-s3", "pyarrow", "memory", rss_bytes=1 << 30))
+    return [dataclasses.asdict(r) for r in rows]
+
+
+def test_lake_goals_say_met_or_not_met_from_the_same_runs_totals():
+    met = lake.goals(_lake_rows(cold=0.9, warm=0.25, local=0.22, duckdb=1.0, warm_bytes=0))
+    assert [g.verdict for g in met] == ["PASS"] * 9, [(g.text, g.shown) for g in met]
+    assert met[3].shown.startswith("0.90× (19.800 s vs 22.000 s)"), met[3].shown
+    assert met[5].shown.startswith("3.60×"), met[5].shown  # cold / warm
+    assert met[7].shown.startswith("89% (0.89 Gbit/s"), met[7].shown
+    missed = lake.goals(_lake_rows(cold=1.1, warm=0.5, local=0.3, duckdb=1.0, warm_bytes=100))
+    verdicts = [g.verdict for g in missed]
+    assert verdicts == ["PASS"] * 3 + ["FAIL"] * 4 + ["PASS"] * 2, [
+        (g.text, g.shown) for g in missed
+    ]
+    loopback = _lake_rows(cold=0.9, warm=0.25, local=0.22, duckdb=1.0, warm_bytes=0)
+    for row in loopback:
+        if row["op"] == "link":
+            row["bytes"] = 0
+    assert lake.goals(loopback)[7].verdict == "n/a (not measured)"
+    assert lake.goals([]) == []
+
+
+def test_the_lake_relay_holds_each_direction_for_its_delay(tmp_path):
+    """The link's delay where the kernel has no netem: every byte relayed, in order, each
+    way ``delay`` late."""
+    import threading
+
+    listener = socket.create_server(("127.0.0.1", 0))
+    port = listener.getsockname()[1]
+
+    def echo() -> None:
+        connection, _ = listener.accept()
+        with connection:
+            while data := connection.recv(1 << 16):
+                connection.sendall(data)
+
+    threading.Thread(target=echo, daemon=True).start()
+    command = [
+        sys.executable, "-m", "bench.lake_worker", "relay", "127.0.0.1:0",
+        f"127.0.0.1:{port}", "20",
+    ]  # fmt: skip
+    relay = start(
+        "relay", command, lake_worker.RELAY_LISTENING, tmp_path, {"PYTHONPATH": str(REPO)}
+    )
+    try:
+        host, relay_port = relay.uri.rsplit(":", 1)
+        with socket.create_connection((host, int(relay_port)), timeout=10) as client:
+            client.sendall(b"x")
+            assert client.recv(1) == b"x"  # the connection's round trip and one each way
+            started = time.perf_counter()
+            client.sendall(b"y")
+            assert client.recv(1) == b"y"
+            round_trip = time.perf_counter() - started
+            assert 0.039 < round_trip < 0.2, round_trip
+            payload = os.urandom(8 << 20)
+            sender = threading.Thread(target=client.sendall, args=(payload,))
+            sender.start()
+            got = bytearray()
+            while len(got) < len(payload):
+                got += client.recv(1 << 20)
+            sender.join()
+            assert bytes(got) == payload
+    finally:
+        relay.stop()
+        listener.close()
 
 
 # --- the cluster suite ----------------------------------------------------------------------
