@@ -152,7 +152,7 @@ pub struct TableInfo {
 
 /// DataFusion over the table store: every stored table is a SQL table of the
 /// same name, next to tables over files registered with
-/// [`SqlEngine::register_file`] or `CREATE EXTERNAL TABLE`.
+/// [`SqlEngine::register_location`] or `CREATE EXTERNAL TABLE`.
 pub struct SqlEngine {
     store: Arc<TableStore>,
     /// Where tables in place are read from (the session's registry).
