@@ -363,8 +363,13 @@ impl SqlEngine {
             }
         };
         // `key=value/` directories: partition columns, as CREATE EXTERNAL
-        // TABLE infers them.
-        let partitions = listing.infer_partitions(&state, &url).await?;
+        // TABLE infers them. One file has none (and is not opened for it: a
+        // local file may be a FIFO, opened once by the schema's inference).
+        let partitions = if url.is_collection() || url.get_glob().is_some() {
+            listing.infer_partitions(&state, &url).await?
+        } else {
+            Vec::new()
+        };
         let partition_type =
             DataType::Dictionary(Box::new(DataType::UInt16), Box::new(DataType::Utf8));
         let listing = listing.with_table_partition_cols(
