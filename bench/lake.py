@@ -59,7 +59,7 @@ from typing import TYPE_CHECKING, Any
 from quiver import testing
 
 from . import lake_worker, servers, tpch, workers
-from .report import Goal, _goal_rows, _size, _times
+from .report import Goal, _goal_rows, _size, _times, query_checks, results_equal_goal
 from .results import Measurement
 from .summary import Row, Spread, select, spread
 
@@ -961,29 +961,12 @@ def goals(rows: list[Row]) -> list[Goal]:
         return []
     out = []
     reference = reference_of(rows)
-    count = len(tpch.QUERY_IDS)
     for setup in SETUPS:
-        checks = {
-            str(r["op"]).removeprefix("check:"): r
-            for r in select(rows, suite=SUITE, server=setup)
-            if str(r["op"]).startswith("check:")
-        }
+        checks = query_checks(rows, setup, SUITE)
         if not checks:
             continue
-        equal = [q for q in tpch.QUERY_IDS if q in checks and not checks[q]["errors"]]
-        wrong = [q for q in tpch.QUERY_IDS if q not in equal]
-        shown = f"{len(equal)} of {count}"
-        if wrong:
-            shown += f" (differ, failed or not run: {', '.join(wrong)})"
-        out.append(
-            Goal(
-                f"lake: TPC-H results equal to DuckDB's ({LABELS[reference]}): {LABELS[setup]}",
-                f"{count} of {count}",
-                float(len(equal)),
-                not wrong,
-                shown,
-            )
-        )
+        name = f"lake: TPC-H results equal to DuckDB's ({LABELS[reference]}): {LABELS[setup]}"
+        out.append(results_equal_goal(name, checks))
     if select(rows, suite=SUITE, op=tpch.QUERY_IDS):
         cold = f"lake: TPC-H total, {LABELS[QUIVER_COLD]} / {LABELS[DUCKDB_HTTPFS]}"
         goal = _ratio_goal(cold, f"≤ {COLD_VS_DUCKDB:g}×", QUIVER_COLD, DUCKDB_HTTPFS, rows,

@@ -247,14 +247,6 @@ class LakeClient:
         """Return what the DuckDB process said when ready: version, settings, extensions."""
         return self.duckdb.info
 
-    def _quiver(self, engine: str, text: str) -> Any:
-        cursor = self.connections[engine].cursor()
-        try:
-            cursor.execute(text)
-            return cursor.fetch_arrow_table()
-        finally:
-            cursor.close()
-
     def run(self, engine: str, qid: str, check: bool) -> dict[str, object]:
         """Run query ``qid`` on ``engine``; time it from the call to the whole Arrow result.
 
@@ -288,7 +280,7 @@ class LakeClient:
                 os.unlink(out)
             return {"seconds": got["seconds"], "rows": got["rows"], "mismatch": None}
         started = time.perf_counter()
-        table = self._quiver(engine, text)
+        table = tpch.fetch_arrow(self.connections[engine], text)
         seconds = time.perf_counter() - started
         mismatch = None
         if check:

@@ -945,10 +945,10 @@ def _tpch_row(rows: list[Row], op: str, server: str | None = None) -> Row | None
     return found[-1] if found else None
 
 
-def _tpch_checks(rows: list[Row], setup: str) -> dict[str, Row]:
-    """Return the check of each query's first result on ``setup``, by query."""
+def query_checks(rows: list[Row], setup: str, suite: str = "tpch") -> dict[str, Row]:
+    """Return the check of each query's first result on ``setup`` in ``suite``, by query."""
     checks = {}
-    for row in select(rows, suite="tpch", server=setup):
+    for row in select(rows, suite=suite, server=setup):
         op = str(row["op"])
         if op.startswith("check:"):
             checks[op.removeprefix("check:")] = row
@@ -979,6 +979,21 @@ def _tpch_total_goal(rows: list[Row], setup: str, threshold: float) -> Goal:
     return Goal(text, target, ratio, ratio <= threshold, shown)
 
 
+def results_equal_goal(name: str, checks: dict[str, Row]) -> Goal:
+    """Return the goal that every TPC-H query's result equals DuckDB's.
+
+    ``checks`` holds each query's ``check:`` row by query id; a query that differs,
+    failed or did not run fails the goal.
+    """
+    count = len(tpch.QUERY_IDS)
+    equal = [q for q in tpch.QUERY_IDS if q in checks and not checks[q]["errors"]]
+    wrong = [q for q in tpch.QUERY_IDS if q not in equal]
+    shown = f"{len(equal)} of {count}"
+    if wrong:
+        shown += f" (differ, failed or not run: {', '.join(wrong)})"
+    return Goal(name, f"{count} of {count}", float(len(equal)), not wrong, shown)
+
+
 def tpch_goals(rows: list[Row]) -> list[Goal]:
     """Evaluate the tpch suite's goals (none when it did not run).
 
@@ -988,23 +1003,9 @@ def tpch_goals(rows: list[Row]) -> list[Goal]:
     if not select(rows, suite="tpch"):
         return []
     out = []
-    count = len(tpch.QUERY_IDS)
     for setup in tpch.SETUPS:
-        checks = _tpch_checks(rows, setup)
-        equal = [q for q in tpch.QUERY_IDS if q in checks and not checks[q]["errors"]]
-        wrong = [q for q in tpch.QUERY_IDS if q not in equal]
-        shown = f"{len(equal)} of {count}"
-        if wrong:
-            shown += f" (differ, failed or not run: {', '.join(wrong)})"
-        out.append(
-            Goal(
-                f"TPC-H results equal to DuckDB's: {tpch.LABELS[setup]}",
-                f"{count} of {count}",
-                float(len(equal)),
-                not wrong,
-                shown,
-            )
-        )
+        name = f"TPC-H results equal to DuckDB's: {tpch.LABELS[setup]}"
+        out.append(results_equal_goal(name, query_checks(rows, setup)))
     out.append(_tpch_total_goal(rows, QUIVER, TPCH_STORED_TOTAL))
     ratios = {q: tpch_ratio(rows, QUIVER, q) for q in tpch.QUERY_IDS}
     measured = {q: r for q, r in ratios.items() if r is not None}
@@ -1057,7 +1058,7 @@ def _tpch_result(check: Row | None) -> str:
 
 def _tpch_table(rows: list[Row]) -> list[str]:
     queries = tpch_queries(rows)
-    checks = {setup: _tpch_checks(rows, setup) for setup in tpch.SETUPS}
+    checks = {setup: query_checks(rows, setup) for setup in tpch.SETUPS}
     lines = [
         "| query | result rows | DuckDB, s | quiver, stored tables, s | × DuckDB | "
         "quiver, files in place, s | × DuckDB | results: stored, in place |",
@@ -1147,7 +1148,7 @@ def _tpch_load_lines(rows: list[Row]) -> list[str]:
 def _tpch_mismatch_lines(rows: list[Row]) -> list[str]:
     lines = []
     for setup in tpch.SETUPS:
-        for qid, check in sorted(_tpch_checks(rows, setup).items()):
+        for qid, check in sorted(query_checks(rows, setup).items()):
             if check["errors"]:
                 lines.append(f"- {qid.upper()}, {tpch.LABELS[setup]}: {check.get('note') or ''}")
     if not lines:

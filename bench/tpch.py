@@ -261,6 +261,16 @@ class Loader:
 # --- the queries: ADBC Flight SQL and DuckDB, in a worker ----------------------------------------
 
 
+def fetch_arrow(connection: Any, text: str) -> pa.Table:
+    """Run ``text`` on an ADBC ``connection`` and return its whole result."""
+    cursor = connection.cursor()
+    try:
+        cursor.execute(text)
+        return cursor.fetch_arrow_table()
+    finally:
+        cursor.close()
+
+
 class TpchClient:
     """In a worker: runs the queries on each engine, times them and checks the results.
 
@@ -287,12 +297,7 @@ class TpchClient:
     def _execute(self, engine: str, text: str) -> pa.Table:
         if engine == DUCKDB:
             return self.duckdb.sql(text).to_arrow_table()
-        cursor = self.connections[engine].cursor()
-        try:
-            cursor.execute(text)
-            return cursor.fetch_arrow_table()
-        finally:
-            cursor.close()
+        return fetch_arrow(self.connections[engine], text)
 
     def run(self, engine: str, qid: str, check: bool) -> dict[str, object]:
         """Run query ``qid`` on ``engine``; time it from the call to the whole Arrow result.

@@ -195,7 +195,10 @@ impl RangeCache {
             self.drop_entry(&mut state, &victim, victim_start);
         }
         let held = match &self.tier {
-            Tier::Memory => Held::Memory(bytes),
+            // A copy of its own: a range read as part of a coalesced request
+            // is a slice of that request's whole buffer (gaps included), which
+            // kept here would hold far more memory than the entry counts.
+            Tier::Memory => Held::Memory(Bytes::copy_from_slice(&bytes)),
             Tier::Disk(dir) => {
                 state.files += 1;
                 let path = dir.join(format!("{:016x}.range", state.files));
@@ -264,14 +267,17 @@ impl RangeCache {
     }
 }
 
-/// Reads `len` bytes at `offset` of the cached range file `path`.
+/// Reads `len` bytes at `offset` of the cached range file `path` (into a
+/// buffer read into, not zeroed first); a file shorter than that fails.
 pub(crate) fn read_file(path: &std::path::Path, offset: u64, len: u64) -> std::io::Result<Bytes> {
     use std::io::{Read, Seek, SeekFrom};
     let mut file = std::fs::File::open(path)?;
     file.seek(SeekFrom::Start(offset))?;
-    let len = usize::try_from(len).map_err(std::io::Error::other)?;
-    let mut buf = vec![0; len];
-    file.read_exact(&mut buf)?;
+    let mut buf = Vec::with_capacity(usize::try_from(len).map_err(std::io::Error::other)?);
+    file.take(len).read_to_end(&mut buf)?;
+    if buf.len() as u64 != len {
+        return Err(std::io::Error::from(std::io::ErrorKind::UnexpectedEof));
+    }
     Ok(Bytes::from(buf))
 }
 
