@@ -259,7 +259,7 @@ def test_a_client_whose_node_dies_runs_its_queries_on_another(
         assert client.sql_reader(QUERIES["group_by"]).read_all().equals(by_vendor)
 
 
-def test_sql_lists_the_cluster_tables_and_refuses_writes(cluster: Cluster) -> None:
+def test_sql_lists_the_cluster_tables(cluster: Cluster) -> None:
     spread(cluster)
     with cluster.client("n3") as c:
         names = c.sql(
@@ -268,14 +268,49 @@ def test_sql_lists_the_cluster_tables_and_refuses_writes(cluster: Cluster) -> No
         )
         assert names.column("table_name").to_pylist() == ["trips", "vendors"]
         assert c.sql("SELECT count(*) AS n FROM vendors").column("n").to_pylist() == [7]
-        with pytest.raises(quiver.UnimplementedError, match="DoPut"):
-            c.sql("CREATE TABLE copy AS SELECT * FROM vendors")
-        with pytest.raises(quiver.UnimplementedError, match="DoPut"):
-            c.sql("INSERT INTO vendors VALUES (7, 'vendor-7')")
         with pytest.raises(quiver.InvalidArgumentError, match="missing"):
             c.sql("SELECT * FROM missing")
-        # Nothing changed.
-        assert c.get("vendors").equals(vendors())
+        # The cluster's errors carry their kinds, as a single node's do.
+        with pytest.raises(quiver.TableNotFoundError) as missing:
+            c.get("missing")
+        assert missing.value.kind == "TABLE_NOT_FOUND"
+
+
+def test_sql_writes_on_one_node_are_the_cluster_tables_of_every_node(cluster: Cluster) -> None:
+    """CREATE TABLE AS, INSERT and DROP TABLE through one node are puts and deletes like
+    any other: spread over the nodes, replicated, published in the catalog."""
+    spread(cluster)
+    rows = vendors()
+    with cluster.client("n3") as c:
+        created = c.sql("CREATE TABLE copied AS SELECT * FROM vendors WHERE vendor < 5")
+        assert created.num_rows <= 1
+        with pytest.raises(quiver.AlreadyExistsError, match="copied"):
+            c.sql("CREATE TABLE copied AS SELECT * FROM vendors")
+    with cluster.client("n2") as c:
+        c.sql("INSERT INTO copied SELECT * FROM vendors WHERE vendor >= 5")
+        c.sql("INSERT INTO copied VALUES (70, 'vendor-70')")
+        with pytest.raises(quiver.InvalidArgumentError):
+            c.sql("INSERT INTO copied VALUES ('not a number', 1, 2)")
+    expected = pa.concat_tables(
+        [rows, pa.table({"vendor": [70], "name": ["vendor-70"]}, schema=rows.schema)]
+    ).sort_by("vendor")
+    for node in NODES:
+        with cluster.client(node) as c:
+            assert c.get("copied").sort_by("vendor").equals(expected), node
+            counted = c.sql("SELECT count(*) AS n FROM copied").column("n").to_pylist()
+            assert counted == [expected.num_rows], node
+    status = cluster.status()
+    assert status["under_replicated"] == 0, status
+    with cluster.client("n1") as c:
+        assert sorted(t.name for t in c.list_tables()) == ["copied", "trips", "vendors"]
+        c.sql("DROP TABLE copied")
+        with pytest.raises(quiver.TableNotFoundError):
+            c.sql("DROP TABLE copied")
+        c.sql("DROP TABLE IF EXISTS copied")
+    for node in NODES:
+        with cluster.client(node) as c:
+            assert sorted(t.name for t in c.list_tables()) == ["trips", "vendors"], node
+            assert c.get("vendors").equals(rows), node
 
 
 def test_adbc_bulk_ingest_spreads_a_cluster_table(cluster: Cluster) -> None:

@@ -116,12 +116,18 @@ impl From<quiver_etcd::EtcdError> for ClusterError {
     }
 }
 
-impl From<ClusterError> for Status {
+impl From<ClusterError> for quiver_flight::Error {
+    /// The one place a cluster error gets its Flight status and kind.
     fn from(e: ClusterError) -> Self {
+        use quiver_flight::Error as E;
+        use quiver_store::StoreError;
         let message = e.to_string();
-        let code = match e {
-            // As the Flight service maps the store's errors (and their details).
-            ClusterError::Store(store) => return quiver_flight::Error::Store(store).into(),
+        match e {
+            ClusterError::Store(store) => E::Store(store),
+            ClusterError::NotFound(name) => E::Store(StoreError::NotFound { name }),
+            ClusterError::AlreadyExists(name) => E::Store(StoreError::AlreadyExists { name }),
+            ClusterError::Invalid(_) => E::InvalidArgument(message),
+            ClusterError::Conflict { .. } => E::Conflict(message),
             // A node refused by etcd cannot serve the catalog: to its clients
             // that is an outage of the service, whose message says why.
             ClusterError::Catalog(_)
@@ -130,18 +136,25 @@ impl From<ClusterError> for Status {
             | ClusterError::NodeUnreachable { .. }
             | ClusterError::NotRegistered
             | ClusterError::Fenced
-            | ClusterError::Unreadable(_) => Code::Unavailable,
-            ClusterError::IdInUse { .. } => Code::FailedPrecondition,
-            ClusterError::Conflict { .. } => Code::Aborted,
-            ClusterError::Replica { status, .. } => match status.code() {
-                Code::ResourceExhausted => Code::ResourceExhausted,
-                _ => Code::Unavailable,
-            },
-            ClusterError::NotFound(_) => Code::NotFound,
-            ClusterError::AlreadyExists(_) => Code::AlreadyExists,
-            ClusterError::Invalid(_) => Code::InvalidArgument,
-            ClusterError::Malformed { .. } | ClusterError::Arrow(_) => Code::Internal,
-        };
-        Status::new(code, message)
+            | ClusterError::Unreadable(_) => E::Unavailable(message),
+            // A replica out of room says so with its own kind (its memory
+            // or storage limit), under this node's words for what failed.
+            ClusterError::Replica { status, .. } if status.code() == Code::ResourceExhausted => {
+                E::Status(Box::new(Status::with_details(
+                    Code::ResourceExhausted,
+                    message,
+                    status.details().to_vec().into(),
+                )))
+            }
+            ClusterError::Replica { .. } => E::Unavailable(message),
+            ClusterError::IdInUse { .. } => E::Config(message),
+            ClusterError::Malformed { .. } | ClusterError::Arrow(_) => E::Internal(message),
+        }
+    }
+}
+
+impl From<ClusterError> for Status {
+    fn from(e: ClusterError) -> Self {
+        quiver_flight::Error::from(e).into()
     }
 }

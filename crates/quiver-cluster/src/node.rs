@@ -954,8 +954,8 @@ impl ClusterHooks for ClusterNode {
         Arc::new(CatalogTables::new(self, local))
     }
 
-    fn sql_catalog(&self) -> Arc<dyn quiver_sql::ClusterCatalog> {
-        Arc::new(self.sql.clone())
+    fn sql_tables(&self, local: Arc<quiver_sql::StoreTables>) -> Arc<dyn quiver_sql::TableSource> {
+        Arc::new(crate::sql::CatalogSource::new(self.sql.clone(), local))
     }
 
     fn add_services(&self, routes: &mut tonic::service::RoutesBuilder) {

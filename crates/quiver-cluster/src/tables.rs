@@ -16,7 +16,6 @@ use quiver_flight::cluster::Published;
 use quiver_flight::tables::{LocalTables, NodeLocation, TablePut, TableRead, Tables};
 use quiver_shm::ShmServer;
 use quiver_store::{WriteMode, is_reserved};
-use tonic::Status;
 
 use crate::error::ClusterError;
 use crate::node::ClusterNode;
@@ -37,7 +36,7 @@ impl CatalogTables {
 
 /// A cluster error as the Flight service's.
 pub(crate) fn flight<T>(result: Result<T, ClusterError>) -> quiver_flight::Result<T> {
-    result.map_err(|e| quiver_flight::Error::from(Status::from(e)))
+    result.map_err(quiver_flight::Error::from)
 }
 
 #[tonic::async_trait]

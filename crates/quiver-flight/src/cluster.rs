@@ -42,9 +42,10 @@ pub trait ClusterHooks: Send + Sync + std::fmt::Debug {
     /// handler reads and writes tables through them.
     fn tables(self: Arc<Self>, local: LocalTables) -> Arc<dyn Tables>;
 
-    /// The cluster's tables as the SQL engine sees them, and the session
-    /// that plans queries over them across the nodes.
-    fn sql_catalog(&self) -> Arc<dyn quiver_sql::ClusterCatalog>;
+    /// The cluster's tables as the SQL engine reads them, laid over this
+    /// node's `local` ones, and the session that plans queries over them
+    /// across the nodes.
+    fn sql_tables(&self, local: Arc<quiver_sql::StoreTables>) -> Arc<dyn quiver_sql::TableSource>;
 
     /// Adds what a node serves besides Flight on the same port (the workers
     /// of distributed SQL) to `routes`.

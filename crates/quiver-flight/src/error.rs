@@ -36,6 +36,14 @@ pub enum Error {
     /// The table changed between GetFlightInfo and DoGet of a pinned ticket.
     #[error("{0}")]
     Aborted(String),
+    /// Other writes changed the table first, every time the write was
+    /// tried: worth trying again.
+    #[error("{0}")]
+    Conflict(String),
+    /// What the request needs is out of reach now (a cluster's catalog or
+    /// nodes): worth trying again, here or on another node.
+    #[error("{0}")]
+    Unavailable(String),
     /// An RPC, action or encoding the server does not offer.
     #[error("{0}")]
     Unimplemented(String),
@@ -160,6 +168,11 @@ impl From<SqlError> for Error {
     fn from(e: SqlError) -> Self {
         match e {
             SqlError::Store(s) => Self::Store(s),
+            // A write through the node's tables: their error as it was.
+            SqlError::Sink(e) => match e.downcast::<Error>() {
+                Ok(e) => *e,
+                Err(e) => Self::Internal(e.to_string()),
+            },
             SqlError::Denied(effect) => Self::PermissionDenied(format!(
                 "permission denied: the statement is {}, which needs the {} role",
                 effect.describe(),
@@ -233,6 +246,8 @@ impl Error {
                 SqlError::Timeout(_) => (Code::DeadlineExceeded, "DEADLINE_EXCEEDED"),
                 SqlError::Cancelled => (Code::Cancelled, "CANCELLED"),
                 SqlError::Store(s) => store_class(s),
+                // Never here: `From<SqlError>` unwraps it.
+                SqlError::Sink(_) => (Code::Internal, "INTERNAL"),
                 SqlError::Denied(_) => (Code::PermissionDenied, "PERMISSION_DENIED"),
                 SqlError::Internal(_) => (Code::Internal, "INTERNAL"),
                 SqlError::Unavailable(_) => (Code::Unavailable, "UNAVAILABLE"),
@@ -252,6 +267,8 @@ impl Error {
             Error::InvalidArgument(_) => (Code::InvalidArgument, "INVALID_ARGUMENT"),
             Error::Decode(_) => (Code::InvalidArgument, "INVALID_DATA"),
             Error::Aborted(_) => (Code::Aborted, "VERSION_CHANGED"),
+            Error::Conflict(_) => (Code::Aborted, "CONFLICT"),
+            Error::Unavailable(_) => (Code::Unavailable, "UNAVAILABLE"),
             Error::Unimplemented(_) => (Code::Unimplemented, "UNIMPLEMENTED"),
             Error::MessageTooLarge { .. } | Error::TooLarge(_) => {
                 (Code::ResourceExhausted, "MESSAGE_TOO_LARGE")

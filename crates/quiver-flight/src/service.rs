@@ -86,14 +86,6 @@ type BoxedStream<T> = Pin<Box<dyn Stream<Item = Result<T, Status>> + Send + 'sta
 impl QuiverService {
     /// A service over `store`.
     pub fn new(store: Arc<TableStore>, options: ServiceOptions) -> Self {
-        let engine = Arc::new(match &options.cluster {
-            Some(cluster) => SqlEngine::with_cluster(
-                Arc::clone(&store),
-                options.sql.clone(),
-                cluster.sql_catalog(),
-            ),
-            None => SqlEngine::new(Arc::clone(&store), options.sql.clone()),
-        });
         let body_pool = BodyPool::new(options.put_buffer_pool);
         let local = LocalTables::new(
             Arc::clone(&store),
@@ -104,6 +96,18 @@ impl QuiverService {
             Some(cluster) => Arc::clone(cluster).tables(local),
             None => Arc::new(local),
         };
+        // SQL reads the stored tables where they live (on a cluster node,
+        // the catalog's) and writes them as a put does.
+        let store_tables = Arc::new(quiver_sql::StoreTables::new(Arc::clone(&store)));
+        let source = match &options.cluster {
+            Some(cluster) => cluster.sql_tables(store_tables),
+            None => store_tables,
+        };
+        let engine = Arc::new(SqlEngine::over(
+            source,
+            Arc::new(crate::tables::SqlWrites(Arc::clone(&tables))),
+            options.sql.clone(),
+        ));
         Self {
             sql: Arc::new(FlightSql::new(
                 engine,

@@ -348,3 +348,48 @@ impl From<tonic::Status> for Error {
         Self::Status(Box::new(status))
     }
 }
+
+/// The SQL engine's writes (`CREATE TABLE [AS]`, `INSERT`, `DROP TABLE`)
+/// through a node's [`Tables`]: the path of a DoPut, so on a cluster node
+/// they are spread and replicated as a put is.
+#[derive(Debug)]
+pub(crate) struct SqlWrites(pub(crate) Arc<dyn Tables>);
+
+#[tonic::async_trait]
+impl quiver_sql::TableSink for SqlWrites {
+    async fn write(
+        &self,
+        name: &str,
+        mode: WriteMode,
+        schema: SchemaRef,
+        mut rows: quiver_sql::Rows<'_>,
+    ) -> quiver_sql::Result<u64> {
+        let options = PutOptions {
+            mode,
+            ..PutOptions::default()
+        };
+        let mut put = self.0.open(name, &options, schema).map_err(sql_error)?;
+        while let Some(batch) = futures::StreamExt::next(&mut rows).await {
+            put.push(batch?).await.map_err(sql_error)?;
+        }
+        let written = put.num_rows();
+        put.commit().await.map_err(sql_error)?;
+        Ok(written)
+    }
+
+    async fn remove(&self, name: &str) -> quiver_sql::Result<()> {
+        self.0.delete(name).await.map_err(sql_error)?;
+        Ok(())
+    }
+}
+
+/// A table error as the SQL engine's: the store's as they are (the engine
+/// tells a missing table by them), any other kept whole, to come back out
+/// unchanged when the statement's error reaches the client.
+fn sql_error(error: Error) -> quiver_sql::SqlError {
+    match error {
+        Error::Store(store) => quiver_sql::SqlError::Store(store),
+        Error::Sql(sql) => sql,
+        other => quiver_sql::SqlError::Sink(Box::new(other)),
+    }
+}

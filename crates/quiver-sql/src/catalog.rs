@@ -9,11 +9,10 @@ use datafusion::catalog::SchemaProvider;
 use datafusion::datasource::TableProvider;
 use datafusion::error::{DataFusionError, Result};
 use datafusion::logical_expr::TableType;
-use quiver_store::{StoreError, TableStore};
+use quiver_store::StoreError;
 
-use crate::cluster::ClusterCatalog;
 use crate::file_table::FileTable;
-use crate::table::StoredTable;
+use crate::tables::TableSource;
 
 /// The catalog every table lives in.
 pub const CATALOG: &str = "quiver";
@@ -45,32 +44,20 @@ impl TableKind {
     pub const ALL: [TableKind; 3] = [Self::Stored, Self::External, Self::View];
 }
 
-/// `quiver.public`: the store's tables (on a cluster node, the cluster's),
-/// then the registered ones. A name is one or the other, never both.
+/// `quiver.public`: the stored tables (a [`TableSource`]'s), then the
+/// registered ones. A name is one or the other, never both.
 #[derive(Debug)]
 pub(crate) struct StoreSchema {
-    store: Arc<TableStore>,
-    cluster: Option<Arc<dyn ClusterCatalog>>,
+    source: Arc<dyn TableSource>,
     registered: RwLock<BTreeMap<String, Arc<dyn TableProvider>>>,
 }
 
 impl StoreSchema {
-    pub(crate) fn new(store: Arc<TableStore>, cluster: Option<Arc<dyn ClusterCatalog>>) -> Self {
+    pub(crate) fn new(source: Arc<dyn TableSource>) -> Self {
         Self {
-            store,
-            cluster,
+            source,
             registered: RwLock::default(),
         }
-    }
-
-    /// Whether the tables are a cluster's ([`ClusterCatalog`]).
-    pub(crate) fn on_cluster(&self) -> bool {
-        self.cluster.is_some()
-    }
-
-    /// The cluster's catalog, on a cluster node.
-    pub(crate) fn cluster(&self) -> Option<&Arc<dyn ClusterCatalog>> {
-        self.cluster.as_ref()
     }
 
     /// The registered (not stored) table `name`, if any.
@@ -85,26 +72,11 @@ impl StoreSchema {
     /// Every table by name, with its kind and schema.
     pub(crate) fn tables(&self) -> Vec<(String, TableKind, arrow::datatypes::SchemaRef)> {
         let mut tables: Vec<_> = self
-            .store
-            .list("")
-            .iter()
-            .filter(|t| !quiver_store::is_reserved(t.name()))
-            .map(|t| {
-                (
-                    t.name().to_string(),
-                    TableKind::Stored,
-                    Arc::clone(t.schema()),
-                )
-            })
+            .source
+            .tables()
+            .into_iter()
+            .map(|(name, schema)| (name, TableKind::Stored, schema))
             .collect();
-        if let Some(cluster) = &self.cluster {
-            tables.extend(
-                cluster
-                    .tables()
-                    .into_iter()
-                    .map(|(name, schema)| (name, TableKind::Stored, schema)),
-            );
-        }
         let registered = self
             .registered
             .read()
@@ -128,19 +100,9 @@ impl SchemaProvider for StoreSchema {
     }
 
     async fn table(&self, name: &str) -> Result<Option<Arc<dyn TableProvider>>> {
-        // A cluster node's partitions are the catalog tables' pieces.
-        if quiver_store::is_reserved(name) {
-            return Ok(None);
-        }
-        if let Some(cluster) = &self.cluster
-            && let Some(table) = cluster.table(name).await?
-        {
-            return Ok(Some(table));
-        }
-        match self.store.get(name) {
-            Ok(version) => Ok(Some(Arc::new(StoredTable::new(version)))),
-            Err(StoreError::NotFound { .. }) => Ok(self.registered(name)),
-            Err(e) => Err(DataFusionError::External(Box::new(e))),
+        match self.source.table(name).await? {
+            Some(table) => Ok(Some(table)),
+            None => Ok(self.registered(name)),
         }
     }
 
@@ -150,7 +112,7 @@ impl SchemaProvider for StoreSchema {
         table: Arc<dyn TableProvider>,
     ) -> Result<Option<Arc<dyn TableProvider>>> {
         quiver_store::validate_name(&name).map_err(|e| DataFusionError::External(Box::new(e)))?;
-        if self.store.get(&name).is_ok() {
+        if self.source.exists(&name) {
             return Err(DataFusionError::External(Box::new(
                 StoreError::AlreadyExists { name },
             )));
@@ -172,11 +134,6 @@ impl SchemaProvider for StoreSchema {
     }
 
     fn table_exist(&self, name: &str) -> bool {
-        (self.store.get(name).is_ok() && !quiver_store::is_reserved(name))
-            || self.registered(name).is_some()
-            || self
-                .cluster
-                .as_ref()
-                .is_some_and(|c| c.tables().iter().any(|(n, _)| n == name))
+        self.source.exists(name) || self.registered(name).is_some()
     }
 }

@@ -20,13 +20,14 @@ use datafusion::logical_expr::{CreateMemoryTable, ScalarUDF};
 use datafusion::logical_expr::{DdlStatement, DmlStatement, LogicalPlan, WriteOp};
 use datafusion::physical_plan::{ExecutionPlan, execute_stream};
 use datafusion::prelude::{CsvReadOptions, ParquetReadOptions, SessionContext};
-use futures::StreamExt;
+use futures::{StreamExt, TryStreamExt};
 use quiver_store::{StoreError, TableStore, WriteMode};
+
+use crate::tables::{StoreTables, TableSink, TableSource};
 
 use datafusion::catalog::SchemaProvider;
 
 use crate::catalog::{CATALOG, SCHEMA, StoreSchema, TableKind};
-use crate::cluster::ClusterCatalog;
 use crate::params::number_placeholders;
 use crate::query::{Query, Replan};
 use crate::settings::Setting;
@@ -150,11 +151,14 @@ pub struct TableInfo {
     pub schema: SchemaRef,
 }
 
-/// DataFusion over the table store: every stored table is a SQL table of the
+/// DataFusion over stored tables: every stored table is a SQL table of the
 /// same name, next to tables over files registered with
 /// [`SqlEngine::register_location`] or `CREATE EXTERNAL TABLE`.
 pub struct SqlEngine {
-    store: Arc<TableStore>,
+    /// Where stored tables are read from, and how queries are planned.
+    source: Arc<dyn TableSource>,
+    /// How stored tables are written.
+    sink: Arc<dyn TableSink>,
     /// Where tables in place are read from (the session's registry).
     object_stores: Arc<ObjectStores>,
     schema: Arc<StoreSchema>,
@@ -172,26 +176,18 @@ impl std::fmt::Debug for SqlEngine {
 }
 
 impl SqlEngine {
-    /// An engine over `store`.
+    /// An engine over `store`: its tables read and written directly.
     pub fn new(store: Arc<TableStore>, options: EngineOptions) -> Self {
-        Self::build(store, options, None)
+        let tables = Arc::new(StoreTables::new(store));
+        Self::over(Arc::clone(&tables) as _, tables, options)
     }
 
-    /// An engine on a cluster node: the cluster's tables (from `cluster`),
-    /// planned in the session it sets up, beside tables over files. The
-    /// local store's partition copies are not tables of their own.
-    pub fn with_cluster(
-        store: Arc<TableStore>,
+    /// An engine over the stored tables of `source`, planned in the session
+    /// it sets up and written through `sink`, beside tables over files.
+    pub fn over(
+        source: Arc<dyn TableSource>,
+        sink: Arc<dyn TableSink>,
         options: EngineOptions,
-        cluster: Arc<dyn ClusterCatalog>,
-    ) -> Self {
-        Self::build(store, options, Some(cluster))
-    }
-
-    fn build(
-        store: Arc<TableStore>,
-        options: EngineOptions,
-        cluster: Option<Arc<dyn ClusterCatalog>>,
     ) -> Self {
         let partitions = match options.target_partitions {
             0 => std::thread::available_parallelism().map_or(1, |n| n.get()),
@@ -245,28 +241,16 @@ impl SqlEngine {
                 builder
             }
         };
-        let state = match &cluster {
-            Some(cluster) => cluster.session(builder),
-            // Plans that stay on this node: the rule's node has no codec to
-            // cross to another.
-            None => builder
-                .with_physical_optimizer_rules(
-                    crate::shared::SharedAggregations::among_datafusions(),
-                )
-                .with_physical_optimizer_rule(Arc::new(crate::file_scan::FileDynamicFilters))
-                .with_physical_optimizer_rule(Arc::new(crate::decimal::DecimalArithmetic))
-                .with_physical_optimizer_rule(Arc::new(crate::conjunction::SequentialConjunctions))
-                .with_physical_optimizer_rule(Arc::new(crate::build_keys::BuildKeySets)),
-        }
-        .build();
+        let state = source.session(builder).build();
         let context = SessionContext::new_with_state(state);
-        let schema = Arc::new(StoreSchema::new(Arc::clone(&store), cluster));
+        let schema = Arc::new(StoreSchema::new(Arc::clone(&source)));
         let catalog = MemoryCatalogProvider::new();
         // A fresh catalog has no schema to replace: this cannot fail.
         let _ = catalog.register_schema(SCHEMA, Arc::clone(&schema) as _);
         context.register_catalog(CATALOG, Arc::new(catalog));
         Self {
-            store,
+            source,
+            sink,
             object_stores,
             schema,
             context,
@@ -289,15 +273,10 @@ impl SqlEngine {
         self.context.register_udf(udf);
     }
 
-    /// Whether the engine is on a cluster node ([`SqlEngine::with_cluster`]).
-    pub fn on_cluster(&self) -> bool {
-        self.schema.on_cluster()
-    }
-
-    /// On a cluster node, the locations of the live nodes, any of which
-    /// plans and runs a query as this one does.
-    pub fn cluster_locations(&self) -> Option<Vec<String>> {
-        self.schema.cluster().map(|cluster| cluster.locations())
+    /// Where else a query may be asked, any of which plans and runs it as
+    /// this engine does ([`TableSource::locations`]); `None`: here only.
+    pub fn locations(&self) -> Option<Vec<String>> {
+        self.source.locations()
     }
 
     /// The engine's limits.
@@ -471,14 +450,13 @@ impl SqlEngine {
             }
             LogicalPlan::Ddl(DdlStatement::DropTable(drop)) => {
                 let name = self.local_name(&drop.name)?;
-                if self.schema.registered(&name).is_none() {
-                    self.stored_writes_allowed("DROP TABLE")?;
-                }
                 // DDL changes no rows: 0, as JDBC's executeUpdate expects.
-                match crate::store_write(|| self.store.remove(&name)) {
-                    Ok(_) => return Ok(Outcome::Changed(0)),
-                    Err(StoreError::NotFound { .. }) => {}
-                    Err(e) => return Err(e.into()),
+                if self.schema.registered(&name).is_none() {
+                    match self.sink.remove(&name).await {
+                        Ok(()) => return Ok(Outcome::Changed(0)),
+                        Err(SqlError::Store(StoreError::NotFound { .. })) => {}
+                        Err(e) => return Err(e),
+                    }
                 }
                 if self.schema.registered(&name).is_some() {
                     self.context
@@ -571,8 +549,8 @@ impl SqlEngine {
             }
             plan => {
                 let mut query = self.query(&plan).await?;
-                if let Some(cluster) = self.schema.cluster() {
-                    query = query.planned_again_by(self.replan(Arc::clone(cluster), sql, params));
+                if self.source.plans_again() {
+                    query = query.planned_again_by(self.replan(sql, params));
                 }
                 query.count_from(started);
                 Ok(Outcome::Query(query))
@@ -599,24 +577,20 @@ impl SqlEngine {
     }
 
     /// How to plan the query `sql` (bound to `params`) again over the
-    /// cluster's tables as they are then, with the nodes that answer then.
-    fn replan(
-        &self,
-        cluster: Arc<dyn ClusterCatalog>,
-        sql: String,
-        params: Option<ParamValues>,
-    ) -> Replan {
+    /// tables as they are then, with the nodes that answer then.
+    fn replan(&self, sql: String, params: Option<ParamValues>) -> Replan {
+        let source = Arc::clone(&self.source);
         let context = self.context.clone();
         let memory_limit = self.options.query_memory_limit;
         Replan::new(move || {
-            let (cluster, context, sql, params) = (
-                Arc::clone(&cluster),
+            let (source, context, sql, params) = (
+                Arc::clone(&source),
                 context.clone(),
                 sql.clone(),
                 params.clone(),
             );
             Box::pin(async move {
-                cluster.recheck().await;
+                source.recheck().await;
                 let state = context.state();
                 let plan = bind(state.create_logical_plan(&sql).await?, params)?;
                 let physical = state.create_physical_plan(&plan).await?;
@@ -654,13 +628,12 @@ impl SqlEngine {
     /// `CREATE [OR REPLACE] TABLE name [AS query]`: a stored table.
     async fn create_table(&self, create: CreateMemoryTable) -> Result<u64> {
         let name = self.local_name(&create.name)?;
-        self.stored_writes_allowed("CREATE TABLE")?;
         if self.schema.registered(&name).is_some() {
             return Err(SqlError::invalid(format!(
                 "'{name}' is an external table or view: DROP it first"
             )));
         }
-        if create.if_not_exists && self.store.get(&name).is_ok() {
+        if create.if_not_exists && self.source.exists(&name) {
             return Ok(0);
         }
         let mode = if create.or_replace {
@@ -677,27 +650,25 @@ impl SqlEngine {
     /// replaced) atomically when the whole input has been read.
     async fn insert(&self, dml: DmlStatement) -> Result<u64> {
         let name = self.local_name(&dml.table_name)?;
-        if self.schema.registered(&name).is_none() {
-            self.stored_writes_allowed("INSERT")?;
-        }
-        let current = match self.store.get(&name) {
-            Ok(current) => current,
-            Err(_) if self.schema.registered(&name).is_some() => {
+        let schema = match self.source.table(&name).await? {
+            Some(current) => current.schema(),
+            None if self.schema.registered(&name).is_some() => {
                 // Files: DataFusion writes them and counts the rows.
                 return self.count_written(LogicalPlan::Dml(dml)).await;
             }
-            Err(e) => return Err(e.into()),
+            None => return Err(StoreError::NotFound { name }.into()),
         };
         let mode = match dml.op {
             WriteOp::Insert(InsertOp::Append) => WriteMode::Append,
             _ => WriteMode::Replace,
         };
         let query = self.query(&dml.input).await?;
-        self.write(&name, mode, Arc::clone(current.schema()), &query)
-            .await
+        self.write(&name, mode, schema, &query).await
     }
 
-    /// Runs `query` into the stored table `name` under `schema`.
+    /// Runs `query` into the stored table `name` under `schema`, through
+    /// the sink: partition after partition, each batch given the table's
+    /// fields (same columns; nullability and metadata as the table has them).
     async fn write(
         &self,
         name: &str,
@@ -705,32 +676,24 @@ impl SqlEngine {
         schema: SchemaRef,
         query: &Query,
     ) -> Result<u64> {
-        let partitions = self.store.get(name).ok().and_then(|t| t.partitions());
-        let mut writer = self
-            .store
-            .writer(name, mode, Arc::clone(&schema), partitions)?;
-        for partition in 0..query.partitions() {
-            let mut batches = query.execute(partition)?;
-            while let Some(batch) = batches.next().await {
+        let fields = Arc::clone(&schema);
+        let rows = futures::stream::iter(0..query.partitions())
+            .map(|partition| query.execute(partition))
+            .try_flatten()
+            .map(move |batch| {
                 let batch = batch?;
-                let batch = if batch.schema_ref().fields() == schema.fields() {
-                    batch
-                } else {
-                    // Same columns; nullability or metadata as the table has them.
-                    let options = RecordBatchOptions::new().with_row_count(Some(batch.num_rows()));
-                    RecordBatch::try_new_with_options(
-                        Arc::clone(&schema),
-                        batch.columns().to_vec(),
-                        &options,
-                    )
-                    .map_err(|e| SqlError::invalid(format!("cannot write into '{name}': {e}")))?
-                };
-                writer.push(batch)?;
-            }
-        }
-        let rows = writer.num_rows();
-        crate::store_write(|| writer.commit())?;
-        Ok(rows)
+                if batch.schema_ref().fields() == fields.fields() {
+                    return Ok(batch);
+                }
+                let options = RecordBatchOptions::new().with_row_count(Some(batch.num_rows()));
+                RecordBatch::try_new_with_options(
+                    Arc::clone(&fields),
+                    batch.columns().to_vec(),
+                    &options,
+                )
+                .map_err(|e| SqlError::invalid(format!("cannot write into '{name}': {e}")))
+            });
+        self.sink.write(name, mode, schema, Box::pin(rows)).await
     }
 
     async fn count_written(&self, plan: LogicalPlan) -> Result<u64> {
@@ -749,20 +712,6 @@ impl SqlEngine {
             }
         }
         Ok(rows)
-    }
-
-    /// Refuses `statement` on a cluster node: SQL there reads the cluster's
-    /// tables, and writing them goes through DoPut, which spreads and
-    /// replicates the rows (docs/cluster.md).
-    fn stored_writes_allowed(&self, statement: &str) -> Result<()> {
-        if !self.on_cluster() {
-            return Ok(());
-        }
-        Err(SqlError::Unsupported(format!(
-            "{statement} of a stored table is not supported on a cluster node: write \
-             cluster tables with DoPut (Client.put, `quiver put`), which spreads and \
-             replicates them"
-        )))
     }
 
     /// The name in `quiver.public` a reference points to.

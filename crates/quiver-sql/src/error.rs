@@ -37,6 +37,12 @@ pub enum SqlError {
     /// `DataFusionError::External(Box::new(SqlError::Function(..)))`.
     #[error("{0}")]
     Function(std::sync::Arc<dyn std::error::Error + Send + Sync>),
+    /// A [`crate::TableSink`] refused a write or a drop: its own error, kept
+    /// whole for the caller to classify (the engine does not know what is
+    /// behind the sink). Its missing tables, names taken and memory limits
+    /// are [`SqlError::Store`] instead.
+    #[error("{0}")]
+    Sink(Box<dyn std::error::Error + Send + Sync>),
     /// From the table store (a missing table, a name taken, the memory limit).
     #[error(transparent)]
     Store(#[from] StoreError),

@@ -3,10 +3,11 @@
 //! [`SqlEngine`] makes every table of a [`quiver_store::TableStore`] a SQL
 //! table of the same name in `quiver.public`, beside tables over Parquet, CSV
 //! and Arrow IPC files queried in place. Statements that change tables
-//! (`CREATE TABLE ... AS`, `INSERT`, `DROP TABLE`) write the store through its
-//! atomic writers; queries come back planned ([`Query`]), to be run partition
-//! by partition as a client fetches them, each under a memory limit and a
-//! deadline.
+//! (`CREATE TABLE ... AS`, `INSERT`, `DROP TABLE`) write through a
+//! [`TableSink`], whole or not at all; stored tables come from a
+//! [`TableSource`] (a single node's store, or one its caller supplies).
+//! Queries come back planned ([`Query`]), to be run partition by partition as
+//! a client fetches them, each under a memory limit and a deadline.
 //!
 //! The Flight SQL protocol around it lives in `quiver-flight`.
 #![warn(missing_docs)]
@@ -14,7 +15,6 @@
 mod blocking;
 mod build_keys;
 mod catalog;
-mod cluster;
 mod conjunction;
 mod decimal;
 mod distinct;
@@ -39,12 +39,12 @@ mod shared;
 mod stats;
 mod stream;
 mod table;
+mod tables;
 
 pub use datafusion::common::ParamValues;
 
 pub use blocking::store_write;
 pub use catalog::{CATALOG, SCHEMA, TableKind};
-pub use cluster::ClusterCatalog;
 pub use engine::{
     DEFAULT_QUERY_MEMORY_LIMIT, DEFAULT_QUERY_TIMEOUT, Effect, EngineOptions, Outcome, Prepared,
     SqlEngine, TableInfo,
@@ -55,3 +55,4 @@ pub use query::{BatchStream, Query};
 pub use quiver_objects::{BucketSettings, CacheSettings, DEFAULT_CACHE_SIZE, ObjectStoreSettings};
 pub use settings::{SETTINGS_ROW, Setting};
 pub use stream::{INPUT_TABLE, InputStream};
+pub use tables::{Rows, StoreTables, TableSink, TableSource, single_node_rules};

@@ -21,7 +21,7 @@ use datafusion::error::{DataFusionError, Result};
 use datafusion::execution::SessionStateBuilder;
 use datafusion::execution::runtime_env::RuntimeEnv;
 use datafusion_distributed::{DistributedExt, SessionStateBuilderExt, Worker, WorkerQueryContext};
-use quiver_sql::ClusterCatalog;
+use quiver_sql::{StoreTables, TableSource};
 
 use crate::catalog::{NodeEntry, TableEntry};
 use crate::node::ClusterNode;
@@ -140,55 +140,91 @@ impl ClusterSql {
     }
 }
 
+/// The stored tables of a cluster node's SQL engine: the catalog's, laid
+/// over the local store's (a table a single node left in the data
+/// directory), as [`crate::tables::CatalogTables`] lays them for Flight.
+#[derive(Debug)]
+pub(crate) struct CatalogSource {
+    sql: ClusterSql,
+    local: Arc<StoreTables>,
+}
+
+impl CatalogSource {
+    pub(crate) fn new(sql: ClusterSql, local: Arc<StoreTables>) -> Self {
+        Self { sql, local }
+    }
+}
+
 #[async_trait]
-impl ClusterCatalog for ClusterSql {
+impl TableSource for CatalogSource {
     fn tables(&self) -> Vec<(String, SchemaRef)> {
-        let Ok(node) = self.node() else {
-            return Vec::new();
-        };
-        node.cached()
-            .tables
-            .iter()
-            .filter_map(|(name, (entry, _))| Some((name.clone(), entry.schema().ok()?)))
-            .collect()
+        let mut tables = self.local.tables();
+        if let Ok(node) = self.sql.node() {
+            tables.extend(
+                node.cached()
+                    .tables
+                    .iter()
+                    .filter_map(|(name, (entry, _))| Some((name.clone(), entry.schema().ok()?))),
+            );
+        }
+        tables
+    }
+
+    fn exists(&self, name: &str) -> bool {
+        self.local.exists(name)
+            || self
+                .sql
+                .node()
+                .is_ok_and(|node| node.cached().tables.contains_key(name))
     }
 
     async fn table(&self, name: &str) -> Result<Option<Arc<dyn TableProvider>>> {
-        let node = self.node()?;
+        let node = self.sql.node()?;
         let Some(entry) = node.entry(name).await else {
-            return Ok(None);
+            return self.local.table(name).await;
         };
+        let sql = &self.sql;
         node.hold_for_reader(&entry);
         let nodes = node.cached().nodes;
-        let others = nodes.values().filter(|n| n.id != self.scan.node_id);
-        self.scan
+        let others = nodes.values().filter(|n| n.id != sql.scan.node_id);
+        sql.scan
             .peers
             .confirm(others.map(|n| n.location.as_str()))
             .await;
-        let suspect = |location: &str| self.scan.peers.is_suspect(location);
+        let suspect = |location: &str| sql.scan.peers.is_suspect(location);
         let table = ClusterTable::new(name, &entry, &nodes, &suspect)
             .map_err(|e| DataFusionError::External(Box::new(e)))?;
         Ok(Some(Arc::new(table)))
     }
 
-    fn locations(&self) -> Vec<String> {
-        self.node().map(|node| node.locations()).unwrap_or_default()
+    fn locations(&self) -> Option<Vec<String>> {
+        Some(
+            self.sql
+                .node()
+                .map(|node| node.locations())
+                .unwrap_or_default(),
+        )
+    }
+
+    fn plans_again(&self) -> bool {
+        true
     }
 
     fn session(&self, mut builder: SessionStateBuilder) -> SessionStateBuilder {
+        let sql = &self.sql;
         if let Some(runtime) = builder.runtime_env().clone() {
             // The first engine's: a node has one.
-            let _ = self.runtime.set(runtime);
+            let _ = sql.runtime.set(runtime);
         }
         let workers = CatalogWorkers {
-            node: self.node.clone(),
+            node: sql.node.clone(),
         };
-        let local = worker_url(&self.location).ok();
+        let local = worker_url(&sql.location).ok();
         let mut builder = builder
             .with_distributed_planner()
             .with_distributed_worker_resolver(workers.clone())
             .with_distributed_user_codec(ClusterCodec)
-            .with_distributed_channel_resolver(NodeChannels::new(self.scan.peers.clone()))
+            .with_distributed_channel_resolver(NodeChannels::new(sql.scan.peers.clone()))
             .with_distributed_desired_task_count_handler(desired_tasks)
             .with_distributed_scale_up_leaf_node_handler(scale_up)
             .with_distributed_route_tasks_handler(TaskRouter::new(workers, local.clone()));
@@ -201,22 +237,23 @@ impl ClusterCatalog for ClusterSql {
         // Tasks this node runs itself stay in the process.
         if let Some(url) = local {
             builder = builder
-                .with_distributed_local_worker_context(self.worker.to_local_worker_context(url));
+                .with_distributed_local_worker_context(sql.worker.to_local_worker_context(url));
         }
         builder
             .config()
             .get_or_insert_default()
-            .set_extension(Arc::clone(&self.scan));
+            .set_extension(Arc::clone(&sql.scan));
         builder
     }
 
     async fn recheck(&self) {
-        let Ok(node) = self.node() else {
+        let sql = &self.sql;
+        let Ok(node) = sql.node() else {
             return;
         };
         let nodes = node.cached().nodes;
-        let others = nodes.values().filter(|n| n.id != self.scan.node_id);
-        self.scan
+        let others = nodes.values().filter(|n| n.id != sql.scan.node_id);
+        sql.scan
             .peers
             .recheck(others.map(|n| n.location.as_str()))
             .await;

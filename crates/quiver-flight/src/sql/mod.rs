@@ -302,7 +302,7 @@ impl FlightSql {
             .with_ordered(partitions <= 1);
         // On a cluster, where else the query may be asked: the Python
         // client asks another node when this one stops answering.
-        Ok(match self.engine.cluster_locations() {
+        Ok(match self.engine.locations() {
             Some(nodes) => info.with_app_metadata(json!({ "nodes": nodes }).to_string()),
             None => info,
         })
