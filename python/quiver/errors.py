@@ -85,7 +85,8 @@ class QuiverError(Exception):
         ``"INVALID_PARTITION"``, ``"INVALID_ARGUMENT"``, ``"INVALID_DATA"``,
         ``"INVALID_SQL"``, ``"MEMORY_LIMIT"``, ``"TABLE_LIMIT"``, ``"STORAGE_FULL"``,
         ``"MESSAGE_TOO_LARGE"``, ``"TOO_MANY"``, ``"QUERY_RESOURCES"``,
-        ``"VERSION_CHANGED"``, ``"UNIMPLEMENTED"``, ``"DEADLINE_EXCEEDED"``,
+        ``"VERSION_CHANGED"``, ``"CONFLICT"``, ``"UNAVAILABLE"``, ``"UNIMPLEMENTED"``,
+        ``"DEADLINE_EXCEEDED"``,
         ``"IDLE_TIMEOUT"``, ``"CANCELLED"``, ``"UNAUTHENTICATED"``,
         ``"PERMISSION_DENIED"``, ``"IO_ERROR"``, ``"INTERNAL"``, or for functions
         ``"FUNCTION_NOT_FOUND"``, ``"FUNCTION_ERROR"``, ``"FUNCTION_OUTPUT"``,
@@ -154,7 +155,10 @@ class ResourceExhaustedError(QuiverError):
 
 
 class VersionConflictError(QuiverError):
-    """The table changed between GetFlightInfo and DoGet (``ABORTED``).
+    """The table changed under the call (``ABORTED``).
+
+    Between GetFlightInfo and DoGet; or, on a cluster, other writes to it reached
+    the catalog first, every time the write was tried (kind ``CONFLICT``).
 
     :meth:`quiver.Client.get` retries on this error by itself.
     """
@@ -269,6 +273,8 @@ KIND_CLASSES: dict[str, type[QuiverError]] = {
         ResourceExhaustedError,
     ),
     "VERSION_CHANGED": VersionConflictError,
+    "CONFLICT": VersionConflictError,
+    "UNAVAILABLE": ServerUnavailableError,
     "UNIMPLEMENTED": UnimplementedError,
     "DEADLINE_EXCEEDED": DeadlineExceededError,
     "IDLE_TIMEOUT": DeadlineExceededError,
