@@ -1,7 +1,7 @@
 """The nemesis suite: three cluster nodes under faults, and what their clients saw.
 
 ``python -m bench.nemesis_worker --binary QUIVER --seconds N`` is started by
-:func:`bench.suites.run_nemesis` through ``ip netns exec``, as root: in the namespace
+:func:`bench.suites.nemesis.run_nemesis` through ``ip netns exec``, as root: in the namespace
 everything listens on loopback, etcd on 127.0.0.1 and nodes n1-n3 on 127.0.0.1-3, each
 with ``--replicas 2 --lease-ttl 2`` and a ``--data-dir`` of its own, each running as a
 user of its own (uid 64001-64003), so that one iptables rule (the owner match) cuts one
