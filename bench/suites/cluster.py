@@ -6,8 +6,8 @@ import json
 import os
 import subprocess
 import sys
-from pathlib import Path
 
+from .. import servers
 from ..report import Goal, _goal_rows, _ms, _times
 from ..results import QUIVER, QUIVER_CLUSTER, QUIVER_CLUSTER_TLS, QUIVER_PYTHON, Measurement
 from ..run import Run, Section, Suite, log
@@ -47,7 +47,7 @@ def run_cluster(run: Run) -> None:
              "--reps", str(plan.cluster_reps), "--rate", plan.cluster_rate,
              "--appends", str(plan.cluster_appends)],
             capture_output=True, text=True, timeout=3600, check=False,
-            cwd=Path(__file__).resolve().parent.parent,
+            cwd=servers.REPO,
         )  # fmt: skip
     finally:
         subprocess.run(["ip", "netns", "del", namespace], check=False)

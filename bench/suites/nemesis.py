@@ -9,8 +9,8 @@ import subprocess
 import sys
 import tempfile
 import threading
-from pathlib import Path
 
+from .. import servers
 from ..report import Goal, _duration, _goal_rows
 from ..results import NEMESIS_CALM, NEMESIS_FAULTS, QUIVER_CLUSTER, QUIVER_PYTHON, Measurement
 from ..run import Run, Section, Suite, log
@@ -54,7 +54,7 @@ def run_nemesis(run: Run) -> None:
                  "--binary", str(run.binary), "--seconds", str(plan.nemesis_seconds),
                  "--calm", str(plan.nemesis_calm_s), "--log-dir", str(log_dir)],
                 stdout=stdout, stderr=subprocess.PIPE, text=True,
-                cwd=Path(__file__).resolve().parent.parent,
+                cwd=servers.REPO,
             )  # fmt: skip
             assert worker.stderr is not None
             relaying = threading.Thread(target=relay, args=(worker.stderr,), daemon=True)
