@@ -29,11 +29,12 @@ from pathlib import Path
 import pandas as pd
 import pyarrow as pa
 
-from . import lake, plots, report, servers
-from .plan import DEFAULT_SUITES, SUITES, plan_for
+from . import plots, report, servers
+from .plan import plan_for
 from .results import ResultsFile, git_revision, machine_info, now, read_results, read_run_info
 from .results import write_run_info as save_run_info
-from .suites import SUITE_FUNCTIONS, Run, log
+from .run import Run, log
+from .suites import DEFAULT_SUITE_NAMES, SUITE_NAMES, SUITES
 
 DEFAULT_OUT = servers.REPO / "bench" / "out"
 DEFAULT_REPORT = servers.REPO / "BENCHMARKS.md"
@@ -78,8 +79,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     )
     parser.add_argument(
         "--only",
-        default=",".join(DEFAULT_SUITES),
-        help=f"comma-separated suites to run, of: {','.join(SUITES)} (default: all but "
+        default=",".join(DEFAULT_SUITE_NAMES),
+        help=f"comma-separated suites to run, of: {','.join(SUITE_NAMES)} (default: all but "
         "nemesis, which runs only when asked for)",
     )
     parser.add_argument(
@@ -143,9 +144,11 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     )
     args = parser.parse_args(argv)
     args.only = [s.strip() for s in args.only.split(",") if s.strip()]
-    unknown = sorted(set(args.only) - set(SUITES))
+    unknown = sorted(set(args.only) - set(SUITE_NAMES))
     if unknown:
-        parser.error(f"unknown suite(s) {', '.join(unknown)}: expected some of {', '.join(SUITES)}")
+        parser.error(
+            f"unknown suite(s) {', '.join(unknown)}: expected some of {', '.join(SUITE_NAMES)}"
+        )
     if args.sql_rows is not None:
         try:
             args.sql_rows = tuple(int(float(s)) for s in args.sql_rows.split(",") if s.strip())
@@ -231,15 +234,15 @@ def measure(args: argparse.Namespace, argv: list[str]) -> tuple[dict[str, object
         )
         noted_peak = 0.0
         for suite in SUITES:
-            if suite in args.only:
-                with run.attempt(f"suite {suite}"):
-                    SUITE_FUNCTIONS[suite](run)
+            if suite.name in args.only:
+                with run.attempt(f"suite {suite.name}"):
+                    suite.run(run)
                 # The clients of the small, bytes, json, memory, shm and soak suites live in this
                 # process: a run that grows it towards the machine's memory measures the
                 # kernel's reclaim, not the servers. Noted when it grew.
                 peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20  # KiB to GiB
                 if round(peak, 1) > round(noted_peak, 1):
-                    run.note(f"the harness's peak RSS rose to {peak:.1f} GiB in suite {suite}")
+                    run.note(f"the harness's peak RSS rose to {peak:.1f} GiB in suite {suite.name}")
                     noted_peak = peak
         failures = run.failures
     finally:
@@ -309,17 +312,11 @@ def main(argv: list[str] | None = None) -> int:
     rows = read_results(args.out / "results.csv")
     plan = info.get("plan") or {}
     assert isinstance(plan, dict)
-    cap = plan.get("sql_row_clients_max_rows")
-    sql_goals = report.sql_goals(rows, None if cap is None else int(cap))
     goals = [
-        *report.goals(rows),
-        *sql_goals,
-        *report.bytes_goals(rows),
-        *report.functions_goals(rows),
-        *report.engines_goals(rows),
-        *report.tpch_goals(rows),
-        *lake.goals(rows),
-        *report.nemesis_goals(rows),
+        goal
+        for suite in sorted(SUITES, key=lambda s: s.goals_rank)
+        if suite.goals is not None
+        for goal in suite.goals(rows, plan)
     ]
     for goal in goals:
         log(f"goal: {goal.text}: {goal.shown} (target {goal.target}) {goal.verdict}")

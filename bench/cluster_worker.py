@@ -1,6 +1,6 @@
 """The cluster suite's measurements, run inside a network namespace of their own.
 
-``python -m bench.cluster_worker ARGS`` is started by :func:`bench.suites.run_cluster`
+``python -m bench.cluster_worker ARGS`` is started by :func:`bench.suites.cluster.run_cluster`
 through ``ip netns exec``, as root. In the namespace everything listens on loopback:
 etcd on 127.0.0.1, nodes n1-n3 on 127.0.0.1-3, a single node without ``--cluster`` on
 127.0.0.4. ``tc`` gives each cluster node a link of its own on the loopback device, the

@@ -1,4 +1,4 @@
-"""The lake suite's clients, in worker processes (issue 66): :mod:`bench.lake` drives them.
+"""The lake suite's clients, in worker processes (issue 66): :mod:`bench.suites.lake` drives them.
 
 :class:`LakeClient` runs the 22 TPC-H queries (``bench/tpch_queries/``) on each engine of
 the suite and checks each quiver result against the reference engine's, as

@@ -1,7 +1,7 @@
 """The nemesis suite: three cluster nodes under faults, and what their clients saw.
 
 ``python -m bench.nemesis_worker --binary QUIVER --seconds N`` is started by
-:func:`bench.suites.run_nemesis` through ``ip netns exec``, as root: in the namespace
+:func:`bench.suites.nemesis.run_nemesis` through ``ip netns exec``, as root: in the namespace
 everything listens on loopback, etcd on 127.0.0.1 and nodes n1-n3 on 127.0.0.1-3, each
 with ``--replicas 2 --lease-ttl 2`` and a ``--data-dir`` of its own, each running as a
 user of its own (uid 64001-64003), so that one iptables rule (the owner match) cuts one
@@ -44,6 +44,7 @@ from __future__ import annotations
 import argparse
 import bisect
 import ctypes
+import importlib.util
 import json
 import os
 import shutil
@@ -53,6 +54,7 @@ import sys
 import tempfile
 import threading
 import time
+import types
 import uuid
 from collections.abc import Iterable
 from contextlib import suppress
@@ -60,15 +62,32 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pyarrow as pa
-import pyarrow.compute as pc
 import pyarrow.flight as flight
 import quiver
 from quiver import testing
 
 from .results import NEMESIS_CALM, NEMESIS_FAULTS
+from .servers import REPO
 from .summary import percentile
 
 #: The kinds of fault, in the order the nemesis cycles through them.
+
+
+def _checker() -> types.ModuleType:
+    """Load the cluster tests' checker (python/tests/nemesis.py): one copy of its rules."""
+    path = REPO / "python" / "tests" / "nemesis.py"
+    spec = importlib.util.spec_from_file_location("quiver_tests_nemesis", path)
+    assert spec is not None, path
+    assert spec.loader is not None, path
+    module = importlib.util.module_from_spec(spec)
+    # Registered before it runs: its dataclasses look their module up by name.
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+checker = _checker()
+
 FAULTS = tuple(NEMESIS_FAULTS)
 NODES = (1, 2, 3)
 REPLICAS = 2
@@ -82,13 +101,11 @@ ETCD_DOWN_S = 3.0
 PARTITION_S = 8.0
 #: A fault's window lasts this long past its end.
 WINDOW_TAIL_S = 2.0
-ROWS_PER_APPEND = 20
 APPEND_EVERY_S = 0.1
 QUERY_EVERY_S = 0.2
 #: Every append and query has this deadline.
 CALL_TIMEOUT_S = 15.0
 QUERY = "SELECT count(*) AS n, sum(seq) AS s FROM log"
-LOG_SCHEMA = pa.schema([("writer", pa.int64()), ("seq", pa.int64())])
 WRITERS = 3
 #: Longest wait for the cluster to list three nodes and full replication at the end.
 SETTLE_TIMEOUT_S = 120.0
@@ -374,10 +391,7 @@ class Load:
             for seq in range(self.max_appends):
                 if self.stop.is_set():
                     return
-                rows = pa.table(
-                    {"writer": pa.array([writer] * ROWS_PER_APPEND, pa.int64()),
-                     "seq": pa.array([seq] * ROWS_PER_APPEND, pa.int64())}
-                )  # fmt: skip
+                rows = checker.append_rows(writer, seq)
                 node = self.health.route(NODES[(writer + seq) % len(NODES)])
                 with self.lock:
                     self.attempted.add((writer, seq))
@@ -493,19 +507,6 @@ class Nemesis:
 # --- the checker ----------------------------------------------------------------------------
 
 
-def counts(table: pa.Table) -> dict[tuple[int, int], int]:
-    """Rows per ``(writer, seq)``."""
-    if table.num_rows == 0:
-        return {}
-    # value_counts of one int64 key rather than group_by, which warns of unaligned buffers
-    # (Flight's) on every call.
-    key = pc.add(pc.multiply(table.column("writer"), 1 << 32), table.column("seq"))
-    found = pc.value_counts(key)
-    keys = found.field("values").to_pylist()
-    rows = found.field("counts").to_pylist()
-    return {(k >> 32, k & 0xFFFFFFFF): n for k, n in zip(keys, rows, strict=True)}
-
-
 @dataclass
 class Checked:
     """What the checker found, over every read."""
@@ -519,25 +520,11 @@ class Checked:
     def judge(self, seen: dict[tuple[int, int], int], load: Load, where: str) -> None:
         """Add what breaks the rules in one read of the whole table."""
         self.reads += 1
-        lost = load.acknowledged - set(seen)
-        wrong = {k: n for k, n in seen.items() if n != ROWS_PER_APPEND}
-        invented = set(seen) - load.attempted
-        if lost:
-            self.problems.append(
-                f"{where}: {len(lost)} acknowledged appends missing, e.g. {sorted(lost)[:5]}"
-            )
-        if wrong:
-            self.problems.append(
-                f"{where}: {len(wrong)} appends torn or doubled (rows each), e.g. "
-                f"{dict(sorted(wrong.items())[:5])}"
-            )
-        if invented:
-            self.problems.append(
-                f"{where}: {len(invented)} rows never attempted, e.g. {sorted(invented)[:5]}"
-            )
-        self.lost |= lost
-        self.torn_or_doubled |= set(wrong)
-        self.invented |= invented
+        found = checker.violations(seen, load.acknowledged, load.attempted)
+        self.problems += found.problems(where)
+        self.lost |= found.lost
+        self.torn_or_doubled |= set(found.torn_or_doubled)
+        self.invented |= found.invented
 
 
 def check(uris: Iterable[str], load: Load) -> Checked:
@@ -551,7 +538,7 @@ def check(uris: Iterable[str], load: Load) -> Checked:
         except Exception as error:
             checked.problems.append(f"read through {uri} failed: {_error_text(error)}")
             continue
-        checked.judge(counts(table), load, f"through {uri}")
+        checked.judge(checker.counts(table), load, f"through {uri}")
     options = flight.FlightCallOptions(timeout=120)
     info = None
     for uri in uris:
@@ -583,7 +570,7 @@ def check(uris: Iterable[str], load: Load) -> Checked:
                 replica.close()
             if not copies:
                 first_copies.append(table)
-            copies[at] = counts(table)
+            copies[at] = checker.counts(table)
         if len({json.dumps(sorted(c.items())) for c in copies.values()}) > 1:
             sizes = {at: sum(c.values()) for at, c in copies.items()}
             checked.problems.append(f"the copies of partition {index} differ (rows: {sizes})")
@@ -593,7 +580,7 @@ def check(uris: Iterable[str], load: Load) -> Checked:
             )
     if first_copies:
         whole = pa.concat_tables(first_copies)
-        checked.judge(counts(whole), load, "the listed copies of every partition")
+        checked.judge(checker.counts(whole), load, "the listed copies of every partition")
     return checked
 
 
@@ -619,7 +606,7 @@ def _stale(queries: list[Call], appends: list[Call]) -> set[int]:
         for q in queries
         if q.ok
         and q.rows is not None
-        and q.rows < ROWS_PER_APPEND * bisect.bisect_left(acknowledged, q.start)
+        and q.rows < checker.ROWS_PER_APPEND * bisect.bisect_left(acknowledged, q.start)
     }
 
 
@@ -765,7 +752,7 @@ def main() -> None:
                     raise TimeoutError("the three nodes did not register")
                 time.sleep(0.1)
             with quiver.connect(cluster.uris[1], transport="grpc", timeout=60) as c:
-                c.put("log", LOG_SCHEMA.empty_table())
+                c.put("log", checker.LOG_SCHEMA.empty_table())
             log(f"3 nodes up; faults for {args.seconds:.0f} s, {args.calm:g} s of calm between")
             started = time.monotonic()
             with Load(cluster, health, args.seconds) as load:
@@ -792,7 +779,9 @@ def main() -> None:
             with load.lock:
                 snapshot = list(load.appends)
             torn_reads = [
-                q for q in load.queries if q.ok and q.rows is not None and q.rows % ROWS_PER_APPEND
+                q
+                for q in load.queries
+                if q.ok and q.rows is not None and q.rows % checker.ROWS_PER_APPEND
             ]
             if torn_reads:
                 problems.append(

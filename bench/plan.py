@@ -18,30 +18,6 @@ TPCH_FULL_SCALES = (10.0, 3.0, 1.0)
 #: The largest share of the machine's RAM full mode's TPC-H tables may take in Arrow.
 TPCH_RAM_SHARE = 1 / 3
 
-#: The suites ``--only`` can choose from, in the order they run.
-SUITES = (
-    "ceilings",
-    "get",
-    "put",
-    "memory",
-    "rust",
-    "small",
-    "bytes",
-    "json",
-    "sql",
-    "soak",
-    "shm",
-    "functions",
-    "engines",
-    "tpch",
-    "lake",
-    "cluster",
-    "nemesis",
-)
-#: The suites a run without ``--only`` runs: all but ``nemesis``, which takes the whole of
-#: ``nemesis_seconds`` (30 minutes in full mode) and is run when asked for.
-DEFAULT_SUITES = tuple(s for s in SUITES if s != "nemesis")
-
 
 @dataclass(frozen=True)
 class Plan:

@@ -135,7 +135,7 @@ class Measurement:
         of the 8 tables put, ``bytes``), ``stored`` (the server's ``stats().bytes``),
         ``rss_loaded`` (the server's VmRSS and VmHWM after the load) and ``rss`` (the
         largest VmRSS sampled while the queries ran, and the VmHWM after them).
-        For ``lake`` (:mod:`bench.lake`; ``server`` ``duckdb-httpfs``, ``quiver-s3-cold``,
+        For ``lake`` (:mod:`bench.suites.lake`; ``server`` ``duckdb-httpfs``, ``quiver-s3-cold``,
         ``quiver-s3-warm``, ``quiver-local``, ``quiver-s3``, ``s3``): ``qNN`` and
         ``first:qNN`` (a timed run, and the checked first run: ``bytes`` what quiver read
         from S3 by its counter, ``wire_bytes`` what the link's veth received), ``check:qNN``

@@ -16,14 +16,14 @@ Run it as ``python -m bench.peers.cpp_flight_server --port 0``: it prints
 
 from __future__ import annotations
 
-import argparse
 import json
-import signal
 import sys
 import threading
 
 import pyarrow as pa
 import pyarrow.flight as flight
+
+from bench.peers import arguments, serve
 
 #: What the first line on stdout starts with once the server listens.
 LISTENING = "listening on "
@@ -150,18 +150,9 @@ class InMemoryFlightServer(flight.FlightServerBase):
 
 def main(argv: list[str] | None = None) -> int:
     """Serve until SIGTERM or SIGINT."""
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--port", type=int, default=0, help="port on 127.0.0.1 (0: any free)")
-    args = parser.parse_args(argv)
+    args = arguments(__doc__.splitlines()[0]).parse_args(argv)
     server = InMemoryFlightServer(f"grpc+tcp://127.0.0.1:{args.port}")
-    stop = threading.Event()
-    for signum in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(signum, lambda *_: stop.set())
-    print(f"{LISTENING}{server.uri}", flush=True)
-    while not stop.wait(0.5):
-        pass
-    server.shutdown()
-    return 0
+    return serve(f"{LISTENING}{server.uri}", server.shutdown)
 
 
 if __name__ == "__main__":

@@ -13,7 +13,6 @@ SIGINT (uvicorn's graceful shutdown, then exit code 0).
 
 from __future__ import annotations
 
-import argparse
 import signal
 import socket
 import sys
@@ -24,6 +23,7 @@ from fastapi import FastAPI
 from pydantic import BaseModel
 
 from bench import xgbatch
+from bench.peers import arguments
 
 #: What the first line on stdout starts with once the server listens.
 LISTENING = "listening on "
@@ -64,8 +64,7 @@ def make_app(model: str | None) -> FastAPI:
 
 def main(argv: list[str] | None = None) -> int:
     """Serve until SIGTERM or SIGINT."""
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--port", type=int, default=0, help="port on 127.0.0.1 (0: any free)")
+    parser = arguments(__doc__.splitlines()[0])
     parser.add_argument("--model", help=f"the saved booster (default: ${xgbatch.MODEL_ENV})")
     args = parser.parse_args(argv)
     app = make_app(args.model)

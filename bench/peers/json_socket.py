@@ -12,9 +12,7 @@ Run it as ``python -m bench.peers.json_socket --port 0``: it prints
 
 from __future__ import annotations
 
-import argparse
 import json
-import signal
 import socket
 import socketserver
 import sys
@@ -24,6 +22,7 @@ import time
 import pandas as pd
 
 from bench.data import mixed_frame
+from bench.peers import arguments, serve
 
 #: Bytes of the length prefix before the body.
 LENGTH_BYTES = 8
@@ -103,20 +102,15 @@ def _receive(conn: socket.socket, size: int) -> bytearray:
 
 def main(argv: list[str] | None = None) -> int:
     """Serve until SIGTERM or SIGINT."""
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--port", type=int, default=0, help="port on 127.0.0.1 (0: any free)")
-    args = parser.parse_args(argv)
+    args = arguments(__doc__.splitlines()[0]).parse_args(argv)
     server = JsonTableServer(args.port)
-    stop = threading.Event()
-    for signum in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(signum, lambda *_: stop.set())
     threading.Thread(target=server.serve_forever, daemon=True).start()
-    print(f"listening on tcp://127.0.0.1:{server.server_address[1]}", flush=True)
-    while not stop.wait(0.5):
-        pass
-    server.shutdown()
-    server.server_close()
-    return 0
+
+    def shutdown() -> None:
+        server.shutdown()
+        server.server_close()
+
+    return serve(f"listening on tcp://127.0.0.1:{server.server_address[1]}", shutdown)
 
 
 if __name__ == "__main__":

@@ -12,14 +12,12 @@ Run it as ``python -m bench.peers.xgbatch_server --port 0 --model PATH``: it pri
 
 from __future__ import annotations
 
-import argparse
-import signal
 import sys
-import threading
 
 import pyarrow.flight as flight
 
 from bench import xgbatch
+from bench.peers import arguments, serve
 
 #: What the first line on stdout starts with once the server listens.
 LISTENING = "listening on "
@@ -63,19 +61,11 @@ class XGBatchServer(flight.FlightServerBase):
 
 def main(argv: list[str] | None = None) -> int:
     """Serve until SIGTERM or SIGINT."""
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--port", type=int, default=0, help="port on 127.0.0.1 (0: any free)")
+    parser = arguments(__doc__.splitlines()[0])
     parser.add_argument("--model", help=f"the saved booster (default: ${xgbatch.MODEL_ENV})")
     args = parser.parse_args(argv)
     server = XGBatchServer(f"grpc+tcp://127.0.0.1:{args.port}", args.model)
-    stop = threading.Event()
-    for signum in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(signum, lambda *_: stop.set())
-    print(f"{LISTENING}{server.uri}", flush=True)
-    while not stop.wait(0.5):
-        pass
-    server.shutdown()
-    return 0
+    return serve(f"{LISTENING}{server.uri}", server.shutdown)
 
 
 if __name__ == "__main__":

@@ -38,7 +38,6 @@ from bench import (
     data,
     engines,
     flight_client,
-    lake,
     lake_worker,
     report,
     sql_clients,
@@ -49,7 +48,7 @@ from bench import (
 )
 from bench.peers import postgres
 from bench.peers.cpp_flight_server import partition_bounds
-from bench.plan import DEFAULT_SUITES, GIB, SUITES, plan_for
+from bench.plan import GIB, plan_for
 from bench.results import (
     DASK,
     FASTAPI_JSON,
@@ -74,6 +73,13 @@ from bench.results import (
     read_results,
 )
 from bench.servers import REPO, quiver_bench_available, quiver_bin, start, start_arrow_cpp
+from bench.suites import DEFAULT_SUITE_NAMES, SUITE_NAMES, lake, throughput
+from bench.suites import bytes as bytes_suite
+from bench.suites import engines as engines_suite
+from bench.suites import functions as functions_suite
+from bench.suites import nemesis as nemesis_suite
+from bench.suites import sql as sql_suite
+from bench.suites import tpch as tpch_suite
 
 PLOTS = (
     "throughput_vs_streams.png",
@@ -91,7 +97,7 @@ SETUP_JAVA = REPO / "scripts" / "setup-java.sh"
 #: The suites of the main smoke run: all but the engines, tpch, lake, cluster and nemesis
 #: suites, which have runs of their own.
 MAIN_SUITES = ",".join(
-    s for s in SUITES if s not in ("engines", "tpch", "lake", "cluster", "nemesis")
+    s for s in SUITE_NAMES if s not in ("engines", "tpch", "lake", "cluster", "nemesis")
 )
 
 
@@ -475,7 +481,7 @@ def test_client_goals_pass_fail_from_the_same_runs_medians():
         ("quiver-python", "quiver", "put"): 3.0,
         ("pyarrow", "quiver", "put"): 2.0,
     }
-    met = report.client_goals(_client_rows(fast, 0.0015))
+    met = throughput.client_goals(_client_rows(fast, 0.0015))
     assert len(met) == 5
     assert [g.verdict for g in met] == ["PASS"] * 5, [(g.text, g.shown) for g in met]
     assert met[0].shown.startswith("85% ("), met[0].shown
@@ -485,12 +491,12 @@ def test_client_goals_pass_fail_from_the_same_runs_medians():
         ("quiver-python", "quiver", "get"): 7.5,
         ("quiver-python", "quiver", "put"): 2.2,
     }
-    missed = report.client_goals(_client_rows(slow, 0.003))
+    missed = throughput.client_goals(_client_rows(slow, 0.003))
     assert [g.verdict for g in missed] == ["FAIL", "PASS", "PASS", "FAIL", "FAIL"], [
         (g.text, g.shown) for g in missed
     ]
     # Not measured: no goals from a run without the quiver client.
-    assert report.client_goals([]) == []
+    assert throughput.client_goals([]) == []
 
 
 def test_partitions_cover_every_row_once():
@@ -581,10 +587,10 @@ def test_sql_goals_pass_fail_and_say_what_was_not_run():
         _sql_row("psycopg", "postgresql", 1_000_000, 5.8),
         _sql_row("pyodbc", "postgresql", 1_000_000, 9.4),
     ]
-    verdicts = {g.text: g.verdict for g in report.sql_goals(rows, cap=4_000_000)}
-    shown = {g.text: g.shown for g in report.sql_goals(rows, cap=4_000_000)}
+    verdicts = {g.text: g.verdict for g in sql_suite.sql_goals(rows, cap=4_000_000)}
+    shown = {g.text: g.shown for g in sql_suite.sql_goals(rows, cap=4_000_000)}
     # Per size: Flight SQL against the raw DoGet, then four speed-ups for each reference.
-    assert len(verdicts) == 2 * (1 + 4 * len(report.SQL_REFERENCES))
+    assert len(verdicts) == 2 * (1 + 4 * len(sql_suite.SQL_REFERENCES))
     vs_doget = "1M rows into pandas: quiver Flight SQL / quiver raw DoGet (both pyarrow.flight)"
     flight = " / quiver Flight SQL, pyarrow.flight"
     assert verdicts["1M rows into pandas: PostgreSQL, ADBC" + flight] == "PASS"  # 13x
@@ -598,7 +604,7 @@ def test_sql_goals_pass_fail_and_say_what_was_not_run():
     assert verdicts["16M rows into pandas: " + odbc].startswith("n/a")
     assert shown["16M rows into pandas: " + odbc] == "not run above 4M rows"
     slow = [dict(r, seconds=0.3) if r["client"] == "pyarrow-flightsql" else r for r in rows]
-    slow_verdicts = {g.text: g.verdict for g in report.sql_goals(slow)}
+    slow_verdicts = {g.text: g.verdict for g in sql_suite.sql_goals(slow)}
     assert slow_verdicts[vs_doget] == "FAIL"
     # 2.6 s / 0.3 s is 8.7x: short of 10x against the pyarrow.flight reference only.
     assert slow_verdicts["1M rows into pandas: PostgreSQL, ADBC" + flight] == "FAIL"
@@ -669,7 +675,7 @@ def test_bytes_goals_read_the_worst_kind_from_the_csv(tmp_path):
         results = ResultsFile(tmp_path / "results.csv", run)
         for m in measurements:
             results.add(m)
-        return report.bytes_goals(read_results(tmp_path / "results.csv"))
+        return bytes_suite.bytes_goals(read_results(tmp_path / "results.csv"))
 
     met = goals(_bytes_rows(1.0, 1.05))
     assert [g.verdict for g in met] == ["PASS", "PASS"], [(g.text, g.shown) for g in met]
@@ -682,7 +688,7 @@ def test_bytes_goals_read_the_worst_kind_from_the_csv(tmp_path):
     partial = [m for m in _bytes_rows(1.0, 1.2) if m.op != "stored:string"]
     verdicts = [g.verdict for g in goals(partial)]
     assert verdicts == ["n/a (not measured)", "FAIL"], verdicts
-    assert report.bytes_goals([]) == []
+    assert bytes_suite.bytes_goals([]) == []
 
 
 def test_bytes_kinds_are_tight_arrays_and_slices_of_one():
@@ -776,18 +782,18 @@ def test_functions_goals_say_met_or_not_met_from_the_ratios():
         QUIVER_1_WORKER: 0.95e6,
         QUIVER_2_WORKERS: 0.9e6,
     }
-    met = {g.text: g for g in report.functions_goals(_functions_rows(rates, 0.0005))}
+    met = {g.text: g for g in functions_suite.functions_goals(_functions_rows(rates, 0.0005))}
     assert all(g.verdict == "PASS" for g in met.values()), met
     assert len(met) == 5
     slow = dict(rates, **{QUIVER_1_WORKER: 0.4e6, QUIVER_2_WORKERS: 0.6e6})
-    missed = report.functions_goals(_functions_rows(slow, 0.003))
+    missed = functions_suite.functions_goals(_functions_rows(slow, 0.003))
     verdicts = [g.verdict for g in missed]
     # 0.4x in process, 1.2x the pyarrow server, 40x the JSON service, two 3 ms medians.
     assert verdicts == ["FAIL"] * 5, [(g.text, g.shown) for g in missed]
     assert missed[0].shown.startswith("0.40×")
-    unmeasured = report.functions_goals(_functions_rows({IN_PROCESS: 1e6}, 0.0005))
+    unmeasured = functions_suite.functions_goals(_functions_rows({IN_PROCESS: 1e6}, 0.0005))
     assert {g.verdict for g in unmeasured} == {"n/a (not measured)"}
-    assert report.functions_goals([]) == []
+    assert functions_suite.functions_goals([]) == []
 
 
 def test_sql_over_a_stream_not_implemented_is_reported_not_available(tmp_path):
@@ -800,7 +806,7 @@ def test_sql_over_a_stream_not_implemented_is_reported_not_available(tmp_path):
     ]
     rows[0].update(wire_bytes=rows[0]["bytes"], rss_bytes=5 << 20, hwm_bytes=80 << 20)
     run = {"mode": "smoke", "machine": {"nproc": 2}}
-    text = "\n".join(report._functions_section(rows, run, None, tmp_path))
+    text = "\n".join(functions_suite._functions_section(rows, run, None, tmp_path))
     section = text.split("## Functions: scoring over DoExchange", 1)[1]
     assert "| SQL filter | `SELECT * FROM input WHERE f0 > 0.9` | not available: " in section
     assert "SQL over a stream was **not available**" in section
@@ -961,20 +967,20 @@ def test_engines_goals_say_met_or_not_met_from_the_ratios():
             _engine_row(DASK, "read", QUIVER, 4, 0.5),
         ]
 
-    met = report.engines_goals(rows(0.75, 1.5))
+    met = engines_suite.engines_goals(rows(0.75, 1.5))
     assert [g.verdict for g in met] == ["PASS"] * 6, [(g.text, g.shown) for g in met]
     assert met[0].text == (
         "Spark read + aggregate: quiver (4 endpoints) / Spark's JDBC reader (PostgreSQL, JDBC)"
     )
     assert met[0].shown == "16.00× (12.000 s vs 0.750 s)"
-    missed = {g.text: g for g in report.engines_goals(rows(1.0, 4.0))}
+    missed = {g.text: g for g in engines_suite.engines_goals(rows(1.0, 4.0))}
     # 12x and 8x the JDBC reads, 5x the JDBC write, 0.9x Parquet, 2x one endpoint.
     verdicts = [g.verdict for g in missed.values()]
     assert verdicts == ["PASS", "FAIL", "FAIL", "FAIL", "PASS", "PASS"], missed
-    assert report.engines_goals([]) == []
+    assert engines_suite.engines_goals([]) == []
     # The JVM connector's Spark gets the same goals against the same peers, once measured.
     jvm = [{**r, "client": SPARK_JVM} for r in rows(0.75, 1.5) if r["client"] == SPARK]
-    both = {g.text: g for g in report.engines_goals(rows(1.0, 4.0) + jvm)}
+    both = {g.text: g for g in engines_suite.engines_goals(rows(1.0, 4.0) + jvm)}
     jvm_goals = [g for t, g in both.items() if t.startswith("Spark, JVM connector")]
     assert [g.verdict for g in jvm_goals] == ["PASS"] * 5, both
     assert jvm_goals[0].shown == "16.00× (12.000 s vs 0.750 s)"
@@ -1148,12 +1154,12 @@ def _tpch_rows(stored: float, files: float, worst: float, rss: int, differ: str 
 
 
 def test_tpch_goals_say_met_or_not_met_from_the_same_runs_medians():
-    met = report.tpch_goals(_tpch_rows(0.7, 1.1, 1.4, 1200))
+    met = tpch_suite.tpch_goals(_tpch_rows(0.7, 1.1, 1.4, 1200))
     assert [g.verdict for g in met] == ["PASS"] * 6, [(g.text, g.shown) for g in met]
     assert met[0].shown == "22 of 22"
     assert met[2].shown.startswith("0.73× (")  # (21 x 0.7 + 1.4) / 22
     assert met[3].shown == "1.40× (q18)"
-    missed = report.tpch_goals(_tpch_rows(0.9, 1.3, 1.6, 1400, differ="q05"))
+    missed = tpch_suite.tpch_goals(_tpch_rows(0.9, 1.3, 1.6, 1400, differ="q05"))
     assert [g.verdict for g in missed] == ["PASS", "FAIL", "FAIL", "FAIL", "FAIL", "FAIL"]
     assert missed[1].shown == "21 of 22 (differ, failed or not run: q05)"
     assert missed[3].shown == "1.60× (q18); above 1.5×: q18"
@@ -1161,11 +1167,11 @@ def test_tpch_goals_say_met_or_not_met_from_the_same_runs_medians():
     without = [
         r for r in _tpch_rows(0.7, 1.1, 1.4, 1200) if r["op"] != "q07" or r["server"] != QUIVER
     ]
-    goals = report.tpch_goals(without)
+    goals = tpch_suite.tpch_goals(without)
     assert goals[2].verdict == "FAIL" and goals[2].value is None
     assert goals[2].shown.startswith("— (not measured: q07; the other 21: 0.73×"), goals[2].shown
     assert goals[3].verdict == "FAIL" and "not measured: q07" in goals[3].shown
-    assert report.tpch_goals([]) == []
+    assert tpch_suite.tpch_goals([]) == []
 
 
 # --- the lake suite: tables in S3 (issue 66) ------------------------------------------------
@@ -1426,9 +1432,9 @@ def test_the_nemesis_smoke_run_loses_nothing_and_reports_every_fault(tmp_path):
 
 
 def test_the_nemesis_suite_runs_only_when_asked_for():
-    assert "nemesis" in SUITES
-    assert "nemesis" not in DEFAULT_SUITES
-    assert set(SUITES) - set(DEFAULT_SUITES) == {"nemesis"}
+    assert "nemesis" in SUITE_NAMES
+    assert "nemesis" not in DEFAULT_SUITE_NAMES
+    assert set(SUITE_NAMES) - set(DEFAULT_SUITE_NAMES) == {"nemesis"}
     assert plan_for("full", GIB).nemesis_seconds == 1800
 
 
@@ -1444,13 +1450,13 @@ def test_nemesis_goals_say_met_or_not_met_from_the_same_runs_numbers():
             row("queries", client="query", ops=400, errors=failed_queries),
         ]
 
-    met = report.nemesis_goals(rows(0, 1, 0.5, 0))
+    met = nemesis_suite.nemesis_goals(rows(0, 1, 0.5, 0))
     assert [g.verdict for g in met] == ["PASS"] * 4, [(g.text, g.shown) for g in met]
     assert met[1].shown == "1 (over 3 kill(s))"
     assert met[3].shown == "0 of 400"
-    missed = report.nemesis_goals(rows(2, 3, 1.5, 1))
+    missed = nemesis_suite.nemesis_goals(rows(2, 3, 1.5, 1))
     assert [g.verdict for g in missed] == ["FAIL"] * 4, [(g.text, g.shown) for g in missed]
-    assert report.nemesis_goals([]) == []
+    assert nemesis_suite.nemesis_goals([]) == []
 
 
 def test_nemesis_windows_count_the_calls_in_flight_during_them():

@@ -58,16 +58,19 @@ from typing import TYPE_CHECKING, Any
 
 from quiver import testing
 
-from . import lake_worker, servers, tpch, workers
-from .report import Goal, _goal_rows, _size, _times, query_checks, results_equal_goal
-from .results import Measurement
-from .summary import Row, Spread, select, spread
+from .. import lake_worker, servers, tpch, workers
+from ..plots import _save
+from ..report import Goal, _figure, _goal_rows, _size, _times
+from ..results import Measurement
+from ..run import Run, Section, Suite, alternating, log
+from ..summary import Row, Spread, select, spread
+from .memory import _MemorySampler
+from .tpch import query_checks, results_equal_goal
 
 if TYPE_CHECKING:
-    from .servers import ServerProcess
-    from .suites import Run
+    from ..servers import ServerProcess
 
-SUITE = "lake"
+SUITE_NAME = "lake"
 #: The bucket every object of the suite is put in.
 BUCKET = "lake"
 #: The S3 server's admin (it creates the bucket and puts the objects; quiver and DuckDB
@@ -155,8 +158,6 @@ MEMORY_TABLE_VS_CACHE = 10
 
 
 def _log(text: str) -> None:
-    from .suites import log
-
     log(text)
 
 
@@ -493,7 +494,7 @@ def _start_quiver(
         str(run.binary), "serve", "--listen", "127.0.0.1:0", "--metrics-listen", "127.0.0.1:0",
         *flags,
     ]  # fmt: skip
-    server = servers.start(name, command, "quiver listening on ", run.log_dir / SUITE, env)
+    server = servers.start(name, command, "quiver listening on ", run.log_dir / SUITE_NAME, env)
     try:
         return server, server.metrics_url()
     except BaseException:
@@ -566,7 +567,7 @@ def _generate(run: Run, root: Path, scale: float, parts: int, tables: tuple[str,
         _log(f"lake: {what} reused from {directory}")
     else:
         _log(f"lake: generated {what} in {seconds:.1f} s into {directory}")
-        run.add(Measurement(SUITE, "", tpch.TPCHGEN, "generate", seconds=seconds, note=what))
+        run.add(Measurement(SUITE_NAME, "", tpch.TPCHGEN, "generate", seconds=seconds, note=what))
     return directory
 
 
@@ -591,7 +592,7 @@ def _measure(
         objects = [(str(path), key) for path, key in pairs]
         uploaded = int(uploader.call("upload", s3.settings(), objects))
     seconds = time.perf_counter() - started
-    run.add(Measurement(SUITE, S3, "pyarrow-s3", "upload", streams=len(pairs), bytes=uploaded,
+    run.add(Measurement(SUITE_NAME, S3, "pyarrow-s3", "upload", streams=len(pairs), bytes=uploaded,
                         seconds=seconds))  # fmt: skip
     _log(
         f"lake: put {len(pairs)} objects ({_size(uploaded)}) into s3://{BUCKET} in {seconds:.1f} s"
@@ -607,13 +608,13 @@ def _measure(
                 str(DELAY_MS),
             ]  # fmt: skip
             relay = servers.start(
-                "s3-relay", command, lake_worker.RELAY_LISTENING, run.log_dir / SUITE
+                "s3-relay", command, lake_worker.RELAY_LISTENING, run.log_dir / SUITE_NAME
             )
             endpoint = relay.uri
         rtt = _round_trip(endpoint)
         run.add(
             Measurement(
-                SUITE, S3, "http", "link", seconds=rtt,
+                SUITE_NAME, S3, "http", "link", seconds=rtt,
                 bytes=int(RATE_BYTES_PER_S) if link.shaped else 0, note=link.describe(),
             )
         )  # fmt: skip
@@ -704,8 +705,6 @@ def _tpch(
     run: Run, link: Link, endpoint: str, env: dict[str, str], directory: Path, work: Path
 ) -> list[str]:
     """Run the 22 queries on the three quivers and DuckDB; return the results that failed."""
-    from .suites import _MemorySampler
-
     plan = run.plan
     in_s3 = [f"--table={t}=s3://{BUCKET}/tpch/{t}/" for t in tpch.TABLES]
     local = [f"--table={t}={tpch.table_dir(directory, t)}/" for t in tpch.TABLES]
@@ -741,7 +740,7 @@ def _tpch(
             finally:
                 for setup, sampler in samplers.items():
                     rss, hwm = sampler.stop()
-                    run.add(Measurement(SUITE, setup, CLIENTS[setup], "rss", rss_bytes=rss,
+                    run.add(Measurement(SUITE_NAME, setup, CLIENTS[setup], "rss", rss_bytes=rss,
                                         hwm_bytes=hwm))  # fmt: skip
     finally:
         for server, _ in started.values():
@@ -760,8 +759,6 @@ def _query(
     qid: str,
 ) -> list[str]:
     """Run ``qid`` on every engine: once checked, then ``Plan.lake_reps`` times timed."""
-    from .suites import _order
-
     engines = [reference, *SETUPS]
 
     def call(engine: str, check: bool) -> tuple[dict[str, Any], float | None, int | None]:
@@ -790,14 +787,14 @@ def _query(
         why[engine] = got["mismatch"]
         run.add(
             Measurement(
-                SUITE, engine, CLIENTS[engine], f"first:{qid}", 1, int(got["rows"]),
+                SUITE_NAME, engine, CLIENTS[engine], f"first:{qid}", 1, int(got["rows"]),
                 bytes=int(read or 0), seconds=float(got["seconds"]), wire_bytes=crossed,
             )
         )  # fmt: skip
     failures = []
     for setup in SETUPS:
         found = why[setup]
-        run.add(Measurement(SUITE, setup, CLIENTS[setup], f"check:{qid}",
+        run.add(Measurement(SUITE_NAME, setup, CLIENTS[setup], f"check:{qid}",
                             errors=0 if found is None else 1, note=found or ""))  # fmt: skip
         if found is not None:
             failures.append(f"{qid} ({LABELS[setup]})")
@@ -805,12 +802,12 @@ def _query(
                 run.note(f"lake: {qid} on {LABELS[setup]}: the result differs: {found}")
     times: dict[str, list[float]] = {engine: [] for engine in running}
     for rep in range(run.plan.lake_reps):
-        for engine in _order(running, rep):
+        for engine in alternating(running, rep):
             with run.attempt(f"lake {qid} on {LABELS[engine]}"):
                 got, read, crossed = call(engine, False)
                 run.add(
                     Measurement(
-                        SUITE, engine, CLIENTS[engine], qid, 1, int(got["rows"]),
+                        SUITE_NAME, engine, CLIENTS[engine], qid, 1, int(got["rows"]),
                         bytes=int(read or 0), seconds=float(got["seconds"]), rep=rep,
                         wire_bytes=crossed,
                     )
@@ -825,13 +822,15 @@ def _doget(run: Run, settings: dict[str, str], env: dict[str, str], big_files: l
     """DoGet the big table from a fresh quiver per repetition, and GET its objects."""
     plan = run.plan
     table_bytes = sum(p.stat().st_size for p in big_files)
-    run.add(Measurement(SUITE, S3, "", "doget_table", streams=len(big_files), bytes=table_bytes))
+    run.add(
+        Measurement(SUITE_NAME, S3, "", "doget_table", streams=len(big_files), bytes=table_bytes)
+    )
     paths = [f"{BUCKET}/big/{p.name}" for p in big_files]
     _log(f"lake: DoGet of {_size(table_bytes)} of Parquet in S3, {plan.lake_doget_reps} time(s)")
     for rep in range(plan.lake_doget_reps):
         with workers.Worker("lake s3 reader", lake_worker.LakeReader, ("",), TIMEOUT_S) as reader:
             ceiling = reader.call("s3_get", settings, paths)
-        run.add(Measurement(SUITE, S3, "pyarrow-s3", "s3_get", streams=len(paths),
+        run.add(Measurement(SUITE_NAME, S3, "pyarrow-s3", "s3_get", streams=len(paths),
                             bytes=int(ceiling["bytes"]), seconds=float(ceiling["seconds"]),
                             rep=rep))  # fmt: skip
         server, url = _start_quiver(run, f"{QUIVER_S3}-doget", [f"--table=big=s3://{BUCKET}/big/"],
@@ -847,7 +846,7 @@ def _doget(run: Run, settings: dict[str, str], env: dict[str, str], big_files: l
             server.stop()
         run.add(
             Measurement(
-                SUITE, QUIVER_S3, "pyarrow", "doget", streams=int(got["endpoints"]),
+                SUITE_NAME, QUIVER_S3, "pyarrow", "doget", streams=int(got["endpoints"]),
                 rows_per_stream=int(got["rows"]), bytes=int(read), wire_bytes=int(got["nbytes"]),
                 seconds=float(got["seconds"]), ttfb_seconds=float(got["ttfb_seconds"]),
                 endpoints=int(got["endpoints"]), rep=rep,
@@ -863,14 +862,14 @@ def _doget(run: Run, settings: dict[str, str], env: dict[str, str], big_files: l
 
 def _memory(run: Run, env: dict[str, str], big_files: list[Path]) -> None:
     """Read a table 10 times the cache from a fresh quiver; sample its RSS."""
-    from .suites import _MemorySampler
-
     plan = run.plan
     table_bytes = plan.lake_memory_copies * sum(p.stat().st_size for p in big_files)
     cache = max(1 << 20, table_bytes // MEMORY_TABLE_VS_CACHE)
     objects = plan.lake_memory_copies * len(big_files)
-    run.add(Measurement(SUITE, QUIVER_S3, "", "memory_table", streams=objects, bytes=table_bytes))
-    run.add(Measurement(SUITE, QUIVER_S3, "", "memory_cache", bytes=cache))
+    run.add(
+        Measurement(SUITE_NAME, QUIVER_S3, "", "memory_table", streams=objects, bytes=table_bytes)
+    )
+    run.add(Measurement(SUITE_NAME, QUIVER_S3, "", "memory_cache", bytes=cache))
     _log(f"lake: memory reading {_size(table_bytes)} of Parquet with --cache-size {_size(cache)}")
     flags = ["--cache-size", str(cache), f"--table=big=s3://{BUCKET}/memory/"]
     server, url = _start_quiver(run, f"{QUIVER_S3}-memory", flags, env)
@@ -889,7 +888,7 @@ def _memory(run: Run, env: dict[str, str], big_files: list[Path]) -> None:
         server.stop()
     run.add(
         Measurement(
-            SUITE, QUIVER_S3, "pyarrow", "memory", streams=int(got["endpoints"]),
+            SUITE_NAME, QUIVER_S3, "pyarrow", "memory", streams=int(got["endpoints"]),
             rows_per_stream=int(got["rows"]), bytes=int(read), wire_bytes=int(got["nbytes"]),
             seconds=float(got["seconds"]), endpoints=int(got["endpoints"]), rss_bytes=rss,
             hwm_bytes=hwm,
@@ -906,14 +905,14 @@ def _memory(run: Run, env: dict[str, str], big_files: list[Path]) -> None:
 
 def reference_of(rows: list[Row]) -> str:
     """Return the engine the results were checked against: DuckDB httpfs, or local."""
-    if select(rows, suite=SUITE, server=DUCKDB_LOCAL):
+    if select(rows, suite=SUITE_NAME, server=DUCKDB_LOCAL):
         return DUCKDB_LOCAL
     return DUCKDB_HTTPFS
 
 
 def seconds_of(rows: list[Row], engine: str, qid: str) -> Spread | None:
     """Return the spread of the timed runs of query ``qid`` on ``engine``."""
-    return spread(select(rows, suite=SUITE, server=engine, op=qid), "seconds")
+    return spread(select(rows, suite=SUITE_NAME, server=engine, op=qid), "seconds")
 
 
 def total(rows: list[Row], engine: str) -> tuple[float | None, list[str]]:
@@ -931,7 +930,7 @@ def _bytes_of(rows: list[Row], engine: str, column: str = "bytes") -> float | No
     ``bytes``: from S3, by quiver's counter; ``wire_bytes``: over the link, by the veth's.
     The timed runs' bytes over the number of passes (``None``: no timed run, or no count).
     """
-    timed = select(rows, suite=SUITE, server=engine, op=tpch.QUERY_IDS)
+    timed = select(rows, suite=SUITE_NAME, server=engine, op=tpch.QUERY_IDS)
     counted = [r for r in timed if r.get(column) is not None]
     if not counted:
         return None
@@ -957,17 +956,17 @@ def _ratio_goal(
 
 def goals(rows: list[Row]) -> list[Goal]:
     """Evaluate the lake suite's goals from the same run's rows (none when it did not run)."""
-    if not select(rows, suite=SUITE):
+    if not select(rows, suite=SUITE_NAME):
         return []
     out = []
     reference = reference_of(rows)
     for setup in SETUPS:
-        checks = query_checks(rows, setup, SUITE)
+        checks = query_checks(rows, setup, SUITE_NAME)
         if not checks:
             continue
         name = f"lake: TPC-H results equal to DuckDB's ({LABELS[reference]}): {LABELS[setup]}"
         out.append(results_equal_goal(name, checks))
-    if select(rows, suite=SUITE, op=tpch.QUERY_IDS):
+    if select(rows, suite=SUITE_NAME, op=tpch.QUERY_IDS):
         cold = f"lake: TPC-H total, {LABELS[QUIVER_COLD]} / {LABELS[DUCKDB_HTTPFS]}"
         goal = _ratio_goal(cold, f"≤ {COLD_VS_DUCKDB:g}×", QUIVER_COLD, DUCKDB_HTTPFS, rows,
                            COLD_VS_DUCKDB, at_least=False)  # fmt: skip
@@ -1002,14 +1001,14 @@ def goals(rows: list[Row]) -> list[Goal]:
 
 
 def _shaped(rows: list[Row]) -> bool:
-    link = select(rows, suite=SUITE, op="link")
+    link = select(rows, suite=SUITE_NAME, op="link")
     return bool(link) and bool(link[-1].get("bytes"))
 
 
 def _doget_goals(rows: list[Row]) -> list[Goal]:
     out = []
-    gets = select(rows, suite=SUITE, op="doget")
-    table = select(rows, suite=SUITE, op="doget_table")
+    gets = select(rows, suite=SUITE_NAME, op="doget")
+    table = select(rows, suite=SUITE_NAME, op="doget_table")
     size = f" ({_size(float(table[-1]['bytes']))} of Parquet)" if table else ""
     text = f"lake: DoGet of a table in S3{size}, bytes from S3 per second / the link's {RATE_TEXT}"
     target = f"≥ {DOGET_VS_LINK:.0%}"
@@ -1023,9 +1022,9 @@ def _doget_goals(rows: list[Row]) -> list[Goal]:
             out.append(Goal(text, target, None, None, f"— (loopback, no link: {shown})"))
         else:
             out.append(Goal(text, target, share, share >= DOGET_VS_LINK, shown))
-    memory = select(rows, suite=SUITE, op="memory")
-    cache = select(rows, suite=SUITE, op="memory_cache")
-    table = select(rows, suite=SUITE, op="memory_table")
+    memory = select(rows, suite=SUITE_NAME, op="memory")
+    cache = select(rows, suite=SUITE_NAME, op="memory_cache")
+    table = select(rows, suite=SUITE_NAME, op="memory_table")
     text = "lake: the server's peak RSS reading a table 10× its cache / (1 GiB + --cache-size)"
     if memory and cache and memory[-1].get("rss_bytes"):
         peak = float(memory[-1]["rss_bytes"])
@@ -1054,7 +1053,9 @@ def _mb(value: float | None) -> str:
 
 def _query_bytes(rows: list[Row], engine: str, qid: str, column: str) -> float | None:
     found = [
-        r for r in select(rows, suite=SUITE, server=engine, op=qid) if r.get(column) is not None
+        r
+        for r in select(rows, suite=SUITE_NAME, server=engine, op=qid)
+        if r.get(column) is not None
     ]
     if not found:
         return None
@@ -1071,14 +1072,14 @@ def _table(rows: list[Row]) -> list[str]:
         "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
     for qid in tpch.QUERY_IDS:
-        timed = select(rows, suite=SUITE, op=qid)
+        timed = select(rows, suite=SUITE_NAME, op=qid)
         if not timed:
             continue
         counts = sorted({int(r["rows_per_stream"]) for r in timed})  # type: ignore[arg-type]
         got = {e: seconds_of(rows, e, qid) for e in (reference, *SETUPS)}
         checks = []
         for setup in SETUPS:
-            check = select(rows, suite=SUITE, server=setup, op=f"check:{qid}")
+            check = select(rows, suite=SUITE_NAME, server=setup, op=f"check:{qid}")
             if not check:
                 checks.append("not run")
             elif not check[-1]["errors"]:
@@ -1129,9 +1130,9 @@ def _table(rows: list[Row]) -> list[str]:
 
 def _doget_lines(rows: list[Row]) -> list[str]:
     lines = []
-    gets = select(rows, suite=SUITE, op="doget")
-    table = select(rows, suite=SUITE, op="doget_table")
-    ceiling = spread(select(rows, suite=SUITE, op="s3_get"),
+    gets = select(rows, suite=SUITE_NAME, op="doget")
+    table = select(rows, suite=SUITE_NAME, op="doget_table")
+    ceiling = spread(select(rows, suite=SUITE_NAME, op="s3_get"),
                      lambda r: float(r["bytes"]) * 8 / float(r["seconds"]) / 1e9)  # fmt: skip
     if gets:
         rate = spread(gets, lambda r: float(r["bytes"]) * 8 / float(r["seconds"]) / 1e9)
@@ -1161,10 +1162,10 @@ def _doget_lines(rows: list[Row]) -> list[str]:
                 f"Gbit/s ({ceiling.low:.2f}–{ceiling.high:.2f}), the link as measured"
             )
         lines += [text + ".", ""]
-    memory = select(rows, suite=SUITE, op="memory")
-    cache = select(rows, suite=SUITE, op="memory_cache")
-    table = select(rows, suite=SUITE, op="memory_table")
-    big = select(rows, suite=SUITE, op="doget_table")
+    memory = select(rows, suite=SUITE_NAME, op="memory")
+    cache = select(rows, suite=SUITE_NAME, op="memory_cache")
+    table = select(rows, suite=SUITE_NAME, op="memory_table")
+    big = select(rows, suite=SUITE_NAME, op="doget_table")
     if memory and cache and table:
         m, objects = memory[-1], int(table[-1]["streams"] or 0)  # type: ignore[arg-type]
         copies = ""
@@ -1186,8 +1187,8 @@ def _doget_lines(rows: list[Row]) -> list[str]:
 def _setup_lines(rows: list[Row], run: dict[str, object]) -> list[str]:
     plan = run.get("plan") or {}
     assert isinstance(plan, dict)
-    link = select(rows, suite=SUITE, op="link")
-    upload = select(rows, suite=SUITE, op="upload")
+    link = select(rows, suite=SUITE_NAME, op="link")
+    upload = select(rows, suite=SUITE_NAME, op="upload")
     lines = []
     if link:
         text = f"The link: {link[-1]['note']}. An HTTP request's round trip to the S3 server "
@@ -1211,7 +1212,7 @@ def _setup_lines(rows: list[Row], run: dict[str, object]) -> list[str]:
     rss = [
         f"{LABELS[s]} {_size(float(r[-1]['rss_bytes'] or 0))}"
         for s in SETUPS
-        if (r := select(rows, suite=SUITE, server=s, op="rss"))
+        if (r := select(rows, suite=SUITE_NAME, server=s, op="rss"))
     ]
     if rss:
         lines += [f"Servers' peak RSS while the queries ran: {', '.join(rss)}.", ""]
@@ -1222,9 +1223,7 @@ def section(
     rows: list[Row], run: dict[str, object], plot: Path | None, report_dir: Path
 ) -> list[str]:
     """Return the lake suite's section of BENCHMARKS.md (nothing when it did not run)."""
-    from .report import _figure
-
-    if not select(rows, suite=SUITE):
+    if not select(rows, suite=SUITE_NAME):
         return []
     plan = run.get("plan") or {}
     assert isinstance(plan, dict)
@@ -1292,15 +1291,13 @@ def figure(rows: list[Row], plan: dict[str, object], path: Path) -> Path:
     """Per query: the median seconds of each engine (log scale)."""
     import matplotlib.pyplot as plt
 
-    from .plots import _save
-
     reference = reference_of(rows)
     engines = [reference, *SETUPS]
     colors = {
         DUCKDB_HTTPFS: "tab:orange", DUCKDB_LOCAL: "tab:orange", QUIVER_COLD: "tab:blue",
         QUIVER_WARM: "#7fb2e5", QUIVER_LOCAL: "tab:green",
     }  # fmt: skip
-    queries = [q for q in tpch.QUERY_IDS if select(rows, suite=SUITE, op=q)]
+    queries = [q for q in tpch.QUERY_IDS if select(rows, suite=SUITE_NAME, op=q)]
     fig, axis = plt.subplots(figsize=(13, 5))
     width = 0.8 / len(engines)
     for k, engine in enumerate(engines):
@@ -1321,3 +1318,32 @@ def figure(rows: list[Row], plan: dict[str, object], path: Path) -> Path:
     shaped = "a 1 Gbit/s, 5 ms link" if _shaped(rows) else "loopback (unshaped)"
     fig.suptitle(f"TPC-H{at}, tables in S3 over {shaped}: quiver cold and warm, DuckDB httpfs")
     return _save(fig, path)
+
+
+def _goals_link(rows: list[Row]) -> list[str]:
+    if not select(rows, suite="lake"):
+        return []
+    return [
+        "",
+        "The goals of tables in S3 are in "
+        "[their section](#tables-in-s3-tpc-h-doget-and-memory-issue-66).",
+    ]
+
+
+def _figures(rows: list[Row], plan: dict[str, object], out_dir: Path) -> list[Path]:
+    if not select(rows, suite="lake", op=tpch.QUERY_IDS):
+        return []
+    return [figure(rows, plan, out_dir / "lake.png")]
+
+
+SUITE = Suite(
+    "lake",
+    measure,
+    goals=lambda rows, plan: goals(rows),
+    goals_rank=90,
+    goals_link=_goals_link,
+    sections=(
+        Section(lambda rows, run, plots, at: section(rows, run, plots.get("lake"), at), rank=160),
+    ),
+    figures=_figures,
+)
