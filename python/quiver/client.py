@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import builtins
 import contextlib
+import inspect
 import json
 import threading
 import uuid
 import warnings
 from collections.abc import Callable, Iterator, Sequence
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, TypeVar, overload
+from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar, overload
 
 import pyarrow as pa
 import pyarrow.flight as flight
@@ -39,6 +40,7 @@ if TYPE_CHECKING:
 __all__ = ["Client", "connect"]
 
 _T = TypeVar("_T")
+_P = ParamSpec("_P")
 
 #: How many times :meth:`Client.get` asks for a new FlightInfo when the table
 #: changed under it.
@@ -53,17 +55,12 @@ STAGING_PREFIX = ".quiver-staging/"
 PARTITION_PREFIX = ".quiver-part/"
 
 
-def connect(
-    uri: str = DEFAULT_URI,
-    *,
-    timeout: float | None = None,
-    username: str | None = None,
-    password: str | None = None,
-    token: str | None = None,
-    transport: Transport = "auto",
-    **flight_kwargs: Any,
-) -> Client:
-    """Connect to a quiver server.
+class Client:
+    """A connection to a quiver server.
+
+    Thread-safe: calls may be made from several threads at once. Use it as a
+    context manager, or call :meth:`close`, to release its connections. No
+    connection is made until the first call. :func:`connect` makes one.
 
     Parameters
     ----------
@@ -87,17 +84,13 @@ def connect(
         it is reachable, else gRPC. With ``"shm"``, a call that cannot use
         shared memory raises :class:`~quiver.errors.QuiverError`.
     **flight_kwargs
-        Keyword arguments of :class:`pyarrow.flight.FlightClient`:
+        Keyword arguments of :class:`pyarrow.flight.FlightClient`, used for the
+        connection to ``uri`` and for any other location an endpoint names:
         ``tls_root_certs`` (PEM bytes of the CA that signed a ``grpc+tls://``
         server's certificate), ``cert_chain`` and ``private_key`` (PEM bytes of
         a client certificate, for mutual TLS), ``generic_options``, ...
         ``middleware`` is kept, and quiver's own is added after it: it reads the
         kind of each error from the server's status (:mod:`quiver.errors`).
-
-    Returns
-    -------
-    Client
-        A client; no connection is made until the first call.
 
     Examples
     --------
@@ -106,37 +99,6 @@ def connect(
     ...     client.put("trips", pa.table({"fare": [7.5, 12.0]}))
     ...     client.get("trips").num_rows
     2
-    """
-    return Client(
-        uri,
-        timeout=timeout,
-        username=username,
-        password=password,
-        token=token,
-        transport=transport,
-        **flight_kwargs,
-    )
-
-
-class Client:
-    """A connection to a quiver server.
-
-    Thread-safe: calls may be made from several threads at once. Use it as a
-    context manager, or call :meth:`close`, to release its connections.
-
-    Parameters
-    ----------
-    uri : str, default "grpc+tcp://127.0.0.1:8815"
-        The server's address, as for :func:`connect`.
-    timeout : float, optional
-        Seconds each call may take; no limit by default.
-    **flight_kwargs
-        Keyword arguments of :class:`pyarrow.flight.FlightClient`, used for the
-        connection to ``uri`` and for any other location an endpoint names.
-    username, password, token : str, optional
-        Credentials, as for :func:`connect`.
-    transport : {"auto", "shm", "grpc"}, default "auto"
-        How table data moves, as for :func:`connect`.
     """
 
     def __init__(
@@ -1164,3 +1126,33 @@ class Client:
                     peer = flight.FlightClient(uri, **self._flight_kwargs)
                 self._peers[uri] = peer
             return peer
+
+
+def _parameters_of(
+    cls: Callable[_P, Client],
+) -> Callable[[Callable[..., Client]], Callable[_P, Client]]:
+    """Give a function ``cls``'s parameters, and the docstring that describes them.
+
+    Type checkers see ``cls``'s parameters (a :class:`~typing.ParamSpec`); at run
+    time the signature is set too, for :func:`help` and :func:`inspect.signature`,
+    and the sections of ``cls``'s docstring from "Parameters" on follow the
+    function's own summary.
+    """
+
+    def decorate(function: Callable[..., Client]) -> Callable[_P, Client]:
+        signature = inspect.signature(cls)
+        function.__signature__ = signature.replace(  # type: ignore[attr-defined]
+            return_annotation=cls.__name__
+        )
+        doc = inspect.cleandoc(cls.__doc__ or "")
+        sections = doc[doc.index("Parameters\n") :]
+        function.__doc__ = f"{inspect.cleandoc(function.__doc__ or '')}\n\n{sections}"
+        return function
+
+    return decorate
+
+
+@_parameters_of(Client)
+def connect(*args: Any, **kwargs: Any) -> Client:
+    """Connect to a quiver server: return a :class:`Client`, which connects at its first call."""
+    return Client(*args, **kwargs)
