@@ -130,7 +130,7 @@ class QuiverRounds:
         self.rows = rows
         self.name = f"bench-{op}-{client}"
         self.client = quiver.connect(uri, transport=TRANSPORTS[client])
-        self.note = "" if self.client._core is not None else NO_CORE
+        self.note = "" if self.client.data_plane.core is not None else NO_CORE
         self.names = [self.name, f"{self.name}-warm-up"]
         self.endpoints: int | None = None
         small = data.records(1024, 1024)

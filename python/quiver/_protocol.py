@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 from typing import Literal
 
+import pyarrow as pa
 import pyarrow.flight as flight
 
 #: The address :func:`quiver.connect` uses when given none.
@@ -125,6 +126,11 @@ def publish_body(into: str, sources: list[str], mode: str, partitions: int | Non
     if partitions is not None:
         body["partitions"] = partitions
     return json.dumps(body).encode()
+
+
+def buffer_bytes(buffer: pa.Buffer | None) -> bytes:
+    """Return the bytes of a result's body (``b""`` for none)."""
+    return buffer.to_pybytes() if buffer is not None else b""
 
 
 def json_object(payload: bytes | None) -> JsonObject:

@@ -74,7 +74,9 @@ FREE_CHUNK = 8192
 FREE_WAIT = 10.0
 
 _CUT_SHORT = int(socket.MSG_TRUNC | socket.MSG_CTRUNC)
-_SEALS = fcntl.F_SEAL_WRITE | fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW | fcntl.F_SEAL_SEAL
+#: The seals of a memfd handed to the server or to a function worker: its contents
+#: are fixed (no write, shrink or grow) and no seal can be removed.
+SEALS = fcntl.F_SEAL_WRITE | fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW | fcntl.F_SEAL_SEAL
 
 
 class ShmUnavailableError(QuiverError):
@@ -558,15 +560,17 @@ def sealed_memfds(table: pa.Table) -> list[int]:
     return fds
 
 
-def sealed_memfd(table: pa.Table) -> int:
-    """Return a memfd holding ``table`` as an Arrow IPC stream, sealed immutable.
+def sealed_memfd(table: pa.Table, *, name: str = "quiver-put") -> int:
+    """Return a memfd holding ``table`` as an Arrow IPC stream, sealed with :data:`SEALS`.
 
     Written with ``write(2)`` through a file opened on the memfd, not through a
     mapping: the kernel fills the memfd's pages as it allocates them, where a
     mapping would fault (or populate) every page first, which costs twice as
-    much on these machines (docs/shm.md).
+    much on these machines (docs/shm.md). The memfd holds exactly the stream.
+    Puts use it, and function workers for their results; ``name`` is the
+    memfd's (``/proc/PID/fd`` shows it).
     """
-    fd = os.memfd_create("quiver-put", os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
+    fd = os.memfd_create(name, os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
     try:
         sink = pa.OSFile(f"/proc/self/fd/{fd}", "wb")
         try:
@@ -574,7 +578,7 @@ def sealed_memfd(table: pa.Table) -> int:
                 writer.write_table(table)
         finally:
             sink.close()
-        fcntl.fcntl(fd, fcntl.F_ADD_SEALS, _SEALS)
+        fcntl.fcntl(fd, fcntl.F_ADD_SEALS, SEALS)
     except BaseException:
         os.close(fd)
         raise

@@ -2,26 +2,25 @@
 
 from __future__ import annotations
 
-import base64
 import builtins
 import contextlib
+import inspect
 import json
 import threading
 import uuid
 import warnings
 from collections.abc import Callable, Iterator, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, TypeVar, overload
+from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar, overload
 
 import pyarrow as pa
 import pyarrow.flight as flight
 
-from . import _native, _protocol, _shm, _sql, _status
-from ._convert import MESSAGE_TARGET_BYTES, BatchSource, batch_source, message_slices
-from ._endpoints import DEFAULT_MAX_WORKERS, first_reachable, read_endpoints, unreachable
+from . import _planes, _protocol, _sql, _status
+from ._convert import BatchSource, batch_source
+from ._endpoints import first_reachable, unreachable
 from ._exchange import DEFAULT_BATCH_ROWS, ExchangeReader, cast_source, check_batch_rows
-from ._progress import RowCounter, ignore_rows, row_progress
+from ._progress import RowCounter, row_progress
 from ._protocol import (
     ACTION_LIST_FUNCTIONS,
     DEFAULT_URI,
@@ -37,28 +36,15 @@ if TYPE_CHECKING:
     import pandas
     import polars
 
-    from . import _core
 
 __all__ = ["Client", "connect"]
 
 _T = TypeVar("_T")
+_P = ParamSpec("_P")
 
 #: How many times :meth:`Client.get` asks for a new FlightInfo when the table
 #: changed under it.
 GET_RETRIES = 3
-
-#: Errors of the shared-memory path after which ``transport="auto"`` uses gRPC: the
-#: socket is not reachable from here, or the server has no memory for its export.
-_SHM_FALLBACK_CODES = ("UNAVAILABLE", "UNIMPLEMENTED")
-_SHM_GET_FALLBACK_CODES = (*_SHM_FALLBACK_CODES, "RESOURCE_EXHAUSTED")
-
-#: Keyword arguments of :class:`pyarrow.flight.FlightClient` the Rust core applies
-#: itself. With any other (``middleware``, ``generic_options``, ...), pyarrow makes the
-#: data calls too, so that what they set applies to every call.
-_CORE_KWARGS = frozenset({"tls_root_certs", "cert_chain", "private_key", "override_hostname"})
-
-#: Location schemes the Rust core connects to.
-_CORE_SCHEMES = ("grpc+tcp://", "grpc://", "grpc+tls://")
 
 #: Where a replace from a stream that can fail is written before it is renamed
 #: over the target (see :meth:`Client.put`).
@@ -69,17 +55,12 @@ STAGING_PREFIX = ".quiver-staging/"
 PARTITION_PREFIX = ".quiver-part/"
 
 
-def connect(
-    uri: str = DEFAULT_URI,
-    *,
-    timeout: float | None = None,
-    username: str | None = None,
-    password: str | None = None,
-    token: str | None = None,
-    transport: Transport = "auto",
-    **flight_kwargs: Any,
-) -> Client:
-    """Connect to a quiver server.
+class Client:
+    """A connection to a quiver server.
+
+    Thread-safe: calls may be made from several threads at once. Use it as a
+    context manager, or call :meth:`close`, to release its connections. No
+    connection is made until the first call. :func:`connect` makes one.
 
     Parameters
     ----------
@@ -103,17 +84,13 @@ def connect(
         it is reachable, else gRPC. With ``"shm"``, a call that cannot use
         shared memory raises :class:`~quiver.errors.QuiverError`.
     **flight_kwargs
-        Keyword arguments of :class:`pyarrow.flight.FlightClient`:
+        Keyword arguments of :class:`pyarrow.flight.FlightClient`, used for the
+        connection to ``uri`` and for any other location an endpoint names:
         ``tls_root_certs`` (PEM bytes of the CA that signed a ``grpc+tls://``
         server's certificate), ``cert_chain`` and ``private_key`` (PEM bytes of
         a client certificate, for mutual TLS), ``generic_options``, ...
         ``middleware`` is kept, and quiver's own is added after it: it reads the
         kind of each error from the server's status (:mod:`quiver.errors`).
-
-    Returns
-    -------
-    Client
-        A client; no connection is made until the first call.
 
     Examples
     --------
@@ -122,37 +99,6 @@ def connect(
     ...     client.put("trips", pa.table({"fare": [7.5, 12.0]}))
     ...     client.get("trips").num_rows
     2
-    """
-    return Client(
-        uri,
-        timeout=timeout,
-        username=username,
-        password=password,
-        token=token,
-        transport=transport,
-        **flight_kwargs,
-    )
-
-
-class Client:
-    """A connection to a quiver server.
-
-    Thread-safe: calls may be made from several threads at once. Use it as a
-    context manager, or call :meth:`close`, to release its connections.
-
-    Parameters
-    ----------
-    uri : str, default "grpc+tcp://127.0.0.1:8815"
-        The server's address, as for :func:`connect`.
-    timeout : float, optional
-        Seconds each call may take; no limit by default.
-    **flight_kwargs
-        Keyword arguments of :class:`pyarrow.flight.FlightClient`, used for the
-        connection to ``uri`` and for any other location an endpoint names.
-    username, password, token : str, optional
-        Credentials, as for :func:`connect`.
-    transport : {"auto", "shm", "grpc"}, default "auto"
-        How table data moves, as for :func:`connect`.
     """
 
     def __init__(
@@ -168,7 +114,6 @@ class Client:
     ) -> None:
         if transport not in ("auto", "shm", "grpc"):
             raise ValueError(f"transport must be 'auto', 'shm' or 'grpc', not {transport!r}")
-        self._transport = transport
         if token is not None and username is not None:
             raise ValueError("give username and password, or token, not both")
         if (username is None) != (password is None):
@@ -194,24 +139,41 @@ class Client:
                 headers = [(b"authorization", b"Bearer " + token.encode())]
         # Every call (the parallel endpoint fetches and SQL too) uses these options.
         self._options = flight.FlightCallOptions(timeout=timeout, headers=headers)
-        # GetFlightInfo asking for a shared-memory endpoint too.
-        self._shm_options = flight.FlightCallOptions(
-            timeout=timeout, headers=[*headers, _shm.TRANSPORT_HEADER]
-        )
         self._peers: dict[str, flight.FlightClient] = {}
         self._peers_lock = threading.Lock()
         # A cluster's live nodes, as a node's last SQL answer named them.
         self._nodes: tuple[str, ...] = ()
-        # The Rust core moves the data of gets and puts (quiver._core), when it
-        # is built and can honour every setting given.
-        self._core = None
-        if not user_middleware:
-            self._core = _core_connection(self._uri, flight_kwargs, headers, timeout)
+        # pyarrow's Flight client makes every call that is not table data; the data
+        # plane, chosen here once, moves the data of gets and puts (quiver._planes).
+        self._pyarrow = _planes.PyarrowPlane(self._uri, self._options, self._client_at)
+        self._plane = _planes.choose(
+            transport,
+            self._pyarrow,
+            flight_kwargs={**flight_kwargs, "middleware": user_middleware}
+            if user_middleware
+            else flight_kwargs,
+            headers=headers,
+            timeout=timeout,
+        )
 
     @property
     def transport(self) -> Transport:
         """How table data moves: ``"auto"``, ``"shm"`` or ``"grpc"``."""
-        return self._transport
+        return self._plane.transport
+
+    @property
+    def data_plane(self) -> _planes.DataPlane:
+        """What moves this client's table data, chosen from ``transport`` when it was made.
+
+        For quiver's own connectors (:mod:`quiver.splits`); its methods are not a
+        stable API.
+        """
+        return self._plane
+
+    @property
+    def call_options(self) -> flight.FlightCallOptions:
+        """The options of every call (timeout, credentials), for :attr:`flight_client`'s calls."""
+        return self._options
 
     @property
     def uri(self) -> str:
@@ -246,7 +208,7 @@ class Client:
             peers, self._peers = list(self._peers.values()), {}
         for peer in peers:
             peer.close()
-        self._core = None
+        self._plane.close()
         self._flight.close()
 
     # -- writing ----------------------------------------------------------------------------
@@ -344,19 +306,10 @@ class Client:
         request = request_id if request_id is not None else uuid.uuid4().hex
         options = _protocol.put_options(mode, partitions, request, place)
         source = batch_source(data)
-        if request_id is not None and self._transport == "shm":
-            raise ValueError(
-                "request_id needs a put over gRPC; this client puts over shared memory only "
-                "(transport='shm')"
-            )
-        if self._transport == "shm" or (
-            self._transport == "auto" and not source.may_fail and request_id is None
-        ):
-            # In memory already (or shm required): the table is written once,
-            # into the memfd the server adopts.
+        if self._plane.takes_whole(source, request_id):
             table = source.reader.read_all()
             with row_progress(progress, total=table.num_rows, description=f"put {name}") as count:
-                result = self._put_shm(name, table, mode, partitions)
+                result = self._plane.put_whole(name, table, mode, partitions)
                 if result is not None:
                     count(table.num_rows)
                     return result
@@ -366,121 +319,20 @@ class Client:
                 # The request is the rename's: a replace repeated is the same table.
                 staged = _protocol.put_options(mode, partitions, place=place)
                 return self._put_staged(name, source, staged, count)
-            return self._put_stream(name, source, options, count)
-
-    def _put_shm(
-        self, name: str, table: pa.Table, mode: PutMode, partitions: int | None
-    ) -> PutResult | None:
-        """Put over shared memory; ``None`` if it is not available and the transport is auto."""
-        put_options: dict[str, object] = {"mode": mode}
-        if partitions is not None:
-            put_options["partitions"] = partitions
-        body = json.dumps({"table": name, "options": put_options}).encode()
-        try:
-            try:
-                grant = self._action("shm-put", body)
-            except QuiverError as e:
-                if e.code == "UNIMPLEMENTED":
-                    raise _shm.ShmUnavailableError(str(e)) from e
-                raise
-            location = _shm.Location.parse(str(grant["location"]))
-            if location is None:
-                raise _shm.ShmUnavailableError(f"not a shared-memory location: {grant['location']}")
-            ticket = base64.b64decode(str(grant["ticket"]))
-            answer = _shm.put(location, ticket, table)
-        except QuiverError as e:
-            if self._transport == "shm" or e.code not in _SHM_FALLBACK_CODES:
-                raise
-            return None
-        return PutResult.from_json(_protocol.json_object(answer))
+            return self._plane.put_stream(name, source, options, count)
 
     def _put_staged(
         self, name: str, source: BatchSource, options: bytes, count: RowCounter
     ) -> PutResult:
         staging = f"{STAGING_PREFIX}{uuid.uuid4().hex}"
         try:
-            staged = self._put_stream(staging, source, options, count)
+            staged = self._plane.put_stream(staging, source, options, count)
             version = self.rename(staging, name, overwrite=True)
         except BaseException:
             with contextlib.suppress(TableNotFoundError):
                 self.delete(staging)
             raise
         return PutResult(table=name, version=version, rows=staged.rows, bytes=staged.bytes)
-
-    def _put_stream(
-        self, name: str, source: BatchSource, options: bytes, count: RowCounter
-    ) -> PutResult:
-        """Send one DoPut of ``source``; raise the error reading it raised, if any.
-
-        Through the Rust core, a source that fails cancels the call and nothing is
-        stored; through pyarrow, which cannot cancel a DoPut, the batches sent
-        before the failure are stored.
-        """
-        if self._core is not None:
-            return self._put_stream_core(self._core, name, source, options, count)
-        reader = source.reader
-        with translated_errors():
-            writer, results = self._flight.do_put(
-                _protocol.descriptor(name), reader.schema, self._options
-            )
-            source_error: BaseException | None = None
-            try:
-                writer.write_metadata(options)
-                batches = iter(reader)
-                while True:
-                    try:
-                        batch = next(batches)
-                    except StopIteration:
-                        break
-                    except BaseException as error:  # the caller's stream failed
-                        source_error = error
-                        break
-                    for piece in message_slices(batch):
-                        writer.write_batch(piece)
-                        count(piece.num_rows)
-                writer.done_writing()
-                answer = results.read()
-            except pa.ArrowException:
-                # The server ended the call; closing the writer yields its status.
-                writer.close()
-                raise
-            writer.close()
-        if source_error is not None:
-            raise source_error
-        return PutResult.from_json(_protocol.json_object(_buffer_bytes(answer)))
-
-    def _put_stream_core(
-        self,
-        core: _core.Connection,
-        name: str,
-        source: BatchSource,
-        options: bytes,
-        count: RowCounter,
-    ) -> PutResult:
-        """:meth:`_put_stream` through the Rust core, which frames the batches by reference."""
-        reader = source.reader
-        failed: builtins.list[BaseException] = []
-
-        def batches() -> Iterator[pa.RecordBatch]:
-            try:
-                for batch in reader:
-                    yield batch
-                    count(batch.num_rows)
-            except BaseException as error:  # the caller's stream failed
-                failed.append(error)
-                raise
-
-        stream = reader
-        if source.may_fail or count is not ignore_rows:
-            stream = pa.RecordBatchReader.from_batches(reader.schema, batches())
-        try:
-            with translated_errors():
-                answer = core.put(self._uri, [name], stream, options, MESSAGE_TARGET_BYTES)
-        except QuiverError:
-            if failed:
-                raise failed[0] from None
-            raise
-        return PutResult.from_json(_protocol.json_object(answer))
 
     # -- reading ----------------------------------------------------------------------------
 
@@ -515,25 +367,14 @@ class Client:
             The table kept changing during 4 attempts.
         """
         for attempt in range(GET_RETRIES + 1):
-            info = self._flight_info(name, shm=self._transport != "grpc")
-            endpoints = info.endpoints
-            table: pa.Table | None = None
-            if self._transport != "grpc" and _is_cluster(info):
-                # A cluster table: the partitions this node holds over shared
-                # memory, the others over gRPC from their replicas.
-                table = self._get_cluster_shm(info, max_workers)
-                if table is None:
-                    info = self._flight_info(name)
-                    endpoints = info.endpoints
-            elif self._transport != "grpc":
-                table, endpoints = self._get_shm(endpoints)
+            table, info, endpoints = self._plane.map_table(name, max_workers)
             if table is not None:
                 with row_progress(progress, total=table.num_rows, description=f"get {name}") as c:
                     c(table.num_rows)
                 return table
             with row_progress(progress, total=info.total_records, description=f"get {name}") as c:
                 try:
-                    return self._read_endpoints(endpoints, info.schema, c, max_workers)
+                    return self._plane.read(endpoints, info.schema, c, max_workers)
                 except VersionConflictError:
                     if attempt == GET_RETRIES:
                         raise
@@ -561,7 +402,7 @@ class Client:
             The table does not exist.
         """
         endpoint = flight.FlightEndpoint(name.encode(), [])
-        schema, batches = self._stream_endpoint(endpoint)
+        schema, batches = self._plane.stream(endpoint)
         return pa.RecordBatchReader.from_batches(schema, batches)
 
     # -- SQL ------------------------------------------------------------------------------
@@ -603,7 +444,7 @@ class Client:
 
             def run(uri: str) -> pa.Table:
                 info = self._sql_info_at(uri, query)
-                return self._read_endpoints(info.endpoints, info.schema, counter, max_workers)
+                return self._plane.read(info.endpoints, info.schema, counter, max_workers)
 
             return self._on_any_node(run)
 
@@ -627,7 +468,7 @@ class Client:
 
         def batches() -> Iterator[pa.RecordBatch]:
             for endpoint in info.endpoints:
-                yield from self._stream_endpoint(endpoint)[1]
+                yield from self._plane.stream(endpoint)[1]
 
         return pa.RecordBatchReader.from_batches(info.schema, batches())
 
@@ -667,7 +508,7 @@ class Client:
             writer.done_writing()
             answer = reader.read()
             writer.close()
-        return _sql.update_count(_buffer_bytes(answer))
+        return _sql.update_count(_protocol.buffer_bytes(answer))
 
     def execute(self, statement: str) -> int:
         """Run a statement that changes tables; deprecated alias of :meth:`execute_update`.
@@ -1268,151 +1109,11 @@ class Client:
 
     # -- helpers ----------------------------------------------------------------------------
 
-    def _flight_info(self, name: str, *, shm: bool = False) -> flight.FlightInfo:
-        options = self._shm_options if shm else self._options
-        with translated_errors():
-            return self._flight.get_flight_info(_protocol.descriptor(name), options)
-
-    def _get_shm(
-        self, endpoints: builtins.list[flight.FlightEndpoint]
-    ) -> tuple[pa.Table | None, builtins.list[flight.FlightEndpoint]]:
-        """Read over shared memory if an endpoint offers it; else return the gRPC endpoints.
-
-        With ``transport="shm"``, raise instead of returning no table.
-        """
-        grpc_endpoints: builtins.list[flight.FlightEndpoint] = []
-        shm_endpoint: tuple[_shm.Location, bytes] | None = None
-        for endpoint in endpoints:
-            location = _shm_location(endpoint)
-            if location is None:
-                grpc_endpoints.append(endpoint)
-            else:
-                shm_endpoint = (location, endpoint.ticket.ticket)
-        if shm_endpoint is None:
-            if self._transport == "shm":
-                raise _shm.ShmUnavailableError(
-                    "the server offers no shared-memory endpoint (started with "
-                    "--shm-socket off, or too old)"
-                )
-            return None, grpc_endpoints
-        try:
-            return _shm.get(*shm_endpoint), grpc_endpoints
-        except QuiverError as e:
-            # Auto: anything that keeps shared memory from working here (another
-            # host, no memory left for the server's export) means gRPC.
-            if self._transport == "shm" or e.code not in (
-                *_SHM_FALLBACK_CODES,
-                "RESOURCE_EXHAUSTED",
-            ):
-                raise
-            return None, grpc_endpoints
-
-    def _get_cluster_shm(self, info: flight.FlightInfo, max_workers: int | None) -> pa.Table | None:
-        """Read a cluster table whose local partitions the node offers over shared memory.
-
-        Each endpoint over shared memory is read from it, the others over gRPC, all at
-        once and in endpoint order. ``None`` when no endpoint is over shared memory or
-        (in ``"auto"``) it cannot be used here: the caller asks for gRPC endpoints.
-        """
-        endpoints = info.endpoints
-        locations = [_shm_location(endpoint) for endpoint in endpoints]
-        if not any(locations):
-            if self._transport == "shm":
-                raise _shm.ShmUnavailableError(
-                    "the cluster node holds no partition of the table here, or its "
-                    "shared-memory data plane is off"
-                )
-            return None
-
-        def read(index: int) -> pa.Table:
-            endpoint, location = endpoints[index], locations[index]
-            if location is None:
-                return self._read_endpoints([endpoint], info.schema, ignore_rows, 1)
-            return _shm.get(location, endpoint.ticket.ticket)
-
-        workers = max(1, min(len(endpoints), max_workers or DEFAULT_MAX_WORKERS))
-        try:
-            with ThreadPoolExecutor(max_workers=workers) as pool:
-                parts = list(pool.map(read, range(len(endpoints))))
-        except QuiverError as e:
-            if self._transport == "shm" or e.code not in _SHM_GET_FALLBACK_CODES:
-                raise
-            return None
-        return pa.concat_tables(parts)
+    def _flight_info(self, name: str) -> flight.FlightInfo:
+        return self._pyarrow.info(name)
 
     def _action(self, kind: str, body: bytes = b"") -> JsonObject:
-        with translated_errors():
-            results = self._flight.do_action(flight.Action(kind, body), self._options)
-            bodies = [result.body.to_pybytes() for result in results]
-        return _protocol.json_object(bodies[0] if bodies else b"")
-
-    def _read_endpoints(
-        self,
-        endpoints: builtins.list[flight.FlightEndpoint],
-        schema: pa.Schema,
-        count_rows: RowCounter,
-        max_workers: int | None,
-    ) -> pa.Table:
-        """Read every endpoint in parallel into one table, in endpoint order.
-
-        Each from the first of its locations that answers (:meth:`_endpoint_uris`):
-        through the Rust core when it can reach every location; else through
-        pyarrow, a thread per endpoint.
-        """
-        uris = [self._endpoint_uris(e) for e in endpoints]
-        if self._core is None or not endpoints or not all(map(_core_reads, uris)):
-            return read_endpoints(endpoints, schema, self._do_get, count_rows, max_workers)
-        work = [(u, e.ticket.ticket) for u, e in zip(uris, endpoints, strict=True)]
-        with translated_errors():
-            table = self._core.get(work, max_workers or DEFAULT_MAX_WORKERS).read_all()
-        count_rows(table.num_rows)
-        return table
-
-    def _stream_endpoint(
-        self, endpoint: flight.FlightEndpoint
-    ) -> tuple[pa.Schema, Iterator[pa.RecordBatch]]:
-        """DoGet one endpoint, from the first of its locations that answers.
-
-        Returns its schema (the call has started) and its batches.
-        """
-        uris = self._endpoint_uris(endpoint)
-        if self._core is None or not _core_reads(uris):
-            stream = self._do_get(endpoint)
-            return stream.schema, _batches(stream)
-        with translated_errors():
-            reader, status = self._core.get_stream(uris, endpoint.ticket.ticket)
-        return reader.schema, _core_batches(reader, status)
-
-    def _endpoint_uris(self, endpoint: flight.FlightEndpoint) -> builtins.list[str]:
-        """Return the locations to read ``endpoint`` from, in the order to try them.
-
-        An endpoint that lists none is read from this client's server, as is
-        Flight's reuse-connection location.
-        """
-        uris: builtins.list[str] = []
-        for location in endpoint.locations:
-            uri = _location_uri(location)
-            if uri == _protocol.REUSE_CONNECTION_URI:
-                uri = self._uri
-            if uri not in uris:
-                uris.append(uri)
-        return uris or [self._uri]
-
-    def _do_get(self, endpoint: flight.FlightEndpoint) -> flight.FlightStreamReader:
-        """DoGet ``endpoint`` through pyarrow, from the first of its locations that answers.
-
-        Returns the stream once its schema has arrived: a location that cannot
-        be reached fails before that, and the next one is tried
-        (:func:`~quiver._endpoints.first_reachable`).
-        """
-
-        def attempt(uri: str) -> flight.FlightStreamReader:
-            with translated_errors():
-                stream = self._client_at(uri).do_get(endpoint.ticket, self._options)
-                _ = stream.schema  # waits for the first message
-            return stream
-
-        return first_reachable(self._endpoint_uris(endpoint), attempt)
+        return self._pyarrow.action(kind, body)
 
     def _client_at(self, uri: str) -> flight.FlightClient:
         """Return the pyarrow client of location ``uri`` (this one's for this server)."""
@@ -1427,98 +1128,31 @@ class Client:
             return peer
 
 
-def _is_cluster(info: flight.FlightInfo) -> bool:
-    """Whether ``info`` describes a cluster table (its app metadata says so)."""
-    try:
-        metadata = json.loads(info.app_metadata or b"{}")
-    except ValueError:
-        return False
-    return isinstance(metadata, dict) and metadata.get("cluster") is True
+def _parameters_of(
+    cls: Callable[_P, Client],
+) -> Callable[[Callable[..., Client]], Callable[_P, Client]]:
+    """Give a function ``cls``'s parameters, and the docstring that describes them.
 
-
-def _location_uri(location: flight.Location) -> str:
-    uri = location.uri
-    return uri.decode() if isinstance(uri, bytes) else str(uri)
-
-
-def _shm_location(endpoint: flight.FlightEndpoint) -> _shm.Location | None:
-    """Return the endpoint's shared-memory location (``shm+unix://``), if it lists one."""
-    return next(
-        (
-            _shm.Location.parse(uri)
-            for uri in map(_location_uri, endpoint.locations)
-            if uri.startswith("shm+")
-        ),
-        None,
-    )
-
-
-def _batches(stream: flight.FlightStreamReader) -> Iterator[pa.RecordBatch]:
-    """Yield the record batches of a DoGet stream (skipping metadata-only messages)."""
-    with translated_errors():
-        while True:
-            try:
-                chunk = stream.read_chunk()
-            except StopIteration:
-                return
-            if chunk.data is not None:
-                yield chunk.data
-
-
-def _core_reads(uris: Sequence[str]) -> bool:
-    """Whether the Rust core can connect to every one of these locations."""
-    return all(uri.startswith(_CORE_SCHEMES) for uri in uris)
-
-
-def _core_batches(
-    reader: pa.RecordBatchReader, status: _core.StreamStatus
-) -> Iterator[pa.RecordBatch]:
-    """Yield a core stream's batches; its failure raised as the call's :class:`QuiverError`."""
-    while True:
-        try:
-            batch = reader.read_next_batch()
-        except StopIteration:
-            return
-        except pa.ArrowException:
-            # Through the C stream interface the error is a message alone: the
-            # status has the call's code and details.
-            with translated_errors():
-                status.check()
-            raise
-        yield batch
-
-
-def _core_connection(
-    uri: str,
-    flight_kwargs: dict[str, Any],
-    headers: builtins.list[tuple[bytes, bytes]],
-    timeout: float | None,
-) -> _core.Connection | None:
-    """Return the Rust core's connection for these settings; ``None`` if pyarrow must do it.
-
-    pyarrow moves the data when the core is not built (or ``QUIVER_CORE=0``), when
-    a setting is one the core does not apply, and for ``grpc+tls`` without
-    ``tls_root_certs`` (pyarrow then verifies with the system's CA certificates).
+    Type checkers see ``cls``'s parameters (a :class:`~typing.ParamSpec`); at run
+    time the signature is set too, for :func:`help` and :func:`inspect.signature`,
+    and the sections of ``cls``'s docstring from "Parameters" on follow the
+    function's own summary.
     """
-    core = _native.core()
-    if core is None or not set(flight_kwargs) <= _CORE_KWARGS or not uri.startswith(_CORE_SCHEMES):
-        return None
-    if uri.startswith("grpc+tls://") and flight_kwargs.get("tls_root_certs") is None:
-        return None
 
-    def pem(value: str | bytes | None) -> bytes | None:
-        return value.encode() if isinstance(value, str) else value
+    def decorate(function: Callable[..., Client]) -> Callable[_P, Client]:
+        signature = inspect.signature(cls)
+        function.__signature__ = signature.replace(  # type: ignore[attr-defined]
+            return_annotation=cls.__name__
+        )
+        doc = inspect.cleandoc(cls.__doc__ or "")
+        sections = doc[doc.index("Parameters\n") :]
+        function.__doc__ = f"{inspect.cleandoc(function.__doc__ or '')}\n\n{sections}"
+        return function
 
-    connection: _core.Connection = core.Connection(
-        tls_root_certs=pem(flight_kwargs.get("tls_root_certs")),
-        cert_chain=pem(flight_kwargs.get("cert_chain")),
-        private_key=pem(flight_kwargs.get("private_key")),
-        override_hostname=flight_kwargs.get("override_hostname"),
-        headers=headers,
-        timeout=timeout,
-    )
-    return connection
+    return decorate
 
 
-def _buffer_bytes(buffer: pa.Buffer | None) -> bytes:
-    return buffer.to_pybytes() if buffer is not None else b""
+@_parameters_of(Client)
+def connect(*args: Any, **kwargs: Any) -> Client:
+    """Connect to a quiver server: return a :class:`Client`, which connects at its first call."""
+    return Client(*args, **kwargs)

@@ -53,9 +53,10 @@ import pyarrow as pa
 import pyarrow.flight as flight
 
 from . import _protocol, _sql
+from ._planes import DataPlane, location_uri, shm_location
 from ._protocol import PutPlace, Transport
 from ._shm import ShmUnavailableError
-from .client import PARTITION_PREFIX, STAGING_PREFIX, Client, _location_uri, _shm_location
+from .client import PARTITION_PREFIX, STAGING_PREFIX, Client
 from .errors import (
     InvalidArgumentError,
     NotFoundError,
@@ -410,7 +411,7 @@ def read_schema(
     client = conn.client()
     try:
         with translated_errors():
-            schema = client.flight_client.get_schema(descriptor, client._options).schema
+            schema = client.flight_client.get_schema(descriptor, client.call_options).schema
     except (UnimplementedError, pa.ArrowNotImplementedError):
         if table is None:
             raise
@@ -433,11 +434,11 @@ def _projected(schema: pa.Schema, table: str, columns: tuple[str, ...]) -> pa.Sc
 
 def _flight_info(client: Client, descriptor: flight.FlightDescriptor) -> flight.FlightInfo:
     with translated_errors():
-        return client.flight_client.get_flight_info(descriptor, client._options)
+        return client.flight_client.get_flight_info(descriptor, client.call_options)
 
 
 def _locations(endpoint: flight.FlightEndpoint) -> tuple[str, ...]:
-    uris = (_location_uri(loc) for loc in endpoint.locations)
+    uris = (location_uri(loc) for loc in endpoint.locations)
     return tuple(u for u in uris if u != _protocol.REUSE_CONNECTION_URI)
 
 
@@ -698,17 +699,17 @@ def _names_partition(pinned: dict[str, Any]) -> bool:
 
 
 def _read_from(plan: ReadPlan, split: Split, uri: str, skip: int) -> Iterator[pa.RecordBatch]:
-    conn = plan.connection
     pinned = split.pinned
+    # The client's data plane: shared memory (transport "auto" or "shm") over the Rust
+    # core when it has one (quiver._core), else pyarrow (quiver._planes).
+    plane = plan.connection.client(uri).data_plane
     # The server filters what it streams: a filtered split always travels by gRPC.
-    if pinned is not None and plan.filter is None and conn.transport != "grpc" and _is_local(uri):
-        table = _read_shm(plan, split, pinned, uri)
+    if pinned is not None and plan.filter is None and plane.maps and _is_local(uri):
+        table = _read_shm(plan, split, pinned, uri, plane)
         if table is not None:
             yield from table.slice(skip).to_batches()
             return
-    client = conn.client(uri)
-    # Through the client's Rust core when it has one (quiver._core), else pyarrow.
-    _, batches = client._stream_endpoint(flight.FlightEndpoint(split.ticket, []))
+    _, batches = plane.stream(flight.FlightEndpoint(split.ticket, []))
     for batch in batches:
         if skip >= batch.num_rows:
             skip -= batch.num_rows
@@ -718,7 +719,9 @@ def _read_from(plan: ReadPlan, split: Split, uri: str, skip: int) -> Iterator[pa
         yield batch
 
 
-def _read_shm(plan: ReadPlan, split: Split, pinned: dict[str, Any], uri: str) -> pa.Table | None:
+def _read_shm(
+    plan: ReadPlan, split: Split, pinned: dict[str, Any], uri: str, plane: DataPlane
+) -> pa.Table | None:
     """Read a table split through shared memory, or return ``None`` to use gRPC.
 
     A server's ticket pins a version and a slice of it: the whole version is mapped (no
@@ -733,20 +736,18 @@ def _read_shm(plan: ReadPlan, split: Split, pinned: dict[str, Any], uri: str) ->
     ``"auto"`` the split goes to gRPC (and so on to the next location), in ``"shm"`` to
     the next location.
     """
-    conn = plan.connection
-    client = conn.client(uri)
     partition = _names_partition(pinned)
     name, planned = (plan.table, plan.version) if partition else (pinned["t"], pinned.get("v"))
     try:
-        info = client._flight_info(str(name), shm=True)
+        info = plane.info(str(name))
     except QuiverError as error:
         changed = isinstance(error, (TableNotFoundError, VersionConflictError))
-        if (changed and not partition) or conn.transport == "shm":
+        if (changed and not partition) or plane.shm_only:
             raise
         return None
     version = _protocol.json_int(_protocol.json_object(info.app_metadata), "version")
     if planned is not None and version != planned:
-        if partition and conn.transport != "shm":
+        if partition and not plane.shm_only:
             return None
         raise VersionConflictError(
             f"table {name!r} changed since the read was planned "
@@ -756,12 +757,12 @@ def _read_shm(plan: ReadPlan, split: Split, pinned: dict[str, Any], uri: str) ->
     endpoints = list(info.endpoints)
     if partition:
         endpoints = endpoints[split.index : split.index + 1]
-        if conn.transport == "shm" and _shm_location(endpoints[0]) is None:
+        if plane.shm_only and shm_location(endpoints[0]) is None:
             raise ShmUnavailableError(
                 f"{uri} holds no copy of split {split.index} of table {plan.table!r} any "
                 'more (it moved since the plan): plan the read again, or use transport="auto"'
             )
-    table, _ = client._get_shm(endpoints)
+    table, _ = plane.map(endpoints)
     if table is None:
         return None
     if not partition:
@@ -862,7 +863,7 @@ class WriteJob:
             client = conn.client()
             with translated_errors():
                 schema = client.flight_client.get_schema(
-                    _protocol.descriptor(table), client._options
+                    _protocol.descriptor(table), client.call_options
                 ).schema
         job = cls(conn, table, mode, uuid.uuid4().hex, schema, partitions, _put_nodes(conn))
         conn.client().put(job._open_marker, pa.table({}))

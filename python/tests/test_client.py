@@ -305,9 +305,9 @@ def test_endpoints_at_another_location_use_their_own_connection(server: object) 
         table = pa.table({"a": np.arange(10)})
         client.put("t", table)
         assert client.get("t").equals(table)
-        if client._core is not None:
+        if client.data_plane.core is not None:
             # The Rust core read the endpoint at its own location.
-            assert uri in client._core.locations(), client._core.locations()
+            assert uri in client.data_plane.core.locations(), client.data_plane.core.locations()
         else:
             assert list(client._peers) == [uri]
 
@@ -383,17 +383,17 @@ def test_get_retries_when_the_table_changes_after_flight_info(
     new = pa.table({"v": [2] * 20})
     client.put("t", old)
     other = flight.FlightClient(uri)
-    real_flight_info = client._flight_info
+    real_flight_info = client.data_plane.info
     calls = []
 
-    def flight_info_then_replace(name: str, **kwargs: bool) -> flight.FlightInfo:
-        info = real_flight_info(name, **kwargs)
+    def flight_info_then_replace(name: str) -> flight.FlightInfo:
+        info = real_flight_info(name)
         calls.append(info)
         if len(calls) == 1:
             put(other, "t", new)  # the FlightInfo's tickets now pin a replaced version
         return info
 
-    monkeypatch.setattr(client, "_flight_info", flight_info_then_replace)
+    monkeypatch.setattr(client.data_plane, "info", flight_info_then_replace)
     assert client.get("t").equals(new)
     assert len(calls) == 2
     other.close()
@@ -405,16 +405,16 @@ def test_get_gives_up_after_three_retries(uri: str, monkeypatch: pytest.MonkeyPa
     client = quiver.connect(uri, transport="grpc")
     client.put("t", pa.table({"v": [0]}))
     other = flight.FlightClient(uri)
-    real_flight_info = client._flight_info
+    real_flight_info = client.data_plane.info
     calls = []
 
-    def flight_info_then_replace(name: str, **kwargs: bool) -> flight.FlightInfo:
-        info = real_flight_info(name, **kwargs)
+    def flight_info_then_replace(name: str) -> flight.FlightInfo:
+        info = real_flight_info(name)
         calls.append(info)
         put(other, "t", pa.table({"v": [len(calls)]}))
         return info
 
-    monkeypatch.setattr(client, "_flight_info", flight_info_then_replace)
+    monkeypatch.setattr(client.data_plane, "info", flight_info_then_replace)
     with pytest.raises(quiver.VersionConflictError, match="changed since GetFlightInfo") as raised:
         client.get("t")
     assert raised.value.code == "ABORTED"

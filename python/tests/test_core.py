@@ -35,15 +35,15 @@ def test_the_core_moves_the_data_unless_told_otherwise(
     uri: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     with quiver.connect(uri) as client:
-        assert isinstance(client._core, _core.Connection)
+        assert isinstance(client.data_plane.core, _core.Connection)
     # Settings only pyarrow applies: pyarrow moves the data too, so they apply to every call.
     with quiver.connect(uri, middleware=[_NoMiddlewareFactory()]) as client:
-        assert client._core is None
+        assert client.data_plane.core is None
     with quiver.connect(uri, generic_options=[("grpc.max_receive_message_length", -1)]) as client:
-        assert client._core is None
+        assert client.data_plane.core is None
     monkeypatch.setenv("QUIVER_CORE", "0")
     with quiver.connect(uri) as client:
-        assert client._core is None
+        assert client.data_plane.core is None
         client.put("t", pa.table({"a": [1, 2]}))
         assert client.get("t").num_rows == 2
 
@@ -56,7 +56,7 @@ class _NoMiddlewareFactory(flight.ClientMiddlewareFactory):  # type: ignore[misc
 def test_every_type_round_trips_through_the_core(uri: str) -> None:
     table = mixed_table(5000)
     with quiver.connect(uri, transport="grpc") as client:
-        assert client._core is not None
+        assert client.data_plane.core is not None
         client.put("mixed", table, partitions=3)
         got = client.get("mixed")
         assert got.schema == table.schema
@@ -108,7 +108,7 @@ def test_the_core_reads_and_writes_an_arrow_cpp_server() -> None:
     try:
         table = pa.table({"a": np.arange(200_000), "s": pa.array([str(i) for i in range(200_000)])})
         with quiver.connect(f"grpc+tcp://127.0.0.1:{server.port}", transport="grpc") as client:
-            assert client._core is not None
+            assert client.data_plane.core is not None
             client.put("t", table)
             assert server.tables[b"t"].equals(table)
             # The options, with the request id the client gives every put.
@@ -129,15 +129,15 @@ def test_a_streaming_reader_reuses_the_memory_of_bodies_it_passed_on(uri: str) -
     rows = 512 * 1024
     table = pa.table({"a": np.arange(64 * rows, dtype=np.int64)})
     with quiver.connect(uri, transport="grpc") as client:
-        assert client._core is not None
+        assert client.data_plane.core is not None
         client.put("t", table.to_reader(max_chunksize=rows))
-        assert client._core.body_pool() == (0, 0)
+        assert client.data_plane.core.body_pool() == (0, 0)
         total = 0
         for batch in client.get_reader("t"):
             total += batch.num_rows
             del batch
         assert total == table.num_rows
-        idle_bytes, idle_regions = client._core.body_pool()
+        idle_bytes, idle_regions = client.data_plane.core.body_pool()
         # Each body went back to the pool once its batch was dropped; the next one took
         # it. The regions alive at once are the batches in flight: the read-ahead queue,
         # one being received, one in the C stream and one held here, more when the server
@@ -146,7 +146,7 @@ def test_a_streaming_reader_reuses_the_memory_of_bodies_it_passed_on(uri: str) -
         assert idle_bytes <= 16 * 8 * rows * 2, (idle_bytes, idle_regions)
         # A whole-table get takes its first bodies from the pool too.
         whole = client.get("t")
-        assert client._core.body_pool()[1] < idle_regions
+        assert client.data_plane.core.body_pool()[1] < idle_regions
         assert whole.equals(table)
 
 
@@ -162,7 +162,7 @@ def test_a_source_that_fails_cancels_the_put(client: quiver.Client) -> None:
         raise SourceFailed("the source broke")
 
     grpc = quiver.connect(client.uri, transport="grpc")
-    assert grpc._core is not None
+    assert grpc.data_plane.core is not None
     with pytest.raises(SourceFailed):
         grpc.put("t", failing(), mode="append")
     # Through the core the call was cancelled: nothing of it was stored.
@@ -174,7 +174,7 @@ def test_a_source_that_fails_cancels_the_put(client: quiver.Client) -> None:
 def test_the_gil_is_released_while_a_get_moves_bytes(uri: str) -> None:
     table = pa.table({f"c{i}": np.arange(4 << 20, dtype=np.int64) for i in range(4)})  # 128 MiB
     with quiver.connect(uri, transport="grpc") as client:
-        assert client._core is not None
+        assert client.data_plane.core is not None
         client.put("t", table)
         endpoints = [([uri], b"t")]
         counted = 0
@@ -189,7 +189,7 @@ def test_the_gil_is_released_while_a_get_moves_bytes(uri: str) -> None:
         counter.start()
         try:
             before = counted
-            reader = client._core.get(endpoints)
+            reader = client.data_plane.core.get(endpoints)
             during = counted - before
         finally:
             stop.set()

@@ -182,14 +182,14 @@ def test_version_changed_in_the_endpoint_threads(
     else:
         monkeypatch.setenv("QUIVER_CORE", "0")
     client = quiver.connect(uri, transport="grpc")
-    assert (client._core is not None) == core
+    assert (client.data_plane.core is not None) == core
     client.put("t", pa.table({"v": np.arange(100)}), partitions=4)
     other = quiver.connect(uri, transport="grpc")
-    real_flight_info = client._flight_info
+    real_flight_info = client.data_plane.info
     threads: set[str] = set()
 
-    def flight_info_then_replace(name: str, **kwargs: bool) -> flight.FlightInfo:
-        info = real_flight_info(name, **kwargs)
+    def flight_info_then_replace(name: str) -> flight.FlightInfo:
+        info = real_flight_info(name)
         other.put("t", pa.table({"v": np.arange(100)}), partitions=4)
         return info
 
@@ -199,7 +199,7 @@ def test_version_changed_in_the_endpoint_threads(
         threads.add(threading.current_thread().name)
         return real_translate(error)
 
-    monkeypatch.setattr(client, "_flight_info", flight_info_then_replace)
+    monkeypatch.setattr(client.data_plane, "info", flight_info_then_replace)
     monkeypatch.setattr(errors, "translate", translate)
     _raises(quiver.VersionConflictError, "VERSION_CHANGED", "ABORTED", lambda: client.get("t"))
     if not core:

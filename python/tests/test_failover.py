@@ -142,7 +142,7 @@ def core(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> boo
 def client(planner: FailoverPlanner, core: bool) -> Iterator[quiver.Client]:
     """A client of the planner, reading through the core or through pyarrow."""
     with quiver.connect(planner.uri, transport="grpc") as client:
-        assert (client._core is not None) == core
+        assert (client.data_plane.core is not None) == core
         yield client
 
 
@@ -181,7 +181,7 @@ def test_a_streaming_read_fails_over_endpoint_by_endpoint(
         flight.FlightDescriptor.for_path("trips")
     ).endpoints[0]
     assert [loc.uri.decode() for loc in endpoint.locations] == planner.locations
-    schema, batches = client._stream_endpoint(endpoint)
+    schema, batches = client.data_plane.stream(endpoint)
     got = pa.Table.from_batches(list(batches), schema)
     with quiver.connect(server.uri, transport="grpc") as direct:
         first = direct._flight_info("trips").endpoints[0]
@@ -198,7 +198,7 @@ def test_get_reader_reads_the_server_it_is_connected_to(server: Server, core: bo
         assert client.get_reader("trips").read_all().equals(mixed_table())
     dead = dead_location()
     with quiver.connect(dead, transport="grpc") as client:
-        assert (client._core is not None) == core
+        assert (client.data_plane.core is not None) == core
         with pytest.raises(quiver.ServerUnavailableError) as raised:
             client.get_reader("trips")
     assert raised.value.code == "UNAVAILABLE"

@@ -72,7 +72,7 @@ def test_the_wheel_installs_into_a_fresh_venv_and_its_client_uses_the_rust_core(
     script = f"""
 import pyarrow as pa, quiver
 with quiver.connect({uri!r}) as client:
-    assert client._core is not None, "the Rust core is not in use"
+    assert client.data_plane.core is not None, "the Rust core is not in use"
     client.put("from_wheel", pa.table({{"x": list(range(1000))}}))
     table = client.get("from_wheel")
     assert table.column("x").to_pylist() == list(range(1000))

@@ -15,7 +15,6 @@ aligned within the datagram: an inline stream's buffers can be read in place.
 from __future__ import annotations
 
 import base64
-import fcntl
 import json
 import mmap
 import os
@@ -26,6 +25,8 @@ from dataclasses import dataclass
 from typing import Any
 
 import pyarrow as pa
+
+from .._shm import SEALS, sealed_memfd
 
 __all__ = [
     "INLINE_LIMIT",
@@ -54,9 +55,6 @@ INLINE_LIMIT = 61_440
 
 #: Largest datagram received: 64 KiB of payload plus room for its header.
 MAX_DATAGRAM = 128 << 10
-
-#: The seals of a memfd that carries a stream.
-SEALS = fcntl.F_SEAL_WRITE | fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW | fcntl.F_SEAL_SEAL
 
 _LENGTH = struct.Struct("<I")
 _ALIGNMENT = 8
@@ -263,29 +261,7 @@ def write_stream(
         sink = pa.BufferOutputStream()
         _write(sink, schema, batches)
         return sink.getvalue(), None
-    return None, sealed_memfd(schema, batches, size)
-
-
-def sealed_memfd(schema: pa.Schema, batches: Sequence[pa.RecordBatch], size: int) -> int:
-    """Return a new memfd of ``size`` bytes holding the stream of ``batches``, sealed."""
-    fd = os.memfd_create("quiver-function-result", os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
-    try:
-        os.ftruncate(fd, size)
-        mapping = mmap.mmap(fd, size, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
-        try:
-            target = pa.py_buffer(mapping)
-            sink = pa.FixedSizeBufferWriter(target)
-            _write(sink, schema, batches)
-            sink.close()
-            del sink, target
-        finally:
-            # F_SEAL_WRITE is refused while a writable shared mapping exists.
-            mapping.close()
-        fcntl.fcntl(fd, fcntl.F_ADD_SEALS, SEALS)
-    except BaseException:
-        os.close(fd)
-        raise
-    return fd
+    return None, sealed_memfd(pa.Table.from_batches(batches, schema), name="quiver-function-result")
 
 
 def _write(sink: Any, schema: pa.Schema, batches: Sequence[pa.RecordBatch]) -> None:
