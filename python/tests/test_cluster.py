@@ -641,14 +641,17 @@ def test_a_client_on_a_nodes_host_reads_its_partitions_over_shared_memory(
         wait_until("three live nodes", lambda: len(nodes.status()["nodes"]) == 3)  # type: ignore[arg-type]
         table = ids(300_000)
         table = table.append_column("half", pc.divide(table["id"], 2))
-        # A put in "auto" goes over gRPC (a shared-memory put would not be spread).
-        with nodes.client("n1") as c:
+        # A put over shared memory is spread and replicated as a put over gRPC is.
+        with nodes.client("n1", transport="shm") as c:
             assert c.put("t", table, partitions=6).version == 1
-        with (
-            nodes.client("n1", transport="shm") as c,
-            pytest.raises(quiver.QuiverError, match="not supported on a cluster node"),
-        ):
-            c.put("u", ids(10))
+            assert c.put("u", ids(10), partitions=3).version == 1
+            assert c.put("u", ids(5), mode="append").rows == 15
+        assert nodes.status()["under_replicated"] == 0
+        for node_id in NODES:
+            with nodes.client(node_id, transport="grpc") as c:
+                assert c.get("u").sort_by("id").equals(
+                    pa.concat_tables([ids(10), ids(5)]).sort_by("id")
+                ), node_id
         info = quiver_shm_info(nodes.flight_client("n2"), "t")
         local = [e for e in info.endpoints if e.locations[0].uri.startswith(b"shm+")]
         # n2 holds four of the six partitions (two copies round a ring of three).

@@ -200,6 +200,7 @@ impl From<quiver_shm::ShmError> for Error {
             E::ResourceExhausted(m) => Self::ResourceExhausted(m),
             E::Cancelled(m) => Self::Cancelled(m),
             E::Internal(m) => Self::Internal(m),
+            E::Status(status) => Self::Status(status),
         }
     }
 }

@@ -250,27 +250,32 @@ impl QuiverService {
         Bytes::from(entry.to_string())
     }
 
-    /// The shared-memory put ticket of the `shm-put` action.
+    /// The shared-memory put ticket of the `shm-put` action: into this
+    /// node's store in place, or (a cluster node's) through its tables, as a
+    /// put over gRPC goes.
     fn shm_put(&self, request: ShmPut, caller: &Caller) -> Result<Bytes> {
-        if !self.tables.direct_puts() {
-            // Unimplemented: a client in "auto" mode puts over gRPC instead.
-            return Err(Error::Unimplemented(
-                "shared-memory puts are not supported on a cluster node: a put over gRPC \
-                 is spread and replicated"
-                    .to_string(),
-            ));
-        }
         let shm = self.options.shm.as_ref().ok_or_else(|| {
             Error::Unimplemented(
                 "the shared-memory data plane is off on this server (--shm-socket off)".to_string(),
             )
         })?;
-        let ticket = shm.put_ticket(
-            request.table,
-            request.options.mode,
-            request.options.partitions,
-            Arc::clone(&caller.name),
-        )?;
+        let caller = Arc::clone(&caller.name);
+        let ticket = if self.tables.direct_puts() {
+            shm.put_ticket(
+                request.table,
+                request.options.mode,
+                request.options.partitions,
+                caller,
+            )?
+        } else {
+            let target = crate::tables::ShmPuts {
+                tables: Arc::clone(&self.tables),
+                table: request.table,
+                options: request.options,
+                runtime: tokio::runtime::Handle::current(),
+            };
+            shm.put_ticket_to(Arc::new(target), caller)?
+        };
         Ok(json!({
             "location": shm.location(),
             "ticket": base64::engine::general_purpose::STANDARD.encode(ticket),

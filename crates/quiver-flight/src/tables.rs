@@ -93,8 +93,11 @@ pub trait Tables: Send + Sync + Debug {
         partitions: Option<usize>,
     ) -> Result<Published>;
 
-    /// Whether a put may write this node's store directly, as the
-    /// shared-memory put does. A cluster spreads every put over its nodes.
+    /// Whether a put over shared memory may become a table of this node's
+    /// store in place (its batches the client's memfds, passed on as they
+    /// are to later shared-memory reads); if not, it goes through
+    /// [`Tables::open`] as any put. A cluster spreads every put over its
+    /// nodes.
     fn direct_puts(&self) -> bool;
 
     /// The nodes a client may send a put placed here to (the `nodes`
@@ -391,5 +394,41 @@ fn sql_error(error: Error) -> quiver_sql::SqlError {
         Error::Store(store) => quiver_sql::SqlError::Store(store),
         Error::Sql(sql) => sql,
         other => quiver_sql::SqlError::Sink(Box::new(other)),
+    }
+}
+
+/// A put over shared memory through a node's [`Tables`] (a cluster node's,
+/// which spread it as a put over gRPC): run on the socket's connection
+/// thread, on the service's runtime.
+#[derive(Debug)]
+pub(crate) struct ShmPuts {
+    pub(crate) tables: Arc<dyn Tables>,
+    pub(crate) table: String,
+    pub(crate) options: PutOptions,
+    pub(crate) runtime: tokio::runtime::Handle,
+}
+
+impl quiver_shm::PutTarget for ShmPuts {
+    fn put(
+        &self,
+        schema: SchemaRef,
+        batches: Vec<RecordBatch>,
+    ) -> quiver_shm::Result<quiver_shm::Stored> {
+        let published = self.runtime.block_on(async {
+            let mut put = self.tables.open(&self.table, &self.options, schema)?;
+            for batch in batches {
+                put.push(batch).await?;
+            }
+            put.commit().await
+        });
+        match published {
+            Ok(published) => Ok(quiver_shm::Stored {
+                table: self.table.clone(),
+                version: published.version,
+                rows: published.rows,
+                bytes: published.bytes,
+            }),
+            Err(e) => Err(quiver_shm::ShmError::Status(Box::new(e.into()))),
+        }
     }
 }

@@ -1,5 +1,6 @@
-//! A put over shared memory: the client's sealed memfd, checked, validated and
-//! stored as the table without copying.
+//! A put over shared memory: the client's sealed memfds, checked, validated and
+//! stored as the table without copying, in this server's store or through a
+//! [`PutTarget`].
 
 use std::os::fd::{AsFd, OwnedFd};
 use std::panic::AssertUnwindSafe;
@@ -19,26 +20,116 @@ use crate::{Result, ShmError};
 /// An IPC stream's End of Stream marker.
 const END_OF_STREAM: [u8; 8] = [0xff, 0xff, 0xff, 0xff, 0, 0, 0, 0];
 
-/// What the client asked to store.
-#[derive(Debug)]
+/// What the client asked to store in this server's store.
+#[derive(Debug, Clone)]
 pub(crate) struct PutRequest {
     pub(crate) table: String,
     pub(crate) mode: WriteMode,
     pub(crate) partitions: Option<usize>,
 }
 
+/// Where a put's rows go.
+#[derive(Debug, Clone)]
+pub(crate) enum PutInto {
+    /// This server's store, in place ([`adopt`]).
+    Store(PutRequest),
+    /// Where the server that issued the ticket said ([`PutTarget`]).
+    Target(Arc<dyn PutTarget>),
+}
+
+/// Where a put over shared memory goes when it does not become a table of
+/// this server's store in place: a cluster node's tables, which spread the
+/// rows over the nodes as a put over gRPC is.
+pub trait PutTarget: Send + Sync + std::fmt::Debug {
+    /// Stores `batches`, all of `schema`, whole or not at all. Their buffers
+    /// are the client's memfds, mapped read-only, validated and sealed.
+    fn put(&self, schema: SchemaRef, batches: Vec<RecordBatch>) -> Result<Stored>;
+}
+
+/// What a put stored: the table's new version.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Stored {
+    /// The table's name.
+    pub table: String,
+    /// Its new version.
+    pub version: u64,
+    /// Rows of the whole new version.
+    pub rows: u64,
+    /// Arrow bytes of the whole new version.
+    pub bytes: u64,
+}
+
+impl From<&TableVersion> for Stored {
+    fn from(version: &TableVersion) -> Self {
+        Self {
+            table: version.name().to_string(),
+            version: version.version(),
+            rows: version.num_rows(),
+            bytes: version.num_bytes(),
+        }
+    }
+}
+
+/// Stores the IPC streams in `memfds` where `into` says.
+pub(crate) fn put(store: &TableStore, into: &PutInto, memfds: Vec<OwnedFd>) -> Result<Stored> {
+    match into {
+        PutInto::Store(request) => Ok(Stored::from(&*adopt(store, request, memfds)?)),
+        PutInto::Target(target) => {
+            let mapped = map(store, memfds)?;
+            target.put(mapped.schema, mapped.batches)
+        }
+    }
+}
+
+/// The streams of a put's memfds, mapped and decoded.
+struct Mapped {
+    schema: SchemaRef,
+    batches: Vec<RecordBatch>,
+    /// Each memfd, its mapping and its messages.
+    parts: Vec<(OwnedFd, Arc<memmap2::Mmap>, Vec<export::MessageLayout>)>,
+}
+
 /// Stores the IPC streams in `memfds`, one after the other, as
-/// `request.table`. Each memfd must be sealed against writing, shrinking and
-/// growing and hold a whole stream; all of them the same schema. Their bytes
-/// are untrusted and validated in full. The stored batches point into their
-/// mappings. (A client writes several memfds at once to use several cores:
-/// filling fresh pages of one memfd does not scale, the file's lock serializes
-/// writers.)
-pub(crate) fn adopt(
+/// `request.table`. The stored batches point into their mappings.
+fn adopt(
     store: &TableStore,
     request: &PutRequest,
     memfds: Vec<OwnedFd>,
 ) -> Result<Arc<TableVersion>> {
+    let Mapped {
+        schema,
+        batches,
+        parts,
+    } = map(store, memfds)?;
+    let mut writer = store.writer(&request.table, request.mode, schema, request.partitions)?;
+    for batch in batches {
+        writer.push(batch)?;
+    }
+    let version = writer.commit()?;
+    if !store.is_durable()
+        && request.mode != WriteMode::Append
+        && parts.iter().all(|(_, _, messages)| {
+            messages
+                .iter()
+                .all(export::MessageLayout::body_starts_at_first_buffer)
+        })
+    {
+        // The version's batches are the memfds': later reads over shared memory
+        // pass them on as they are. (A stream whose bodies start before their
+        // first buffer is written into a memfd of quiver's own when first read.)
+        version.attach(Arc::new(Export::adopt(parts)));
+    }
+    Ok(version)
+}
+
+/// Maps and decodes the IPC streams in `memfds`, one after the other. Each
+/// memfd must be sealed against writing, shrinking and growing and hold a
+/// whole stream; all of them the same schema. Their bytes are untrusted and
+/// validated in full. (A client writes several memfds at once to use several
+/// cores: filling fresh pages of one memfd does not scale, the file's lock
+/// serializes writers.) Refused before anything is mapped if `store`'s memory
+/// could not hold them.
+fn map(store: &TableStore, memfds: Vec<OwnedFd>) -> Result<Mapped> {
     let count = memfds.len();
     let which = |i: usize| {
         if count == 1 {
@@ -86,26 +177,12 @@ pub(crate) fn adopt(
         batches.extend(part_batches);
         parts.push((memfd, map, messages));
     }
-    let schema = schema.expect("at least one memfd");
-    let mut writer = store.writer(&request.table, request.mode, schema, request.partitions)?;
-    for batch in batches {
-        writer.push(batch)?;
-    }
-    let version = writer.commit()?;
-    if !store.is_durable()
-        && request.mode != WriteMode::Append
-        && parts.iter().all(|(_, _, messages)| {
-            messages
-                .iter()
-                .all(export::MessageLayout::body_starts_at_first_buffer)
-        })
-    {
-        // The version's batches are the memfds': later reads over shared memory
-        // pass them on as they are. (A stream whose bodies start before their
-        // first buffer is written into a memfd of quiver's own when first read.)
-        version.attach(Arc::new(Export::adopt(parts)));
-    }
-    Ok(version)
+    let schema = schema.ok_or_else(|| ShmError::invalid("a put of no memfd"))?;
+    Ok(Mapped {
+        schema,
+        batches,
+        parts,
+    })
 }
 
 /// The length of a memfd sealed against writing, shrinking and growing;

@@ -10,7 +10,7 @@ use std::time::Duration;
 use quiver_store::TableStore;
 use serde_json::json;
 
-use super::adopt::{self, PutRequest};
+use super::adopt::{self, Stored};
 use super::export::Export;
 use super::framing::{self, Bundler, FREE_DATA, PUT_DATA, Request, WANT_BUNDLED, WANT_DATA};
 use super::grants::{Grant, Grants};
@@ -75,18 +75,18 @@ pub(crate) fn serve(socket: OwnedFd, shared: &Shared) {
                 tracing::info!(
                     ?peer,
                     %user,
-                    table = v.name(),
-                    version = v.version(),
-                    rows = v.num_rows(),
-                    bytes = v.num_bytes(),
+                    table = v.table,
+                    version = v.version,
+                    rows = v.rows,
+                    bytes = v.bytes,
                     "shm put"
                 );
-                stored = (v.num_rows(), v.num_bytes());
+                stored = (v.rows, v.bytes);
                 json!({
-                    "table": v.name(),
-                    "version": v.version(),
-                    "rows": v.num_rows(),
-                    "bytes": v.num_bytes(),
+                    "table": v.table,
+                    "version": v.version,
+                    "rows": v.rows,
+                    "bytes": v.bytes,
                 })
                 .to_string()
             })
@@ -143,19 +143,10 @@ pub(crate) fn reply(fd: BorrowedFd<'_>, shared: &Shared, outcome: Result<String>
     code
 }
 
-/// Stores the memfds a put ticket allows; returns the version and who put it.
-fn put(
-    shared: &Shared,
-    ticket: &[u8],
-    memfds: Vec<OwnedFd>,
-) -> Result<(Arc<quiver_store::TableVersion>, Arc<str>)> {
-    let Grant::Put {
-        table,
-        mode,
-        partitions,
-        caller,
-    } = shared.grants.redeem(ticket)?
-    else {
+/// Stores the memfds a put ticket allows; returns what was stored and who
+/// put it.
+fn put(shared: &Shared, ticket: &[u8], memfds: Vec<OwnedFd>) -> Result<(Stored, Arc<str>)> {
+    let Grant::Put { into, caller } = shared.grants.redeem(ticket)? else {
         return Err(ShmError::invalid("a read ticket sent with put_data"));
     };
     if memfds.is_empty() {
@@ -163,12 +154,7 @@ fn put(
             "put_data carries no memfd: attach one or more with SCM_RIGHTS",
         ));
     }
-    let request = PutRequest {
-        table,
-        mode,
-        partitions,
-    };
-    Ok((adopt::adopt(&shared.store, &request, memfds)?, caller))
+    Ok((adopt::put(&shared.store, &into, memfds)?, caller))
 }
 
 /// Sends messages one per datagram, or packed into bundles; the descriptors

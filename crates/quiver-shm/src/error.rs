@@ -34,6 +34,10 @@ pub enum ShmError {
     /// A system call failed on the server's side.
     #[error("internal error: {0}")]
     Internal(String),
+    /// Refused by the [`crate::PutTarget`] a put went through, with the
+    /// status it gave (its code, message and details as they are).
+    #[error("{}", .0.message())]
+    Status(Box<tonic::Status>),
 }
 
 impl ShmError {

@@ -10,8 +10,9 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use quiver_store::{TableVersion, WriteMode};
+use quiver_store::TableVersion;
 
+use crate::adopt::PutInto;
 use crate::{Result, ShmError};
 
 /// How long a ticket stays valid.
@@ -28,13 +29,8 @@ const MAX_GRANTS: usize = 65_536;
 pub(crate) enum Grant {
     /// Read this version (pinned from GetFlightInfo on).
     Get(Arc<TableVersion>),
-    /// Write `table` as `mode` says.
-    Put {
-        table: String,
-        mode: WriteMode,
-        partitions: Option<usize>,
-        caller: Arc<str>,
-    },
+    /// Put a table where `into` says, for `caller`.
+    Put { into: PutInto, caller: Arc<str> },
 }
 
 /// The grants outstanding.
@@ -103,9 +99,11 @@ mod tests {
 
     fn put() -> Grant {
         Grant::Put {
-            table: "t".into(),
-            mode: WriteMode::Replace,
-            partitions: None,
+            into: PutInto::Store(crate::adopt::PutRequest {
+                table: "t".into(),
+                mode: quiver_store::WriteMode::Replace,
+                partitions: None,
+            }),
             caller: Arc::from(""),
         }
     }

@@ -11,7 +11,9 @@
 //! message of (offset, length) pairs per batch ([`framing`]; with
 //! `want_bundled`, the same messages packed a few hundred per datagram); it maps the memfd
 //! read-only and builds the batches in place. A put goes the other way: the
-//! client writes a stream into a memfd, seals it and passes it ([`adopt`]).
+//! client writes a stream into a memfd, seals it and passes it; the server
+//! stores its batches in place, in its store or through a [`PutTarget`]
+//! (`adopt`).
 //!
 //! Each connection is served on a thread of its own ([`connection`]); the
 //! system calls are in [`sys`], the only module with `unsafe` code. A client
@@ -40,6 +42,8 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use arrow_flight::{FlightEndpoint, Ticket};
 use quiver_store::{TableStore, TableVersion, WriteMode};
 
+use self::adopt::{PutInto, PutRequest};
+pub use self::adopt::{PutTarget, Stored};
 use self::connection::Shared;
 use self::grants::{Grant, Grants};
 pub use crate::error::{Finished, RecordOf, Result, ShmError, StatusOf};
@@ -138,7 +142,8 @@ impl ShmServer {
             .with_location(self.location.clone()))
     }
 
-    /// A ticket to put `table` over shared memory.
+    /// A ticket to put `table` over shared memory into this server's store:
+    /// the stored batches are the client's memfds.
     pub fn put_ticket(
         &self,
         table: String,
@@ -147,9 +152,19 @@ impl ShmServer {
         caller: Arc<str>,
     ) -> Result<Vec<u8>> {
         self.shared.grants.issue(Grant::Put {
-            table,
-            mode,
-            partitions,
+            into: PutInto::Store(PutRequest {
+                table,
+                mode,
+                partitions,
+            }),
+            caller,
+        })
+    }
+
+    /// A ticket to put a table over shared memory through `target`.
+    pub fn put_ticket_to(&self, target: Arc<dyn PutTarget>, caller: Arc<str>) -> Result<Vec<u8>> {
+        self.shared.grants.issue(Grant::Put {
+            into: PutInto::Target(target),
             caller,
         })
     }
