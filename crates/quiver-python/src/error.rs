@@ -130,13 +130,16 @@ fn tried_suffix(tried: &[String]) -> String {
 
 /// A `google.rpc.Status`, its details kept as the bytes of each `Any`.
 #[derive(Clone, PartialEq, prost::Message)]
-struct RpcStatus {
+pub(crate) struct RpcStatus {
+    /// The gRPC status code.
     #[prost(int32, tag = "1")]
-    code: i32,
+    pub(crate) code: i32,
+    /// The error's message.
     #[prost(string, tag = "2")]
-    message: String,
+    pub(crate) message: String,
+    /// Each detail, an `Any`'s bytes.
     #[prost(bytes = "vec", repeated, tag = "3")]
-    details: Vec<Vec<u8>>,
+    pub(crate) details: Vec<Vec<u8>>,
 }
 
 impl From<Error> for PyErr {

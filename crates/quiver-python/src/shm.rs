@@ -44,7 +44,7 @@ use quiver_shm::framing::{self, BODY_SHARED, Message, SharedBody};
 use tonic::Code;
 
 use crate::arrow_c;
-use crate::error::{Error, Result};
+use crate::error::{Error, Result, RpcStatus};
 
 /// Largest datagram expected from the server (a bundle, a header or a list
 /// of buffers), as in the Python client.
@@ -173,17 +173,6 @@ fn reply_error(code: u8, body: &[u8]) -> Error {
         _ => String::from_utf8_lossy(body).into_owned(),
     };
     tonic::Status::with_details(code, text, bytes::Bytes::copy_from_slice(body)).into()
-}
-
-/// The fields of a `google.rpc.Status` read here (its details are skipped).
-#[derive(Clone, PartialEq, prost::Message)]
-struct RpcStatus {
-    /// The gRPC status code.
-    #[prost(int32, tag = "1")]
-    code: i32,
-    /// The error's message.
-    #[prost(string, tag = "2")]
-    message: String,
 }
 
 // -- the metadata stream and the body messages -------------------------------
