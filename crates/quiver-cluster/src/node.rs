@@ -1,5 +1,5 @@
 //! A node of the cluster: what the Flight service asks of it (the
-//! [`ClusterHooks`]), over the catalog in etcd and the node's own store.
+//! [`Topology`]), over the catalog in etcd and the node's own store.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::atomic::{AtomicU8, Ordering};
@@ -11,7 +11,7 @@ use arrow::datatypes::SchemaRef;
 use arrow_flight::{FlightDescriptor, FlightEndpoint, FlightInfo, Ticket};
 use futures::StreamExt;
 use futures::stream::FuturesUnordered;
-use quiver_flight::cluster::{ClusterHooks, Published};
+use quiver_flight::cluster::{Published, Topology};
 use quiver_flight::tables::{LocalTables, NodeLocation, TableRead, Tables};
 
 use crate::tables::CatalogTables;
@@ -942,12 +942,12 @@ pub(crate) fn published(entry: &TableEntry) -> Published {
     }
 }
 
-impl ClusterHooks for ClusterNode {
-    fn nodes(&self) -> quiver_flight::auth::Nodes {
-        quiver_flight::auth::Nodes {
+impl Topology for ClusterNode {
+    fn nodes(&self) -> Option<quiver_flight::auth::Nodes> {
+        Some(quiver_flight::auth::Nodes {
             key: self.peers.key().clone(),
             internal: self.sql.internal_paths(),
-        }
+        })
     }
 
     fn tables(self: Arc<Self>, local: LocalTables) -> Arc<dyn Tables> {

@@ -72,7 +72,7 @@ impl PutHarness {
                 sql: EngineOptions::default(),
                 shm: None,
                 functions: None,
-                cluster: None,
+                topology: Arc::new(crate::cluster::SingleServer),
             },
         );
         Self { runtime, service }

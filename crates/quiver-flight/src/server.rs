@@ -17,6 +17,7 @@ use crate::service::ServiceOptions;
 use futures::TryStreamExt;
 
 use crate::auth::{AuthLayer, Authenticator};
+use crate::cluster::{SingleServer, Topology};
 use crate::health::Readiness;
 use crate::lingering::{Closes, LINGER, LingeringStream};
 use crate::metrics::MetricsEndpoint;
@@ -149,9 +150,9 @@ pub struct ServerConfig {
     /// Where Prometheus scrapes `/metrics` ([`crate::metrics`]), bound by
     /// the caller (so that it can announce the address); `None`: no metrics.
     pub metrics: Option<Arc<std::net::TcpListener>>,
-    /// This node's part in a cluster (`--cluster`, crates/quiver-cluster);
-    /// `None`: a single node.
-    pub cluster: Option<crate::cluster::Cluster>,
+    /// Where the server's tables live: on it alone (the default), or
+    /// across a cluster (`--cluster`, crates/quiver-cluster).
+    pub topology: Arc<dyn Topology>,
 }
 
 /// Why the server could not start or stopped with an error.
@@ -227,7 +228,7 @@ impl Default for ServerConfig {
             shm_socket: None,
             metrics: None,
             functions: None,
-            cluster: None,
+            topology: Arc::new(SingleServer),
         }
     }
 }
@@ -332,7 +333,7 @@ pub async fn serve(
             put_buffer_pool: config.put_buffer_pool,
             sql: config.sql.clone(),
             functions: functions.clone(),
-            cluster: config.cluster.clone(),
+            topology: Arc::clone(&config.topology),
         },
     );
     let metrics = match &config.metrics {
@@ -352,9 +353,7 @@ pub async fn serve(
         .max_encoding_message_size(config.max_message_size);
     let mut routes = tonic::service::RoutesBuilder::default();
     routes.add_service(flight).add_service(health);
-    if let Some(cluster) = &config.cluster {
-        cluster.add_services(&mut routes);
-    }
+    config.topology.add_services(&mut routes);
     let routes = routes.routes();
     let closes = Closes::default();
     let counted = closes.clone();
@@ -388,10 +387,7 @@ pub async fn serve(
         .layer(readiness.gate())
         .layer(WatchBodyLayer)
         // Before the direct paths: every RPC is authenticated.
-        .layer(AuthLayer::new(
-            config.auth.clone(),
-            config.cluster.as_ref().map(|cluster| cluster.nodes()),
-        ))
+        .layer(AuthLayer::new(config.auth.clone(), config.topology.nodes()))
         .layer(tower::util::option_layer(direct))
         .add_routes(routes)
         .serve_with_incoming_shutdown(incoming, signal);

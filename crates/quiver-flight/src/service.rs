@@ -27,7 +27,7 @@ use quiver_shm::{self as shm, ShmServer};
 
 use crate::auth::{Caller, Role};
 use crate::body_watch::BodyOutcome;
-use crate::cluster::{Cluster, Published};
+use crate::cluster::{Published, Topology};
 use crate::error::inbound_status;
 use crate::request::{
     ActionKind, ActionRequest, Described, ShmPut, TableAction, Ticketed, partition_not_here,
@@ -63,8 +63,8 @@ pub struct ServiceOptions {
     pub shm: Option<Arc<ShmServer>>,
     /// The function workers, with `--functions`.
     pub functions: Option<Arc<quiver_functions::FunctionPool>>,
-    /// This node's part in a cluster; `None`: a single node.
-    pub cluster: Option<Cluster>,
+    /// Where the node's tables live: on it alone, or across a cluster.
+    pub topology: Arc<dyn Topology>,
 }
 
 /// The Flight service: the standard RPCs over a node's [`Tables`].
@@ -92,17 +92,11 @@ impl QuiverService {
             options.location.clone(),
             options.default_partitions,
         );
-        let tables = match &options.cluster {
-            Some(cluster) => Arc::clone(cluster).tables(local),
-            None => Arc::new(local),
-        };
+        let tables = Arc::clone(&options.topology).tables(local);
         // SQL reads the stored tables where they live (on a cluster node,
         // the catalog's) and writes them as a put does.
         let store_tables = Arc::new(quiver_sql::StoreTables::new(Arc::clone(&store)));
-        let source = match &options.cluster {
-            Some(cluster) => cluster.sql_tables(store_tables),
-            None => store_tables,
-        };
+        let source = options.topology.sql_tables(store_tables);
         let engine = Arc::new(SqlEngine::over(
             source,
             Arc::new(crate::tables::SqlWrites(Arc::clone(&tables))),

@@ -89,7 +89,7 @@ pub(crate) async fn join(
         .await
         .map_err(|e| format!("--cluster {url}: {e}{}", hint(&e)))?;
     node.spawn_background();
-    config.cluster = Some(Arc::clone(&node) as quiver_flight::cluster::Cluster);
+    config.topology = Arc::clone(&node) as Arc<dyn quiver_flight::cluster::Topology>;
     Ok(Some(node))
 }
 

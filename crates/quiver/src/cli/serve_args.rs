@@ -188,8 +188,8 @@ impl ServeArgs {
             http2: self.http2.to_config()?,
             limits: self.limits.to_config()?,
             functions: self.functions.to_config()?,
-            // Joined by `serve::run` once the address is known.
-            cluster: None,
+            // A cluster's is joined by `serve::run` once the address is known.
+            topology: std::sync::Arc::new(quiver_flight::cluster::SingleServer),
         })
     }
 }
