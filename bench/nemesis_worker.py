@@ -330,13 +330,15 @@ class Cluster:
 Clients = dict[int, tuple[int, quiver.Client]]
 
 
-class Load:
+class Load(checker.Threads):  # type: ignore[misc, name-defined]
     """The writer threads and the query thread, and every call they made."""
+
+    # Bounded: a call has a deadline.
+    join_timeout = 3 * CALL_TIMEOUT_S
 
     def __init__(self, cluster: Cluster, health: Health, seconds: float) -> None:
         self.cluster, self.health = cluster, health
         self.run_id = uuid.uuid4().hex[:12]
-        self.stop = threading.Event()
         self.lock = threading.Lock()
         self.appends: list[Call] = []
         self.queries: list[Call] = []
@@ -345,27 +347,11 @@ class Load:
         # Bounded in count: past the planned time by half, and then some.
         self.max_appends = int(1.5 * seconds / APPEND_EVERY_S) + 2000
         self.max_queries = int(1.5 * seconds / QUERY_EVERY_S) + 1000
-        self.threads = [
+        super().__init__([
             *(threading.Thread(target=self._write, args=(w,), name=f"writer-{w}")
               for w in range(WRITERS)),
             threading.Thread(target=self._query, name="query"),
-        ]  # fmt: skip
-
-    def __enter__(self) -> Load:
-        """Start the threads."""
-        for thread in self.threads:
-            thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        """Stop the threads; wait for each (bounded: a call has a deadline)."""
-        self.stop.set()
-        for thread in self.threads:
-            thread.join(timeout=3 * CALL_TIMEOUT_S)
-
-    def hung(self) -> list[str]:
-        """Return the threads still running after :meth:`__exit__`."""
-        return [t.name for t in self.threads if t.is_alive()]
+        ])  # fmt: skip
 
     def _client(self, clients: Clients, node: int) -> quiver.Client:
         downs = self.health.downs(node)

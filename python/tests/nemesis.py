@@ -18,6 +18,7 @@ import dataclasses
 import threading
 import time
 from collections.abc import Callable, Iterable
+from typing import TypeVar
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -68,7 +69,35 @@ def append_rows(writer: int, seq: int) -> pa.Table:
     )
 
 
-class Writers:
+_Threads = TypeVar("_Threads", bound="Threads")
+
+
+class Threads:
+    """Threads started on entry; on exit told to stop (:attr:`stop`) and joined, each for
+    at most :attr:`join_timeout` seconds."""
+
+    join_timeout = 120.0
+
+    def __init__(self, threads: list[threading.Thread]) -> None:
+        self.stop = threading.Event()
+        self.threads = threads
+
+    def __enter__(self: _Threads) -> _Threads:
+        for thread in self.threads:
+            thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop.set()
+        for thread in self.threads:
+            thread.join(timeout=self.join_timeout)
+
+    def hung(self) -> list[str]:
+        """Return the threads still running after :meth:`__exit__`."""
+        return [t.name for t in self.threads if t.is_alive()]
+
+
+class Writers(Threads):
     """``count`` threads appending to ``table``, append ``seq`` of writer ``w`` through
     ``uris(w, seq)``, each with a client from ``connect``."""
 
@@ -85,21 +114,13 @@ class Writers:
         self.uris = uris
         self.connect = connect
         self.record = Record()
-        self.stop = threading.Event()
         self.every = every
         self.max_appends = max_appends
-        self.threads = [threading.Thread(target=self._run, args=(w,)) for w in range(count)]
-
-    def __enter__(self) -> Writers:
-        for thread in self.threads:
-            thread.start()
-        return self
+        super().__init__([threading.Thread(target=self._run, args=(w,)) for w in range(count)])
 
     def __exit__(self, *exc: object) -> None:
-        self.stop.set()
-        for thread in self.threads:
-            thread.join(timeout=120)
-        assert not any(t.is_alive() for t in self.threads), "a writer hung"
+        super().__exit__(*exc)
+        assert not self.hung(), "a writer hung"
 
     def _run(self, writer: int) -> None:
         record = self.record

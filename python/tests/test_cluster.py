@@ -647,11 +647,10 @@ def test_a_client_on_a_nodes_host_reads_its_partitions_over_shared_memory(
             assert c.put("u", ids(10), partitions=3).version == 1
             assert c.put("u", ids(5), mode="append").rows == 15
         assert nodes.status()["under_replicated"] == 0
+        appended = pa.concat_tables([ids(10), ids(5)]).sort_by("id")
         for node_id in NODES:
             with nodes.client(node_id, transport="grpc") as c:
-                assert c.get("u").sort_by("id").equals(
-                    pa.concat_tables([ids(10), ids(5)]).sort_by("id")
-                ), node_id
+                assert c.get("u").sort_by("id").equals(appended), node_id
         info = quiver_shm_info(nodes.flight_client("n2"), "t")
         local = [e for e in info.endpoints if e.locations[0].uri.startswith(b"shm+")]
         # n2 holds four of the six partitions (two copies round a ring of three).
