@@ -12,7 +12,7 @@
 //!   rewritten after the listing fails the read as changed, and the next
 //!   query lists and reads the new one.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::fmt;
 use std::ops::Range;
 use std::sync::{Arc, Mutex, PoisonError};
@@ -43,7 +43,9 @@ pub struct Bucket {
     inner: Arc<dyn ObjectStore>,
     cache: Option<Arc<RangeCache>>,
     /// Each object's metadata as last listed or headed: the version its
-    /// ranges are read and cached as.
+    /// ranges are read and cached as. An object a whole listing of its
+    /// prefix no longer gives is dropped, so this holds the objects there
+    /// are, not every object ever seen.
     listed: Arc<Mutex<HashMap<Path, ObjectMeta>>>,
     /// Prefixes whose writes are held until their statement ends.
     holds: Arc<Holds>,
@@ -254,6 +256,21 @@ fn note(
     meta
 }
 
+/// Drops from `listed` the objects under `prefix` (all, with none) that a
+/// whole listing of it did not give: they are gone from the store.
+fn forget_unlisted(
+    listed: &Mutex<HashMap<Path, ObjectMeta>>,
+    prefix: Option<&Path>,
+    given: &HashSet<Path>,
+) {
+    listed
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .retain(|location, _| {
+            given.contains(location) || prefix.is_some_and(|p| !location.prefix_matches(p))
+        });
+}
+
 /// `error` of the store of `url`, its object named by its whole URL.
 fn named(url: &str, error: object_store::Error) -> object_store::Error {
     use object_store::Error as E;
@@ -414,7 +431,32 @@ impl ObjectStore for Bucket {
     }
 
     fn list(&self, prefix: Option<&Path>) -> BoxStream<'static, Result<ObjectMeta>> {
+        // What the listing gave, to drop once it has ended well what it no
+        // longer gives (a listing stopped early or failed drops nothing).
+        let given = Arc::new(Mutex::new(Some(HashSet::new())));
+        let giving = Arc::clone(&given);
+        let (listed, listing) = (Arc::clone(&self.listed), prefix.cloned());
+        let end = futures::stream::once(async move {
+            let given = given.lock().unwrap_or_else(PoisonError::into_inner).take();
+            if let Some(given) = given {
+                forget_unlisted(&listed, listing.as_ref(), &given);
+            }
+        })
+        .filter_map(|()| futures::future::ready(None));
         self.noting(self.inner.list(prefix))
+            .inspect(move |item| {
+                let mut giving = giving.lock().unwrap_or_else(PoisonError::into_inner);
+                match item {
+                    Ok(meta) => {
+                        if let Some(given) = giving.as_mut() {
+                            given.insert(meta.location.clone());
+                        }
+                    }
+                    Err(_) => *giving = None,
+                }
+            })
+            .chain(end)
+            .boxed()
     }
 
     fn list_with_offset(
@@ -526,6 +568,41 @@ mod tests {
             bucket.get_ranges(&key, &[6..8]).await.unwrap()[0].as_ref(),
             b"gh"
         );
+    }
+
+    /// A whole listing drops the objects of its prefix that are gone, and
+    /// keeps those of other prefixes; a listing stopped early drops none.
+    #[tokio::test]
+    async fn objects_gone_from_a_listing_are_forgotten() {
+        let store = Arc::new(InMemory::new());
+        let bucket = Bucket::new("s3://lake".into(), store.clone(), None);
+        for key in ["t/a", "t/b", "t/c", "u/a"] {
+            store
+                .put(&Path::from(key), PutPayload::from_static(b"x"))
+                .await
+                .unwrap();
+        }
+        let all: Vec<_> = bucket.list(None).try_collect().await.unwrap();
+        assert_eq!(all.len(), 4);
+        store.delete(&Path::from("t/b")).await.unwrap();
+        store.delete(&Path::from("u/a")).await.unwrap();
+        // Stopped after its first object: nothing dropped.
+        let first = bucket.list(Some(&Path::from("t"))).next().await;
+        assert!(first.is_some_and(|r| r.is_ok()));
+        assert!(bucket.version_of(&Path::from("t/b")).is_some());
+        let t: Vec<_> = bucket
+            .list(Some(&Path::from("t")))
+            .try_collect()
+            .await
+            .unwrap();
+        assert_eq!(t.len(), 2);
+        assert!(bucket.version_of(&Path::from("t/b")).is_none());
+        assert!(bucket.version_of(&Path::from("t/a")).is_some());
+        // Another prefix's object is kept until its own prefix is listed.
+        assert!(bucket.version_of(&Path::from("u/a")).is_some());
+        let _: Vec<_> = bucket.list(None).try_collect().await.unwrap();
+        assert!(bucket.version_of(&Path::from("u/a")).is_none());
+        assert_eq!(bucket.listed.lock().unwrap().len(), 2);
     }
 
     /// A new version of the same size and time is handed on as newer, and
