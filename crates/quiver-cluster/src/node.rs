@@ -11,7 +11,8 @@ use arrow::datatypes::SchemaRef;
 use arrow_flight::{FlightDescriptor, FlightEndpoint, FlightInfo, Ticket};
 use futures::StreamExt;
 use futures::stream::FuturesUnordered;
-use quiver_flight::cluster::{ClusterHooks, Published};
+use quiver_flight::Published;
+use quiver_flight::cluster::ClusterHooks;
 use quiver_flight::tables::{LocalTables, NodeLocation, TableRead, Tables};
 
 use crate::tables::CatalogTables;

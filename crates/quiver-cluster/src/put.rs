@@ -22,9 +22,8 @@ use std::sync::Arc;
 
 use arrow::array::RecordBatch;
 use arrow::datatypes::SchemaRef;
-use quiver_flight::cluster::Published;
 use quiver_flight::tables::TablePut;
-use quiver_flight::{Placement, PutOptions};
+use quiver_flight::{Placement, Published, PutOptions};
 use quiver_store::{MemoryCharge, TableWriter, WriteMode, batch_bytes};
 use tokio::task::JoinSet;
 

@@ -11,9 +11,8 @@ use std::sync::Arc;
 
 use arrow::datatypes::SchemaRef;
 use arrow_flight::{FlightDescriptor, FlightInfo};
-use quiver_flight::PutOptions;
-use quiver_flight::cluster::Published;
 use quiver_flight::tables::{LocalTables, NodeLocation, TablePut, TableRead, Tables};
+use quiver_flight::{Published, PutOptions};
 use quiver_shm::ShmServer;
 use quiver_store::{WriteMode, is_reserved};
 
