@@ -1,5 +1,5 @@
-//! A node of the cluster: what the Flight service asks of it (the
-//! [`ClusterHooks`]), over the catalog in etcd and the node's own store.
+//! A node of the cluster, over the catalog in etcd and the node's own
+//! store. What the Flight service asks of it is in [`crate::hooks`].
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::atomic::{AtomicU8, Ordering};
@@ -12,10 +12,7 @@ use arrow_flight::{FlightDescriptor, FlightEndpoint, FlightInfo, Ticket};
 use futures::StreamExt;
 use futures::stream::FuturesUnordered;
 use quiver_flight::Published;
-use quiver_flight::cluster::ClusterHooks;
-use quiver_flight::tables::{LocalTables, NodeLocation, TableRead, Tables};
-
-use crate::tables::CatalogTables;
+use quiver_flight::tables::{NodeLocation, TableRead};
 use quiver_flight::ticket::TableTicket;
 use quiver_store::{TableLimits, TableStore, TableVersion, WriteMode};
 use serde_json::json;
@@ -943,29 +940,9 @@ pub(crate) fn published(entry: &TableEntry) -> Published {
     }
 }
 
-impl ClusterHooks for ClusterNode {
-    fn nodes(&self) -> quiver_flight::auth::Nodes {
-        quiver_flight::auth::Nodes {
-            key: self.peers.key().clone(),
-            internal: self.sql.internal_paths(),
-        }
-    }
-
-    fn tables(self: Arc<Self>, local: LocalTables) -> Arc<dyn Tables> {
-        Arc::new(CatalogTables::new(self, local))
-    }
-
-    fn sql_tables(&self, local: Arc<quiver_sql::StoreTables>) -> Arc<dyn quiver_sql::TableSource> {
-        Arc::new(crate::sql::CatalogSource::new(self.sql.clone(), local))
-    }
-
-    fn add_services(&self, routes: &mut tonic::service::RoutesBuilder) {
-        self.sql.add_services(routes);
-    }
-}
-
 /// The catalog's tables; each method answers `None` when the catalog has no
-/// table of that name ([`CatalogTables`] then asks the local store).
+/// table of that name ([`crate::tables::CatalogTables`] then asks the local
+/// store).
 impl ClusterNode {
     /// The FlightInfo of catalog table `name`: one endpoint per partition,
     /// its replicas' locations.

@@ -28,11 +28,10 @@ use quiver_store::{MemoryCharge, TableWriter, WriteMode, batch_bytes};
 use tokio::task::JoinSet;
 
 use crate::catalog::{IntentEntry, PartitionEntry, TableEntry, partition_name};
-use crate::error::{ClusterError, Result};
+use crate::error::{ClusterError, Result, flight};
 use crate::etcd::{Guard, Intent, Snapshot, Versioned};
 use crate::node::{ClusterNode, Committed, next_entry, published, repeated};
 use crate::placement::{Ring, split_rows};
-use crate::tables::flight;
 
 /// Partitions of one put being stored at once, besides the one gathering.
 const IN_FLIGHT: usize = 2;

@@ -16,7 +16,7 @@ use quiver_flight::{Published, PutOptions};
 use quiver_shm::ShmServer;
 use quiver_store::{WriteMode, is_reserved};
 
-use crate::error::ClusterError;
+use crate::error::flight;
 use crate::node::ClusterNode;
 use crate::put::CatalogPut;
 
@@ -31,11 +31,6 @@ impl CatalogTables {
     pub(crate) fn new(node: Arc<ClusterNode>, local: LocalTables) -> Self {
         Self { node, local }
     }
-}
-
-/// A cluster error as the Flight service's.
-pub(crate) fn flight<T>(result: Result<T, ClusterError>) -> quiver_flight::Result<T> {
-    result.map_err(quiver_flight::Error::from)
 }
 
 #[tonic::async_trait]
