@@ -153,6 +153,11 @@ impl From<ClusterError> for quiver_flight::Error {
     }
 }
 
+/// A cluster result as the Flight service's.
+pub(crate) fn flight<T>(result: Result<T>) -> quiver_flight::Result<T> {
+    result.map_err(quiver_flight::Error::from)
+}
+
 impl From<ClusterError> for Status {
     fn from(e: ClusterError) -> Self {
         quiver_flight::Error::from(e).into()

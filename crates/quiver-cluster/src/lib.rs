@@ -19,6 +19,7 @@ mod compact;
 mod error;
 mod etcd;
 mod history;
+mod hooks;
 mod node;
 mod peers;
 mod placement;

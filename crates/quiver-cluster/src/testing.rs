@@ -9,8 +9,8 @@ use arrow::array::{Int64Array, RecordBatch};
 use arrow::datatypes::{DataType, Field, Schema};
 use quiver_etcd::testing::{TestEtcd, free_port};
 use quiver_etcd::{Client, ConnectOptions};
+use quiver_flight::Published;
 use quiver_flight::PutOptions;
-use quiver_flight::cluster::Published;
 use quiver_store::{TableStore, WriteMode};
 
 use crate::error::Result;

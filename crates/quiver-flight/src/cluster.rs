@@ -10,28 +10,6 @@ pub use crate::requests::reused;
 
 use crate::tables::{LocalTables, Tables};
 
-/// What a cluster commit published.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Published {
-    /// The table's new version in the catalog.
-    pub version: u64,
-    /// Rows of the whole new version.
-    pub rows: u64,
-    /// Bytes of the whole new version.
-    pub bytes: u64,
-}
-
-impl From<&quiver_store::TableVersion> for Published {
-    /// What committing `version` to a single node's store published.
-    fn from(version: &quiver_store::TableVersion) -> Self {
-        Self {
-            version: version.version(),
-            rows: version.num_rows(),
-            bytes: version.num_bytes(),
-        }
-    }
-}
-
 /// Where a server's tables live, as the Flight service sees it.
 pub trait Topology: Send + Sync + std::fmt::Debug {
     /// How this node tells the other nodes' calls from clients' (the

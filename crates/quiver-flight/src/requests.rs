@@ -8,7 +8,7 @@ use std::collections::{HashMap, VecDeque};
 use std::sync::{Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
-use crate::cluster::Published;
+use crate::published::Published;
 use crate::{Error, Result};
 
 /// How long an id is remembered, at most.

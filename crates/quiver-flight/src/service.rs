@@ -27,8 +27,9 @@ use quiver_shm::{self as shm, ShmServer};
 
 use crate::auth::{Caller, Role};
 use crate::body_watch::BodyOutcome;
-use crate::cluster::{Published, Topology};
+use crate::cluster::Topology;
 use crate::error::inbound_status;
+use crate::published::Published;
 use crate::request::{
     ActionKind, ActionRequest, Described, ShmPut, TableAction, Ticketed, partition_not_here,
 };

@@ -22,7 +22,7 @@ use quiver_shm::ShmServer;
 use quiver_store::{TableStore, TableVersion, TableWriter, WriteMode};
 use serde_json::json;
 
-use crate::cluster::Published;
+use crate::published::Published;
 use crate::put_options::PutOptions;
 use crate::requests::Requests;
 use crate::ticket::TableTicket;
