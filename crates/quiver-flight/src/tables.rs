@@ -365,18 +365,15 @@ impl quiver_sql::TableSink for SqlWrites {
         name: &str,
         mode: WriteMode,
         schema: SchemaRef,
-        mut rows: quiver_sql::Rows<'_>,
+        rows: quiver_sql::Rows<'_>,
     ) -> quiver_sql::Result<u64> {
         let options = PutOptions {
             mode,
             ..PutOptions::default()
         };
-        let mut put = self.0.open(name, &options, schema).map_err(sql_error)?;
-        while let Some(batch) = futures::StreamExt::next(&mut rows).await {
-            put.push(batch?).await.map_err(sql_error)?;
-        }
-        let written = put.num_rows();
-        put.commit().await.map_err(sql_error)?;
+        let (written, _) = put_rows(&*self.0, name, &options, schema, rows)
+            .await
+            .map_err(sql_error)?;
         Ok(written)
     }
 
@@ -384,6 +381,27 @@ impl quiver_sql::TableSink for SqlWrites {
         self.0.delete(name).await.map_err(sql_error)?;
         Ok(())
     }
+}
+
+/// Puts `rows` as table `name` through `tables`, as a DoPut does: each
+/// batch pushed as it comes, all published at the commit. Answers the rows
+/// pushed and what the commit published.
+async fn put_rows<E>(
+    tables: &dyn Tables,
+    name: &str,
+    options: &PutOptions,
+    schema: SchemaRef,
+    mut rows: impl futures::Stream<Item = std::result::Result<RecordBatch, E>> + Unpin,
+) -> Result<(u64, Published)>
+where
+    Error: From<E>,
+{
+    let mut put = tables.open(name, options, schema)?;
+    while let Some(batch) = futures::StreamExt::next(&mut rows).await {
+        put.push(batch?).await?;
+    }
+    let pushed = put.num_rows();
+    Ok((pushed, put.commit().await?))
 }
 
 /// A table error as the SQL engine's: the store's as they are (the engine
@@ -414,15 +432,10 @@ impl quiver_shm::PutTarget for ShmPuts {
         schema: SchemaRef,
         batches: Vec<RecordBatch>,
     ) -> quiver_shm::Result<quiver_shm::Stored> {
-        let published = self.runtime.block_on(async {
-            let mut put = self.tables.open(&self.table, &self.options, schema)?;
-            for batch in batches {
-                put.push(batch).await?;
-            }
-            put.commit().await
-        });
-        match published {
-            Ok(published) => Ok(quiver_shm::Stored {
+        let rows = futures::stream::iter(batches.into_iter().map(Ok::<_, Error>));
+        let put = put_rows(&*self.tables, &self.table, &self.options, schema, rows);
+        match self.runtime.block_on(put) {
+            Ok((_, published)) => Ok(quiver_shm::Stored {
                 table: self.table.clone(),
                 version: published.version,
                 rows: published.rows,
