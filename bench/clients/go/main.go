@@ -4,7 +4,9 @@
 // against: nothing here raises it).
 //
 // It reads one JSON request per line on stdin and answers each with one JSON line on stdout,
-// so that the harness can read the server's CPU time around each request:
+// so that the harness can read the server's CPU time around each request. Every request but
+// prepare and quit names its server by "addr" (host:port); a connection is made to each
+// server on its first request and kept:
 //
 //	{"op": "get", "path": "t"}                       GetFlightInfo of the path, DoGet of every endpoint
 //	{"op": "prepare", "kind": "ints", "rows": N, "batch_rows": B}   make the batches a put sends
@@ -47,6 +49,7 @@ const StringWidth = 32
 const MaxLatencyCalls = 100000
 
 type request struct {
+	Addr      string `json:"addr"`
 	Op        string `json:"op"`
 	Path      string `json:"path"`
 	Query     string `json:"query"`
@@ -66,9 +69,14 @@ type result struct {
 	Latencies   []float64 `json:"latencies,omitempty"`
 }
 
+// conn is the connections to one server.
+type conn struct {
+	flight flight.Client
+	sql    *flightsql.Client
+}
+
 type client struct {
-	flight  flight.Client
-	sql     *flightsql.Client
+	conns   map[string]*conn
 	alloc   memory.Allocator
 	batches []arrow.RecordBatch
 	schema  *arrow.Schema
@@ -79,7 +87,14 @@ func dialOptions() []grpc.DialOption {
 	return []grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}
 }
 
-func newClient(addr string) (*client, error) {
+// conn returns the connections to addr, made on first use.
+func (c *client) conn(addr string) (*conn, error) {
+	if found, ok := c.conns[addr]; ok {
+		return found, nil
+	}
+	if addr == "" {
+		return nil, errors.New("no addr")
+	}
 	fc, err := flight.NewClientWithMiddleware(addr, nil, nil, dialOptions()...)
 	if err != nil {
 		return nil, err
@@ -88,7 +103,8 @@ func newClient(addr string) (*client, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &client{flight: fc, sql: sc, alloc: memory.NewGoAllocator()}, nil
+	c.conns[addr] = &conn{flight: fc, sql: sc}
+	return c.conns[addr], nil
 }
 
 func bufferBytes(data arrow.ArrayData) int64 {
@@ -121,16 +137,16 @@ func readAll(reader *flight.Reader, res *result, started time.Time) error {
 	return reader.Err()
 }
 
-func (c *client) readEndpoints(ctx context.Context, info *flight.FlightInfo, res *result, started time.Time, viaSQL bool) error {
+func (c *client) readEndpoints(ctx context.Context, cn *conn, info *flight.FlightInfo, res *result, started time.Time, viaSQL bool) error {
 	res.Endpoints = len(info.Endpoint)
 	for _, ep := range info.Endpoint {
 		var reader *flight.Reader
 		var err error
 		if viaSQL {
-			reader, err = c.sql.DoGet(ctx, ep.Ticket)
+			reader, err = cn.sql.DoGet(ctx, ep.Ticket)
 		} else {
 			var stream flight.FlightService_DoGetClient
-			stream, err = c.flight.DoGet(ctx, ep.Ticket)
+			stream, err = cn.flight.DoGet(ctx, ep.Ticket)
 			if err == nil {
 				reader, err = flight.NewRecordReader(stream, ipc.WithAllocator(c.alloc))
 			}
@@ -145,29 +161,29 @@ func (c *client) readEndpoints(ctx context.Context, info *flight.FlightInfo, res
 	return nil
 }
 
-func (c *client) get(ctx context.Context, path string) (*result, error) {
+func (c *client) get(ctx context.Context, cn *conn, path string) (*result, error) {
 	res := &result{}
 	started := time.Now()
 	desc := &flight.FlightDescriptor{Type: flight.DescriptorPATH, Path: strings.Split(path, "/")}
-	info, err := c.flight.GetFlightInfo(ctx, desc)
+	info, err := cn.flight.GetFlightInfo(ctx, desc)
 	if err != nil {
 		return nil, err
 	}
-	if err := c.readEndpoints(ctx, info, res, started, false); err != nil {
+	if err := c.readEndpoints(ctx, cn, info, res, started, false); err != nil {
 		return nil, err
 	}
 	res.Seconds = time.Since(started).Seconds()
 	return res, nil
 }
 
-func (c *client) query(ctx context.Context, query string) (*result, error) {
+func (c *client) query(ctx context.Context, cn *conn, query string) (*result, error) {
 	res := &result{}
 	started := time.Now()
-	info, err := c.sql.Execute(ctx, query)
+	info, err := cn.sql.Execute(ctx, query)
 	if err != nil {
 		return nil, err
 	}
-	if err := c.readEndpoints(ctx, info, res, started, true); err != nil {
+	if err := c.readEndpoints(ctx, cn, info, res, started, true); err != nil {
 		return nil, err
 	}
 	res.Seconds = time.Since(started).Seconds()
@@ -233,13 +249,13 @@ func (c *client) makeBatches(kind string, rows, batchRows int64) ([]arrow.Record
 	return out, schema, nil
 }
 
-func (c *client) put(ctx context.Context, path string) (*result, error) {
+func (c *client) put(ctx context.Context, cn *conn, path string) (*result, error) {
 	if c.schema == nil {
 		return nil, errors.New("put before prepare")
 	}
 	res := &result{}
 	started := time.Now()
-	stream, err := c.flight.DoPut(ctx)
+	stream, err := cn.flight.DoPut(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -283,31 +299,27 @@ func (c *client) put(ctx context.Context, path string) (*result, error) {
 }
 
 func (c *client) handle(ctx context.Context, req *request) (any, error) {
+	if req.Op == "prepare" {
+		return c.prepare(req)
+	}
+	cn, err := c.conn(req.Addr)
+	if err != nil {
+		return nil, err
+	}
 	switch req.Op {
 	case "get":
-		return c.get(ctx, req.Path)
+		return c.get(ctx, cn, req.Path)
 	case "sql":
-		return c.query(ctx, req.Query)
-	case "prepare":
-		for _, rec := range c.batches {
-			rec.Release()
-		}
-		c.batches, c.schema = nil, nil
-		batches, schema, err := c.makeBatches(req.Kind, req.Rows, req.BatchRows)
-		if err != nil {
-			return nil, err
-		}
-		c.batches, c.schema = batches, schema
-		return map[string]int{"batches": len(batches)}, nil
+		return c.query(ctx, cn, req.Query)
 	case "put":
-		return c.put(ctx, req.Path)
+		return c.put(ctx, cn, req.Path)
 	case "latency":
 		if req.Calls <= 0 || req.Calls > MaxLatencyCalls {
 			return nil, fmt.Errorf("calls must be 1..%d", MaxLatencyCalls)
 		}
 		res := &result{}
 		for i := 0; i < req.Calls; i++ {
-			one, err := c.get(ctx, req.Path)
+			one, err := c.get(ctx, cn, req.Path)
 			if err != nil {
 				return nil, err
 			}
@@ -318,18 +330,24 @@ func (c *client) handle(ctx context.Context, req *request) (any, error) {
 	return nil, fmt.Errorf("unknown op %q", req.Op)
 }
 
-func main() {
-	addr := flag.String("addr", "", "the server, host:port")
-	flag.Parse()
-	if *addr == "" {
-		fmt.Fprintln(os.Stderr, "usage: quiver-bench-client -addr HOST:PORT < requests")
-		os.Exit(2)
+// prepare makes the batches the next puts send (0 rows: none, their memory released).
+func (c *client) prepare(req *request) (any, error) {
+	for _, rec := range c.batches {
+		rec.Release()
 	}
-	c, err := newClient(*addr)
+	c.batches, c.schema = nil, nil
+	batches, schema, err := c.makeBatches(req.Kind, req.Rows, req.BatchRows)
 	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
+		return nil, err
 	}
+	c.batches, c.schema = batches, schema
+	return map[string]int{"batches": len(batches)}, nil
+}
+
+func main() {
+	flag.Usage = func() { fmt.Fprintln(os.Stderr, "usage: quiver-bench-client < requests") }
+	flag.Parse()
+	c := &client{conns: map[string]*conn{}, alloc: memory.NewGoAllocator()}
 	in := bufio.NewScanner(os.Stdin)
 	in.Buffer(make([]byte, 1<<20), 1<<20)
 	out := json.NewEncoder(os.Stdout)

@@ -6,7 +6,9 @@ import java.io.InputStreamReader;
 import java.io.PrintStream;
 import java.nio.charset.StandardCharsets;
 import java.util.ArrayList;
+import java.util.HashMap;
 import java.util.List;
+import java.util.Map;
 import org.apache.arrow.flight.AsyncPutListener;
 import org.apache.arrow.flight.FlightClient;
 import org.apache.arrow.flight.FlightDescriptor;
@@ -37,7 +39,8 @@ import org.apache.arrow.vector.types.pojo.Schema;
  * 16 KiB max frame size, which is what the suite measures servers against).
  *
  * <p>The same line protocol as the Go client (bench/clients/go/main.go): one JSON request per
- * line on stdin, one JSON answer per line on stdout.
+ * line on stdin, one JSON answer per line on stdout; a request names its server by "addr"
+ * (host:port), to which a client is made on first use and kept.
  */
 public final class QuiverBenchClient {
   /** Every string of the "strings" table: row i is i in decimal, zero-padded to this width. */
@@ -47,28 +50,45 @@ public final class QuiverBenchClient {
 
   private final ObjectMapper json = new ObjectMapper();
   private final BufferAllocator allocator = new RootAllocator(Long.MAX_VALUE);
-  private final FlightClient client;
-  private final FlightSqlClient sql;
+  private final Map<String, Conn> clients = new HashMap<>();
+
+  /** The clients of one server. */
+  record Conn(FlightClient flight, FlightSqlClient sql) {}
   private final List<ArrowRecordBatch> batches = new ArrayList<>();
   private Schema schema;
 
-  QuiverBenchClient(String host, int port) {
-    client = FlightClient.builder(allocator, Location.forGrpcInsecure(host, port)).build();
-    sql = new FlightSqlClient(client);
+  /** Returns the clients of addr, made on first use. */
+  private Conn connect(String addr) {
+    return clients.computeIfAbsent(
+        addr,
+        a -> {
+          int colon = a.lastIndexOf(':');
+          if (colon < 0) {
+            throw new IllegalArgumentException("addr must be host:port, got " + a);
+          }
+          String host = a.substring(0, colon);
+          int port = Integer.parseInt(a.substring(colon + 1));
+          Location location = Location.forGrpcInsecure(host, port);
+          FlightClient flight = FlightClient.builder(allocator, location).build();
+          return new Conn(flight, new FlightSqlClient(flight));
+        });
   }
 
   private static FlightDescriptor path(String name) {
     return FlightDescriptor.path(name.split("/"));
   }
 
-  private ObjectNode readEndpoints(FlightInfo info, long started, boolean viaSql) throws Exception {
+  private ObjectNode readEndpoints(
+      Conn conn, FlightInfo info, long started, boolean viaSql) throws Exception {
     long rows = 0;
     long count = 0;
     long bytes = 0;
     double ttfb = 0;
     for (FlightEndpoint endpoint : info.getEndpoints()) {
       try (FlightStream stream =
-          viaSql ? sql.getStream(endpoint.getTicket()) : client.getStream(endpoint.getTicket())) {
+          viaSql
+              ? conn.sql().getStream(endpoint.getTicket())
+              : conn.flight().getStream(endpoint.getTicket())) {
         VectorSchemaRoot root = stream.getRoot();
         // Bounded by the stream: next() is false at its end.
         while (stream.next()) {
@@ -93,14 +113,14 @@ public final class QuiverBenchClient {
     return out;
   }
 
-  ObjectNode get(String name) throws Exception {
+  ObjectNode get(Conn conn, String name) throws Exception {
     long started = System.nanoTime();
-    return readEndpoints(client.getInfo(path(name)), started, false);
+    return readEndpoints(conn, conn.flight().getInfo(path(name)), started, false);
   }
 
-  ObjectNode query(String text) throws Exception {
+  ObjectNode query(Conn conn, String text) throws Exception {
     long started = System.nanoTime();
-    return readEndpoints(sql.execute(text), started, true);
+    return readEndpoints(conn, conn.sql().execute(text), started, true);
   }
 
   private void clearBatches() {
@@ -167,7 +187,7 @@ public final class QuiverBenchClient {
     return out;
   }
 
-  ObjectNode put(String name) throws Exception {
+  ObjectNode put(FlightClient client, String name) throws Exception {
     if (schema == null) {
       throw new IllegalStateException("put before prepare");
     }
@@ -203,47 +223,47 @@ public final class QuiverBenchClient {
     return out;
   }
 
-  ObjectNode latency(String name, int calls) throws Exception {
+  ObjectNode latency(Conn conn, String name, int calls) throws Exception {
     if (calls <= 0 || calls > MAX_LATENCY_CALLS) {
       throw new IllegalArgumentException("calls must be 1.." + MAX_LATENCY_CALLS);
     }
     ObjectNode out = json.createObjectNode();
     var latencies = out.putArray("latencies");
     for (int i = 0; i < calls; i++) {
-      latencies.add(get(name).get("seconds").asDouble());
+      latencies.add(get(conn, name).get("seconds").asDouble());
     }
     return out;
   }
 
   JsonNode handle(JsonNode request) throws Exception {
     String op = request.path("op").asText();
+    if (op.equals("prepare")) {
+      return prepare(
+          request.path("kind").asText(),
+          request.path("rows").asLong(),
+          request.path("batch_rows").asInt());
+    }
+    Conn conn = connect(request.path("addr").asText());
     switch (op) {
       case "get":
-        return get(request.path("path").asText());
+        return get(conn, request.path("path").asText());
       case "sql":
-        return query(request.path("query").asText());
-      case "prepare":
-        return prepare(
-            request.path("kind").asText(),
-            request.path("rows").asLong(),
-            request.path("batch_rows").asInt());
+        return query(conn, request.path("query").asText());
       case "put":
-        return put(request.path("path").asText());
+        return put(conn.flight(), request.path("path").asText());
       case "latency":
-        return latency(request.path("path").asText(), request.path("calls").asInt());
+        return latency(conn, request.path("path").asText(), request.path("calls").asInt());
       default:
         throw new IllegalArgumentException("unknown op " + op);
     }
   }
 
   public static void main(String[] args) throws Exception {
-    if (args.length != 1 || !args[0].contains(":")) {
-      System.err.println("usage: QuiverBenchClient HOST:PORT < requests");
+    if (args.length != 0) {
+      System.err.println("usage: QuiverBenchClient < requests");
       System.exit(2);
     }
-    String host = args[0].substring(0, args[0].lastIndexOf(':'));
-    int port = Integer.parseInt(args[0].substring(args[0].lastIndexOf(':') + 1));
-    QuiverBenchClient bench = new QuiverBenchClient(host, port);
+    QuiverBenchClient bench = new QuiverBenchClient();
     PrintStream out = new PrintStream(System.out, true, StandardCharsets.UTF_8);
     out.println("{\"ready\": true}");
     BufferedReader in =
@@ -265,7 +285,9 @@ public final class QuiverBenchClient {
       out.println(bench.json.writeValueAsString(answer));
     }
     bench.clearBatches();
-    bench.sql.close();
+    for (Conn conn : bench.clients.values()) {
+      conn.sql().close();
+    }
     bench.allocator.close();
   }
 }
