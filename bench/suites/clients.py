@@ -561,7 +561,14 @@ def _latency_table(rows: list[Row]) -> list[str]:
     for client in _clients(rows):
         p50 = {s: _seconds(rows, s, client, LATENCY) for s in (QUIVER, ARROW_CPP)}
         p99 = {
-            s: spread(_rows(rows, server=s, client=client, op=LATENCY), "p99_seconds")
+            s: spread(
+                [
+                    r
+                    for r in _rows(rows, server=s, client=client, op=LATENCY)
+                    if r.get("p99_seconds") is not None
+                ],
+                "p99_seconds",
+            )
             for s in (QUIVER, ARROW_CPP)
         }
         if p50[QUIVER] is None and p50[ARROW_CPP] is None:
