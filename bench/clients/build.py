@@ -8,7 +8,10 @@ second clone) builds nothing until a source changes:
   own module cache), ``go-HASH/quiver-bench-client``;
 - Java: ``mvn dependency:copy-dependencies`` of ``bench/clients/java/pom.xml`` (flight-core,
   flight-sql and arrow-memory-netty with what they need, from Maven Central), then ``javac``
-  of ``QuiverBenchClient.java`` against them: ``java-HASH/lib`` and ``java-HASH/classes``.
+  of ``QuiverBenchClient.java`` against them: ``java-HASH/lib`` and ``java-HASH/classes``;
+- JDBC: ``javac`` of ``java/jdbc/JdbcBenchClient.java`` (``java.sql`` only) into
+  ``jdbc-HASH/classes``, run with the Flight SQL JDBC driver's jar that
+  ``scripts/setup-java.sh`` resolves (run when the jar is missing).
 
 A missing toolchain or a failed build raises :class:`ClientUnavailable`, saying why: the
 suite notes it and measures the other clients.
@@ -33,6 +36,9 @@ BUILD_TIMEOUT_S = 1200.0
 #: The JVM flags Arrow Java's memory code needs on JDK 16+.
 JVM_FLAGS = ("--add-opens=java.base/java.nio=ALL-UNNAMED",)
 JAVA_MAIN = "QuiverBenchClient"
+JDBC_MAIN = "JdbcBenchClient"
+REPO = HERE.parents[1]
+SETUP_JAVA = REPO / "scripts" / "setup-java.sh"
 
 
 class ClientUnavailable(RuntimeError):
@@ -155,3 +161,44 @@ def java_client() -> list[str]:
             work.rename(built)
     classpath = f"{built / 'classes'}:{built / 'lib' / '*'}"
     return [java, *JVM_FLAGS, "-cp", classpath, JAVA_MAIN]
+
+
+def jdbc_driver_jar() -> Path:
+    """Return the Flight SQL JDBC driver's jar, running ``scripts/setup-java.sh`` if missing."""
+    version = (REPO / "java" / "flight-sql-jdbc-driver.version").read_text().strip()
+    found = os.environ.get("QUIVER_JAVA_CACHE")
+    java_cache = Path(found) if found else Path.home() / ".cache" / "quiver" / "java"
+    jar = java_cache / "lib" / f"flight-sql-jdbc-driver-{version}.jar"
+    if not jar.is_file():
+        with _locked("jdbc") as root:
+            _run(["bash", str(SETUP_JAVA)], REPO, root / "setup-java.log")
+    if not jar.is_file():
+        raise ClientUnavailable(f"{SETUP_JAVA.name} ran but {jar} is missing")
+    return jar
+
+
+def jdbc_client() -> list[str]:
+    """Return the command of the JDBC client, compiling it first when needed."""
+    java, javac = shutil.which("java"), shutil.which("javac")
+    if java is None or javac is None:
+        raise ClientUnavailable("no JDK (java, javac) on PATH: scripts/setup-java.sh installs one")
+    jar = jdbc_driver_jar()
+    sources = sorted((JAVA_DIR / "jdbc").glob("*.java"))
+    key = _digest(sources, _tool_version([javac, "-version"]))
+    with _locked("jdbc") as root:
+        built = root / f"jdbc-{key}"
+        if not (built / "classes" / f"{JDBC_MAIN}.class").exists():
+            work = root / f"jdbc-{key}.tmp"
+            shutil.rmtree(work, ignore_errors=True)
+            (work / "classes").mkdir(parents=True)
+            _run(
+                [
+                    javac, "--release", "17", "-encoding", "UTF-8", "-d", str(work / "classes"),
+                    *[str(p) for p in sources],
+                ],
+                JAVA_DIR,
+                work / "javac.log",
+            )  # fmt: skip
+            shutil.rmtree(built, ignore_errors=True)
+            work.rename(built)
+    return [java, *JVM_FLAGS, "-cp", f"{built / 'classes'}:{jar}", JDBC_MAIN]

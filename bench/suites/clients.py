@@ -38,16 +38,23 @@ PYARROW = "pyarrow"
 GO = "go"
 JAVA = "java"
 ADBC = "adbc"
-CLIENTS = (PYARROW, GO, JAVA, ADBC)
+JDBC = "jdbc"
+CLIENTS = (PYARROW, GO, JAVA, ADBC, JDBC)
 CLIENT_LABELS = {
     PYARROW: "pyarrow.flight (gRPC C++)",
     GO: "Go: arrow-go (grpc-go)",
     JAVA: "Java: flight-core (grpc-netty)",
     ADBC: "ADBC Flight SQL (Go driver, grpc-go)",
+    JDBC: "Flight SQL JDBC driver (Java, grpc-netty)",
 }
 #: The clients that also run Flight SQL ``SELECT *`` beside their raw DoGet (ADBC's get is
 #: one already).
 SQL_CLIENTS = (GO, JAVA)
+#: The clients that run ``SELECT *`` only (no get, put or 1-row gets), against quiver only:
+#: the Flight SQL JDBC driver prepares every statement, which the Arrow C++ peer does not.
+QUERY_ONLY_CLIENTS = (JDBC,)
+#: The clients of the matrix: every transfer, every server.
+MATRIX_CLIENTS = (PYARROW, GO, JAVA, ADBC)
 #: The transfers, as the ``op`` column names them: ``OP:KIND``.
 OPS = ("get", "put")
 #: Syscall rows: ``OP:KIND:writes`` and ``OP:KIND:reads``, the count in ``ops``.
@@ -111,7 +118,11 @@ def _commands(run: Run) -> dict[str, list[str]]:
         found[ADBC] = [sys.executable, "-m", "bench.clients.py_client", ADBC]
         version = importlib.metadata.version("adbc-driver-flightsql")
         software["adbc-driver-flightsql" + SOFTWARE_SUFFIX] = version
-    builders: dict[str, Callable[[], list[str]]] = {GO: build.go_client, JAVA: build.java_client}
+    builders: dict[str, Callable[[], list[str]]] = {
+        GO: build.go_client,
+        JAVA: build.java_client,
+        JDBC: build.jdbc_client,
+    }
     for name, builder in builders.items():
         log(f"clients: building the {name} client (cached in {build.cache_dir()})")
         try:
@@ -206,6 +217,17 @@ def _measure_table(
     del table
     try:
         for client_name, client in clients.items():
+            if client_name in QUERY_ONLY_CLIENTS:
+                on = [s for s in stored if s.name == QUIVER]
+                run.note(
+                    f"clients: {client_name} queried quiver only (it prepares every statement, "
+                    "which the Arrow C++ peer does not answer)"
+                )
+                shape = _Transfer(client_name, client, "sql", kind, rows, batch_rows, nbytes)
+                _rounds(run, shape, on)
+                if counter is not None:
+                    _count_syscalls(run, shape, on, counter)
+                continue
             with run.attempt(f"clients: {client_name} prepares the {kind} table"):
                 client.call({"op": "prepare", "kind": kind, "rows": rows, "batch_rows": batch_rows})
             ops = [*OPS, *(["sql"] if client_name in SQL_CLIENTS else [])]
@@ -313,6 +335,8 @@ def _measure_latency(run: Run, clients: dict[str, ClientProcess]) -> None:
     calls = plan.clients_latency_calls
     try:
         for client_name, client in clients.items():
+            if client_name in QUERY_ONLY_CLIENTS:
+                continue
             for server in servers:
                 with run.attempt(f"clients: {client_name} warms up on {server.name}"):
                     request = {"op": "latency", "addr": _addr(server), "path": ONE_ROW}
@@ -385,8 +409,9 @@ def _kinds(rows: list[Row]) -> list[str]:
 
 
 def _clients(rows: list[Row]) -> list[str]:
+    """Return the matrix's clients that have rows (not the query-only ones)."""
     found = {str(r["client"]) for r in _rows(rows)}
-    return [c for c in CLIENTS if c in found]
+    return [c for c in MATRIX_CLIENTS if c in found]
 
 
 def _size_of(rows: list[Row], kind: str) -> str:
@@ -533,7 +558,7 @@ def _sql_table(rows: list[Row]) -> list[str]:
     found = False
     for kind in _kinds(rows):
         for server in (QUIVER, ARROW_CPP):
-            for client, raw in ((ADBC, GO), (GO, GO), (JAVA, JAVA)):
+            for client, raw in ((ADBC, GO), (GO, GO), (JAVA, JAVA), (JDBC, JAVA)):
                 query_op = f"get:{kind}" if client == ADBC else f"sql:{kind}"
                 query = _seconds(rows, server, client, query_op)
                 doget = _seconds(rows, server, raw, f"get:{kind}")
