@@ -22,10 +22,13 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import matplotlib.pyplot as plt
+
 from .. import flight_client, sql_clients
 from ..clients import build, syscalls, tables
 from ..clients.process import ClientProcess
-from ..report import Goal, _goal_rows, _ratio, _size, _times
+from ..plots import COLORS, LABELS, SERVERS, _save
+from ..report import Goal, _figure, _goal_rows, _ratio, _size, _times
 from ..results import ARROW_CPP, QUIVER, Measurement
 from ..run import Run, Section, Suite, alternating, log
 from ..servers import ServerProcess
@@ -667,6 +670,7 @@ def _section(
     lines += ["| goal | target | measured | result |", "| --- | --- | --- | --- |"]
     lines += [*_goal_rows(clients_goals(rows)), ""]
     lines += [
+        *_figure("Server CPU per GiB by Flight client", plots.get("clients_cpu"), at),
         "Rates in GB/s (1e9 bytes per second) and server CPU seconds per GiB: median "
         "(min–max) of the rounds; syscalls per GiB from the counted transfer.",
         "",
@@ -675,6 +679,53 @@ def _section(
         for kind in _kinds(rows):
             lines += _transfer_table(rows, op, kind)
     return [*lines, *_sql_table(rows), *_latency_table(rows)]
+
+
+def clients_cpu(rows: list[Row], path: Path) -> Path:
+    """Server CPU seconds per GiB by client, quiver beside the C++ server, with the rates."""
+    ops = [(op, kind) for op in OPS for kind in _kinds(rows)]
+    fig, axes = plt.subplots(1, len(ops), figsize=(4.2 * len(ops), 4.2), squeeze=False)
+    clients = _clients(rows)
+    for ax, (op, kind) in zip(axes[0], ops, strict=True):
+        key = f"{op}:{kind}"
+        for k, server in enumerate(SERVERS):
+            xs, heights, rates = [], [], []
+            for i, client in enumerate(clients):
+                cpu = _cpu_per_gib(rows, server, client, key)
+                rate = _rate(rows, server, client, key)
+                if cpu is None:
+                    continue
+                xs.append(i + (k - 0.5) * 0.4)
+                heights.append(cpu.median)
+                rates.append(None if rate is None else rate.median)
+            ax.bar(xs, heights, 0.4, color=COLORS[server], label=LABELS[server])
+            for x, height, rate in zip(xs, heights, rates, strict=True):
+                if rate is not None:
+                    ax.annotate(
+                        f"{rate:.2f} GB/s",
+                        xy=(x, height),
+                        xytext=(0, 2),
+                        textcoords="offset points",
+                        ha="center",
+                        va="bottom",
+                        fontsize=6,
+                        rotation=90,
+                    )
+        ax.set_xticks(range(len(clients)), clients)
+        low, high = ax.get_ylim()
+        ax.set_ylim(low, high * 1.35 if high > 0 else 1)
+        ax.set_title(f"{_op_text(op)}, {_size_of(rows, kind)} {_kind_text(kind)}", fontsize=9)
+        ax.set_ylabel("server CPU s per GiB")
+        ax.grid(True, axis="y", alpha=0.3)
+    axes[0][0].legend(fontsize=7, loc="upper left")
+    fig.suptitle("Server CPU per GiB by Flight client (issue 67); bars annotated with GB/s")
+    return _save(fig, path)
+
+
+def _figures(rows: list[Row], plan: dict[str, object], out_dir: Path) -> list[Path]:
+    if not _clients(rows) or not _kinds(rows):
+        return []
+    return [clients_cpu(rows, out_dir / "clients_cpu.png")]
 
 
 def _goals_link(rows: list[Row]) -> list[str]:
@@ -693,4 +744,5 @@ SUITE = Suite(
     goals=lambda rows, plan: clients_goals(rows),
     goals_link=_goals_link,
     sections=(Section(_section),),
+    figures=_figures,
 )

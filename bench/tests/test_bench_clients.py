@@ -190,6 +190,8 @@ def test_the_clients_smoke_run_measures_every_client_on_both_servers(tmp_path):
     report = (tmp_path / "BENCHMARKS.md").read_text()
     assert "## Flight clients: pyarrow, Go, Java and ADBC (issue 67)" in report
     assert "SELECT * through ADBC / raw DoGet by the Go client" in report
+    assert (tmp_path / "plots" / "clients_cpu.png").is_file()
+    assert "clients_cpu.png" in report
 
 
 def _row(server: str, client: str, op: str, seconds: float, cpu: float | None = None, **extra):
