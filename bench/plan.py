@@ -225,7 +225,7 @@ class Plan:
     lake_doget_scale: float = 1.0
     lake_doget_reps: int = 2
     lake_memory_copies: int = 3
-    clients_bytes: int = 64 * MI
+    clients_bytes: int = 128 * MI
     clients_reps: int = 1
     clients_warm_ups: int = 1
     clients_latency_calls: int = 50
