@@ -89,7 +89,9 @@ def test_each_client_puts_the_suites_table_and_gets_it_back(servers, tmp_path, n
             stored = _stored(server, path)
             assert stored.equals(expected.cast(stored.schema)), (server.name, stored.schema)
             got = client.call({"op": "get", "addr": _addr(server), "path": path})
-            assert (got["rows"], got["batches"]) == (rows, len(expected.to_batches()))
+            assert got["rows"] == rows
+            if name != clients_suite.ADBC:  # a query's batches are the engine's, not the put's
+                assert got["batches"] == len(expected.to_batches())
             assert got["bytes"] >= expected.nbytes and got["seconds"] > 0
     finally:
         client.close()
