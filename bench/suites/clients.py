@@ -33,7 +33,7 @@ from ..results import ARROW_CPP, QUIVER, Measurement
 from ..run import Run, Section, Suite, alternating, log
 from ..servers import ServerProcess
 from ..summary import Row, Spread, select, spread
-from ..workers import cpu_seconds
+from ..workers import CLOCK_TICKS, cpu_seconds
 
 SUITE_NAME = "clients"
 #: The clients (the ``client`` column), in the order they run and the report lists them.
@@ -301,10 +301,15 @@ def _rounds(run: Run, transfer: _Transfer, servers: list[ServerProcess]) -> None
                         rep=rep,
                         ttfb_seconds=got.get("ttfb_seconds") or None,
                         endpoints=got.get("endpoints"),
-                        client_cpu_seconds=after[0] - before[0],
-                        server_cpu_seconds=after[1] - before[1],
+                        client_cpu_seconds=_ticks(after[0] - before[0]),
+                        server_cpu_seconds=_ticks(after[1] - before[1]),
                     )
                 )
+
+
+def _ticks(seconds: float) -> float:
+    """Round a difference of ``/proc/PID/stat`` times to its clock ticks (no float noise)."""
+    return round(seconds * CLOCK_TICKS) / CLOCK_TICKS
 
 
 def _count_syscalls(
