@@ -649,7 +649,8 @@ def _section(
         "## Flight clients: pyarrow, Go, Java and ADBC (issue 67)",
         "",
         "Go's (grpc-go), Java's (grpc-netty) and ADBC's (grpc-go) Flight clients advertise "
-        "HTTP/2's default 16 KiB max frame size; pyarrow's (gRPC C++) advertises more. Each "
+        "HTTP/2's default 16 KiB max frame size (1 GiB is 65,536 such frames); pyarrow's "
+        "(gRPC C++) takes larger ones (the server's writes per GiB below show it). Each "
         "client, with its library's defaults, gets and puts two tables in 2 MiB batches, a "
         "4 x int64 one and a string (32 bytes) + int64 one, from and into quiver and the "
         "Arrow C++ server in the same run (`bench/clients/`, `bench/suites/clients.py`), "
@@ -659,7 +660,10 @@ def _section(
         "table's path and DoGet of its endpoint, a put is a DoPut of the client's own copy "
         "of the table (made before the round), replacing it. ADBC speaks Flight SQL only: "
         "its get is `SELECT * FROM table`, its put `adbc_ingest` (bulk ingest), which the "
-        "C++ peer answers too. Server CPU: utime + stime of the server process "
+        "C++ peer answers too. Go and Java also run Flight SQL `SELECT *` of each table, "
+        "and so does the Flight SQL JDBC driver (`Statement.executeQuery`, every value of "
+        "every row read with `getObject`), against quiver only: it prepares every statement, "
+        "which the C++ peer does not. Server CPU: utime + stime of the server process "
         "(`/proc/PID/stat`) read around each transfer, per GiB of Arrow data. "
         + _counter_text(rows),
         "",
