@@ -29,8 +29,12 @@ STRINGS_SCHEMA = pa.schema(
 
 
 def rows_for(kind: str, nbytes: int) -> int:
-    """Return the rows of a ``kind`` table of about ``nbytes`` Arrow bytes."""
-    return nbytes // ROW_BYTES[kind]
+    """Return the fewest rows of a ``kind`` table of at least ``nbytes`` Arrow bytes.
+
+    At least: 2^30 is no multiple of the strings table's 44 bytes a row, and a table a few
+    bytes short of 1 GiB would be reported as "1,024 MiB".
+    """
+    return -(-nbytes // ROW_BYTES[kind])
 
 
 def batch_rows(kind: str) -> int:

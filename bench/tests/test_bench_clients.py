@@ -117,6 +117,17 @@ def test_go_java_and_jdbc_query_select_star_through_flight_sql(servers, tmp_path
         client.close()
 
 
+def test_the_tables_are_at_least_their_size_in_2_mib_batches():
+    for kind in tables.KINDS:
+        rows = tables.rows_for(kind, 2**30)
+        assert 0 <= rows * tables.ROW_BYTES[kind] - 2**30 < tables.ROW_BYTES[kind]
+        table = tables.make(kind, tables.rows_for(kind, 8 * 2**20))
+        assert table.nbytes == table.num_rows * tables.ROW_BYTES[kind]
+        assert max(b.nbytes for b in table.to_batches()) <= tables.BATCH_BYTES
+    strings = tables.make("strings", 3).column("s").to_pylist()
+    assert strings == [f"{i:032d}" for i in range(3)]
+
+
 def test_the_go_client_is_built_once_into_the_cache():
     first = _command(clients_suite.GO)
     binary = Path(first[0])
