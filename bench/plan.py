@@ -158,6 +158,16 @@ class Plan:
         from S3 (about 222 MB of Parquet per unit: 4.5, about 1 GiB, in full mode)...
     lake_doget_reps : int
         ...this many times, a fresh server each.
+    clients_bytes : int
+        Arrow bytes of each of the ``clients`` suite's two tables (issue 67: 1 GiB), which
+        every client gets and puts, from and into each server...
+    clients_reps : int
+        ...this many timed rounds each, the servers alternating round by round, after
+        ``clients_warm_ups`` untimed ones (a JVM's JIT, fresh memory in the servers).
+    clients_warm_ups : int
+        See ``clients_reps``.
+    clients_latency_calls : int
+        Gets of a 1-row table each client times one after another per server and round.
     lake_memory_copies : int
         Copies of that table's objects (under other keys) that make the table a server
         with a tenth of its size as ``--cache-size`` reads while its RSS is sampled: about
@@ -215,6 +225,10 @@ class Plan:
     lake_doget_scale: float = 1.0
     lake_doget_reps: int = 2
     lake_memory_copies: int = 3
+    clients_bytes: int = 128 * MI
+    clients_reps: int = 1
+    clients_warm_ups: int = 1
+    clients_latency_calls: int = 50
 
     @property
     def headline_rows(self) -> int:
@@ -313,6 +327,9 @@ def plan_for(mode: str, ram_bytes: int) -> Plan:
             lake_doget_scale=0.05,
             lake_doget_reps=1,
             lake_memory_copies=2,
+            clients_bytes=4 * MI,
+            clients_warm_ups=0,
+            clients_latency_calls=10,
         )
     if mode == "quick":
         return Plan(
@@ -391,5 +408,8 @@ def plan_for(mode: str, ram_bytes: int) -> Plan:
             lake_reps=3,
             lake_doget_scale=4.5,
             lake_doget_reps=3,
+            clients_bytes=1 * GIB,
+            clients_reps=5,
+            clients_latency_calls=300,
         )
     raise ValueError(f"unknown mode {mode!r}: expected quick, full or smoke")

@@ -84,7 +84,7 @@ class Measurement:
     suite : str
         ``get``, ``put``, ``headline``, ``rust``, ``small``, ``bytes``, ``json``,
         ``memory``, ``ceilings``, ``sql``, ``soak``, ``shm``, ``functions``, ``engines``,
-        ``tpch``, ``lake``, ``cluster``, ``nemesis``.
+        ``tpch``, ``lake``, ``cluster``, ``nemesis``, ``clients``.
     server : str
         ``quiver``, ``arrow-cpp``, ``json-socket``, ``postgresql``, ``duckdb``, empty for
         ceilings; for ``functions`` the peer (``in-process``, ``quiver-1-worker``...); for
@@ -126,6 +126,13 @@ class Measurement:
         ``lost``, ``torn_or_doubled``, ``invented``, ``problems`` (``errors`` each, the
         checker's counts), ``faults`` (``ops`` injected over ``seconds``) and ``settle``
         (``seconds`` until three nodes and full replication after the load).
+        For ``clients`` (``client``: ``pyarrow``, ``go``, ``java``, ``adbc``, ``jdbc``):
+        ``get:KIND``, ``put:KIND`` and ``sql:KIND`` (``KIND`` ``ints`` or ``strings``: one
+        transfer of the table, ``bytes`` in ``seconds``, ``server_cpu_seconds`` and
+        ``client_cpu_seconds`` around it), ``OP:KIND:writes`` and ``OP:KIND:reads`` (``ops``:
+        the server's write-side and read-side syscalls during one more transfer, ``note``
+        the counter, perf or strace) and ``latency`` (1-row gets: ``seconds`` the p50,
+        ``p99_seconds``, ``ops`` the calls).
         For ``tpch``: ``q01`` ... ``q22`` (one timed run of the query: ``seconds`` from
         the call to the whole Arrow result, ``rows_per_stream`` the result's rows),
         ``check:qNN`` (the quiver setup's first result compared with DuckDB's: ``errors``

@@ -8,7 +8,12 @@ quiver's conventions (``docs/protocol.md``) as far as the benchmarks use them:
   (``{"mode": "replace" | "append", "partitions": N}``);
 - GetFlightInfo splits the rows evenly over ``partitions`` endpoints, whose tickets are
   ``name\0i\0n``; a plain table name is also a ticket (the whole table);
-- the ``delete`` and ``stats`` actions.
+- the ``delete`` and ``stats`` actions;
+- of Flight SQL, what the clients suite's ADBC client sends (``bench/clients/py_client.py``):
+  GetFlightInfo of a ``CommandStatementQuery`` that is ``SELECT * FROM name`` (the table's
+  endpoints), and DoPut of a ``CommandStatementIngest`` (the stream replaces table
+  ``table``; the answer is a ``DoPutUpdateResult`` with the rows stored). Any other Flight
+  SQL command is refused as not implemented.
 
 Run it as ``python -m bench.peers.cpp_flight_server --port 0``: it prints
 ``listening on grpc+tcp://127.0.0.1:PORT`` once bound and stops on SIGTERM or SIGINT.
@@ -17,6 +22,7 @@ Run it as ``python -m bench.peers.cpp_flight_server --port 0``: it prints
 from __future__ import annotations
 
 import json
+import re
 import sys
 import threading
 
@@ -29,11 +35,82 @@ from bench.peers import arguments, serve
 LISTENING = "listening on "
 
 
+#: The ``Any.type_url`` prefix of Flight SQL's commands.
+FLIGHT_SQL_TYPE = "type.googleapis.com/arrow.flight.protocol.sql."
+#: The one query the peer answers: every column of one table.
+SELECT_ALL = re.compile(
+    r'\s*SELECT\s+\*\s+FROM\s+(?:"((?:[^"]|"")+)"|([A-Za-z_][\w./-]*))\s*;?\s*', re.IGNORECASE
+)
+
+
+def _varint(data: bytes, at: int) -> tuple[int, int]:
+    value = shift = 0
+    for _ in range(10):  # a varint is at most 10 bytes
+        byte = data[at]
+        at += 1
+        value |= (byte & 0x7F) << shift
+        shift += 7
+        if not byte & 0x80:
+            return value, at
+    raise ValueError("bad varint")
+
+
+def protobuf_fields(data: bytes) -> dict[int, bytes | int]:
+    """Return the fields of a serialized protobuf message (the last of each number)."""
+    fields: dict[int, bytes | int] = {}
+    at = 0
+    while at < len(data):
+        key, at = _varint(data, at)
+        number, wire = key >> 3, key & 7
+        if wire == 0:
+            fields[number], at = _varint(data, at)
+        elif wire == 2:
+            size, at = _varint(data, at)
+            fields[number], at = data[at : at + size], at + size
+        elif wire == 1:
+            fields[number], at = data[at : at + 8], at + 8
+        elif wire == 5:
+            fields[number], at = data[at : at + 4], at + 4
+        else:
+            raise ValueError(f"unsupported protobuf wire type {wire}")
+    return fields
+
+
+def flight_sql_command(descriptor: flight.FlightDescriptor) -> tuple[str, dict] | None:
+    """Return a Flight SQL command's name and fields, or ``None`` for anything else."""
+    if descriptor.descriptor_type != flight.DescriptorType.CMD:
+        return None
+    try:
+        wrapper = protobuf_fields(descriptor.command)
+    except (ValueError, IndexError):
+        return None
+    type_url = wrapper.get(1)
+    if not isinstance(type_url, bytes) or not type_url.startswith(FLIGHT_SQL_TYPE.encode()):
+        return None
+    value = wrapper.get(2, b"")
+    assert isinstance(value, bytes)
+    return type_url[len(FLIGHT_SQL_TYPE) :].decode(), protobuf_fields(value)
+
+
 def table_name(descriptor: flight.FlightDescriptor) -> str:
-    """Return the table a descriptor names, as quiver reads it."""
+    """Return the table a descriptor names, as quiver reads it.
+
+    A Flight SQL ``SELECT * FROM name`` names ``name``, an ingest its ``table``.
+    """
     if descriptor.descriptor_type == flight.DescriptorType.PATH:
         return "/".join(p.decode() if isinstance(p, bytes) else p for p in descriptor.path)
-    return descriptor.command.decode()
+    command = flight_sql_command(descriptor)
+    if command is None:
+        return descriptor.command.decode()
+    kind, fields = command
+    if kind == "CommandStatementQuery":
+        match = SELECT_ALL.fullmatch(bytes(fields.get(1, b"")).decode())
+        if match is None:
+            raise NotImplementedError("only SELECT * FROM <table> is answered")
+        return match.group(2) or match.group(1).replace('""', '"')
+    if kind == "CommandStatementIngest":
+        return bytes(fields.get(2, b"")).decode()
+    raise NotImplementedError(f"Flight SQL {kind} is not implemented")
 
 
 def partition_bounds(rows: int, index: int, count: int) -> tuple[int, int]:
@@ -66,6 +143,7 @@ class InMemoryFlightServer(flight.FlightServerBase):
     def do_put(self, context, descriptor, reader, writer):
         """Store the stream as a table, replacing or appending as its options say."""
         name = table_name(descriptor)
+        ingest = flight_sql_command(descriptor) is not None
         options: dict = {}
         batches: list[pa.RecordBatch] = []
         try:
@@ -88,6 +166,14 @@ class InMemoryFlightServer(flight.FlightServerBase):
             if mode == "append" and old is not None:
                 table = pa.concat_tables([old[0], table])
             self._tables[name] = (table, int(partitions))
+        if ingest:
+            # DoPutUpdateResult{record_count}: field 1, a varint.
+            count, out = table.num_rows, bytearray(b"\x08")
+            while count > 0x7F:
+                out.append(count & 0x7F | 0x80)
+                count >>= 7
+            out.append(count)
+            writer.write(pa.py_buffer(bytes(out)))
 
     def get_flight_info(self, context, descriptor):
         """Describe a table: its schema, size and one endpoint per partition."""
@@ -144,7 +230,9 @@ class InMemoryFlightServer(flight.FlightServerBase):
                 "bytes": sum(t.nbytes for t in tables),
             }
         else:
-            raise flight.FlightServerError(f"unknown action: {action.type!r}")
+            # UNIMPLEMENTED (pyarrow maps NotImplementedError to it), which ADBC reads as
+            # "not supported": its DB-API then runs a query without CreatePreparedStatement.
+            raise NotImplementedError(f"unknown action: {action.type!r}")
         return [json.dumps(result).encode()]
 
 

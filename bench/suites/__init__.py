@@ -12,6 +12,7 @@ from __future__ import annotations
 from ..run import Suite
 from .bytes import SUITE as BYTES
 from .ceilings import SUITE as CEILINGS
+from .clients import SUITE as CLIENTS
 from .cluster import SUITE as CLUSTER
 from .engines import SUITE as ENGINES
 from .functions import SUITE as FUNCTIONS
@@ -46,6 +47,7 @@ SUITES: tuple[Suite, ...] = (
     TPCH,
     LAKE,
     CLUSTER,
+    CLIENTS,
     NEMESIS,
 )
 #: The suites ``--only`` can choose from, in the order they run.

@@ -345,6 +345,8 @@ def _sql_intro(run: dict[str, object], cap: int | None, largest: int) -> list[st
         and k not in TPCH_SOFTWARE
         # The lake suite's DuckDB (``duckdb (DuckDB httpfs, S3)``): shown in its section.
         and not str(k).startswith("duckdb (")
+        # The clients suite's (``arrow-go (clients suite)``...): shown in its section.
+        and not str(k).endswith(" (clients suite)")
     )
     lines = [
         "## Query results into pandas (the paper's Figure 8)",

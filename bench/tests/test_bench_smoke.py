@@ -94,10 +94,10 @@ PLOTS = (
 )
 INSTALL_POSTGRES = REPO / "scripts" / "install-postgres.sh"
 SETUP_JAVA = REPO / "scripts" / "setup-java.sh"
-#: The suites of the main smoke run: all but the engines, tpch, lake, cluster and nemesis
-#: suites, which have runs of their own.
+#: The suites of the main smoke run: all but the engines, tpch, lake, cluster, clients and
+#: nemesis suites, which have runs of their own (the clients suite's in test_bench_clients.py).
 MAIN_SUITES = ",".join(
-    s for s in SUITE_NAMES if s not in ("engines", "tpch", "lake", "cluster", "nemesis")
+    s for s in SUITE_NAMES if s not in ("engines", "tpch", "lake", "cluster", "clients", "nemesis")
 )
 
 
