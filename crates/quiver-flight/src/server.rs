@@ -26,6 +26,7 @@ use crate::tls::TlsConfig;
 use crate::wire::DirectLayer;
 use crate::{QuiverService, WatchBodyLayer};
 use quiver_shm::ShmServer;
+use quiver_wire::Coalesced;
 
 /// Default endpoints a table is split over, unless a put chooses: 1.
 pub const DEFAULT_PARTITIONS: usize = 1;
@@ -359,7 +360,7 @@ pub async fn serve(
     let counted = closes.clone();
     let incoming = TcpIncoming::from(listener)
         .with_nodelay(Some(true))
-        .map_ok(move |stream| LingeringStream::new(stream, counted.clone()));
+        .map_ok(move |stream| Coalesced::new(LingeringStream::new(stream, counted.clone())));
     let (began, mut beginning) = tokio::sync::watch::channel(false);
     let mut stopping = readiness.clone();
     let signal = async move {

@@ -115,7 +115,6 @@ impl Connections {
         let tls = uri.starts_with("https://");
         let mut endpoint = Endpoint::from_shared(uri)
             .map_err(|e| Error::Invalid(format!("{location}: not a valid location: {e}")))?
-            .tcp_nodelay(true)
             .initial_stream_window_size(STREAM_WINDOW)
             .initial_connection_window_size(CONNECTION_WINDOW)
             .max_frame_size(MAX_FRAME_SIZE);
@@ -137,8 +136,7 @@ impl Connections {
                 .tls_config(config)
                 .map_err(|e| fail(format!("TLS: {e}")))?;
         }
-        endpoint
-            .connect()
+        quiver_wire::coalesce::connect(&endpoint)
             .await
             .map_err(|e| fail(quiver_wire::with_causes(&e)))
     }

@@ -102,7 +102,6 @@ impl Connector {
         // receives: hyper's client defaults are 16 KiB frames and a 2 MiB window.
         let mut endpoint = Endpoint::from_shared(uri)
             .map_err(ConnectError::other)?
-            .tcp_nodelay(true)
             .initial_stream_window_size(DEFAULT_STREAM_WINDOW)
             .initial_connection_window_size(DEFAULT_CONNECTION_WINDOW)
             .max_frame_size(DEFAULT_MAX_FRAME_SIZE);
@@ -118,8 +117,7 @@ impl Connector {
             }
             endpoint = endpoint.tls_config(config).map_err(ConnectError::other)?;
         }
-        let channel: Channel = endpoint
-            .connect()
+        let channel: Channel = quiver_wire::coalesce::connect(&endpoint)
             .await
             .map_err(|e| ConnectError::Unreachable {
                 location: location.to_string(),
