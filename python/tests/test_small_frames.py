@@ -88,9 +88,7 @@ def test_small_replies_to_a_small_frame_client_are_not_held(server: Server, uri:
         client.close()
 
 
-def test_concurrent_streams_to_a_small_frame_client_arrive_whole(
-    server: Server, uri: str
-) -> None:
+def test_concurrent_streams_to_a_small_frame_client_arrive_whole(server: Server, uri: str) -> None:
     """Frames of several streams gathered into the same writes stay each in its own
     stream."""
     data = table()
@@ -102,10 +100,8 @@ def test_concurrent_streams_to_a_small_frame_client_arrive_whole(
     def get() -> None:
         try:
             info = client.get_flight_info(flight.FlightDescriptor.for_path("t"))
-            got.append(
-                pa.concat_tables(client.do_get(e.ticket).read_all() for e in info.endpoints)
-            )
-        except BaseException as e:  # noqa: BLE001 - reported below
+            got.append(pa.concat_tables(client.do_get(e.ticket).read_all() for e in info.endpoints))
+        except BaseException as e:
             errors.append(e)
 
     threads = [threading.Thread(target=get) for _ in range(4)]
