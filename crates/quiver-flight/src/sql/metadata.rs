@@ -1,6 +1,7 @@
 //! Flight SQL's catalog commands: catalogs, schemas, tables, table types,
 //! SqlInfo, XDBC type info, and the key commands (quiver has no keys).
 
+use std::collections::BTreeMap;
 use std::sync::{Arc, LazyLock};
 
 use arrow::array::{RecordBatch, StringArray};
@@ -11,8 +12,10 @@ use arrow_flight::sql::metadata::{
 };
 use arrow_flight::sql::{
     CommandGetDbSchemas, CommandGetSqlInfo, CommandGetTables, CommandGetXdbcTypeInfo, Nullable,
-    Searchable, SqlInfo, SqlNullOrdering, SqlSupportedCaseSensitivity, SqlSupportedTransaction,
-    XdbcDataType, XdbcDatetimeSubcode,
+    Searchable, SqlInfo, SqlNullOrdering, SqlOuterJoinsSupportLevel, SqlSupportedCaseSensitivity,
+    SqlSupportedGroupBy, SqlSupportedSubqueries, SqlSupportedTransaction, SqlSupportedUnions,
+    SqlSupportsConvert, SqlTransactionIsolationLevel, SupportedSqlGrammar, XdbcDataType,
+    XdbcDatetimeSubcode,
 };
 use quiver_sql::{CATALOG, SCHEMA, SqlEngine, TableKind};
 
@@ -60,8 +63,180 @@ pub(crate) static SQL_INFO: LazyLock<Result<SqlInfoData, String>> = LazyLock::ne
     info.append(SqlInfo::SqlCatalogAtStart, true);
     info.append(SqlInfo::SqlTransactionsSupported, false);
     info.append(SqlInfo::SqlBatchUpdatesSupported, false);
+    append_sql_support(&mut info);
+    append_limits(&mut info);
     info.build().map_err(|e| e.to_string())
 });
+
+/// A bitmask of the given bit positions (SqlInfo's "bitmask" values).
+fn bits(positions: &[i32]) -> i32 {
+    positions.iter().fold(0, |mask, bit| mask | (1 << bit))
+}
+
+/// What DataFusion's SQL supports, as the JDBC driver's `DatabaseMetaData`
+/// asks it (`supportsGroupBy()`, `supportsOuterJoins()`, ...: the driver
+/// fails with a `NullPointerException` on an entry the server leaves out).
+fn append_sql_support(info: &mut SqlInfoDataBuilder) {
+    use SqlInfo as I;
+    // NULL + 1 is NULL.
+    info.append(I::SqlNullPlusNullIsNull, true);
+    info.append(I::SqlSupportsConvert, supported_casts());
+    info.append(I::SqlSupportsTableCorrelationNames, true);
+    info.append(I::SqlSupportsDifferentTableCorrelationNames, false);
+    info.append(I::SqlSupportsExpressionsInOrderBy, true);
+    info.append(I::SqlSupportsOrderByUnrelated, true);
+    info.append(
+        I::SqlSupportedGroupBy,
+        bits(&[
+            SqlSupportedGroupBy::SqlGroupByUnrelated as i32,
+            SqlSupportedGroupBy::SqlGroupByBeyondSelect as i32,
+        ]),
+    );
+    info.append(I::SqlSupportsLikeEscapeClause, true);
+    info.append(I::SqlSupportsNonNullableColumns, true);
+    info.append(
+        I::SqlSupportedGrammar,
+        bits(&[
+            SupportedSqlGrammar::SqlMinimumGrammar as i32,
+            SupportedSqlGrammar::SqlCoreGrammar as i32,
+        ]),
+    );
+    // Bit 0: ANSI92_ENTRY_SQL (arrow-flight does not export the enum).
+    info.append(I::SqlAnsi92SupportedLevel, bits(&[0]));
+    // No keys, so no referential integrity.
+    info.append(I::SqlSupportsIntegrityEnhancementFacility, false);
+    info.append(
+        I::SqlOuterJoinsSupportLevel,
+        SqlOuterJoinsSupportLevel::SqlFullOuterJoins as i32,
+    );
+    info.append(I::SqlProcedureTerm, "procedure");
+    info.append(I::SqlExtraNameCharacters, "");
+    // No procedures, indexes or privileges to name a schema or catalog in.
+    info.append(I::SqlSchemasSupportedActions, 0i32);
+    info.append(I::SqlCatalogsSupportedActions, 0i32);
+    info.append(I::SqlSupportedPositionedCommands, 0i32);
+    info.append(I::SqlSelectForUpdateSupported, false);
+    info.append(I::SqlStoredProceduresSupported, false);
+    info.append(I::SqlStoredFunctionsUsingCallSyntaxSupported, false);
+    info.append(
+        I::SqlSupportedSubqueries,
+        bits(&[
+            SqlSupportedSubqueries::SqlSubqueriesInComparisons as i32,
+            SqlSupportedSubqueries::SqlSubqueriesInExists as i32,
+            SqlSupportedSubqueries::SqlSubqueriesInIns as i32,
+        ]),
+    );
+    info.append(I::SqlCorrelatedSubqueriesSupported, true);
+    info.append(
+        I::SqlSupportedUnions,
+        bits(&[
+            SqlSupportedUnions::SqlUnion as i32,
+            SqlSupportedUnions::SqlUnionAll as i32,
+        ]),
+    );
+    info.append(
+        I::SqlDefaultTransactionIsolation,
+        SqlTransactionIsolationLevel::SqlTransactionNone as i64,
+    );
+    info.append(
+        I::SqlSupportedTransactionsIsolationLevels,
+        bits(&[SqlTransactionIsolationLevel::SqlTransactionNone as i32]),
+    );
+    info.append(I::SqlDataDefinitionCausesTransactionCommit, false);
+    info.append(I::SqlDataDefinitionsInTransactionsIgnored, false);
+    info.append(I::SqlSavepointsSupported, false);
+    // Parameters are positional: `?` or `$1`.
+    info.append(I::SqlNamedParametersSupported, false);
+    info.append(I::SqlLocatorsUpdateCopy, false);
+}
+
+/// The limits JDBC's `getMax...()` ask: 0 is "no limit, or not known".
+fn append_limits(info: &mut SqlInfoDataBuilder) {
+    use SqlInfo as I;
+    let name = i64::try_from(quiver_store::MAX_NAME_LEN).unwrap_or(i64::MAX);
+    info.append(I::SqlMaxTableNameLength, name);
+    for unlimited in [
+        I::SqlMaxBinaryLiteralLength,
+        I::SqlMaxCharLiteralLength,
+        I::SqlMaxColumnNameLength,
+        I::SqlMaxColumnsInGroupBy,
+        I::SqlMaxColumnsInIndex,
+        I::SqlMaxColumnsInOrderBy,
+        I::SqlMaxColumnsInSelect,
+        I::SqlMaxColumnsInTable,
+        I::SqlMaxConnections,
+        I::SqlMaxCursorNameLength,
+        I::SqlMaxIndexLength,
+        I::SqlDbSchemaNameLength,
+        I::SqlMaxProcedureNameLength,
+        I::SqlMaxCatalogNameLength,
+        I::SqlMaxRowSize,
+        I::SqlMaxStatementLength,
+        I::SqlMaxStatements,
+        I::SqlMaxTablesInSelect,
+        I::SqlMaxUsernameLength,
+    ] {
+        info.append(unlimited, 0i64);
+    }
+    info.append(I::SqlMaxRowSizeIncludesBlobs, false);
+}
+
+/// The conversions `CAST` makes, by JDBC type (`SqlInfo::SqlSupportsConvert`):
+/// numbers and text to and from each other; text to and from dates, times
+/// and timestamps; timestamps to dates and times; text to binary.
+fn supported_casts() -> BTreeMap<i32, Vec<i32>> {
+    use SqlSupportsConvert as C;
+    let numbers = [
+        C::SqlConvertBigint,
+        C::SqlConvertBit,
+        C::SqlConvertDecimal,
+        C::SqlConvertFloat,
+        C::SqlConvertInteger,
+        C::SqlConvertNumeric,
+        C::SqlConvertReal,
+        C::SqlConvertSmallint,
+        C::SqlConvertTinyint,
+    ];
+    let text = [
+        C::SqlConvertChar,
+        C::SqlConvertLongvarchar,
+        C::SqlConvertVarchar,
+    ];
+    let binary = [
+        C::SqlConvertBinary,
+        C::SqlConvertLongvarbinary,
+        C::SqlConvertVarbinary,
+    ];
+    let times = [C::SqlConvertDate, C::SqlConvertTime, C::SqlConvertTimestamp];
+    let ids = |kinds: &[&[C]]| -> Vec<i32> {
+        let mut ids: Vec<i32> = kinds
+            .iter()
+            .flat_map(|k| k.iter().map(|c| *c as i32))
+            .collect();
+        ids.sort_unstable();
+        ids
+    };
+    let mut casts = BTreeMap::new();
+    for from in numbers {
+        casts.insert(from as i32, ids(&[&numbers, &text]));
+    }
+    for from in text {
+        casts.insert(from as i32, ids(&[&numbers, &text, &binary, &times]));
+    }
+    for from in binary {
+        casts.insert(from as i32, ids(&[&binary, &text]));
+    }
+    casts.insert(
+        C::SqlConvertDate as i32,
+        ids(&[&text, &[C::SqlConvertDate, C::SqlConvertTimestamp]]),
+    );
+    casts.insert(
+        C::SqlConvertTime as i32,
+        ids(&[&text, &[C::SqlConvertTime]]),
+    );
+    casts.insert(C::SqlConvertTimestamp as i32, ids(&[&text, &times]));
+    casts
+}
 
 /// The SQL types quiver's engine has, as GetXdbcTypeInfo lists them.
 pub(crate) static XDBC_TYPES: LazyLock<Result<XdbcTypeInfoData, String>> = LazyLock::new(|| {
