@@ -323,7 +323,8 @@ pub(crate) fn db_schemas(command: CommandGetDbSchemas) -> Result<RecordBatch> {
     Ok(builder.build()?)
 }
 
-/// GetTables: every table the filters match, with its schema if asked.
+/// GetTables: every table the filters match, with its schema if asked
+/// (each column described by Flight SQL's column metadata).
 pub(crate) fn tables(engine: &SqlEngine, command: CommandGetTables) -> Result<RecordBatch> {
     let mut builder = command.into_builder();
     for table in engine.tables() {
@@ -332,10 +333,73 @@ pub(crate) fn tables(engine: &SqlEngine, command: CommandGetTables) -> Result<Re
             SCHEMA,
             &table.name,
             table.kind.table_type(),
-            &table.schema,
+            &described(&table.name, &table.schema),
         )?;
     }
     Ok(builder.build()?)
+}
+
+/// The SQL name of a column type: GetXdbcTypeInfo's names, DataFusion's for
+/// unsigned integers and intervals (`None` for lists, structs, ...).
+fn sql_type_name(data_type: &DataType) -> Option<&'static str> {
+    Some(match data_type {
+        DataType::Boolean => "BOOLEAN",
+        DataType::Int8 => "TINYINT",
+        DataType::Int16 => "SMALLINT",
+        DataType::Int32 => "INTEGER",
+        DataType::Int64 => "BIGINT",
+        DataType::UInt8 => "TINYINT UNSIGNED",
+        DataType::UInt16 => "SMALLINT UNSIGNED",
+        DataType::UInt32 => "INTEGER UNSIGNED",
+        DataType::UInt64 => "BIGINT UNSIGNED",
+        DataType::Float16 | DataType::Float32 => "REAL",
+        DataType::Float64 => "DOUBLE",
+        DataType::Decimal32(..)
+        | DataType::Decimal64(..)
+        | DataType::Decimal128(..)
+        | DataType::Decimal256(..) => "DECIMAL",
+        DataType::Utf8 | DataType::LargeUtf8 | DataType::Utf8View => "VARCHAR",
+        DataType::Binary
+        | DataType::LargeBinary
+        | DataType::BinaryView
+        | DataType::FixedSizeBinary(_) => "BYTEA",
+        DataType::Date32 | DataType::Date64 => "DATE",
+        DataType::Time32(_) | DataType::Time64(_) => "TIME",
+        DataType::Timestamp(..) => "TIMESTAMP",
+        DataType::Interval(_) => "INTERVAL",
+        DataType::Dictionary(_, values) => return sql_type_name(values),
+        _ => return None,
+    })
+}
+
+/// `schema` with Flight SQL's column metadata on each field (its table, SQL
+/// type name, a decimal's precision and scale, not auto-incremented), as
+/// the JDBC driver's `getColumns` and ADBC's `adbc_get_objects` read them.
+fn described(table: &str, schema: &Schema) -> Schema {
+    let fields = schema.fields().iter().map(|field| {
+        let mut metadata = field.metadata().clone();
+        let mut set = |key: &str, value: String| {
+            metadata.insert(format!("ARROW:FLIGHT:SQL:{key}"), value);
+        };
+        set("CATALOG_NAME", CATALOG.into());
+        set("DB_SCHEMA_NAME", SCHEMA.into());
+        set("TABLE_NAME", table.into());
+        if let Some(name) = sql_type_name(field.data_type()) {
+            set("TYPE_NAME", name.into());
+        }
+        let decimal = match field.data_type() {
+            DataType::Decimal32(p, s) | DataType::Decimal64(p, s) => Some((*p, *s)),
+            DataType::Decimal128(p, s) | DataType::Decimal256(p, s) => Some((*p, *s)),
+            _ => None,
+        };
+        if let Some((precision, scale)) = decimal {
+            set("PRECISION", precision.to_string());
+            set("SCALE", scale.to_string());
+        }
+        set("IS_AUTO_INCREMENT", "0".into());
+        Arc::new(field.as_ref().clone().with_metadata(metadata))
+    });
+    Schema::new_with_metadata(fields.collect::<Vec<_>>(), schema.metadata().clone())
 }
 
 /// The schema GetTables answers with.
