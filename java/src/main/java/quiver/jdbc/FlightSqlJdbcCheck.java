@@ -611,9 +611,18 @@ public final class FlightSqlJdbcCheck {
             "DATA_TYPE",
             "TYPE_NAME",
             "IS_NULLABLE");
-    expectEqual("the view's COLUMN_NAMEs", Arrays.asList("id", "fare"), column(columns, "COLUMN_NAME"));
-    expectEqual("the view's TYPE_NAMEs", Arrays.asList("BIGINT", "DOUBLE"), column(columns, "TYPE_NAME"));
-    expectEqual("the view's IS_NULLABLE", Arrays.asList("NO", "YES"), column(columns, "IS_NULLABLE"));
+    expectEqual(
+        "the view's COLUMN_NAMEs",
+        Arrays.asList("id", "fare"),
+        column(columns, "COLUMN_NAME"));
+    expectEqual(
+        "the view's TYPE_NAMEs",
+        Arrays.asList("BIGINT", "DOUBLE"),
+        column(columns, "TYPE_NAME"));
+    expectEqual(
+        "the view's IS_NULLABLE",
+        Arrays.asList("NO", "YES"),
+        column(columns, "IS_NULLABLE"));
     return sql + "; getColumns: " + columns;
   }
 
@@ -657,7 +666,9 @@ public final class FlightSqlJdbcCheck {
     for (int i = 0; i < cases.length; i++) {
       String[] c = cases[i];
       List<String> names = tableNames(c[0], c[1], c[2]);
-      String call = String.format("getTables(%s, %s, %s, null)", show(c[0]), show(c[1]), show(c[2]));
+      String call =
+          String.format(
+              "getTables(%s, %s, %s, null)", show(c[0]), show(c[1]), show(c[2]));
       expectEqual(call + " TABLE_NAMEs", expected.get(i), names);
       seen.add(call + " -> " + names);
     }
@@ -695,7 +706,9 @@ public final class FlightSqlJdbcCheck {
     calls.put("getPrimaryKeys", md.getPrimaryKeys(catalog, schema, table));
     calls.put("getImportedKeys", md.getImportedKeys(catalog, schema, table));
     calls.put("getExportedKeys", md.getExportedKeys(catalog, schema, table));
-    calls.put("getCrossReference", md.getCrossReference(catalog, schema, table, catalog, schema, view));
+    calls.put(
+        "getCrossReference",
+        md.getCrossReference(catalog, schema, table, catalog, schema, view));
     for (Map.Entry<String, ResultSet> call : calls.entrySet()) {
       List<Map<String, Object>> rows = metadataRows(call.getValue());
       expect(rows.isEmpty(), "%s returned rows: %s", call.getKey(), rows);
@@ -748,13 +761,22 @@ public final class FlightSqlJdbcCheck {
         queryRows("DESCRIBE " + table, "column_name", "data_type", "is_nullable");
     expectEqual("DESCRIBE column_name", Arrays.asList(COLUMN_NAMES), column(rows, "column_name"));
     List<String> types = column(rows, "data_type");
-    expectEqual("DESCRIBE data_type (Arrow's names)", Arrays.asList("Int64", "Utf8", "Float64"), types.subList(0, 3));
+    expectEqual(
+        "DESCRIBE data_type (Arrow's names)",
+        Arrays.asList("Int64", "Utf8", "Float64"),
+        types.subList(0, 3));
     expect(types.get(3).startsWith("Timestamp"), "DESCRIBE data_type of ts: %s", types.get(3));
-    expectEqual("DESCRIBE is_nullable", Arrays.asList("NO", "YES", "YES", "YES"), column(rows, "is_nullable"));
+    expectEqual(
+        "DESCRIBE is_nullable",
+        Arrays.asList("NO", "YES", "YES", "YES"),
+        column(rows, "is_nullable"));
     List<Map<String, Object>> shown =
         queryRows(
             "SHOW COLUMNS FROM " + table, "table_name", "column_name", "data_type", "is_nullable");
-    expectEqual("SHOW COLUMNS column_name", Arrays.asList(COLUMN_NAMES), column(shown, "column_name"));
+    expectEqual(
+        "SHOW COLUMNS column_name",
+        Arrays.asList(COLUMN_NAMES),
+        column(shown, "column_name"));
     expectEqual("SHOW COLUMNS data_type", types, column(shown, "data_type"));
     List<Map<String, Object>> ofView = queryRows("DESCRIBE " + view, "column_name", "data_type");
     expectEqual("DESCRIBE " + view, Arrays.asList("id", "fare"), column(ofView, "column_name"));
@@ -786,10 +808,19 @@ public final class FlightSqlJdbcCheck {
             "ordinal_position",
             "is_nullable",
             "data_type");
-    expectEqual("columns' column_name", Arrays.asList(COLUMN_NAMES), column(columns, "column_name"));
+    expectEqual(
+        "columns' column_name",
+        Arrays.asList(COLUMN_NAMES),
+        column(columns, "column_name"));
     // DataFusion counts ordinal_position from 0 (SQL and getColumns' ORDINAL_POSITION from 1).
-    expectEqual("columns' ordinal_position", Arrays.asList("0", "1", "2", "3"), column(columns, "ordinal_position"));
-    expectEqual("columns' is_nullable", Arrays.asList("NO", "YES", "YES", "YES"), column(columns, "is_nullable"));
+    expectEqual(
+        "columns' ordinal_position",
+        Arrays.asList("0", "1", "2", "3"),
+        column(columns, "ordinal_position"));
+    expectEqual(
+        "columns' is_nullable",
+        Arrays.asList("NO", "YES", "YES", "YES"),
+        column(columns, "is_nullable"));
     return tables + "; " + columns;
   }
 
@@ -797,7 +828,10 @@ public final class FlightSqlJdbcCheck {
     try (Statement st = conn.createStatement()) {
       expectEqual("executeUpdate(DROP VIEW)", 0, st.executeUpdate("DROP VIEW " + view));
     }
-    expect(tableNames(null, null, view).isEmpty(), "getTables still lists %s after DROP VIEW", view);
+    expect(
+        tableNames(null, null, view).isEmpty(),
+        "getTables still lists %s after DROP VIEW",
+        view);
     return "DROP VIEW " + view;
   }
 
