@@ -4,8 +4,8 @@
 use std::collections::BTreeMap;
 use std::sync::{Arc, LazyLock};
 
-use arrow::array::{RecordBatch, StringArray};
-use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
+use arrow::array::{ArrayData, RecordBatch, StringArray, make_array};
+use arrow::datatypes::{DataType, Field, FieldRef, Fields, Schema, SchemaRef};
 use arrow_flight::sql::metadata::{
     GetCatalogsBuilder, SqlInfoData, SqlInfoDataBuilder, XdbcTypeInfo, XdbcTypeInfoData,
     XdbcTypeInfoDataBuilder,
@@ -420,12 +420,114 @@ pub(crate) fn table_types() -> Result<RecordBatch> {
 
 /// GetSqlInfo: the asked-for entries (all when none are named).
 pub(crate) fn sql_info(command: CommandGetSqlInfo) -> Result<RecordBatch> {
-    Ok(command.into_builder(built(&SQL_INFO)?).build()?)
+    with_java_map_names(command.into_builder(built(&SQL_INFO)?).build()?)
 }
 
 /// The schema GetSqlInfo answers with.
 pub(crate) fn sql_info_schema() -> Result<SchemaRef> {
-    Ok(built(&SQL_INFO)?.schema())
+    Ok(java_map_schema(&built(&SQL_INFO)?.schema()))
+}
+
+/// `data_type` with each map's entries named `key` and `value`, as Arrow's
+/// format names them and Arrow Java reads them: arrow-rs names them `keys`
+/// and `values`, and the JDBC driver then finds no entries in
+/// SQL_SUPPORTS_CONVERT (`supportsConvert(from, to)` is always false).
+fn java_map_type(data_type: &DataType) -> DataType {
+    let inner = |field: &FieldRef| -> FieldRef {
+        Arc::new(
+            field
+                .as_ref()
+                .clone()
+                .with_data_type(java_map_type(field.data_type())),
+        )
+    };
+    match data_type {
+        DataType::Map(entries, sorted) => {
+            let DataType::Struct(fields) = entries.data_type() else {
+                return data_type.clone();
+            };
+            let fields: Fields = fields
+                .iter()
+                .zip(["key", "value"])
+                .map(|(field, name)| Arc::new(inner(field).as_ref().clone().with_name(name)))
+                .collect();
+            let entries = entries
+                .as_ref()
+                .clone()
+                .with_data_type(DataType::Struct(fields));
+            DataType::Map(Arc::new(entries), *sorted)
+        }
+        DataType::List(item) => DataType::List(inner(item)),
+        DataType::Struct(fields) => DataType::Struct(fields.iter().map(inner).collect()),
+        DataType::Union(fields, mode) => DataType::Union(
+            fields
+                .iter()
+                .map(|(id, field)| (id, inner(field)))
+                .collect(),
+            *mode,
+        ),
+        other => other.clone(),
+    }
+}
+
+fn java_map_schema(schema: &Schema) -> SchemaRef {
+    let fields: Vec<FieldRef> = schema
+        .fields()
+        .iter()
+        .map(|field| {
+            Arc::new(
+                field
+                    .as_ref()
+                    .clone()
+                    .with_data_type(java_map_type(field.data_type())),
+            )
+        })
+        .collect();
+    Arc::new(Schema::new_with_metadata(fields, schema.metadata().clone()))
+}
+
+/// `data` as `data_type`: the same buffers under another type of the same
+/// layout (its children retyped to match).
+fn retyped(data: ArrayData, data_type: DataType) -> Result<ArrayData> {
+    let child_types: Vec<DataType> = match &data_type {
+        DataType::Map(entries, _) => vec![entries.data_type().clone()],
+        DataType::List(item) => vec![item.data_type().clone()],
+        DataType::Struct(fields) => fields.iter().map(|f| f.data_type().clone()).collect(),
+        DataType::Union(fields, _) => fields.iter().map(|(_, f)| f.data_type().clone()).collect(),
+        _ => data
+            .child_data()
+            .iter()
+            .map(|c| c.data_type().clone())
+            .collect(),
+    };
+    let children = data
+        .child_data()
+        .iter()
+        .cloned()
+        .zip(child_types)
+        .map(|(child, child_type)| retyped(child, child_type))
+        .collect::<Result<Vec<_>>>()?;
+    Ok(data
+        .into_builder()
+        .data_type(data_type)
+        .child_data(children)
+        .build()?)
+}
+
+fn with_java_map_names(batch: RecordBatch) -> Result<RecordBatch> {
+    let schema = java_map_schema(&batch.schema());
+    let columns = batch
+        .columns()
+        .iter()
+        .zip(schema.fields())
+        .map(|(column, field)| {
+            Ok(make_array(retyped(
+                column.to_data(),
+                field.data_type().clone(),
+            )?))
+        })
+        .collect::<Result<Vec<_>>>()?;
+    Ok(RecordBatch::try_new(schema, columns)?)
 }
 
 /// GetXdbcTypeInfo: the SQL types, or the one asked for.
