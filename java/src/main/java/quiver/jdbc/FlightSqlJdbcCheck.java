@@ -581,10 +581,11 @@ public final class FlightSqlJdbcCheck {
     expect(md.supportsUnionAll(), "supportsUnionAll() is false");
     expect(md.nullPlusNonNullIsNull(), "nullPlusNonNullIsNull() is false");
     expect(md.supportsLikeEscapeClause(), "supportsLikeEscapeClause() is false");
-    // SQL_SUPPORTS_CONVERT is sent (supportsConvert() is true), but the driver reads the map's
-    // entries by Arrow Java's field names (key, value) and arrow-rs names them keys and values:
-    // supportsConvert(from, to) finds nothing and says false.
-    expect(md.supportsConvert(), "supportsConvert() is false");
+    expect(
+        md.supportsConvert(Types.BIGINT, Types.VARCHAR),
+        "supportsConvert(BIGINT, VARCHAR) is false");
+    expect(
+        !md.supportsConvert(Types.DATE, Types.BIGINT), "supportsConvert(DATE, BIGINT) is true");
     expect(!md.supportsTransactions(), "supportsTransactions() is true");
     expectEqual(
         "getDefaultTransactionIsolation()",
