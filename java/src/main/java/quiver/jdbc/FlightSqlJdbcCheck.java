@@ -38,7 +38,8 @@ import java.util.StringJoiner;
  *
  * <p>Every check prints one PASS or FAIL line; the program goes on after a failed check where the
  * next ones do not depend on it, and exits 1 if any check failed (2 on bad arguments). It creates
- * and drops TABLE + "_copy".
+ * and drops TABLE + "_copy", and a view named TABLE with each '_' made 'x' (TABLE + "_v" if it
+ * has none).
  */
 public final class FlightSqlJdbcCheck {
   static final LocalDateTime TS_BASE = LocalDateTime.of(2024, 1, 15, 0, 0);
@@ -85,6 +86,8 @@ public final class FlightSqlJdbcCheck {
   private final String catalog;
   private final String schema;
   private final String copy;
+  /** A view over TABLE, named as TABLE with each '_' made 'x' (see tablePatterns). */
+  private final String view;
   private int passed;
   private final List<String> failed = new ArrayList<>();
   private final List<String> notes = new ArrayList<>();
@@ -98,6 +101,7 @@ public final class FlightSqlJdbcCheck {
     this.catalog = catalog;
     this.schema = schema;
     this.copy = table + "_copy";
+    this.view = table.contains("_") ? table.replace('_', 'x') : table + "_v";
   }
 
   public static void main(String[] args) {
@@ -151,6 +155,16 @@ public final class FlightSqlJdbcCheck {
     check("getTables", this::tables);
     check("getTables with a table type filter", this::tablesByType);
     check("getColumns", this::columns);
+    check("DatabaseMetaData answers every scalar call (GetSqlInfo)", this::scalarMetadata);
+    check("CREATE VIEW, listed by getTables and getColumns", this::createView);
+    check("getTables with patterns, escapes and exact case", this::tablePatterns);
+    check("getColumns with a column pattern", this::columnPatterns);
+    check("getPrimaryKeys/getImportedKeys/getExportedKeys/getCrossReference", this::keys);
+    check("getTypeInfo", this::typeInfo);
+    check("SHOW TABLES", this::showTables);
+    check("DESCRIBE and SHOW COLUMNS", this::describe);
+    check("information_schema.tables and .columns", this::informationSchema);
+    check("DROP VIEW", this::dropView);
     check("Statement count(*)", this::count);
     check("Statement reads every column of every row", this::readAll);
     check("Statement aggregates", this::aggregates);
@@ -519,6 +533,307 @@ public final class FlightSqlJdbcCheck {
               "%s %s(%s) size=%s nullable=%s", col, typeNameValue, dataType, size, nullableValue));
     }
     return seen.toString();
+  }
+
+  /** Every row of a query, as label -> getObject(label) of the given columns. */
+  private List<Map<String, Object>> queryRows(String sql, String... columns) throws SQLException {
+    try (Statement st = conn.createStatement()) {
+      return metadataRows(st.executeQuery(sql), columns);
+    }
+  }
+
+  static List<String> column(List<Map<String, Object>> rows, String name) {
+    List<String> out = new ArrayList<>();
+    for (Map<String, Object> row : rows) {
+      out.add(str(row.get(name)));
+    }
+    return out;
+  }
+
+  /**
+   * Every no-argument DatabaseMetaData method answers: the driver reads most of them from
+   * GetSqlInfo and throws a NullPointerException for an entry the server leaves out. DBeaver
+   * calls many of them when it connects.
+   */
+  private String scalarMetadata() throws Exception {
+    DatabaseMetaData md = conn.getMetaData();
+    List<String> threw = new ArrayList<>();
+    int answered = 0;
+    for (java.lang.reflect.Method m : DatabaseMetaData.class.getMethods()) {
+      if (m.getParameterCount() != 0
+          || m.getReturnType() == ResultSet.class
+          || m.getReturnType() == Connection.class) {
+        continue;
+      }
+      try {
+        m.invoke(md);
+        answered++;
+      } catch (java.lang.reflect.InvocationTargetException e) {
+        threw.add(m.getName() + ": " + e.getCause());
+      }
+    }
+    expect(threw.isEmpty(), "%d of them threw: %s", threw.size(), threw);
+    expect(md.supportsGroupBy(), "supportsGroupBy() is false");
+    // SQL_OUTER_JOINS_SUPPORT_LEVEL is FULL (2, an enum value, as Flight SQL defines it); the
+    // driver (18.3) reads it as a bitmask, so supportsFullOuterJoins() is false and
+    // supportsLimitedOuterJoins() true. supportsOuterJoins() reads it as a number.
+    expect(md.supportsOuterJoins(), "supportsOuterJoins() is false");
+    expect(md.supportsUnionAll(), "supportsUnionAll() is false");
+    expect(md.nullPlusNonNullIsNull(), "nullPlusNonNullIsNull() is false");
+    expect(md.supportsLikeEscapeClause(), "supportsLikeEscapeClause() is false");
+    expect(
+        md.supportsConvert(Types.BIGINT, Types.VARCHAR),
+        "supportsConvert(BIGINT, VARCHAR) is false");
+    expect(
+        !md.supportsConvert(Types.DATE, Types.BIGINT), "supportsConvert(DATE, BIGINT) is true");
+    expect(!md.supportsTransactions(), "supportsTransactions() is true");
+    expectEqual(
+        "getDefaultTransactionIsolation()",
+        Connection.TRANSACTION_NONE,
+        md.getDefaultTransactionIsolation());
+    expectEqual("getSearchStringEscape()", "\\", md.getSearchStringEscape());
+    expectEqual("getMaxTableNameLength()", 1024, md.getMaxTableNameLength());
+    return answered + " methods answered";
+  }
+
+  private String createView() throws SQLException {
+    String sql = "CREATE VIEW " + view + " AS SELECT id, fare FROM " + table + " WHERE id <= 10";
+    try (Statement st = conn.createStatement()) {
+      expectEqual("executeUpdate(" + sql + ")", 0, st.executeUpdate(sql));
+    }
+    List<Map<String, Object>> rows =
+        tableRows(null, null, view, new String[] {"VIEW"}, view);
+    expect(rows.size() == 1, "getTables(..., {\"VIEW\"}) has no row for %s: %s", view, rows);
+    expectEqual("TABLE_TYPE of the view", "VIEW", str(rows.get(0).get("TABLE_TYPE")));
+    List<Map<String, Object>> columns =
+        metadataRows(
+            conn.getMetaData().getColumns(null, null, view, "%"),
+            "COLUMN_NAME",
+            "DATA_TYPE",
+            "TYPE_NAME",
+            "IS_NULLABLE");
+    expectEqual(
+        "the view's COLUMN_NAMEs",
+        Arrays.asList("id", "fare"),
+        column(columns, "COLUMN_NAME"));
+    expectEqual(
+        "the view's TYPE_NAMEs",
+        Arrays.asList("BIGINT", "DOUBLE"),
+        column(columns, "TYPE_NAME"));
+    expectEqual(
+        "the view's IS_NULLABLE",
+        Arrays.asList("NO", "YES"),
+        column(columns, "IS_NULLABLE"));
+    return sql + "; getColumns: " + columns;
+  }
+
+  /** The TABLE_NAMEs getTables(cat, schemaPattern, namePattern, null) lists, in order. */
+  private List<String> tableNames(String cat, String schemaPattern, String namePattern)
+      throws SQLException {
+    return column(
+        metadataRows(
+            conn.getMetaData().getTables(cat, schemaPattern, namePattern, null), TABLES_COLUMNS),
+        "TABLE_NAME");
+  }
+
+  /**
+   * getTables' patterns: '%' and '_' are wildcards, '\\' (getSearchStringEscape) escapes them,
+   * and names are case-sensitive. The view's name is the table's with '_' made 'x', so the
+   * table's name as a pattern matches both and escaped matches the table alone.
+   */
+  private String tablePatterns() throws SQLException {
+    StringJoiner seen = new StringJoiner("; ");
+    String escaped = table.replace("_", "\\_");
+    // The table's name but its last character, escaped: with '_' after it, the table alone.
+    String prefix = table.substring(0, table.length() - 1).replace("_", "\\_");
+    List<String> both = new ArrayList<>(Arrays.asList(table, view));
+    both.sort(null);
+    String[][] cases = {
+      {null, null, table},
+      {null, null, escaped},
+      {catalog, schema.substring(0, 1) + "%", prefix + "_"},
+      {null, null, table.toUpperCase(java.util.Locale.ROOT)},
+      {"no_such_catalog", null, "%"},
+      {null, "no_such_schema", "%"},
+    };
+    List<List<String>> expected =
+        Arrays.asList(
+            table.contains("_") ? both : List.of(table),
+            List.of(table),
+            List.of(table),
+            table.equals(table.toUpperCase(java.util.Locale.ROOT)) ? List.of(table) : List.of(),
+            List.of(),
+            List.of());
+    for (int i = 0; i < cases.length; i++) {
+      String[] c = cases[i];
+      List<String> names = tableNames(c[0], c[1], c[2]);
+      String call =
+          String.format(
+              "getTables(%s, %s, %s, null)", show(c[0]), show(c[1]), show(c[2]));
+      expectEqual(call + " TABLE_NAMEs", expected.get(i), names);
+      seen.add(call + " -> " + names);
+    }
+    return seen.toString();
+  }
+
+  private String columnPatterns() throws SQLException {
+    StringJoiner seen = new StringJoiner("; ");
+    // The table's name escaped (as DBeaver passes it): unescaped, '_' would match the view too.
+    String escaped = table.replace("_", "\\_");
+    String[][] cases = {{"f%", "fare"}, {"n_me", "name"}, {"%s", "ts"}, {"ID", null}};
+    for (String[] c : cases) {
+      List<Map<String, Object>> rows =
+          metadataRows(
+              conn.getMetaData().getColumns(null, null, escaped, c[0]),
+              "TABLE_NAME",
+              "COLUMN_NAME");
+      String call = "getColumns(null, null, " + show(escaped) + ", " + show(c[0]) + ")";
+      List<String> expected = c[1] == null ? List.of() : List.of(c[1]);
+      expectEqual(call + " COLUMN_NAMEs", expected, column(rows, "COLUMN_NAME"));
+      for (Map<String, Object> row : rows) {
+        expectEqual(call + " TABLE_NAME", table, str(row.get("TABLE_NAME")));
+      }
+      List<String> names = column(rows, "COLUMN_NAME");
+      seen.add(c[0] + " -> " + names);
+    }
+    return seen.toString();
+  }
+
+  /** quiver has no keys: each key call answers no rows (and no error). */
+  private String keys() throws SQLException {
+    DatabaseMetaData md = conn.getMetaData();
+    StringJoiner seen = new StringJoiner("; ");
+    Map<String, ResultSet> calls = new LinkedHashMap<>();
+    calls.put("getPrimaryKeys", md.getPrimaryKeys(catalog, schema, table));
+    calls.put("getImportedKeys", md.getImportedKeys(catalog, schema, table));
+    calls.put("getExportedKeys", md.getExportedKeys(catalog, schema, table));
+    calls.put(
+        "getCrossReference",
+        md.getCrossReference(catalog, schema, table, catalog, schema, view));
+    for (Map.Entry<String, ResultSet> call : calls.entrySet()) {
+      List<Map<String, Object>> rows = metadataRows(call.getValue());
+      expect(rows.isEmpty(), "%s returned rows: %s", call.getKey(), rows);
+      seen.add(call.getKey() + ": no rows");
+    }
+    return seen.toString();
+  }
+
+  /**
+   * getTypeInfo: the driver (18.3) answers it itself, with JDBC's columns and no rows (it does
+   * not send GetXdbcTypeInfo, which the server answers; ADBC's test reads that). Checked: it
+   * answers, with the columns JDBC names.
+   */
+  private String typeInfo() throws SQLException {
+    try (ResultSet rs = conn.getMetaData().getTypeInfo()) {
+      List<String> labels = labels(rs);
+      for (String name : new String[] {"TYPE_NAME", "DATA_TYPE", "PRECISION", "NULLABLE"}) {
+        expect(labels.contains(name), "getTypeInfo() has no column %s: %s", name, labels);
+      }
+      int rows = 0;
+      while (rs.next()) {
+        expect(rs.getString("TYPE_NAME") != null, "a getTypeInfo() row has no TYPE_NAME");
+        rows++;
+      }
+      return rows + " rows, columns " + labels;
+    }
+  }
+
+  private String showTables() throws SQLException {
+    List<Map<String, Object>> rows =
+        queryRows("SHOW TABLES", "table_catalog", "table_schema", "table_name", "table_type");
+    Map<String, String> types = new LinkedHashMap<>();
+    for (Map<String, Object> row : rows) {
+      if (schema.equals(str(row.get("table_schema")))) {
+        expectEqual("table_catalog", catalog, str(row.get("table_catalog")));
+        types.put(str(row.get("table_name")), str(row.get("table_type")));
+      }
+    }
+    expectEqual("SHOW TABLES: " + table, "BASE TABLE", types.get(table));
+    expectEqual("SHOW TABLES: " + view, "VIEW", types.get(view));
+    expect(
+        rows.stream().anyMatch(r -> "information_schema".equals(str(r.get("table_schema")))),
+        "SHOW TABLES lists no information_schema tables: %s",
+        rows);
+    return schema + ": " + types;
+  }
+
+  private String describe() throws SQLException {
+    List<Map<String, Object>> rows =
+        queryRows("DESCRIBE " + table, "column_name", "data_type", "is_nullable");
+    expectEqual("DESCRIBE column_name", Arrays.asList(COLUMN_NAMES), column(rows, "column_name"));
+    List<String> types = column(rows, "data_type");
+    expectEqual(
+        "DESCRIBE data_type (Arrow's names)",
+        Arrays.asList("Int64", "Utf8", "Float64"),
+        types.subList(0, 3));
+    expect(types.get(3).startsWith("Timestamp"), "DESCRIBE data_type of ts: %s", types.get(3));
+    expectEqual(
+        "DESCRIBE is_nullable",
+        Arrays.asList("NO", "YES", "YES", "YES"),
+        column(rows, "is_nullable"));
+    List<Map<String, Object>> shown =
+        queryRows(
+            "SHOW COLUMNS FROM " + table, "table_name", "column_name", "data_type", "is_nullable");
+    expectEqual(
+        "SHOW COLUMNS column_name",
+        Arrays.asList(COLUMN_NAMES),
+        column(shown, "column_name"));
+    expectEqual("SHOW COLUMNS data_type", types, column(shown, "data_type"));
+    List<Map<String, Object>> ofView = queryRows("DESCRIBE " + view, "column_name", "data_type");
+    expectEqual("DESCRIBE " + view, Arrays.asList("id", "fare"), column(ofView, "column_name"));
+    return "DESCRIBE " + table + ": " + rows;
+  }
+
+  private String informationSchema() throws SQLException {
+    List<Map<String, Object>> tables =
+        queryRows(
+            "SELECT table_name, table_type FROM information_schema.tables WHERE table_schema = '"
+                + schema
+                + "' ORDER BY table_name",
+            "table_name",
+            "table_type");
+    List<String> names = column(tables, "table_name");
+    expect(
+        names.contains(table) && names.contains(view),
+        "information_schema.tables lacks %s or %s: %s",
+        table,
+        view,
+        tables);
+    List<Map<String, Object>> columns =
+        queryRows(
+            "SELECT column_name, ordinal_position, is_nullable, data_type"
+                + " FROM information_schema.columns WHERE table_name = '"
+                + table
+                + "' ORDER BY ordinal_position",
+            "column_name",
+            "ordinal_position",
+            "is_nullable",
+            "data_type");
+    expectEqual(
+        "columns' column_name",
+        Arrays.asList(COLUMN_NAMES),
+        column(columns, "column_name"));
+    // DataFusion counts ordinal_position from 0 (SQL and getColumns' ORDINAL_POSITION from 1).
+    expectEqual(
+        "columns' ordinal_position",
+        Arrays.asList("0", "1", "2", "3"),
+        column(columns, "ordinal_position"));
+    expectEqual(
+        "columns' is_nullable",
+        Arrays.asList("NO", "YES", "YES", "YES"),
+        column(columns, "is_nullable"));
+    return tables + "; " + columns;
+  }
+
+  private String dropView() throws SQLException {
+    try (Statement st = conn.createStatement()) {
+      expectEqual("executeUpdate(DROP VIEW)", 0, st.executeUpdate("DROP VIEW " + view));
+    }
+    expect(
+        tableNames(null, null, view).isEmpty(),
+        "getTables still lists %s after DROP VIEW",
+        view);
+    return "DROP VIEW " + view;
   }
 
   /** Runs a query that returns one row with one BIGINT and returns it. */
