@@ -191,6 +191,7 @@ impl ClusterNode {
                 options.location.clone(),
                 Arc::clone(&store),
                 peers.clone(),
+                options.in_place(),
             ),
             options,
             store,
