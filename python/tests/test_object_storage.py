@@ -10,6 +10,7 @@ same promises (a file rewritten or added between two queries is seen by the seco
 from __future__ import annotations
 
 import io
+import re
 import subprocess
 import time
 from collections.abc import Iterator
@@ -504,9 +505,9 @@ def test_every_cluster_node_reads_a_shared_s3_table(
     s3: testing.S3Server, etcd: Etcd, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """On a cluster each node registers the table and reaches the bucket with its own
-    settings (the same here): a query through any node reads the files through that
-    node's stores and gives the same answer. (The distributed planner does not spread a
-    table in place's files over the nodes yet: docs/cluster.md.)"""
+    settings (the same here): a query through any node reads files through that node's
+    stores (its share of them, and their footers) and gives the same answer. The next
+    test checks how the files are split over the nodes."""
     bucket = unique_bucket("shared")
     s3.create_bucket(bucket)
     parts = 12
@@ -546,6 +547,148 @@ def test_every_cluster_node_reads_a_shared_s3_table(
         assert sum(answers[0].column("n").to_pylist()) == expected
         assert sum(answers[0].column("s").to_pylist()) == sum(range(expected))
         assert all(answer.equals(answers[0]) for answer in answers), answers
+    finally:
+        failures = cluster.stop_all()
+        assert not failures, failures
+
+
+#: A share of a scan of files in place, as EXPLAIN ANALYZE shows each task's.
+SHARE = re.compile(r"InPlaceScanExec: store=\S+, files=(\d+), bytes=\d+, node=(\w+)")
+
+
+def test_a_cluster_query_splits_a_shared_s3_tables_files_over_the_nodes_serving_it(
+    s3: testing.S3Server,
+    etcd: Etcd,
+    start: object,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Distributed SQL cuts a table in place's files into one share per node that serves
+    the table (its ``--table``), each read by its node through its own stores and cache:
+    one query through one node reads from the bucket on every such node, a share each,
+    never on a node without the table; the same query again reads nothing more from the
+    bucket (each node's cache holds what its share read); objects rewritten meanwhile
+    are read as the new versions the planning node listed, on every node. Every answer is
+    the single node's."""
+    bucket = unique_bucket("split")
+    s3.create_bucket(bucket)
+    parts = 12
+    plain = {"compression": "none", "use_dictionary": False}
+
+    def write_all(first: int, rows: int) -> None:
+        for part in range(parts):
+            table = trips(first + part * rows, rows)
+            s3.put_object(bucket, f"t/{part:02}.parquet", parquet_bytes(table, **plain))
+
+    write_all(0, 2000)
+    for key, setting in s3.env().items():
+        monkeypatch.setenv(key, setting)
+    table_flag = f"--table=t=s3://{bucket}/t/"
+    query = "SELECT fare, count(*) AS n, sum(id) AS s FROM t GROUP BY fare ORDER BY fare"
+    assert callable(start)
+    single = start(table_flag, "--metrics-listen=127.0.0.1:0", "--cache-size=0")
+    single_metrics = single.metrics_url()
+    store = f"s3://{bucket}"
+    read, hits = "quiver_object_store_read_bytes_total", "quiver_object_store_cache_hits_total"
+    cluster = Cluster(etcd, tmp_path)
+    try:
+        common = ("--metrics-listen=127.0.0.1:0", "--cache-size=64MiB")
+        # n3 has no table in place at first. (A server prints its metrics address once.)
+        urls = {
+            "n1": cluster.start("n1", table_flag, *common).metrics_url(),
+            "n2": cluster.start("n2", table_flag, *common).metrics_url(),
+            "n3": cluster.start("n3", *common).metrics_url(),
+        }
+        wait_until("three live nodes", lambda: len(cluster.status()["nodes"]) == 3)  # type: ignore[arg-type]
+
+        def serves_t(node_id: str) -> bool:
+            try:
+                with cluster.client(node_id) as client:
+                    return client.sql("SELECT count(*) AS n FROM t").num_rows == 1
+            except quiver.QuiverError:
+                return False
+
+        def reads(metric_name: str) -> dict[str, float]:
+            return {node_id: metric(url, metric_name, store=store) for node_id, url in urls.items()}
+
+        def shares() -> list[tuple[str, int]]:
+            """The node and files of each share of the query's scan, as run through n1."""
+            with cluster.client("n1") as client:
+                plan = client.sql(f"EXPLAIN ANALYZE {query}")
+            text = "\n".join(str(row) for row in plan.column("plan").to_pylist())
+            return [(node, int(files)) for files, node in SHARE.findall(text)]
+
+        def shares_on(nodes: set[str]) -> bool:
+            try:
+                return {node for node, _ in shares()} == nodes
+            except quiver.QuiverError:
+                return False
+
+        for node_id in ("n1", "n2"):
+            wait_until(f"{node_id} serving t", lambda node_id=node_id: serves_t(node_id))
+        expected = sql(single.uri, query)
+        assert sum(expected.column("n").to_pylist()) == parts * 2000
+
+        # Split over n1 and n2, the nodes that serve t (each reads its share through its
+        # cache, which their own queries above filled); n3, which does not, reads nothing.
+        def lookups() -> dict[str, float]:
+            hit, missed = reads(hits), reads("quiver_object_store_cache_misses_total")
+            return {node_id: hit[node_id] + missed[node_id] for node_id in NODES}
+
+        before = lookups()
+        with cluster.client("n1") as client:
+            assert client.sql(query).equals(expected)
+        after = lookups()
+        assert after["n1"] > before["n1"] and after["n2"] > before["n2"], (before, after)
+        assert after["n3"] == before["n3"] == 0, (before, after)
+        split = shares()
+        assert {node for node, _ in split} == {"n1", "n2"}, split
+        assert sum(files for _, files in split) == parts, split
+        assert reads(read)["n3"] == 0
+
+        # n3 back with the table: a share for each of the three.
+        assert cluster.nodes["n3"].stop() == 0
+        urls["n3"] = cluster.start("n3", table_flag, *common).metrics_url()
+        wait_until("n3 serving t", lambda: serves_t("n3"))
+        wait_until("a share on each node", lambda: shares_on({"n1", "n2", "n3"}))
+
+        # Every object rewritten (other rows, other sizes): new versions, read cold.
+        write_all(100_000, 2100)
+        single_before = metric(single_metrics, read, store=store)
+        expected = sql(single.uri, query)
+        whole = metric(single_metrics, read, store=store) - single_before
+        assert sum(expected.column("s").to_pylist()) == sum(range(100_000, 100_000 + parts * 2100))
+        before = reads(read)
+        with cluster.client("n1") as client:
+            assert client.sql(query).equals(expected)
+        after = reads(read)
+        # One query through n1 read from the bucket on all three nodes; n2 and n3 read
+        # their shares (a third each), not the table.
+        for node_id in NODES:
+            assert after[node_id] > before[node_id], (node_id, before, after)
+        for node_id in ("n2", "n3"):
+            assert after[node_id] - before[node_id] < 0.6 * whole, (node_id, whole, before, after)
+
+        # Again: every node reads its share from its own cache, nothing from the bucket.
+        hits_before = reads(hits)
+        with cluster.client("n1") as client:
+            assert client.sql(query).equals(expected)
+        assert reads(read) == after, (after, reads(read))
+        hits_after = reads(hits)
+        for node_id in NODES:
+            assert hits_after[node_id] > hits_before[node_id], (node_id, hits_before, hits_after)
+        split = shares()
+        assert sorted(node for node, _ in split) == list(NODES), split
+        assert sum(files for _, files in split) == parts, split
+        assert all(files > 0 for _, files in split), split
+
+        # n3 lost: until its lease ends it is in the catalog and may be given a share; the
+        # query loses it before its first row, is planned again over n1 and n2, and gives
+        # the whole answer.
+        cluster.kill("n3")
+        for _ in range(3):
+            with cluster.client("n1") as client:
+                assert client.sql(query).equals(expected)
     finally:
         failures = cluster.stop_all()
         assert not failures, failures

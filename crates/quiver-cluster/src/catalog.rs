@@ -47,6 +47,11 @@ pub struct NodeEntry {
     pub id: String,
     /// The Flight location clients and other nodes reach it at.
     pub location: String,
+    /// The object storage locations of its tables in place (`--table`):
+    /// distributed SQL gives it shares of scans of the files under them
+    /// (crates/quiver-cluster/src/sql/in_place.rs).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub in_place: Vec<String>,
 }
 
 /// A table's current version.

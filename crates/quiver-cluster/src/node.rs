@@ -62,6 +62,10 @@ pub struct ClusterOptions {
     pub node_id: String,
     /// The location clients and other nodes reach this node at.
     pub location: String,
+    /// The locations of this node's tables in place (`--table`): those in
+    /// object storage are named in its entry, and distributed SQL gives it
+    /// shares of scans of the files under them.
+    pub tables_in_place: Vec<String>,
     /// TLS to the other nodes (their locations are `grpc+tls://`): the CA
     /// their certificates chain to, and this node's certificate for nodes
     /// that check their clients'.
@@ -187,6 +191,7 @@ impl ClusterNode {
                 options.location.clone(),
                 Arc::clone(&store),
                 peers.clone(),
+                options.in_place(),
             ),
             options,
             store,
@@ -502,7 +507,17 @@ impl ClusterOptions {
         NodeEntry {
             id: self.node_id.clone(),
             location: self.location.clone(),
+            in_place: self.in_place(),
         }
+    }
+
+    /// The locations of its tables in place that are in object storage.
+    pub(crate) fn in_place(&self) -> Vec<String> {
+        self.tables_in_place
+            .iter()
+            .filter(|location| quiver_objects::is_object_store_url(location))
+            .cloned()
+            .collect()
     }
 
     /// The lease's length in etcd's unit.
@@ -701,6 +716,7 @@ mod tests {
                 &NodeEntry {
                     id: "n9".into(),
                     location: "grpc+tcp://127.0.0.1:1".into(),
+                    in_place: Vec::new(),
                 },
                 2,
                 Some(lease),

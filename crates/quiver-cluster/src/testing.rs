@@ -34,6 +34,7 @@ pub(crate) fn options(etcd: &TestEtcd, id: &str) -> ClusterOptions {
         etcd: config(etcd),
         node_id: id.to_string(),
         location: format!("grpc+tcp://127.0.0.1:{}", free_port()),
+        tables_in_place: Vec::new(),
         peer_tls: None,
         replicas: 1,
         lease_ttl: Duration::from_secs(2),

@@ -85,6 +85,14 @@ impl Bucket {
         ))
     }
 
+    /// Takes `meta` as the version of its object, as a listing of it here
+    /// would ([`note`]): what another node's listing gave for a scan it
+    /// handed to this one (a task of a distributed query), so that this
+    /// node reads, and caches, the ranges of that version.
+    pub fn note_listed(&self, meta: ObjectMeta) {
+        note(&self.listed, self.cache.as_deref(), &self.url, meta);
+    }
+
     /// `listing` of the store, each object noted as listed ([`note`]) and
     /// each error named.
     fn noting(
@@ -567,6 +575,39 @@ mod tests {
         assert_eq!(
             bucket.get_ranges(&key, &[6..8]).await.unwrap()[0].as_ref(),
             b"gh"
+        );
+    }
+
+    /// An object another bucket (another node's) listed is read here as
+    /// that version, through this bucket's cache, though this one never
+    /// listed it; rewritten since, its read fails rather than give the
+    /// other version's bytes.
+    #[tokio::test]
+    async fn an_object_listed_elsewhere_is_read_as_that_version() {
+        let store = Arc::new(InMemory::new());
+        let key = Path::from("t/a.bin");
+        store
+            .put(&key, PutPayload::from_static(b"0123456789"))
+            .await
+            .unwrap();
+        let planner = Bucket::new("s3://lake".into(), store.clone(), None);
+        let listed: Vec<ObjectMeta> = planner.list(None).try_collect().await.unwrap();
+        let cache = Arc::new(RangeCache::open(None, 1 << 20).unwrap());
+        let worker = Bucket::new("s3://lake".into(), store.clone(), Some(cache.clone()));
+        worker.note_listed(listed[0].clone());
+        assert_eq!(
+            worker.get_ranges(&key, &[2..4]).await.unwrap()[0].as_ref(),
+            b"23"
+        );
+        assert_eq!(cache.bytes(), 2, "read through the cache");
+        store
+            .put(&key, PutPayload::from_static(b"abcdefghij"))
+            .await
+            .unwrap();
+        let changed = worker.get_ranges(&key, &[5..6]).await.unwrap_err();
+        assert!(
+            matches!(changed, object_store::Error::Precondition { .. }),
+            "{changed}"
         );
     }
 

@@ -101,6 +101,21 @@ impl ObjectStores {
         Ok(Arc::clone(buckets.entry(key).or_insert(bucket)))
     }
 
+    /// Takes each of `objects`, of the bucket `url` names, as the version
+    /// of its object ([`Bucket::note_listed`]): a scan another node listed
+    /// reads them here as that node found them.
+    pub fn note_listed(
+        &self,
+        url: &Url,
+        objects: impl IntoIterator<Item = object_store::ObjectMeta>,
+    ) -> Result<()> {
+        let bucket = self.bucket(url)?;
+        for meta in objects {
+            bucket.note_listed(meta);
+        }
+        Ok(())
+    }
+
     /// Holds the writes under `url` (an object, or a prefix of them) until
     /// the hold is committed ([`WriteHold`]).
     pub fn hold_writes(&self, url: &Url) -> Result<WriteHold> {

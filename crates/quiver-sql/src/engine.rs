@@ -202,7 +202,7 @@ impl SqlEngine {
         config.options_mut().sql_parser.enable_ident_normalization = false;
         // An operator's `execution.target_partitions` wins over the cores.
         let partitions = config.target_partitions();
-        let builder = SessionStateBuilder::new()
+        let mut builder = SessionStateBuilder::new()
             .with_config(config)
             .with_default_features()
             .with_statistics_registry(crate::join_sizes::registry())
@@ -223,6 +223,12 @@ impl SqlEngine {
             options.object_stores.clone(),
             cache,
         ));
+        // On the session too: a cluster's source hands the stores to the
+        // tasks other nodes give this one, which read what those listed.
+        builder
+            .config()
+            .get_or_insert_default()
+            .set_extension(Arc::clone(&object_stores));
         let caches = CacheManagerConfig::default()
             .with_list_files_cache_limit(if options.list_ttl.is_some() {
                 CacheManagerConfig::default().list_files_cache_limit

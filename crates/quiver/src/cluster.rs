@@ -75,6 +75,7 @@ pub(crate) async fn join(
         etcd,
         node_id,
         location,
+        tables_in_place: config.tables.iter().map(|(_, l)| l.clone()).collect(),
         peer_tls,
         replicas: args.replicas as usize,
         lease_ttl: args.lease_ttl(),

@@ -1,5 +1,7 @@
-//! How a cluster scan travels to a worker: its [`ScanSpec`] as JSON inside
-//! DataFusion's plan protobuf.
+//! How quiver's scans travel to a worker: a cluster scan's [`ScanSpec`], or
+//! a share of a scan of files in place's [`InPlaceSpec`] (its file scan its
+//! one input, as DataFusion encodes it), as JSON inside DataFusion's plan
+//! protobuf.
 
 use std::sync::Arc;
 
@@ -10,10 +12,12 @@ use datafusion::physical_plan::ExecutionPlan;
 use datafusion_proto::physical_plan::{PhysicalExtensionCodec, PhysicalProtoConverterExtension};
 
 use crate::catalog::decode_schema;
+use crate::sql::in_place::{InPlaceScanExec, InPlaceSpec};
 use crate::sql::scan::{ClusterScanExec, ScanSpec};
 
-/// Encodes and decodes [`ClusterScanExec`], the one plan node of quiver's
-/// that crosses between nodes.
+/// Encodes and decodes [`ClusterScanExec`] (no inputs) and
+/// [`InPlaceScanExec`] (one), the plan nodes of quiver's that cross between
+/// nodes.
 #[derive(Debug, Clone, Copy, Default)]
 pub(crate) struct ClusterCodec;
 
@@ -25,8 +29,20 @@ impl PhysicalExtensionCodec for ClusterCodec {
         _ctx: &TaskContext,
         _proto_converter: &dyn PhysicalProtoConverterExtension,
     ) -> Result<Arc<dyn ExecutionPlan>> {
-        if !inputs.is_empty() {
-            return internal_err!("ClusterScanExec has no inputs, got {}", inputs.len());
+        match inputs {
+            [] => {}
+            [input] => {
+                let spec: InPlaceSpec = serde_json::from_slice(buf).map_err(|e| {
+                    DataFusionError::Internal(format!("decoding a scan of files in place: {e}"))
+                })?;
+                return Ok(Arc::new(InPlaceScanExec::new(spec, Arc::clone(input))));
+            }
+            _ => {
+                return internal_err!(
+                    "quiver's scans have one input at most, got {}",
+                    inputs.len()
+                );
+            }
         }
         let spec: ScanSpec = serde_json::from_slice(buf)
             .map_err(|e| DataFusionError::Internal(format!("decoding a cluster scan: {e}")))?;
@@ -41,6 +57,11 @@ impl PhysicalExtensionCodec for ClusterCodec {
         buf: &mut Vec<u8>,
         _proto_converter: &dyn PhysicalProtoConverterExtension,
     ) -> Result<()> {
+        if let Some(share) = node.downcast_ref::<InPlaceScanExec>() {
+            return serde_json::to_writer(buf, &share.spec).map_err(|e| {
+                DataFusionError::Internal(format!("encoding a scan of files in place: {e}"))
+            });
+        }
         let Some(scan) = node.downcast_ref::<ClusterScanExec>() else {
             return internal_err!("quiver's plan codec cannot encode {}", node.name());
         };

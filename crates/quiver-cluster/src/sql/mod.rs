@@ -1,10 +1,12 @@
 //! Distributed SQL: Flight SQL on any node plans over the cluster's tables
 //! with `datafusion-distributed`. Scans run as tasks on the nodes holding
-//! the partitions they read ([`tasks`]); the stages above them stream
+//! the partitions they read ([`tasks`]), scans of files in object storage
+//! on the nodes that serve them ([`in_place`]); the stages above them stream
 //! between nodes through the worker service mounted on each node's Flight
 //! port. docs/cluster.md tells the design.
 
 mod codec;
+mod in_place;
 mod scan;
 mod table;
 mod tasks;
@@ -21,6 +23,7 @@ use datafusion::error::{DataFusionError, Result};
 use datafusion::execution::SessionStateBuilder;
 use datafusion::execution::runtime_env::RuntimeEnv;
 use datafusion_distributed::{DistributedExt, SessionStateBuilderExt, Worker, WorkerQueryContext};
+use quiver_objects::ObjectStores;
 use quiver_sql::{StoreTables, TableSource};
 
 use crate::catalog::{NodeEntry, TableEntry};
@@ -30,6 +33,7 @@ use crate::peers::Peers;
 pub(crate) use scan::ScanContext;
 
 use codec::ClusterCodec;
+use in_place::InPlaceScans;
 use table::ClusterTable;
 use tasks::{CatalogWorkers, NodeChannels, TaskRouter, desired_tasks, scale_up, worker_url};
 
@@ -64,12 +68,15 @@ impl ClusterSql {
         location: String,
         store: Arc<quiver_store::TableStore>,
         peers: Peers,
+        in_place: Vec<String>,
     ) -> Self {
         let channels = NodeChannels::new(peers.clone());
         let scan = Arc::new(ScanContext {
             node_id,
             store,
             peers,
+            in_place,
+            stores: OnceLock::new(),
         });
         let for_worker = Arc::clone(&scan);
         let runtime: Arc<OnceLock<Arc<RuntimeEnv>>> = Arc::default();
@@ -216,7 +223,17 @@ impl TableSource for CatalogSource {
             // The first engine's: a node has one.
             let _ = sql.runtime.set(runtime);
         }
+        if let Some(stores) = builder
+            .config()
+            .as_ref()
+            .and_then(|config| config.get_extension::<ObjectStores>())
+        {
+            let _ = sql.scan.stores.set(stores);
+        }
         let workers = CatalogWorkers {
+            node: sql.node.clone(),
+        };
+        let in_place = InPlaceScans {
             node: sql.node.clone(),
         };
         let local = worker_url(&sql.location).ok();
@@ -227,6 +244,8 @@ impl TableSource for CatalogSource {
             .with_distributed_channel_resolver(NodeChannels::new(sql.scan.peers.clone()))
             .with_distributed_desired_task_count_handler(desired_tasks)
             .with_distributed_scale_up_leaf_node_handler(scale_up)
+            .with_distributed_desired_task_count_handler(in_place.clone())
+            .with_distributed_scale_up_leaf_node_handler(in_place)
             .with_distributed_route_tasks_handler(TaskRouter::new(workers, local.clone()));
         // A join that collects its small side (DataFusion's CollectLeft) runs
         // in every task of the large side, the small side broadcast to each;

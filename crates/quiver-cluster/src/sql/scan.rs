@@ -2,7 +2,7 @@
 //! own store when this node holds a copy, else by DoGet from a replica.
 
 use std::fmt;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use arrow::array::RecordBatch;
 use arrow::datatypes::SchemaRef;
@@ -23,6 +23,7 @@ use datafusion::physical_plan::{
 use futures::stream::{self, BoxStream};
 use futures::{StreamExt, TryStreamExt};
 use quiver_flight::ticket::TableTicket;
+use quiver_objects::ObjectStores;
 use quiver_store::TableStore;
 use serde::{Deserialize, Serialize};
 
@@ -39,6 +40,12 @@ pub(crate) struct ScanContext {
     pub(crate) store: Arc<TableStore>,
     /// Channels to the other nodes.
     pub(crate) peers: Peers,
+    /// The object storage locations of this node's tables in place
+    /// (`--table`): the files of a scan's share it may be given.
+    pub(crate) in_place: Vec<String>,
+    /// The engine's object stores, set when it sets up its session: a
+    /// share of a scan of files in place reads through them.
+    pub(crate) stores: OnceLock<Arc<ObjectStores>>,
 }
 
 impl ScanContext {

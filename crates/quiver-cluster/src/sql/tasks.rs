@@ -1,6 +1,7 @@
 //! Where the tasks of a distributed query run: the live nodes are the
-//! workers, and each task of a stage that scans a cluster table goes to a
-//! node holding copies of the partitions it reads.
+//! workers, each task of a stage that scans a cluster table goes to a node
+//! holding copies of the partitions it reads, and each share of a scan of
+//! files in place to a node that serves them.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -20,6 +21,7 @@ use url::Url;
 
 use crate::node::ClusterNode;
 use crate::peers::Peers;
+use crate::sql::in_place::InPlaceScanExec;
 use crate::sql::scan::{ClusterScanExec, Replica, ScanPart};
 use crate::sql::table::split;
 
@@ -171,11 +173,11 @@ impl TaskRouter {
 
 impl RouteTasksHandler for TaskRouter {
     fn handle(&self, ev: RouteTasksEvent) -> Option<Result<RouteTasksEventResponse>> {
-        let wants = match scan_wants(ev.plan) {
-            Some(Ok(wants)) if wants.len() == ev.task_count => wants,
-            Some(Ok(wants)) => {
+        let (wants, only) = match scan_wants(ev.plan) {
+            Some(Ok((wants, only))) if wants.len() == ev.task_count => (wants, only),
+            Some(Ok((wants, _))) => {
                 return Some(Err(DataFusionError::Internal(format!(
-                    "a cluster scan was cut for {} tasks, the stage has {}",
+                    "a scan was cut for {} tasks, the stage has {}",
                     wants.len(),
                     ev.task_count
                 ))));
@@ -184,33 +186,71 @@ impl RouteTasksHandler for TaskRouter {
             // One task above the scans: the library's own choice (this
             // node, or the node of the task it reads from).
             None if ev.task_count <= 1 => return None,
-            None => vec![Vec::new(); ev.task_count],
+            None => (vec![Vec::new(); ev.task_count], Vec::new()),
         };
         let turn = self.turn.fetch_add(1, Ordering::Relaxed);
         let placed = self
             .workers
             .get_urls()
-            .and_then(|live| place(&wants, &live, self.local.as_ref(), turn));
+            .and_then(|live| place(&wants, &only, &live, self.local.as_ref(), turn));
         Some(placed.map(RouteTasksEventResponse::new))
     }
 }
 
-/// For each task of a stage scanning a cluster table, the nodes it would
-/// run on, best first: the node its variant was cut for, then the nodes
-/// holding copies of its partitions, most bytes first. `None` for a stage
-/// that scans no cluster table.
-fn scan_wants(plan: &Arc<dyn ExecutionPlan>) -> Option<Result<Vec<Vec<Url>>>> {
+/// For each task of a stage, the nodes it would run on, best first; and
+/// whether it may run on those only.
+type StageWants = (Vec<Vec<Url>>, Vec<bool>);
+
+/// The tasks of a stage scanning a cluster table or files in place: for
+/// each, the nodes it would run on, best first, and whether it may run on
+/// those only. A cluster scan's task: the node its variant was cut for,
+/// then the nodes holding copies of its partitions, most bytes first (any
+/// other node may read them from those). A share of files in place: its
+/// node, then the other nodes that serve the files, and those only. `None`
+/// for a stage that scans neither.
+fn scan_wants(plan: &Arc<dyn ExecutionPlan>) -> Option<Result<StageWants>> {
     let mut wants = None;
     let walked = plan.apply(|node| {
-        if let Some(leaf) = node.downcast_ref::<DistributedLeafExec>()
-            && leaf.original().downcast_ref::<ClusterScanExec>().is_some()
-        {
+        let Some(leaf) = node.downcast_ref::<DistributedLeafExec>() else {
+            return Ok(TreeNodeRecursion::Continue);
+        };
+        if leaf.original().downcast_ref::<ClusterScanExec>().is_some() {
             wants = Some(
                 leaf.variants()
                     .iter()
                     .filter_map(|v| v.downcast_ref::<ClusterScanExec>())
                     .map(variant_wants)
-                    .collect::<Result<Vec<_>>>(),
+                    .collect::<Result<Vec<_>>>()
+                    .map(|wants| {
+                        let only = vec![false; wants.len()];
+                        (wants, only)
+                    }),
+            );
+            return Ok(TreeNodeRecursion::Stop);
+        }
+        let shares: Vec<&InPlaceScanExec> = leaf
+            .variants()
+            .iter()
+            .filter_map(|v| v.downcast_ref::<InPlaceScanExec>())
+            .collect();
+        if !shares.is_empty() {
+            wants = Some(
+                shares
+                    .iter()
+                    .map(|share| {
+                        share
+                            .spec
+                            .readers
+                            .iter()
+                            .map(|r| worker_url(&r.location))
+                            .collect::<Result<Vec<_>>>()
+                    })
+                    .collect::<Result<Vec<_>>>()
+                    .map(|wants| {
+                        // A share of no files may run anywhere.
+                        let only = wants.iter().map(|w| !w.is_empty()).collect();
+                        (wants, only)
+                    }),
             );
             return Ok(TreeNodeRecursion::Stop);
         }
@@ -247,12 +287,19 @@ fn variant_wants(scan: &ClusterScanExec) -> Result<Vec<Url>> {
 }
 
 /// One live worker per task: its first want when that is live; else the
-/// least loaded of its live `wants` (the better ranked among equals); else
-/// the least loaded of the live workers (from the `turn`th on, among
-/// equals). `local` takes one task at most. An unreachable error when a
-/// task has nowhere to go: the stage has more tasks than live nodes and
-/// this node is the only one left.
-fn place(wants: &[Vec<Url>], live: &[Url], local: Option<&Url>, turn: usize) -> Result<Vec<Url>> {
+/// least loaded of its live `wants` (the better ranked among equals); else,
+/// unless the task may run on its wants `only`, the least loaded of the
+/// live workers (from the `turn`th on, among equals). `local` takes one
+/// task at most. An unreachable error when a task has nowhere to go: the
+/// stage has more tasks than live nodes and this node is the only one
+/// left, or none of the nodes a task may run on is live and free.
+fn place(
+    wants: &[Vec<Url>],
+    only: &[bool],
+    live: &[Url],
+    local: Option<&Url>,
+    turn: usize,
+) -> Result<Vec<Url>> {
     let mut load = vec![0usize; live.len()];
     let mut placed: Vec<Option<usize>> = vec![None; wants.len()];
     let mut local_taken = false;
@@ -273,6 +320,13 @@ fn place(wants: &[Vec<Url>], live: &[Url], local: Option<&Url>, turn: usize) -> 
             let worker = match wanted {
                 Some(worker) => worker,
                 None if first_only => continue,
+                None if only.get(task).copied().unwrap_or(false) => {
+                    return Err(unreachable_error(format!(
+                        "no node that serves the files of task {task} of a scan is live and \
+                         free (of {} live nodes): the query was planned before a node was lost",
+                        live.len()
+                    )));
+                }
                 None => {
                     let start = turn % live.len().max(1);
                     let spread = (0..live.len()).map(|i| (start + i) % live.len());
@@ -495,12 +549,12 @@ mod tests {
             urls(&["n3", "n1", "n2"]),
         ];
         for turn in 0..4 {
-            let placed = place(&scan, &live, Some(&local), turn).expect("placed");
+            let placed = place(&scan, &[], &live, Some(&local), turn).expect("placed");
             assert_eq!(placed[..2], urls(&["n1", "n2"])[..], "turn {turn}");
             assert_eq!(placed[2], url("n2"), "turn {turn}");
             // Above the scans: whatever node the spread starts from.
             let placed =
-                place(&[vec![], vec![], vec![]], &live, Some(&local), turn).expect("placed");
+                place(&[vec![], vec![], vec![]], &[], &live, Some(&local), turn).expect("placed");
             assert_eq!(
                 placed.iter().filter(|u| **u == local).count(),
                 1,
@@ -514,16 +568,16 @@ mod tests {
     fn tasks_go_to_their_nodes_and_spread_over_the_live_ones() {
         let live = urls(&["n1", "n2", "n3"]);
         let scan = [urls(&["n3"]), urls(&["n1"]), urls(&["n2"])];
-        let placed = place(&scan, &live, Some(&url("n1")), 0).expect("placed");
+        let placed = place(&scan, &[], &live, Some(&url("n1")), 0).expect("placed");
         assert_eq!(placed, urls(&["n3", "n1", "n2"]));
         // A task whose own node is live keeps it, though another task lost
         // its node and is placed first.
         let scan = [urls(&["n4", "n2"]), urls(&["n2"])];
-        let placed = place(&scan, &live, None, 0).expect("placed");
+        let placed = place(&scan, &[], &live, None, 0).expect("placed");
         assert_eq!(placed[1], url("n2"));
         assert_eq!(placed[0], url("n2"), "the lost node's copies are on n2");
         for turn in 0..3 {
-            let placed = place(&[vec![], vec![], vec![]], &live, None, turn).expect("placed");
+            let placed = place(&[vec![], vec![], vec![]], &[], &live, None, turn).expect("placed");
             let mut distinct = placed.clone();
             distinct.sort();
             distinct.dedup();
@@ -536,14 +590,44 @@ mod tests {
     fn a_stage_with_only_this_node_left_fails_as_unreachable() {
         let local = url("n1");
         let live = [local.clone()];
-        let placed = place(&[vec![], vec![]], &live, Some(&local), 0);
+        let placed = place(&[vec![], vec![]], &[], &live, Some(&local), 0);
         let Err(DataFusionError::IoError(e)) = placed else {
             panic!("{placed:?}");
         };
         assert_eq!(e.kind(), std::io::ErrorKind::NotConnected);
         // One task is this node's to run.
-        let placed = place(&[vec![]], &live, Some(&local), 0).expect("placed");
+        let placed = place(&[vec![]], &[], &live, Some(&local), 0).expect("placed");
         assert_eq!(placed, [local]);
+    }
+
+    #[test]
+    fn a_share_of_files_in_place_runs_only_on_a_node_serving_them() {
+        let local = url("n1");
+        let live = urls(&["n1", "n2", "n3"]);
+        // n3 serves no table over the files: not given the share whose node
+        // (n4) is lost, though it is the least loaded.
+        let shares = [urls(&["n1", "n2"]), urls(&["n4", "n2", "n1"])];
+        let placed = place(&shares, &[true, true], &live, Some(&local), 0).expect("placed");
+        assert_eq!(placed, urls(&["n1", "n2"]));
+        // Nowhere left to go (n1 is this node and runs one task at most):
+        // unreachable, so that the query is planned again.
+        let shares = [urls(&["n1"]), urls(&["n4", "n1"])];
+        let placed = place(&shares, &[true, true], &live, Some(&local), 0);
+        let Err(DataFusionError::IoError(e)) = placed else {
+            panic!("{placed:?}");
+        };
+        assert_eq!(e.kind(), std::io::ErrorKind::NotConnected);
+        // A share of no files goes anywhere.
+        let placed = place(
+            &[urls(&["n1"]), vec![]],
+            &[true, false],
+            &live,
+            Some(&local),
+            0,
+        )
+        .expect("placed");
+        assert_eq!(placed[0], local);
+        assert_ne!(placed[1], local);
     }
 
     #[test]
