@@ -547,6 +547,13 @@ def test_every_cluster_node_reads_a_shared_s3_table(
         assert sum(answers[0].column("n").to_pylist()) == expected
         assert sum(answers[0].column("s").to_pylist()) == sum(range(expected))
         assert all(answer.equals(answers[0]) for answer in answers), answers
+        # Served as Flight by any node: one endpoint per group of files, for engines'
+        # tasks to read one each.
+        with cluster.client("n2") as client:
+            assert client.info("t").partitions >= 2, client.info("t")
+            got = client.get("t")
+        assert got.num_rows == expected
+        assert sorted(got.column("id").to_pylist()) == list(range(expected))
     finally:
         failures = cluster.stop_all()
         assert not failures, failures

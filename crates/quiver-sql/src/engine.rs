@@ -299,6 +299,21 @@ impl SqlEngine {
             .map(|table| table.schema())
     }
 
+    /// A read of the whole of `name`, a table in place, by this server: one
+    /// partition per group of files. Planned without the session's rules, so
+    /// on a cluster too the partitions stay this server's, each an endpoint
+    /// a client's task reads on its own.
+    pub async fn scan_in_place(&self, name: &str) -> Result<Query> {
+        let table = self
+            .schema
+            .registered(name)
+            .filter(|table| table.table_type() != datafusion::logical_expr::TableType::View)
+            .ok_or_else(|| SqlError::NotFound(format!("no table in place named '{name}'")))?;
+        let state = self.context().state();
+        let plan = table.scan(&state, None, &[], None).await?;
+        self.limited(&state, plan)
+    }
+
     /// Every table, by name.
     pub fn tables(&self) -> Vec<TableInfo> {
         self.schema

@@ -200,18 +200,16 @@ impl FlightSql {
         }
     }
 
-    /// GetFlightInfo of the table in place `name` (a path descriptor): its
-    /// rows as a query's result, one endpoint per group of its files, that
-    /// any Flight client reads with DoGet.
+    /// GetFlightInfo of the table in place `name` (a path descriptor): one
+    /// endpoint per group of its files, read by this server (on a cluster
+    /// too), that any Flight client reads with DoGet.
     pub(crate) async fn table_in_place_info(
         &self,
         name: &str,
         descriptor: FlightDescriptor,
-        caller: &Caller,
     ) -> Result<FlightInfo> {
-        let query = format!("SELECT * FROM \"{}\"", name.replace('"', "\"\""));
-        let outcome = self.run(&query, None, caller.role.effect()).await?;
-        self.result_info(outcome, descriptor)
+        let query = self.engine.scan_in_place(name).await?;
+        self.result_info(Outcome::Query(query), descriptor)
     }
 
     /// GetSchema of a Flight SQL command: what GetFlightInfo would answer,
