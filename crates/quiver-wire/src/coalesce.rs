@@ -19,6 +19,9 @@
 //!   since the last writes the buffer out. h2 flushes at the end of every
 //!   turn of its connection task, so a response waits for at most one turn of
 //!   the task, never for more data;
+//! - a read first writes out what is gathered: a caller that reads may wait
+//!   for the answer to what it wrote, with no flush to follow (a TLS
+//!   handshake's flight);
 //! - a small read (room for less than [`DIRECT`]) is served from a buffer
 //!   filled by one read of up to [`CAPACITY`]; a large one reads the socket
 //!   straight into the caller's memory.
@@ -113,6 +116,7 @@ impl<T: AsyncWrite + Unpin> Coalesced<T> {
         }
         self.buf = Vec::new();
         self.written = 0;
+        self.fresh = false;
         Poll::Ready(Ok(()))
     }
 
@@ -148,13 +152,21 @@ impl<T: AsyncWrite + Unpin> Coalesced<T> {
     }
 }
 
-impl<T: AsyncRead + Unpin> AsyncRead for Coalesced<T> {
+impl<T: AsyncRead + AsyncWrite + Unpin> AsyncRead for Coalesced<T> {
     fn poll_read(
         self: Pin<&mut Self>,
         cx: &mut Context<'_>,
         buf: &mut ReadBuf<'_>,
     ) -> Poll<io::Result<()>> {
         let this = self.get_mut();
+        // A caller that reads may be waiting for the answer to what it
+        // wrote (a TLS handshake's flight, which no later flush follows):
+        // what is gathered goes out first.
+        if this.held() > 0
+            && let Poll::Ready(Err(e)) = this.poll_drain(cx)
+        {
+            return Poll::Ready(Err(e));
+        }
         if !this.read.is_empty() {
             this.serve(buf);
             return Poll::Ready(Ok(()));
@@ -510,6 +522,22 @@ mod tests {
         }
     }
 
+    impl AsyncWrite for Source {
+        fn poll_write(
+            self: Pin<&mut Self>,
+            _: &mut Context<'_>,
+            buf: &[u8],
+        ) -> Poll<io::Result<usize>> {
+            Poll::Ready(Ok(buf.len()))
+        }
+        fn poll_flush(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<io::Result<()>> {
+            Poll::Ready(Ok(()))
+        }
+        fn poll_shutdown(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<io::Result<()>> {
+            Poll::Ready(Ok(()))
+        }
+    }
+
     /// Reads `s` to its end with reads of `room` bytes, returning the bytes.
     fn read_all(s: &mut Coalesced<Source>, waker: &Waker, room: usize) -> Vec<u8> {
         let mut out = Vec::new();
@@ -570,6 +598,56 @@ mod tests {
             out.extend_from_slice(buf.filled());
         }
         assert_eq!(out, s.inner.data);
+    }
+
+    /// A socket: writes recorded, reads from a source.
+    struct Socket(Recorder, Source);
+
+    impl AsyncWrite for Socket {
+        fn poll_write(
+            self: Pin<&mut Self>,
+            cx: &mut Context<'_>,
+            buf: &[u8],
+        ) -> Poll<io::Result<usize>> {
+            Pin::new(&mut self.get_mut().0).poll_write(cx, buf)
+        }
+        fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+            Pin::new(&mut self.get_mut().0).poll_flush(cx)
+        }
+        fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+            Pin::new(&mut self.get_mut().0).poll_shutdown(cx)
+        }
+    }
+
+    impl AsyncRead for Socket {
+        fn poll_read(
+            self: Pin<&mut Self>,
+            cx: &mut Context<'_>,
+            buf: &mut ReadBuf<'_>,
+        ) -> Poll<io::Result<()>> {
+            Pin::new(&mut self.get_mut().1).poll_read(cx, buf)
+        }
+    }
+
+    #[test]
+    fn a_read_writes_what_is_gathered_first() {
+        // A TLS handshake writes its flight, flushes once and then only reads.
+        let (_, waker) = context();
+        let source = Source {
+            data: b"ServerHello".to_vec(),
+            at: 0,
+            chunk: 1 << 20,
+            rooms: Vec::new(),
+        };
+        let mut s = Coalesced::new(Socket(Recorder::default(), source));
+        ready(&waker, |cx| Pin::new(&mut s).poll_write(cx, b"ClientHello")).unwrap();
+        ready(&waker, |cx| Pin::new(&mut s).poll_flush(cx)).unwrap();
+        assert!(s.inner.0.writes.is_empty(), "the flush is put off");
+        let mut answer = [0u8; 64];
+        let mut buf = ReadBuf::new(&mut answer);
+        ready(&waker, |cx| Pin::new(&mut s).poll_read(cx, &mut buf)).unwrap();
+        assert_eq!(s.inner.0.bytes(), b"ClientHello");
+        assert_eq!(buf.filled(), b"ServerHello");
     }
 
     #[test]
