@@ -293,10 +293,14 @@ impl SqlEngine {
     /// The schema of `name`, if it is a table in place (files registered
     /// with [`SqlEngine::register_location`] or `CREATE EXTERNAL TABLE`).
     pub fn table_in_place(&self, name: &str) -> Option<SchemaRef> {
+        self.in_place(name).map(|table| table.schema())
+    }
+
+    /// The provider of `name`, if it is a table in place (not a view).
+    fn in_place(&self, name: &str) -> Option<Arc<dyn datafusion::catalog::TableProvider>> {
         self.schema
             .registered(name)
             .filter(|table| table.table_type() != datafusion::logical_expr::TableType::View)
-            .map(|table| table.schema())
     }
 
     /// A read of the whole of `name`, a table in place, by this server: one
@@ -305,9 +309,7 @@ impl SqlEngine {
     /// a client's task reads on its own.
     pub async fn scan_in_place(&self, name: &str) -> Result<Query> {
         let table = self
-            .schema
-            .registered(name)
-            .filter(|table| table.table_type() != datafusion::logical_expr::TableType::View)
+            .in_place(name)
             .ok_or_else(|| SqlError::NotFound(format!("no table in place named '{name}'")))?;
         let state = self.context().state();
         let plan = table.scan(&state, None, &[], None).await?;
