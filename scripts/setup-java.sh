@@ -15,6 +15,10 @@
 # All of it goes to the cache directory, outside the repository, and is reused: a second
 # run downloads and compiles nothing unless the pinned version or the sources changed.
 #
+# Usage: setup-java.sh            all of the above
+#        setup-java.sh --spark    step 1 alone: the JDK and Maven that scripts/setup-spark-jvm.sh
+#                                 (the JVM Spark connector) needs; no JDBC driver is fetched
+#
 # Environment:
 #   QUIVER_JAVA_CACHE  the cache directory (default: $HOME/.cache/quiver/java)
 #   JAVA_HOME          a JDK to prefer (used if it is 17 or newer)
@@ -35,6 +39,13 @@ jvm_flags=(--add-opens=java.base/java.nio=ALL-UNNAMED)
 
 say() { printf 'setup-java: %s\n' "$*"; }
 die() { printf 'setup-java: %s\n' "$*" >&2; exit "${2:-1}"; }
+
+spark_only=false
+case "${1:-}" in
+    "") ;;
+    --spark) spark_only=true ;;
+    *) die "usage: setup-java.sh [--spark]" ;;
+esac
 
 mkdir -p "$cache"
 # One setup at a time per cache (parallel test runs).
@@ -82,6 +93,8 @@ find_jdk() {
 
 need_mvn=false
 [ -s "$jar" ] && [ -s "$pg_jar" ] || need_mvn=true
+# The Spark connector is built by Maven every time its sources change.
+! $spark_only || need_mvn=true
 
 if ! find_jdk || { $need_mvn && ! command -v mvn >/dev/null; }; then
     packages=(openjdk-17-jdk-headless maven)
@@ -101,6 +114,10 @@ if ! find_jdk || { $need_mvn && ! command -v mvn >/dev/null; }; then
     find_jdk || die "installed ${packages[*]} but found no JDK 17+"
 fi
 say "JDK: $jdk ($("$jdk/java" -version 2>&1 | head -n1))"
+if $spark_only; then
+    say "Maven: $(command -v mvn); now scripts/setup-spark-jvm.sh PYTHON builds the Spark connector"
+    exit 0
+fi
 
 # Resolves GROUP:ARTIFACT:VERSION from Maven Central into $cache/lib/ARTIFACT-VERSION.jar,
 # unless it is there already.
