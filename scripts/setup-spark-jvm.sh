@@ -57,9 +57,11 @@ spark_version="$(sed -n 's/^spark-core_[0-9.]*-\(.*\)\.jar$/\1/p' <<< "$core_jar
     || die "unsupported Spark $spark_version: the connector supports Spark $supported_spark_major.x (Scala $supported_scala, Java $supported_java+)"
 [ "$scala_binary" = "$supported_scala" ] \
     || die "unsupported Scala $scala_binary (Spark $spark_version): the connector supports Scala $supported_scala"
-java_major="$(java -version 2>&1 | sed -n 's/.*version "\([0-9]*\).*/\1/p' | head -n1)"
+# The Java Spark runs on: JAVA_HOME's, else PATH's (as spark-submit chooses).
+java_bin="${JAVA_HOME:+$JAVA_HOME/bin/}java"
+java_major="$("$java_bin" -version 2>&1 | sed -n 's/.*version "\([0-9]*\).*/\1/p' | head -n1)"
 [ -n "$java_major" ] && [ "$java_major" -ge "$supported_java" ] \
-    || die "unsupported Java ${java_major:-?} ($(command -v java)): Spark $spark_version and the connector need Java $supported_java or newer"
+    || die "unsupported Java ${java_major:-?} ($java_bin): Spark $spark_version and the connector need Java $supported_java or newer"
 # The Arrow Java that Spark bundles must be the one the pom asks for.
 spark_arrow="$(cd "$spark_jars" && ls arrow-vector-*.jar | sed 's/^arrow-vector-\(.*\)\.jar$/\1/')"
 pom_arrow="$(sed -n 's:.*<arrow.version>\(.*\)</arrow.version>.*:\1:p' "$pom")"
