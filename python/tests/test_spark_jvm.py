@@ -1,13 +1,16 @@
 """quiver's JVM Spark connector (``java/spark``) in a real Spark 4, ``local[2]``, from PySpark.
 
-``scripts/setup-spark-jvm.sh`` builds the connector's jar against PySpark's own jars and
-resolves Arrow Flight's Java client (what Spark lacks of it) from Maven Central, into a
-cache outside the repository; this module's Spark session takes those jars as
-``spark.jars``, and does not register the Python connector: ``format("quiver")`` is the
-JVM source found through its ``META-INF/services`` entry.
+``scripts/setup-spark-jvm.sh`` builds the connector's one jar with its Maven build
+(``java/spark/pom.xml``: what Spark lacks of Arrow Flight's Java client shaded into it)
+against PySpark's own jars, into a cache outside the repository, and installs it in the
+local Maven repository; this module's Spark session takes that jar as ``spark.jars``, and
+does not register the Python connector: ``format("quiver")`` is the JVM source found
+through its ``META-INF/services`` entry. One test loads it by its coordinates instead
+(``spark.jars.packages``), as users install connectors.
 
 With ``CI=true`` a machine where the connector cannot be built fails the tests; elsewhere
-they are skipped when there is no JDK or Maven (``scripts/setup-java.sh`` installs both).
+they are skipped when there is no JDK or Maven (``scripts/setup-java.sh --spark`` installs
+both).
 """
 
 from __future__ import annotations
@@ -57,7 +60,7 @@ def java_cache() -> Path:
 
 @pytest.fixture(scope="module")
 def jars() -> str:
-    """``spark.jars``: the connector and the Flight client's jars Spark lacks."""
+    """``spark.jars``: the connector's jar, with the Flight client's classes Spark lacks."""
     done = subprocess.run(
         ["bash", str(SETUP), sys.executable],
         capture_output=True,
@@ -695,3 +698,111 @@ def test_the_jvm_source_reads_and_writes_over_mutual_tls(
     no_cert = {k: v for k, v in tls.items() if k not in ("cert_chain", "private_key")}
     with pytest.raises(Exception, match=r"(?i)unavailable|handshake|certificate"):
         read(spark, server.uri, "t", "id long", **no_cert).count()
+
+
+# Classes the jar must not hold at their own names: relocated, or Spark's.
+NOT_IN_THE_JAR = (
+    "io/grpc/",
+    "com/google/protobuf/",
+    "org/apache/arrow/",
+    "io/netty/",
+    "io/perfmark/",
+    "com/google/common/",
+    "com/fasterxml/",
+    "org/apache/spark/",
+    "scala/",
+)
+
+
+def test_the_connector_jar_keeps_what_it_shades_relocated(jars: str) -> None:
+    """``mvn -f java/spark package`` makes one jar: the connector, and gRPC, protobuf and
+    Flight relocated under ``quiver/shaded/`` (no class at its own name to clash with a
+    user's or Spark's); none of what Spark ships (Arrow's vectors and memory, Netty, Guava,
+    Jackson), whose Arrow vectors Spark's ArrowColumnVector reads. The pom installed beside
+    it asks for nothing at run time, so ``--packages`` fetches no other jar."""
+    import zipfile
+
+    (jar,) = jars.split(",")
+    with zipfile.ZipFile(jar) as archive:
+        names = archive.namelist()
+        services = {
+            name: archive.read(name).decode()
+            for name in names
+            if name.startswith("META-INF/services/") and not name.endswith("/")
+        }
+    assert "quiver/spark/QuiverDataSource.class" in names
+    assert (
+        "quiver/spark/ForeignCalls.class" in names
+        or not (java_cache() / "spark" / "java22-home").is_file()
+    )
+    for shaded in ("io/grpc/", "com/google/protobuf/", "org/apache/arrow/flight/", "io/perfmark/"):
+        assert any(name.startswith(f"quiver/shaded/{shaded}") for name in names), shaded
+    unrelocated = [
+        name for name in names if name.endswith(".class") and name.startswith(NOT_IN_THE_JAR)
+    ]
+    assert unrelocated == []
+    sources = services["META-INF/services/org.apache.spark.sql.sources.DataSourceRegister"]
+    assert sources.split() == ["quiver.spark.QuiverDataSource"]
+    channels = services["META-INF/services/quiver.shaded.io.grpc.ManagedChannelProvider"]
+    assert "quiver.shaded.io.grpc.netty.NettyChannelProvider" in channels.split()
+    assert not any(name.startswith("META-INF/services/io.grpc.") for name in services)
+
+    group, artifact, version = (java_cache() / "spark" / "package.txt").read_text().split(":")
+    installed = Path.home() / ".m2" / "repository" / group / artifact / version.strip()
+    pom = (installed / f"{artifact}-{version.strip()}.pom").read_text()
+    assert (installed / f"{artifact}-{version.strip()}.jar").read_bytes() == Path(jar).read_bytes()
+    runtime = re.findall(r"<dependency>(?:(?!</dependency>).)*</dependency>", pom, re.S)
+    assert [d for d in runtime if not re.search(r"<scope>(provided|system|test)</scope>", d)] == []
+
+
+PACKAGE_JOB = """
+import sys
+from pyspark.sql import SparkSession
+
+package, ivy, uri = sys.argv[1:]
+spark = (
+    SparkSession.builder.master("local[2]")
+    .config("spark.jars.packages", package)
+    .config("spark.jars.ivy", ivy)
+    .config("spark.ui.enabled", "false")
+    .config("spark.driver.bindAddress", "127.0.0.1")
+    .config("spark.driver.host", "127.0.0.1")
+    .getOrCreate()
+)
+df = spark.read.format("quiver").option("uri", uri).load("trips")
+row = df.where("id >= 500").selectExpr("count(*) AS n", "sum(id) AS s").first()
+parts = df.rdd.getNumPartitions()
+print(f"quiver-package rows={df.count()} n={row.n} s={row.s} partitions={parts}")
+df.where("id < 100").write.format("quiver").option("uri", uri).mode("overwrite").save("copy")
+spark.stop()
+"""
+
+
+def test_pyspark_loads_the_installed_package_by_its_coordinates(
+    jars: str, client: quiver.Client, uri: str, tmp_path: Path
+) -> None:
+    """As a PySpark user installs a connector: ``spark.jars.packages`` (``--packages``) with
+    the coordinates ``mvn install`` put in the local Maven repository; Spark's Ivy finds
+    the jar there, alone, and the session reads a quiver table and writes one back. A
+    process of its own: a JVM takes its packages when it starts."""
+    client.put("trips", mixed_table(1000), partitions=3)
+    package = (java_cache() / "spark" / "package.txt").read_text().strip()
+    job = tmp_path / "job.py"
+    job.write_text(PACKAGE_JOB)
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PYSPARK", "SPARK_"))}
+    env["PYSPARK_PYTHON"] = sys.executable
+    done = subprocess.run(
+        [sys.executable, str(job), package, str(tmp_path / "ivy"), uri],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=env,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr[-5000:]
+    group, artifact, version = package.split(":")
+    # Spark's Ivy found it in ~/.m2, and fetched no other artifact.
+    assert f"found {group}#{artifact};{version} in local-m2-cache" in done.stderr, done.stderr
+    assert re.search(r"\b1 artifacts copied", done.stderr), done.stderr[-3000:]
+    assert "quiver-package rows=1000 n=500 s=374750 partitions=3" in done.stdout, done.stdout
+    assert sorted(client.get("copy")["id"].to_pylist()) == list(range(100))
