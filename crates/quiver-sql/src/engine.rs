@@ -198,7 +198,9 @@ impl SqlEngine {
             .with_default_catalog_and_schema(CATALOG, SCHEMA)
             .with_information_schema(true);
         // Table and column names are as stored: `SELECT VendorID FROM Taxi`
-        // reads the column and table of exactly those names.
+        // reads the column and table of exactly those names, and so do
+        // `vendorid` and `taxi` (crate::identifiers matches unquoted names
+        // ignoring case before DataFusion plans them).
         config.options_mut().sql_parser.enable_ident_normalization = false;
         // An operator's `execution.target_partitions` wins over the cores.
         let partitions = config.target_partitions();
@@ -247,7 +249,17 @@ impl SqlEngine {
                 builder
             }
         };
-        let state = source.session(builder).build();
+        let mut state = source.session(builder).build();
+        // A decimal quotient is a double, as in DuckDB (crate::division).
+        // Neither call can fail: the registry only adds to its lists.
+        let _ = datafusion::execution::FunctionRegistry::register_function_rewrite(
+            &mut state,
+            Arc::new(crate::division::DecimalDivision),
+        );
+        let _ = datafusion::execution::FunctionRegistry::register_udf(
+            &mut state,
+            crate::division::decimal_to_double(),
+        );
         let context = SessionContext::new_with_state(state);
         let schema = Arc::new(StoreSchema::new(Arc::clone(&source)));
         let catalog = MemoryCatalogProvider::new();
@@ -395,7 +407,7 @@ impl SqlEngine {
     /// Plans `sql` for its shapes: what a prepared statement reports.
     pub async fn prepare(&self, sql: &str) -> Result<Prepared> {
         let sql = number_placeholders(sql);
-        let plan = self.context.state().create_logical_plan(&sql).await?;
+        let plan = crate::identifiers::plan(&self.context.state(), &sql).await?;
         let mut parameters: Vec<(usize, Field)> = plan
             .get_parameter_types()?
             .into_iter()
@@ -462,7 +474,7 @@ impl SqlEngine {
         started: std::time::Instant,
     ) -> Result<Outcome> {
         let sql = number_placeholders(sql);
-        let plan = self.context.state().create_logical_plan(&sql).await?;
+        let plan = crate::identifiers::plan(&self.context.state(), &sql).await?;
         let effect = Effect::of(&plan);
         if effect > allowed {
             return Err(SqlError::Denied(effect));
@@ -615,7 +627,7 @@ impl SqlEngine {
             Box::pin(async move {
                 source.recheck().await;
                 let state = context.state();
-                let plan = bind(state.create_logical_plan(&sql).await?, params)?;
+                let plan = bind(crate::identifiers::plan(&state, &sql).await?, params)?;
                 let physical = state.create_physical_plan(&plan).await?;
                 Ok((physical, task_context(&state, memory_limit)?))
             })

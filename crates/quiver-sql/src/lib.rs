@@ -18,11 +18,13 @@ mod catalog;
 mod conjunction;
 mod decimal;
 mod distinct;
+mod division;
 mod engine;
 mod error;
 mod file_scan;
 mod file_table;
 mod filter;
+mod identifiers;
 mod join_order;
 mod join_sizes;
 mod local_files;
@@ -45,6 +47,7 @@ pub use datafusion::common::ParamValues;
 
 pub use blocking::store_write;
 pub use catalog::{CATALOG, SCHEMA, TableKind};
+pub use division::decimal_to_double;
 pub use engine::{
     DEFAULT_QUERY_MEMORY_LIMIT, DEFAULT_QUERY_TIMEOUT, Effect, EngineOptions, Outcome, Prepared,
     SqlEngine, TableInfo,

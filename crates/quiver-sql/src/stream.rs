@@ -128,7 +128,7 @@ impl SqlEngine {
         let context = SessionContext::new_with_state(state);
         context.register_catalog(CATALOG, Arc::new(catalog));
         let sql = number_placeholders(sql);
-        let plan = context.state().create_logical_plan(&sql).await?;
+        let plan = crate::identifiers::plan(&context.state(), &sql).await?;
         let effect = Effect::of(&plan);
         if effect > Effect::Read {
             return Err(SqlError::invalid(format!(

@@ -94,8 +94,12 @@ async fn stored_tables_are_sql_tables_with_names_as_stored() {
         .downcast_ref::<StringArray>()
         .unwrap();
     assert_eq!(names.value(0), "n7");
-    // Names are not folded to lower case.
-    let err = query(&engine, "SELECT * FROM trips").await.unwrap_err();
+    // Unquoted names match in any case; quoted ones only as stored.
+    let result = query(&engine, "SELECT NAME FROM trips WHERE ID = 7")
+        .await
+        .unwrap();
+    assert_eq!(result.schema().field(0).name(), "Name");
+    let err = query(&engine, "SELECT * FROM \"trips\"").await.unwrap_err();
     assert!(
         matches!(&err, SqlError::Invalid(m) if m.contains("trips")),
         "{err}"

@@ -90,6 +90,12 @@ impl ClusterSql {
                 if let Some(runtime) = runtime {
                     builder = builder.with_runtime_env(runtime);
                 }
+                // quiver's own functions its plans call (a decimal
+                // quotient's operands), decoded by name.
+                builder
+                    .scalar_functions()
+                    .get_or_insert_default()
+                    .push(quiver_sql::decimal_to_double());
                 let config = builder.config().get_or_insert_default();
                 config.set_distributed_user_codec(ClusterCodec);
                 config.set_distributed_channel_resolver(channels);
