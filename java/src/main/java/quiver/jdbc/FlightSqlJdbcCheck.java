@@ -168,6 +168,8 @@ public final class FlightSqlJdbcCheck {
     check("Statement count(*)", this::count);
     check("Statement reads every column of every row", this::readAll);
     check("Statement aggregates", this::aggregates);
+    check("identifiers ignore case unless quoted", this::identifiers);
+    check("a decimal quotient is a double", this::decimalQuotient);
     check("Statement.execute", this::genericExecute);
     check("PreparedStatement with a parameter", this::prepared);
     check("executeUpdate CREATE TABLE AS, count, DROP TABLE", this::createAsAndDrop);
@@ -907,6 +909,43 @@ public final class FlightSqlJdbcCheck {
       expectEqual("max(ts)", tsOf(rows), rs.getTimestamp(4).toLocalDateTime());
       expectEqual("count(name)", rows - rows / 10, rs.getLong(5));
       expect(!rs.next(), "%s returned more than one row", sql);
+      return sql;
+    }
+  }
+
+  /** Unquoted names match whatever case they were stored with; quoted ones match exactly. */
+  private String identifiers() throws SQLException {
+    String upper = table.toUpperCase(java.util.Locale.ROOT);
+    String sql =
+        "SELECT T.ID, Sum(FARE) AS Total FROM "
+            + upper
+            + " AS t WHERE t.Id <= 10 GROUP BY t.id ORDER BY TOTAL DESC LIMIT 1";
+    try (Statement st = conn.createStatement();
+        ResultSet rs = st.executeQuery(sql)) {
+      expect(rs.next(), "%s returned no row", sql);
+      expectEqual("T.ID", 10L, rs.getLong(1));
+      expectEqual("Total", 2.5, rs.getDouble(2));
+      expect(!rs.next(), "%s returned more than one row", sql);
+    }
+    String quoted = "SELECT \"ID\" FROM " + table;
+    try (Statement st = conn.createStatement();
+        ResultSet rs = st.executeQuery(quoted)) {
+      throw new AssertionError(quoted + " ran: a quoted name must match exactly");
+    } catch (SQLException e) {
+      String message = String.valueOf(e.getMessage());
+      expect(message.contains("ID"), "the error names no ID: %s", message);
+    }
+    return sql + "; " + quoted;
+  }
+
+  /** Decimal division gives a double (as DuckDB does), not a quotient cut to six places. */
+  private String decimalQuotient() throws SQLException {
+    String sql = "SELECT CAST(2749.75 AS DECIMAL(17,2)) / CAST(2884.363333 AS DECIMAL(23,6)) AS q";
+    try (Statement st = conn.createStatement();
+        ResultSet rs = st.executeQuery(sql)) {
+      expectEqual("column type", java.sql.Types.DOUBLE, rs.getMetaData().getColumnType(1));
+      expect(rs.next(), "%s returned no row", sql);
+      expectEqual("q", 2749.75 / 2884.363333, rs.getDouble(1));
       return sql;
     }
   }
