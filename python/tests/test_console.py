@@ -445,6 +445,8 @@ def test_browser_times_a_large_sample_and_result(
     from selenium.webdriver.common.by import By
     from selenium.webdriver.support.ui import Select
 
+    # Drawing a page of 100,000 rows keeps the renderer busy past WebDriver's default.
+    browser.set_page_load_timeout(300)
     server, api = open_console()
     put_table(server.uri, "big", trips(1_000_000))
     api = api.anyone()
