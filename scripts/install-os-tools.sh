@@ -3,7 +3,10 @@
 #   systemd   systemd-analyze (verify, syscall-filter) and systemd-sysusers, for
 #             python/tests/test_deploy.py (nothing is started: the tests only run
 #             those two programs on files in a temp dir);
-#   tmux      the terminal `quiver top` is tested in (python/tests/test_top.py).
+#   tmux      the terminal `quiver top` is tested in (python/tests/test_top.py);
+#   chromium, chromium-driver
+#             the headless browser and its WebDriver the web console is tested in
+#             (python/tests/test_console.py drives them with Selenium).
 # Idempotent: it runs apt-get only when one of them is missing.
 #
 # Exit codes: 0 ready; 3 missing and it cannot be installed here (not root nor
@@ -18,8 +21,10 @@ if ! command -v systemd-analyze >/dev/null || ! command -v systemd-sysusers >/de
     packages+=(systemd)
 fi
 command -v tmux >/dev/null || packages+=(tmux)
+[ -x /usr/bin/chromium ] || packages+=(chromium)
+[ -x /usr/bin/chromedriver ] || packages+=(chromium-driver)
 if [ ${#packages[@]} -eq 0 ]; then
-    say "systemd-analyze, systemd-sysusers and tmux already installed"
+    say "systemd-analyze, systemd-sysusers, tmux, chromium and chromedriver already installed"
     exit 0
 fi
 
@@ -39,3 +44,5 @@ say "installing ${packages[*]} from Debian's packages"
     "${packages[@]}" >/dev/null
 command -v systemd-analyze >/dev/null || die "installed systemd but found no systemd-analyze"
 command -v tmux >/dev/null || die "installed tmux but found no tmux"
+[ -x /usr/bin/chromium ] || die "installed chromium but found no /usr/bin/chromium"
+[ -x /usr/bin/chromedriver ] || die "installed chromium-driver but found no /usr/bin/chromedriver"

@@ -27,7 +27,8 @@
 #      (scripts/setup-spark-jvm.sh, cached there too);
 #   5. PostgreSQL and its ODBC driver from Debian's packages, if missing, for the
 #      benchmark harness's sql suite (scripts/install-postgres.sh);
-#   6. systemd and tmux from Debian's packages, if missing, for systemd-analyze
+#   6. systemd, tmux and Chromium (with its chromedriver) from Debian's packages, if
+#      missing, for the web console's browser tests, systemd-analyze
 #      verify of the unit in deploy/ and for `quiver top` under a terminal
 #      (scripts/install-os-tools.sh);
 #   7. SeaweedFS's `weed`, the real S3 server that the object-storage tests start on

@@ -18,6 +18,7 @@ mod actions;
 pub mod auth;
 mod body_watch;
 pub mod cluster;
+mod console;
 mod descriptor;
 mod error;
 mod exchange;

@@ -136,7 +136,7 @@ fn code_name(code: tonic::Code) -> &'static str {
 /// The process's Prometheus recorder, installed by the first server that
 /// exports metrics (the facade takes one recorder per process; servers in
 /// one process, as in tests, share it).
-fn recorder() -> Result<&'static PrometheusHandle, String> {
+pub(crate) fn recorder() -> Result<&'static PrometheusHandle, String> {
     static HANDLE: OnceLock<Result<PrometheusHandle, String>> = OnceLock::new();
     HANDLE
         .get_or_init(|| {
@@ -193,6 +193,11 @@ pub(crate) struct Sources {
 }
 
 impl Sources {
+    /// The store's state: tables, rows, bytes, memory.
+    pub(crate) fn store_stats(&self) -> quiver_store::StoreStats {
+        self.store.stats()
+    }
+
     /// Sets every gauge from the state it reports.
     fn sample(&self) {
         let s = self.store.stats();
@@ -233,12 +238,7 @@ impl MetricsEndpoint {
     /// Serves `GET /metrics` until dropped (the server aborts its task).
     pub(crate) async fn serve(self, sources: Sources) {
         let handle = self.handle;
-        let upkeep = async {
-            loop {
-                tokio::time::sleep(UPKEEP).await;
-                handle.run_upkeep();
-            }
-        };
+        let upkeep = upkeep(handle);
         let accept = async {
             loop {
                 let stream = match self.listener.accept().await {
@@ -273,7 +273,23 @@ impl MetricsEndpoint {
     }
 }
 
-fn respond<B>(
+/// Compacts the recorder's histograms every [`UPKEEP`], forever: what an
+/// endpoint that exports the metrics runs beside its listener.
+pub(crate) async fn upkeep(handle: &PrometheusHandle) {
+    loop {
+        tokio::time::sleep(UPKEEP).await;
+        handle.run_upkeep();
+    }
+}
+
+/// The metrics in Prometheus' text format, the gauges sampled first.
+pub(crate) fn render(handle: &PrometheusHandle, sources: &Sources) -> String {
+    sources.sample();
+    handle.render()
+}
+
+/// Serves `GET /metrics` (any other path is not found).
+pub(crate) fn respond<B>(
     request: &http::Request<B>,
     handle: &PrometheusHandle,
     sources: &Sources,
@@ -295,8 +311,7 @@ fn respond<B>(
             "GET /metrics\n".into(),
         );
     }
-    sources.sample();
-    let mut response = reply(http::StatusCode::OK, handle.render());
+    let mut response = reply(http::StatusCode::OK, render(handle, sources));
     response.headers_mut().insert(
         http::header::CONTENT_TYPE,
         http::HeaderValue::from_static("text/plain; version=0.0.4; charset=utf-8"),

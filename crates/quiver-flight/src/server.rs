@@ -18,6 +18,7 @@ use futures::TryStreamExt;
 
 use crate::auth::{AuthLayer, Authenticator};
 use crate::cluster::{SingleServer, Topology};
+use crate::console::ConsoleEndpoint;
 use crate::health::Readiness;
 use crate::lingering::{Closes, LINGER, LingeringStream};
 use crate::metrics::MetricsEndpoint;
@@ -151,6 +152,10 @@ pub struct ServerConfig {
     /// Where Prometheus scrapes `/metrics` ([`crate::metrics`]), bound by
     /// the caller (so that it can announce the address); `None`: no metrics.
     pub metrics: Option<Arc<std::net::TcpListener>>,
+    /// Where the web console (and `/metrics` too) is served over HTTP/1.1
+    /// (`--http-listen`, [`crate::console`]), bound by the caller; with
+    /// [`ServerConfig::tls`], over TLS. `None`: no console.
+    pub http: Option<Arc<std::net::TcpListener>>,
     /// Where the server's tables live: on it alone (the default), or
     /// across a cluster (`--cluster`, crates/quiver-cluster).
     pub topology: Arc<dyn Topology>,
@@ -183,6 +188,9 @@ pub enum ServeError {
     /// The metrics endpoint could not be served.
     #[error("--metrics-listen: {0}")]
     Metrics(std::io::Error),
+    /// The console could not be served.
+    #[error("--http-listen: {0}")]
+    Console(std::io::Error),
     /// The transport failed.
     #[error(transparent)]
     Transport(#[from] tonic::transport::Error),
@@ -228,6 +236,7 @@ impl Default for ServerConfig {
             auth: None,
             shm_socket: None,
             metrics: None,
+            http: None,
             functions: None,
             topology: Arc::new(SingleServer),
         }
@@ -345,6 +354,18 @@ pub async fn serve(
         ),
         None => None,
     };
+    let console = match &config.http {
+        Some(listener) => Some(
+            ConsoleEndpoint::from_std(
+                listener,
+                service.clone(),
+                config.auth.clone(),
+                config.tls.as_ref(),
+            )
+            .map_err(ServeError::Console)?,
+        ),
+        None => None,
+    };
     let (readiness, health) = Readiness::starting().await;
     let direct = config
         .direct_wire
@@ -395,6 +416,7 @@ pub async fn serve(
     let mut server = std::pin::pin!(server);
     // Scraped through the shutdown's grace period too; stopped when the server is.
     let metrics = metrics.map(|endpoint| tokio::spawn(endpoint.serve(service.metric_sources())));
+    let console = console.map(|endpoint| tokio::spawn(endpoint.serve()));
     // Startup, while health checks say NOT_SERVING and other RPCs wait.
     tokio::select! {
         result = &mut server => {
@@ -447,6 +469,9 @@ pub async fn serve(
     }
     if let Some(metrics) = metrics {
         metrics.abort();
+    }
+    if let Some(console) = console {
+        console.abort();
     }
     // Let the last connections finish closing, so clients read all they were sent.
     let _ = tokio::time::timeout(LINGER, closes.wait()).await;

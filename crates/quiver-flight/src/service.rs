@@ -123,6 +123,16 @@ impl QuiverService {
         self.sql.engine()
     }
 
+    /// Where the node's tables live: what every handler reads and writes.
+    pub(crate) fn tables(&self) -> &Arc<dyn Tables> {
+        &self.tables
+    }
+
+    /// The function workers, with `--functions`.
+    pub(crate) fn functions(&self) -> Option<&Arc<quiver_functions::FunctionPool>> {
+        self.options.functions.as_ref()
+    }
+
     /// What the metrics' gauges are read from.
     pub(crate) fn metric_sources(&self) -> crate::metrics::Sources {
         crate::metrics::Sources {

@@ -2,6 +2,11 @@
 //! that client certificates must chain to. rustls (on ring) through tonic.
 
 use std::path::Path;
+use std::sync::Arc;
+
+use tokio_rustls::rustls;
+use tokio_rustls::rustls::pki_types::pem::PemObject;
+use tokio_rustls::rustls::pki_types::{CertificateDer, PrivateKeyDer};
 
 use tonic::transport::server::ServerTlsConfig;
 use tonic::transport::{Certificate, Identity};
@@ -56,6 +61,43 @@ impl TlsConfig {
     /// Whether clients must present a certificate.
     pub fn mutual(&self) -> bool {
         self.client_ca_pem.is_some()
+    }
+
+    /// rustls' server settings for the console's HTTP/1.1 listener: the same
+    /// certificate and, for mutual TLS, the same client CA as Flight.
+    pub(crate) fn rustls_server_config(&self) -> Result<Arc<rustls::ServerConfig>> {
+        let bad = |what: &str, e: &dyn std::fmt::Display| Error::Config(format!("{what}: {e}"));
+        let certs = CertificateDer::pem_slice_iter(&self.cert_pem)
+            .collect::<std::result::Result<Vec<_>, _>>()
+            .map_err(|e| bad("--tls-cert", &e))?;
+        let key = PrivateKeyDer::from_pem_slice(&self.key_pem).map_err(|e| bad("--tls-key", &e))?;
+        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let builder = rustls::ServerConfig::builder_with_provider(Arc::clone(&provider))
+            .with_safe_default_protocol_versions()
+            .map_err(|e| bad("TLS", &e))?;
+        let builder = match &self.client_ca_pem {
+            None => builder.with_no_client_auth(),
+            Some(ca) => {
+                let mut roots = rustls::RootCertStore::empty();
+                for cert in CertificateDer::pem_slice_iter(ca) {
+                    roots
+                        .add(cert.map_err(|e| bad("--tls-client-ca", &e))?)
+                        .map_err(|e| bad("--tls-client-ca", &e))?;
+                }
+                let verifier = rustls::server::WebPkiClientVerifier::builder_with_provider(
+                    Arc::new(roots),
+                    provider,
+                )
+                .build()
+                .map_err(|e| bad("--tls-client-ca", &e))?;
+                builder.with_client_cert_verifier(verifier)
+            }
+        };
+        let mut config = builder
+            .with_single_cert(certs, key)
+            .map_err(|e| bad("--tls-cert", &e))?;
+        config.alpn_protocols = vec![b"http/1.1".to_vec()];
+        Ok(Arc::new(config))
     }
 
     /// tonic's server TLS settings: with a client CA, a client certificate

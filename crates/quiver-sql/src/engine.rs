@@ -108,6 +108,8 @@ impl Effect {
     /// What `plan` does.
     pub fn of(plan: &LogicalPlan) -> Self {
         match plan {
+            // EXPLAIN ANALYZE runs its statement: it does what the statement does.
+            LogicalPlan::Analyze(analyze) => Self::of(&analyze.input),
             LogicalPlan::Ddl(DdlStatement::CreateExternalTable(_)) | LogicalPlan::Copy(_) => {
                 Self::ServerFiles
             }
@@ -478,6 +480,17 @@ impl SqlEngine {
         let effect = Effect::of(&plan);
         if effect > allowed {
             return Err(SqlError::Denied(effect));
+        }
+        // DataFusion would run the write itself, past quiver's own paths
+        // (and their checks) for writes.
+        if let LogicalPlan::Analyze(analyze) = &plan
+            && changes_tables(&analyze.input)
+        {
+            return Err(SqlError::Unsupported(
+                "EXPLAIN ANALYZE of a statement that changes tables: quiver runs it for \
+                 queries only (EXPLAIN shows the plan without running it)"
+                    .into(),
+            ));
         }
         match bind(plan, params.clone())? {
             LogicalPlan::Ddl(DdlStatement::CreateMemoryTable(create)) => {

@@ -405,6 +405,10 @@ async fn statements_beyond_what_is_allowed_are_refused_before_they_run() {
         ("SELECT count(*) FROM Trips", Effect::Read),
         ("CREATE TABLE t2 AS SELECT * FROM Trips", Effect::Write),
         ("INSERT INTO Trips VALUES (5, 'x')", Effect::Write),
+        (
+            "EXPLAIN ANALYZE INSERT INTO Trips VALUES (5, 'x')",
+            Effect::Write,
+        ),
         ("DROP TABLE Trips", Effect::Write),
         ("CREATE VIEW v AS SELECT 1", Effect::Write),
         (external.as_str(), Effect::ServerFiles),
@@ -420,6 +424,18 @@ async fn statements_beyond_what_is_allowed_are_refused_before_they_run() {
             }
         }
     }
+    // Nor for an admin: EXPLAIN ANALYZE runs queries only.
+    let analyzed = engine
+        .run_allowed(
+            "EXPLAIN ANALYZE INSERT INTO Trips VALUES (5, 'x')",
+            None,
+            Effect::ServerFiles,
+        )
+        .await;
+    assert!(
+        matches!(analyzed, Err(SqlError::Unsupported(_))),
+        "{analyzed:?}"
+    );
     // Nothing ran: the table is as it was, nothing was created.
     assert_eq!(store.get("Trips").unwrap().num_rows(), 1000);
     assert!(store.get("t2").is_err());

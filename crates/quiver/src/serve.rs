@@ -29,6 +29,15 @@ pub(crate) async fn run(args: ServeArgs) -> Result<(), Box<dyn std::error::Error
     };
     let metrics_addr = metrics.as_ref().map(|l| l.local_addr()).transpose()?;
     config.metrics = metrics.map(Arc::new);
+    let http = match args.http_listen {
+        Some(at) => Some(
+            std::net::TcpListener::bind(at)
+                .map_err(|e| format!("cannot listen for the console on {at}: {e}"))?,
+        ),
+        None => None,
+    };
+    let http_addr = http.as_ref().map(|l| l.local_addr()).transpose()?;
+    config.http = http.map(Arc::new);
     let shared_tokens = args.auth.token_secret_file.is_some();
     let node =
         crate::cluster::join(&args.cluster, &store, &mut config, addr, shared_tokens).await?;
@@ -42,7 +51,7 @@ pub(crate) async fn run(args: ServeArgs) -> Result<(), Box<dyn std::error::Error
     // Before the line below: a signal sent as soon as it is read must stop
     // the server gracefully, not kill it.
     let shutdown = shutdown_signal();
-    announce(addr, config.tls.is_some(), metrics_addr)?;
+    announce(addr, config.tls.is_some(), metrics_addr, http_addr)?;
     tracing::debug!(location = %advertised_location(&config, Some(addr)), "advertised location");
     let served = serve(listener, store, config, shutdown).await;
     crate::cluster::leave(node).await;
@@ -71,13 +80,23 @@ fn init_logging(filter: &str, format: LogFormat) -> Result<(), Box<dyn std::erro
 }
 
 /// The lines on stdout: tools and tests read the addresses from them. The
-/// first is always the Flight address.
-fn announce(addr: SocketAddr, tls: bool, metrics: Option<SocketAddr>) -> std::io::Result<()> {
+/// first is always the Flight address, then the metrics' and the console's,
+/// for each that is on.
+fn announce(
+    addr: SocketAddr,
+    tls: bool,
+    metrics: Option<SocketAddr>,
+    console: Option<SocketAddr>,
+) -> std::io::Result<()> {
     let mut out = std::io::stdout().lock();
     let scheme = if tls { "grpc+tls" } else { "grpc+tcp" };
     writeln!(out, "quiver listening on {scheme}://{addr}")?;
     if let Some(metrics) = metrics {
         writeln!(out, "quiver metrics on http://{metrics}/metrics")?;
+    }
+    if let Some(console) = console {
+        let scheme = if tls { "https" } else { "http" };
+        writeln!(out, "quiver console on {scheme}://{console}/")?;
     }
     out.flush()
 }

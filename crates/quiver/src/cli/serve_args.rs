@@ -114,6 +114,12 @@ pub(crate) struct ServeArgs {
     #[arg(long, env = "QUIVER_METRICS_LISTEN")]
     pub(crate) metrics_listen: Option<SocketAddr>,
 
+    /// Serve the web console (tables, SQL, live plots) and its JSON API at
+    /// http://HOST:PORT/, and Prometheus metrics at /metrics, with the same
+    /// users, roles and TLS as Flight (docs/console.md). Default: off.
+    #[arg(long, env = "QUIVER_HTTP_LISTEN")]
+    pub(crate) http_listen: Option<SocketAddr>,
+
     /// Read settings from this TOML file: its keys are these flags' names
     /// (`max-memory = "8GiB"`); flags and QUIVER_ variables override it.
     #[arg(long, env = "QUIVER_CONFIG")]
@@ -183,8 +189,9 @@ impl ServeArgs {
             tls,
             auth,
             shm_socket: shm_socket(&self.shm_socket, addr.port()),
-            // Bound by `serve::run`, which announces it.
+            // Bound by `serve::run`, which announces them.
             metrics: None,
+            http: None,
             http2: self.http2.to_config()?,
             limits: self.limits.to_config()?,
             functions: self.functions.to_config()?,
