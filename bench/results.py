@@ -18,6 +18,9 @@ ARROW_CPP = "arrow-cpp"
 JSON_SOCKET = "json-socket"
 POSTGRESQL = "postgresql"
 DUCKDB = "duckdb"
+#: The tpch suite's higher peer: DuckDB on its own in-memory tables (``CREATE TABLE t AS
+#: SELECT * FROM read_parquet(...)``), where the ``duckdb`` rows query views of the files.
+DUCKDB_MEMORY = "duckdb-memory"
 #: The engines suite's engines (the ``client`` column) and the sources and sinks beside
 #: quiver and PostgreSQL (the ``server`` column): a local Parquet directory, and Spark's
 #: own cache (the DataFrame the writes write, held in Spark's memory: a read's floor).
@@ -133,14 +136,17 @@ class Measurement:
         the server's write-side and read-side syscalls during one more transfer, ``note``
         the counter, perf or strace) and ``latency`` (1-row gets: ``seconds`` the p50,
         ``p99_seconds``, ``ops`` the calls).
-        For ``tpch``: ``q01`` ... ``q22`` (one timed run of the query: ``seconds`` from
-        the call to the whole Arrow result, ``rows_per_stream`` the result's rows),
-        ``check:qNN`` (the quiver setup's first result compared with DuckDB's: ``errors``
+        For ``tpch``: ``q01`` ... ``q22`` and the window and rollup set's ``w01`` ...
+        ``w10`` (one timed run of the query: ``seconds`` from the call to the whole Arrow
+        result, ``rows_per_stream`` the result's rows), ``check:qNN`` (the quiver setup's
+        first result compared with DuckDB's: ``errors``
         1 when it differs or the query failed, ``note`` how), ``generate`` (tpchgen-cli's
         ``seconds``, when it ran), ``load:TABLE`` (the table's put: ``rows_per_stream``
         rows, ``bytes`` their Arrow size, ``ops`` the batches), ``arrow`` (the Arrow size
         of the 8 tables put, ``bytes``), ``stored`` (the server's ``stats().bytes``),
-        ``rss_loaded`` (the server's VmRSS and VmHWM after the load) and ``rss`` (the
+        ``load:duckdb-memory`` (``server`` ``duckdb-memory``: DuckDB's ``CREATE TABLE`` of
+        the 8 tables, ``seconds``), ``rss_loaded`` (the server's VmRSS and VmHWM after the
+        load) and ``rss`` (the
         largest VmRSS sampled while the queries ran, and the VmHWM after them).
         For ``lake`` (:mod:`bench.suites.lake`; ``server`` ``duckdb-httpfs``, ``quiver-s3-cold``,
         ``quiver-s3-warm``, ``quiver-local``, ``quiver-s3``, ``s3``): ``qNN`` and

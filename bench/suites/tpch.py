@@ -1,4 +1,6 @@
-"""The tpch suite: TPC-H's 22 queries on quiver against DuckDB (issue 38)."""
+"""The tpch suite: TPC-H's 22 queries on quiver against DuckDB (issue 38), and a set of
+window and rollup queries over the same tables (issue 68).
+"""  # noqa: D205
 
 from __future__ import annotations
 
@@ -16,7 +18,7 @@ from .. import servers, tpch, workers
 from ..plan import GIB, TPCH_ARROW_BYTES_PER_SF, TPCH_FULL_SCALES
 from ..plots import _save, _seconds
 from ..report import Goal, _figure, _goal_rows, _size, _times
-from ..results import DUCKDB, QUIVER, QUIVER_FILES, QUIVER_PYTHON, Measurement
+from ..results import DUCKDB, DUCKDB_MEMORY, QUIVER, QUIVER_FILES, QUIVER_PYTHON, Measurement
 from ..run import Run, Section, Suite, alternating, log
 from ..servers import ServerProcess
 from ..summary import Row, Spread, select, spread
@@ -32,7 +34,10 @@ TPCH_PACKAGES = ("duckdb", "adbc-driver-flightsql")
 
 
 def run_tpch(run: Run) -> None:
-    """Time the 22 TPC-H queries on quiver, stored tables and files in place, and DuckDB.
+    """Time the TPC-H queries and the window and rollup set on quiver and DuckDB.
+
+    quiver with its tables stored and with the files in place; DuckDB over the files and
+    on its own in-memory tables.
 
     The tables are generated at ``Plan.tpch_scale`` by tpchgen-cli into ``OUT/tpch/``
     (kept there for the next run at that scale: :func:`bench.tpch.generate`). Two fresh
@@ -40,10 +45,10 @@ def run_tpch(run: Run) -> None:
     other serving the same files in place (``--table NAME=PATH``); the first with a
     ``--max-memory`` of the usual 16 GiB, or twice the tables' expected Arrow size if more
     (:data:`bench.plan.TPCH_ARROW_BYTES_PER_SF`), the query settings the server's defaults
-    (``--query-memory-limit``...). One worker runs every
-    query on each engine: first once each, untimed, DuckDB first, each quiver result
-    compared with DuckDB's; then ``Plan.reps`` timed runs per engine, the engines taking
-    turns. The servers' VmRSS is sampled while the queries run.
+    (``--query-memory-limit``...). One worker runs every query on each engine (its DuckDB
+    in-memory tables made first, timed): first once each, untimed, DuckDB over the files
+    first, each other result compared with its; then ``Plan.reps`` timed runs per engine,
+    the engines taking turns. The servers' VmRSS is sampled while the queries run.
 
     Raises
     ------
@@ -87,13 +92,24 @@ def run_tpch(run: Run) -> None:
         started.append(files)
         _tpch_load(run, stored, directory)
         uris = {QUIVER: stored.uri, QUIVER_FILES: files.uri}
-        log(f"tpch: the 22 queries, {plan.reps} timed run(s) each on every engine")
         with workers.Worker(
             "tpch client", tpch.TpchClient, (str(directory), uris), TPCH_TIMEOUT_S
         ) as client:
+            seconds = float(client.call("load_memory"))
+            log(f"tpch: DuckDB made its in-memory tables in {seconds:.1f} s")
+            run.add(
+                Measurement(
+                    "tpch", DUCKDB_MEMORY, tpch.CLIENTS[DUCKDB_MEMORY], "load:duckdb-memory",
+                    seconds=seconds,
+                )
+            )  # fmt: skip
+            log(
+                f"tpch: the 22 queries and the {len(tpch.WINDOW_QUERY_IDS)} of the window and "
+                f"rollup set, {plan.reps} timed run(s) each on every engine"
+            )
             samplers = {QUIVER: _MemorySampler(stored), QUIVER_FILES: _MemorySampler(files)}
             try:
-                for qid in tpch.QUERY_IDS:
+                for qid in tpch.ALL_QUERY_IDS:
                     failures += _tpch_query(run, client, qid)
             finally:
                 for setup, sampler in samplers.items():
@@ -112,7 +128,7 @@ def run_tpch(run: Run) -> None:
                 run.note(f"{server.name} (tpch suite) exited with code {code} after SIGTERM")
     if failures:
         raise RuntimeError(
-            f"{len(failures)} of {len(tpch.QUERY_IDS) * len(tpch.SETUPS)} quiver results "
+            f"{len(failures)} of {len(tpch.ALL_QUERY_IDS) * len(tpch.SETUPS)} quiver results "
             f"differ from DuckDB's or failed: {', '.join(failures)}"
         )
 
@@ -175,6 +191,9 @@ def _tpch_query(run: Run, client: workers.Worker, qid: str) -> list[str]:
             continue
         running.append(engine)
         why[engine] = got["mismatch"]
+    found = why.get(DUCKDB_MEMORY)
+    if found is not None and not found.startswith("failed: "):
+        run.note(f"tpch: {qid} on {tpch.LABELS[DUCKDB_MEMORY]} differs from DuckDB's: {found}")
     failures = []
     for setup in tpch.SETUPS:
         found = why[setup]
@@ -206,7 +225,10 @@ def _tpch_query(run: Run, client: workers.Worker, qid: str) -> list[str]:
     medians = {e: statistics.median(t) for e, t in times.items() if t}
     duckdb = medians.get(DUCKDB)
     shown = []
-    for engine, seconds in medians.items():
+    for engine in tpch.ENGINES:
+        if engine not in medians:
+            continue
+        seconds = medians[engine]
         ratio = f" ({seconds / duckdb:.2f}×)" if duckdb and engine != DUCKDB else ""
         shown.append(f"{tpch.LABELS[engine]} {seconds * 1e3:.0f} ms{ratio}")
     log(f"tpch {qid}: {', '.join(shown)}")
@@ -231,6 +253,20 @@ TPCH_FILES_TOTAL = 1.2
 TPCH_RSS_VS_ARROW = 1.3
 
 
+#: The higher peer (issue 68): the stored tables' total at most this many times DuckDB's on
+#: its own in-memory tables, and no query above TPCH_STORED_QUERY times its.
+TPCH_MEMORY_TOTAL = 0.7
+
+
+#: The window and rollup set (issue 68), stored tables: total at most this many times
+#: DuckDB's (over the files)...
+WINDOWS_TOTAL = 1.0
+
+
+#: ...and no query above this many times its.
+WINDOWS_QUERY = 1.5
+
+
 #: The run's software entries the tpch suite added (shown in its section, not the sql's).
 TPCH_SOFTWARE = ("tpchgen-cli",)
 
@@ -253,16 +289,34 @@ def query_checks(rows: list[Row], setup: str, suite: str = "tpch") -> dict[str, 
     return checks
 
 
-def _tpch_total_goal(rows: list[Row], setup: str, threshold: float) -> Goal:
-    """Return the goal on the total of the 22 medians.
+def _set_name(queries: tuple[str, ...]) -> str:
+    """Name a query set in the goals: ``TPC-H`` or ``TPC-H window and rollup set``."""
+    return "TPC-H window and rollup set" if queries == tpch.WINDOW_QUERY_IDS else "TPC-H"
+
+
+def _peer_name(peer: str) -> str:
+    return "DuckDB" if peer == DUCKDB else tpch.LABELS[peer]
+
+
+def _tpch_total_goal(
+    rows: list[Row],
+    setup: str,
+    threshold: float,
+    peer: str = DUCKDB,
+    queries: tuple[str, ...] = tpch.QUERY_IDS,
+) -> Goal:
+    """Return the goal on the total of the queries' medians, ``setup``'s over ``peer``'s.
 
     A query not timed on both engines fails it; the ratio over the queries that were is
     shown beside.
     """
-    both = tpch_both(rows, setup, list(tpch.QUERY_IDS))
-    missing = [q for q in tpch.QUERY_IDS if q not in both]
-    ours, theirs = (tpch_total(rows, e, both) for e in (setup, DUCKDB))
-    text = f"TPC-H, total of the 22 queries' medians: {tpch.LABELS[setup]} / DuckDB"
+    both = tpch_both(rows, setup, list(queries), peer)
+    missing = [q for q in queries if q not in both]
+    ours, theirs = (tpch_total(rows, e, both) for e in (setup, peer))
+    text = (
+        f"{_set_name(queries)}, total of the {len(queries)} queries' medians: "
+        f"{tpch.LABELS[setup]} / {_peer_name(peer)}"
+    )
     target = f"≤ {threshold:g}×"
     if ours is None or not theirs:
         return Goal(text, target, None, False, "— (not measured)")
@@ -277,15 +331,17 @@ def _tpch_total_goal(rows: list[Row], setup: str, threshold: float) -> Goal:
     return Goal(text, target, ratio, ratio <= threshold, shown)
 
 
-def results_equal_goal(name: str, checks: dict[str, Row]) -> Goal:
-    """Return the goal that every TPC-H query's result equals DuckDB's.
+def results_equal_goal(
+    name: str, checks: dict[str, Row], queries: tuple[str, ...] = tpch.QUERY_IDS
+) -> Goal:
+    """Return the goal that every query's result (of the 22 TPC-H, by default) equals DuckDB's.
 
     ``checks`` holds each query's ``check:`` row by query id; a query that differs,
     failed or did not run fails the goal.
     """
-    count = len(tpch.QUERY_IDS)
-    equal = [q for q in tpch.QUERY_IDS if q in checks and not checks[q]["errors"]]
-    wrong = [q for q in tpch.QUERY_IDS if q not in equal]
+    count = len(queries)
+    equal = [q for q in queries if q in checks and not checks[q]["errors"]]
+    wrong = [q for q in queries if q not in equal]
     shown = f"{len(equal)} of {count}"
     if wrong:
         shown += f" (differ, failed or not run: {', '.join(wrong)})"
@@ -305,22 +361,7 @@ def tpch_goals(rows: list[Row]) -> list[Goal]:
         name = f"TPC-H results equal to DuckDB's: {tpch.LABELS[setup]}"
         out.append(results_equal_goal(name, query_checks(rows, setup)))
     out.append(_tpch_total_goal(rows, QUIVER, TPCH_STORED_TOTAL))
-    ratios = {q: tpch_ratio(rows, QUIVER, q) for q in tpch.QUERY_IDS}
-    measured = {q: r for q, r in ratios.items() if r is not None}
-    text = f"TPC-H, slowest query against DuckDB's: {tpch.LABELS[QUIVER]}"
-    target = f"≤ {TPCH_STORED_QUERY:g}× each"
-    if measured:
-        worst = max(measured, key=lambda q: measured[q])
-        over = [q for q, r in measured.items() if r > TPCH_STORED_QUERY]
-        shown = f"{_times(measured[worst])} ({worst})"
-        if over:
-            shown += f"; above {TPCH_STORED_QUERY:g}×: {', '.join(over)}"
-        missing = [q for q in tpch.QUERY_IDS if q not in measured]
-        if missing:
-            shown += f"; not measured: {', '.join(missing)}"
-        out.append(Goal(text, target, measured[worst], not over and not missing, shown))
-    else:
-        out.append(Goal(text, target, None, False, "— (not measured)"))
+    out.append(_slowest_goal(rows, QUIVER, TPCH_STORED_QUERY))
     out.append(_tpch_total_goal(rows, QUIVER_FILES, TPCH_FILES_TOTAL))
     rss = _tpch_row(rows, "rss", QUIVER)
     arrow = _tpch_row(rows, "arrow")
@@ -337,7 +378,43 @@ def tpch_goals(rows: list[Row]) -> list[Goal]:
         out.append(
             Goal(text, f"≤ {TPCH_RSS_VS_ARROW:g}×", ratio, ratio <= TPCH_RSS_VS_ARROW, shown)
         )
+    # The higher peer, DuckDB on its own tables in memory, and the window and rollup set
+    # (issue 68).
+    out.append(_tpch_total_goal(rows, QUIVER, TPCH_MEMORY_TOTAL, DUCKDB_MEMORY))
+    out.append(_slowest_goal(rows, QUIVER, TPCH_STORED_QUERY, DUCKDB_MEMORY))
+    windows = tpch.WINDOW_QUERY_IDS
+    for setup in tpch.SETUPS:
+        name = f"TPC-H window and rollup set, results equal to DuckDB's: {tpch.LABELS[setup]}"
+        out.append(results_equal_goal(name, query_checks(rows, setup), windows))
+    out.append(_tpch_total_goal(rows, QUIVER, WINDOWS_TOTAL, DUCKDB, windows))
+    out.append(_slowest_goal(rows, QUIVER, WINDOWS_QUERY, DUCKDB, windows))
     return out
+
+
+def _slowest_goal(
+    rows: list[Row],
+    setup: str,
+    threshold: float,
+    peer: str = DUCKDB,
+    queries: tuple[str, ...] = tpch.QUERY_IDS,
+) -> Goal:
+    """Return the goal that no query of ``queries`` takes above ``threshold`` × ``peer``'s."""
+    ratios = {q: tpch_ratio(rows, setup, q, peer) for q in queries}
+    measured = {q: r for q, r in ratios.items() if r is not None}
+    peer_name = "DuckDB's" if peer == DUCKDB else tpch.LABELS[peer]
+    text = f"{_set_name(queries)}, slowest query against {peer_name}: {tpch.LABELS[setup]}"
+    target = f"≤ {threshold:g}× each"
+    if not measured:
+        return Goal(text, target, None, False, "— (not measured)")
+    worst = max(measured, key=lambda q: measured[q])
+    over = [q for q, r in measured.items() if r > threshold]
+    shown = f"{_times(measured[worst])} ({worst})"
+    if over:
+        shown += f"; above {threshold:g}×: {', '.join(over)}"
+    missing = [q for q in queries if q not in measured]
+    if missing:
+        shown += f"; not measured: {', '.join(missing)}"
+    return Goal(text, target, measured[worst], not over and not missing, shown)
 
 
 def _tpch_cell(found: Spread | None) -> str:
@@ -354,13 +431,14 @@ def _tpch_result(check: Row | None) -> str:
     return "**failed**" if str(check.get("note") or "").startswith("failed: ") else "**differs**"
 
 
-def _tpch_table(rows: list[Row]) -> list[str]:
-    queries = tpch_queries(rows)
+def _tpch_table(rows: list[Row], ids: tuple[str, ...] = tpch.QUERY_IDS) -> list[str]:
+    queries = tpch_queries(rows, ids)
     checks = {setup: query_checks(rows, setup) for setup in tpch.SETUPS}
     lines = [
-        "| query | result rows | DuckDB, s | quiver, stored tables, s | × DuckDB | "
-        "quiver, files in place, s | × DuckDB | results: stored, in place |",
-        "| --- | --- | --- | --- | --- | --- | --- | --- |",
+        "| query | result rows | DuckDB, s | DuckDB in memory, s | quiver, stored tables, s | "
+        "× DuckDB | × DuckDB in memory | quiver, files in place, s | × DuckDB | "
+        "results: stored, in place |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
     for qid in queries:
         result_rows = sorted(
@@ -368,22 +446,28 @@ def _tpch_table(rows: list[Row]) -> list[str]:
         )
         cells = [qid.upper(), "/".join(f"{n:,}" for n in result_rows)]
         cells.append(_tpch_cell(tpch_seconds(rows, DUCKDB, qid)))
+        cells.append(_tpch_cell(tpch_seconds(rows, DUCKDB_MEMORY, qid)))
         for setup in tpch.SETUPS:
             cells.append(_tpch_cell(tpch_seconds(rows, setup, qid)))
             cells.append(_times(tpch_ratio(rows, setup, qid)))
+            if setup == QUIVER:
+                cells.append(_times(tpch_ratio(rows, setup, qid, DUCKDB_MEMORY)))
         cells.append(", ".join(_tpch_result(checks[s].get(qid)) for s in tpch.SETUPS))
         lines.append(f"| {' | '.join(cells)} |")
-    duckdb = tpch_total(rows, DUCKDB, queries)
-    cells = ["**total**", "", "—" if duckdb is None else f"{duckdb:.3f}"]
+    cells = ["**total**", ""]
+    for peer in tpch.PEERS:
+        total = tpch_total(rows, peer, queries)
+        cells.append("—" if total is None else f"{total:.3f}")
     for setup in tpch.SETUPS:
         # A query not timed on the setup leaves the total of the others, said so.
-        both = tpch_both(rows, setup, queries)
-        ours, theirs = tpch_total(rows, setup, both), tpch_total(rows, DUCKDB, both)
-        if ours is None or not theirs:
-            cells += ["—", "—"]
-            continue
-        partial = "" if len(both) == len(queries) else f" ({len(both)} of {len(queries)})"
-        cells += [f"{ours:.3f}{partial}", f"{_times(ours / theirs)}{partial}"]
+        peers = tpch.PEERS if setup == QUIVER else (DUCKDB,)
+        for k, peer in enumerate(peers):
+            both = tpch_both(rows, setup, queries, peer)
+            ours, theirs = tpch_total(rows, setup, both), tpch_total(rows, peer, both)
+            partial = "" if len(both) == len(queries) else f" ({len(both)} of {len(queries)})"
+            if k == 0:
+                cells.append("—" if ours is None else f"{ours:.3f}{partial}")
+            cells.append("—" if ours is None or not theirs else f"{_times(ours / theirs)}{partial}")
     cells.append("")
     lines.append(f"| {' | '.join(cells)} |")
     return lines
@@ -423,6 +507,36 @@ def _tpch_memory_lines(rows: list[Row]) -> list[str]:
     return [text]
 
 
+def _duckdb_load_text(rows: list[Row]) -> str:
+    found = select(rows, suite="tpch", server=DUCKDB_MEMORY, op="load:duckdb-memory")
+    return f" ({float(found[-1]['seconds']):.1f} s, not counted)" if found else ""
+
+
+def _windows_lines(rows: list[Row], plots: dict[str, Path], report_dir: Path) -> list[str]:
+    """Return the window and rollup set's table and figure (its goals are the suite's)."""
+    if not tpch_queries(rows, tpch.WINDOW_QUERY_IDS):
+        return []
+    return [
+        "### The window and rollup set (issue 68)",
+        "",
+        f"{len(tpch.WINDOW_QUERY_IDS)} queries over the same tables, as analysts write them "
+        "(`bench/tpch_queries/windows/`): a 3-month moving average of each nation's revenue "
+        "(W01), the top 3 customers per nation by `rank()` (W02), each supplier's 2 dearest "
+        "line items by `row_number()` over the 6M rows (W03), a running total per customer "
+        "(W04), `avg(...) OVER (PARTITION BY a, b, c)` beside each line item (W05), "
+        "`GROUP BY ROLLUP` of region, nation and year (W06), `CUBE` of the line items' flags "
+        "and ship mode (W07), `GROUPING SETS` of brand, type and container (W08), "
+        "`stddev_samp` per supplier nation and manufacturer over the joined line items (W09), "
+        "and each nation's year-over-year change by `lag()` with its `dense_rank()` (W10). "
+        "Each has an `ORDER BY` that leaves no tie, and is run, checked and timed as the 22 "
+        "are, in the same run.",
+        "",
+        *_figure("The window and rollup set against DuckDB", plots.get("tpch-windows"), report_dir),
+        *_tpch_table(rows, tpch.WINDOW_QUERY_IDS),
+        "",
+    ]
+
+
 def _tpch_load_lines(rows: list[Row]) -> list[str]:
     loads = [
         r for r in select(rows, suite="tpch", server=QUIVER) if str(r["op"]).startswith("load:")
@@ -446,7 +560,9 @@ def _tpch_load_lines(rows: list[Row]) -> list[str]:
 def _tpch_mismatch_lines(rows: list[Row]) -> list[str]:
     lines = []
     for setup in tpch.SETUPS:
-        for qid, check in sorted(query_checks(rows, setup).items()):
+        checks = query_checks(rows, setup)
+        for qid in (q for q in tpch.ALL_QUERY_IDS if q in checks):
+            check = checks[qid]
             if check["errors"]:
                 lines.append(f"- {qid.upper()}, {tpch.LABELS[setup]}: {check.get('note') or ''}")
     if not lines:
@@ -455,7 +571,7 @@ def _tpch_mismatch_lines(rows: list[Row]) -> list[str]:
 
 
 def _tpch_section(
-    rows: list[Row], run: dict[str, object], plot: Path | None, report_dir: Path
+    rows: list[Row], run: dict[str, object], plots: dict[str, Path], report_dir: Path
 ) -> list[str]:
     if not select(rows, suite="tpch"):
         return []
@@ -492,7 +608,10 @@ def _tpch_section(
         "`--query-memory-limit` 1 GiB per query; `--max-memory` 16 GiB, or twice the "
         "tables' Arrow size when more);",
         "- DuckDB in process, over views of `read_parquet` of the same files "
-        "(`con.sql(query).to_arrow_table()`).",
+        "(`con.sql(query).to_arrow_table()`);",
+        "- DuckDB in process on its own in-memory tables, the higher peer (issue 68): "
+        "`CREATE TABLE t AS SELECT * FROM read_parquet(...)` of the same files, in a second "
+        "connection, before the first query" + _duckdb_load_text(rows) + ".",
         "",
         "quiver is queried through ADBC Flight SQL (`adbc_driver_flightsql`: `execute`, then "
         "`fetch_arrow_table()`). The clients of all three share one worker process; DuckDB "
@@ -500,7 +619,8 @@ def _tpch_section(
         "Each query first runs once on every engine, untimed, DuckDB first; each quiver "
         "result is compared with DuckDB's, row by row in order (every query of more than "
         "one result row has an `ORDER BY`; rows tied on its keys would show as a "
-        "difference): integers and decimals exactly, to the last "
+        "difference; DuckDB over the files is the reference of every other engine): integers "
+        "and decimals exactly, to the last "
         "digit, whatever their types (DuckDB sums into `decimal(38, s)`, DataFusion into "
         "`decimal(25, s)` or `int64`); a decimal against DuckDB's `double` (its `avg` and "
         "decimal division) closer than one unit of the decimal's last digit; two doubles "
@@ -514,9 +634,10 @@ def _tpch_section(
         "| --- | --- | --- | --- |",
         *_goal_rows(tpch_goals(rows)),
         "",
-        *_figure("TPC-H against DuckDB", plot, report_dir),
+        *_figure("TPC-H against DuckDB", plots.get("tpch"), report_dir),
         *_tpch_table(rows),
         "",
+        *_windows_lines(rows, plots, report_dir),
         *_tpch_mismatch_lines(rows),
     ]
     for text in (*_tpch_memory_lines(rows), *_tpch_load_lines(rows)):
@@ -527,14 +648,17 @@ def _tpch_section(
 
 
 #: The tpch suite's engines, in the order shown, with their colours.
-TPCH_COLORS = {DUCKDB: "tab:orange", QUIVER: "tab:blue", QUIVER_FILES: "#7fb2e5"}
+TPCH_COLORS = {
+    DUCKDB: "tab:orange",
+    DUCKDB_MEMORY: "tab:red",
+    QUIVER: "tab:blue",
+    QUIVER_FILES: "#7fb2e5",
+}
 
 
-def tpch_queries(rows: list[Row]) -> list[str]:
-    """Return the TPC-H queries the tpch suite timed (``q01``...), in order."""
-    return sorted(
-        {str(r["op"]) for r in select(rows, suite="tpch") if str(r["op"]) in tpch.QUERY_IDS}
-    )
+def tpch_queries(rows: list[Row], ids: tuple[str, ...] = tpch.QUERY_IDS) -> list[str]:
+    """Return the queries of ``ids`` the tpch suite timed (``q01``...), in order."""
+    return sorted({str(r["op"]) for r in select(rows, suite="tpch") if str(r["op"]) in ids})
 
 
 def tpch_seconds(rows: list[Row], engine: str, qid: str) -> Spread | None:
@@ -550,26 +674,26 @@ def tpch_total(rows: list[Row], engine: str, queries: list[str]) -> float | None
     return sum(f.median for f in found if f is not None)
 
 
-def tpch_ratio(rows: list[Row], engine: str, qid: str) -> float | None:
-    """Return ``engine``'s median over DuckDB's for query ``qid``."""
-    ours, theirs = tpch_seconds(rows, engine, qid), tpch_seconds(rows, DUCKDB, qid)
+def tpch_ratio(rows: list[Row], engine: str, qid: str, peer: str = DUCKDB) -> float | None:
+    """Return ``engine``'s median over ``peer``'s (DuckDB's over the files) for query ``qid``."""
+    ours, theirs = tpch_seconds(rows, engine, qid), tpch_seconds(rows, peer, qid)
     if ours is None or theirs is None or theirs.median <= 0:
         return None
     return ours.median / theirs.median
 
 
-def tpch_both(rows: list[Row], engine: str, queries: list[str]) -> list[str]:
-    """Return those of ``queries`` timed on both ``engine`` and DuckDB."""
+def tpch_both(rows: list[Row], engine: str, queries: list[str], peer: str = DUCKDB) -> list[str]:
+    """Return those of ``queries`` timed on both ``engine`` and ``peer``."""
     return [
         q
         for q in queries
-        if tpch_seconds(rows, engine, q) is not None and tpch_seconds(rows, DUCKDB, q) is not None
+        if tpch_seconds(rows, engine, q) is not None and tpch_seconds(rows, peer, q) is not None
     ]
 
 
 def _tpch_total_text(rows: list[Row], engine: str, queries: list[str], ratio: bool) -> str:
     """Name ``engine``'s total (or its ratio to DuckDB's), of the queries both engines ran."""
-    both = queries if engine == DUCKDB else tpch_both(rows, engine, queries)
+    both = queries if engine in tpch.PEERS else tpch_both(rows, engine, queries)
     ours, theirs = tpch_total(rows, engine, both), tpch_total(rows, DUCKDB, both)
     if ours is None or not theirs:
         return ""
@@ -583,9 +707,11 @@ def _log_seconds(value: float, _: object) -> str:
     return _seconds(value) if leading in (1, 2, 5) else ""
 
 
-def tpch_figure(rows: list[Row], plan: dict[str, object], path: Path) -> Path:
+def tpch_figure(
+    rows: list[Row], plan: dict[str, object], path: Path, ids: tuple[str, ...] = tpch.QUERY_IDS
+) -> Path:
     """Per query: the median seconds of each engine, and quiver's time over DuckDB's."""
-    queries = tpch_queries(rows)
+    queries = tpch_queries(rows, ids)
     engines = [e for e in tpch.ENGINES if any(tpch_seconds(rows, e, q) for q in queries)]
     fig, (top, bottom) = plt.subplots(2, 1, figsize=(13, 8), sharex=True)
     width = 0.8 / max(1, len(engines))
@@ -612,7 +738,7 @@ def tpch_figure(rows: list[Row], plan: dict[str, object], path: Path) -> Path:
     top.set_ylabel("seconds (median; whiskers: min–max)")
     top.legend(fontsize=8, ncol=3, loc="lower left", bbox_to_anchor=(0.0, 1.0))
     top.grid(True, axis="y", alpha=0.3)
-    setups = [e for e in engines if e != DUCKDB]
+    setups = [e for e in engines if e not in tpch.PEERS]
     width = 0.8 / max(1, len(setups))
     for k, setup in enumerate(setups):
         offset = (k - (len(setups) - 1) / 2) * width
@@ -650,7 +776,8 @@ def tpch_figure(rows: list[Row], plan: dict[str, object], path: Path) -> Path:
     bottom.set_ylim(0, max(1.6, top_ratio) * 1.3)
     scale = plan.get("tpch_scale")
     at = "" if scale is None else f" at scale factor {float(scale):g}"  # type: ignore[arg-type]
-    fig.suptitle(f"TPC-H{at}: quiver (ADBC Flight SQL) against DuckDB in process, same Parquet")
+    what = "window and rollup set" if ids == tpch.WINDOW_QUERY_IDS else "TPC-H"
+    fig.suptitle(f"{what}{at}: quiver (ADBC Flight SQL) against DuckDB in process, same Parquet")
     return _save(fig, path)
 
 
@@ -665,7 +792,13 @@ def _goals_link(rows: list[Row]) -> list[str]:
 
 
 def _figures(rows: list[Row], plan: dict[str, object], out_dir: Path) -> list[Path]:
-    return [tpch_figure(rows, plan, out_dir / "tpch.png")] if tpch_queries(rows) else []
+    out = []
+    if tpch_queries(rows):
+        out.append(tpch_figure(rows, plan, out_dir / "tpch.png"))
+    if tpch_queries(rows, tpch.WINDOW_QUERY_IDS):
+        path = out_dir / "tpch-windows.png"
+        out.append(tpch_figure(rows, plan, path, tpch.WINDOW_QUERY_IDS))
+    return out
 
 
 SUITE = Suite(
@@ -676,7 +809,7 @@ SUITE = Suite(
     goals_link=_goals_link,
     sections=(
         Section(
-            lambda rows, run, plots, at: _tpch_section(rows, run, plots.get("tpch"), at),
+            lambda rows, run, plots, at: _tpch_section(rows, run, plots, at),
             rank=150,
         ),
     ),

@@ -51,6 +51,8 @@ from bench.peers.cpp_flight_server import partition_bounds
 from bench.plan import GIB, plan_for
 from bench.results import (
     DASK,
+    DUCKDB,
+    DUCKDB_MEMORY,
     FASTAPI_JSON,
     FUNCTIONS_STREAM_SQL,
     IN_PROCESS,
@@ -992,7 +994,8 @@ def test_engines_goals_say_met_or_not_met_from_the_ratios():
 @pytest.fixture(scope="module")
 def tpch_run(tmp_path_factory: pytest.TempPathFactory) -> dict[str, object]:
     """The tpch suite at scale factor 0.01 (1,500 customers): generated, loaded, every query
-    on both quiver setups and DuckDB, each quiver result compared with DuckDB's."""
+    of TPC-H and of the window and rollup set on both quiver setups and on DuckDB (over the
+    files and in memory), each quiver result compared with DuckDB's."""
     if not quiver_bin().is_file():
         pytest.fail(f"quiver binary not found at {quiver_bin()}", pytrace=False)
     tmp = tmp_path_factory.mktemp("tpch")
@@ -1013,19 +1016,22 @@ def test_the_tpch_suite_compared_every_query_with_duckdb_on_both_setups(tpch_run
     rows = tpch_run["rows"]
     for setup in (QUIVER, QUIVER_FILES):
         checks = {r["op"]: r for r in rows if r["server"] == setup and r["op"].startswith("check")}
-        assert sorted(checks) == [f"check:{q}" for q in tpch.QUERY_IDS]
+        assert sorted(checks) == [f"check:{q}" for q in tpch.ALL_QUERY_IDS]
         differ = {op: r["note"] for op, r in checks.items() if r["errors"] != "0"}
         assert not differ, differ
     plan = plan_for("smoke", GIB)
     assert plan.tpch_scale == 0.01
-    for engine in (QUIVER, QUIVER_FILES, "duckdb"):
-        for qid in tpch.QUERY_IDS:
+    for engine in (QUIVER, QUIVER_FILES, DUCKDB, DUCKDB_MEMORY):
+        for qid in tpch.ALL_QUERY_IDS:
             timed = [r for r in rows if r["server"] == engine and r["op"] == qid]
             assert len(timed) == plan.reps, (engine, qid)
             assert all(float(r["seconds"]) > 0 for r in timed)
     # Each engine's result has the same rows: q13's 1,500 customers fall in a few dozen groups.
     counts = {r["server"]: r["rows_per_stream"] for r in rows if r["op"] == "q13"}
     assert len(set(counts.values())) == 1 and int(counts["duckdb"]) > 1, counts
+    # The rollup's subtotals: 5 regions x (5 nations x 7 years + 5 + 1) + 1 grand total.
+    counts = {r["server"]: r["rows_per_stream"] for r in rows if r["op"] == "w06"}
+    assert set(counts.values()) == {"206"}, counts
 
 
 def test_the_tpch_suite_loaded_every_table_and_sampled_the_servers(tpch_run):
@@ -1037,6 +1043,7 @@ def test_the_tpch_suite_loaded_every_table_and_sampled_the_servers(tpch_run):
     arrow = int(rows[("", "arrow")]["bytes"])
     assert arrow == sum(int(rows[(QUIVER, f"load:{t}")]["bytes"]) for t in tpch.TABLES)
     assert int(rows[(QUIVER, "stored")]["bytes"]) > 0
+    assert float(rows[(DUCKDB_MEMORY, "load:duckdb-memory")]["seconds"]) > 0
     for setup in (QUIVER, QUIVER_FILES):
         assert int(rows[(setup, "rss")]["rss_bytes"]) > 0
 
@@ -1045,16 +1052,21 @@ def test_the_tpch_suite_reaches_the_report_and_its_figure(tpch_run):
     tmp = tpch_run["tmp"]
     assert (tmp / "out" / "plots" / "tpch.png").stat().st_size > 0
     assert (tmp / "plots" / "tpch.png").is_file()
+    assert (tmp / "plots" / "tpch-windows.png").is_file()
     text = (tmp / "BENCHMARKS.md").read_text()
     section = text[text.index("## TPC-H: quiver against DuckDB") :]
-    assert "(plots/tpch.png)" in section
+    assert "(plots/tpch.png)" in section and "(plots/tpch-windows.png)" in section
+    windows = section.index("### The window and rollup set")
     for qid in tpch.QUERY_IDS:
-        assert f"| {qid.upper()} | " in section, qid
-    assert "| **total** |" in section
+        assert section.index(f"| {qid.upper()} | ") < windows, qid
+    for qid in tpch.WINDOW_QUERY_IDS:
+        assert section.index(f"| {qid.upper()} | ") > windows, qid
+    assert section.count("| **total** |") == 2
     goals = [line for line in section.splitlines() if line.startswith("| TPC-H")]
-    assert len(goals) == 6, goals
+    assert len(goals) == 12, goals
     assert all("n/a" not in line for line in goals), goals
-    assert all(line.endswith("| **PASS** |") for line in goals[:2]), goals[:2]
+    equal = [line for line in goals if "results equal to DuckDB's" in line]
+    assert len(equal) == 4 and all(line.endswith("| **PASS** |") for line in equal), equal
     assert "[their section](#tpc-h-quiver-against-duckdb-issue-38)" in text
 
 
@@ -1065,6 +1077,22 @@ def test_the_tpch_queries_are_duckdbs_texts():
         assert text.startswith(("SELECT", "WITH")) and not text.endswith(";"), qid
     assert "l_shipdate <= CAST('1998-09-02' AS date)" in tpch.query("q01")
     assert "sum(l_quantity) > 300" in tpch.query("q18")
+
+
+def test_the_window_and_rollup_set_is_ordered_and_uses_what_analysts_write():
+    assert len(tpch.WINDOW_QUERY_IDS) == 10 and tpch.WINDOW_QUERY_IDS[-1] == "w10"
+    texts = {qid: tpch.query(qid) for qid in tpch.WINDOW_QUERY_IDS}
+    for qid, text in texts.items():
+        assert text.startswith("-- ") and not text.endswith(";"), qid
+        # Every result is compared row by row: an ORDER BY of the whole result, last.
+        assert "\nORDER BY " in text, qid
+    together = "\n".join(texts.values())
+    for used in (
+        "ROWS BETWEEN 2 PRECEDING AND CURRENT ROW", "rank() OVER", "row_number() OVER",
+        "UNBOUNDED PRECEDING", "PARTITION BY l_returnflag, l_linestatus, l_shipmode",
+        "ROLLUP (", "CUBE (", "GROUPING SETS (", "stddev_samp(", "lag(", "grouping(",
+    ):  # fmt: skip
+        assert used in together, used
 
 
 def test_full_mode_runs_tpch_at_scale_factor_10_where_the_machine_holds_it():
@@ -1131,11 +1159,18 @@ def test_tpch_results_compare_floats_and_nulls():
     assert tpch.cells_equal(5.0, 5, None, None)
 
 
-def _tpch_rows(stored: float, files: float, worst: float, rss: int, differ: str = "") -> list:
+def _tpch_rows(
+    stored: float, files: float, worst: float, rss: int, differ: str = "", memory: float = 1.5
+) -> list:
+    """Rows of a tpch run: DuckDB 1 s a query (``memory`` s on its own tables); quiver's
+    stored tables ``stored`` s (``worst`` s for q18 and w03), in place ``files`` s."""
     rows = []
-    for qid in tpch.QUERY_IDS:
-        slow = worst if qid == "q18" else stored
-        for engine, seconds in (("duckdb", 1.0), (QUIVER, slow), (QUIVER_FILES, files)):
+    for qid in tpch.ALL_QUERY_IDS:
+        slow = worst if qid in ("q18", "w03") else stored
+        timings = (
+            (DUCKDB, 1.0), (DUCKDB_MEMORY, memory), (QUIVER, slow), (QUIVER_FILES, files)
+        )  # fmt: skip
+        for engine, seconds in timings:
             rows.append(Measurement("tpch", engine, "x", qid, 1, 10, seconds=seconds))
         for setup in (QUIVER, QUIVER_FILES):
             wrong = qid == differ and setup == QUIVER_FILES
@@ -1155,15 +1190,30 @@ def _tpch_rows(stored: float, files: float, worst: float, rss: int, differ: str 
 
 def test_tpch_goals_say_met_or_not_met_from_the_same_runs_medians():
     met = tpch_suite.tpch_goals(_tpch_rows(0.7, 1.1, 1.4, 1200))
-    assert [g.verdict for g in met] == ["PASS"] * 6, [(g.text, g.shown) for g in met]
+    assert [g.verdict for g in met] == ["PASS"] * 12, [(g.text, g.shown) for g in met]
     assert met[0].shown == "22 of 22"
     assert met[2].shown.startswith("0.73× (")  # (21 x 0.7 + 1.4) / 22
     assert met[3].shown == "1.40× (q18)"
-    missed = tpch_suite.tpch_goals(_tpch_rows(0.9, 1.3, 1.6, 1400, differ="q05"))
-    assert [g.verdict for g in missed] == ["PASS", "FAIL", "FAIL", "FAIL", "FAIL", "FAIL"]
+    # The higher peer: DuckDB on its own tables, 1.5 s a query.
+    assert met[6].text.endswith("quiver, stored tables / DuckDB, in-memory tables")
+    assert met[6].shown.startswith("0.49× (")  # 0.73 / 1.5
+    assert met[7].shown == "0.93× (q18)"
+    # The window and rollup set: its own results and goals.
+    assert met[8].text.startswith("TPC-H window and rollup set, results equal")
+    assert met[8].shown == met[9].shown == "10 of 10"
+    assert met[10].shown.startswith("0.77× (")  # (9 x 0.7 + 1.4) / 10
+    assert met[11].shown == "1.40× (w03)"
+    missed = tpch_suite.tpch_goals(_tpch_rows(0.9, 1.3, 1.6, 1400, differ="q05", memory=1.0))
+    verdicts = ["PASS"] + ["FAIL"] * 7 + ["PASS", "PASS", "PASS", "FAIL"]
+    assert [g.verdict for g in missed] == verdicts, [(g.text, g.shown) for g in missed]
     assert missed[1].shown == "21 of 22 (differ, failed or not run: q05)"
     assert missed[3].shown == "1.60× (q18); above 1.5×: q18"
     assert missed[5].shown.startswith("1.40× (")
+    assert missed[10].shown.startswith("0.97× (")  # (9 x 0.9 + 1.6) / 10
+    assert missed[11].shown == "1.60× (w03); above 1.5×: w03"
+    wrong = tpch_suite.tpch_goals(_tpch_rows(0.7, 1.1, 1.4, 1200, differ="w07"))
+    assert wrong[1].verdict == "PASS" and wrong[9].verdict == "FAIL"
+    assert wrong[9].shown == "9 of 10 (differ, failed or not run: w07)"
     without = [
         r for r in _tpch_rows(0.7, 1.1, 1.4, 1200) if r["op"] != "q07" or r["server"] != QUIVER
     ]
