@@ -928,8 +928,8 @@ public final class FlightSqlJdbcCheck {
       expect(!rs.next(), "%s returned more than one row", sql);
     }
     String quoted = "SELECT \"ID\" FROM " + table;
-    try (Statement st = conn.createStatement();
-        ResultSet rs = st.executeQuery(quoted)) {
+    try (Statement st = conn.createStatement()) {
+      st.executeQuery(quoted).close();
       throw new AssertionError(quoted + " ran: a quoted name must match exactly");
     } catch (SQLException e) {
       String message = String.valueOf(e.getMessage());
