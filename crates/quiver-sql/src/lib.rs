@@ -24,12 +24,14 @@ mod error;
 mod file_scan;
 mod file_table;
 mod filter;
+mod grouping_sets;
 mod identifiers;
 mod join_order;
 mod join_sizes;
 mod local_files;
 mod location;
 pub mod metrics;
+mod once_plan;
 mod params;
 mod pushed;
 mod query;
@@ -42,6 +44,7 @@ mod stats;
 mod stream;
 mod table;
 mod tables;
+mod window_gather;
 
 pub use datafusion::common::ParamValues;
 

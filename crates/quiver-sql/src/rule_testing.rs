@@ -9,11 +9,12 @@ use arrow::record_batch::RecordBatch;
 use arrow::util::pretty::pretty_format_batches;
 use datafusion::datasource::MemTable;
 use datafusion::execution::SessionStateBuilder;
+use datafusion::execution::runtime_env::RuntimeEnv;
 use datafusion::parquet::arrow::ArrowWriter;
 use datafusion::parquet::file::properties::WriterProperties;
 use datafusion::physical_optimizer::PhysicalOptimizerRule;
 use datafusion::physical_plan::{ExecutionPlan, collect};
-use datafusion::prelude::SessionContext;
+use datafusion::prelude::{SessionConfig, SessionContext};
 
 /// A session whose table `t` holds `data` in batches of 4,096 rows (many
 /// batches, and a last one that is short), with `rule` run after
@@ -22,7 +23,29 @@ pub(crate) fn session(
     data: &RecordBatch,
     rule: Option<Arc<dyn PhysicalOptimizerRule + Send + Sync>>,
 ) -> SessionContext {
-    let mut builder = SessionStateBuilder::new().with_default_features();
+    session_with(SessionConfig::new(), data, rule)
+}
+
+/// [`session`] with `config` (its partitions, say).
+pub(crate) fn session_with(
+    config: SessionConfig,
+    data: &RecordBatch,
+    rule: Option<Arc<dyn PhysicalOptimizerRule + Send + Sync>>,
+) -> SessionContext {
+    session_in(config, Arc::new(RuntimeEnv::default()), data, rule)
+}
+
+/// [`session_with`] in `runtime` (a memory limit, say).
+pub(crate) fn session_in(
+    config: SessionConfig,
+    runtime: Arc<RuntimeEnv>,
+    data: &RecordBatch,
+    rule: Option<Arc<dyn PhysicalOptimizerRule + Send + Sync>>,
+) -> SessionContext {
+    let mut builder = SessionStateBuilder::new()
+        .with_config(config)
+        .with_runtime_env(runtime)
+        .with_default_features();
     if let Some(rule) = rule {
         builder = builder.with_physical_optimizer_rule(rule);
     }

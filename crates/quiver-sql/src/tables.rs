@@ -92,6 +92,8 @@ pub fn single_node_rules(builder: SessionStateBuilder) -> SessionStateBuilder {
         .with_physical_optimizer_rule(Arc::new(crate::decimal::DecimalArithmetic))
         .with_physical_optimizer_rule(Arc::new(crate::conjunction::SequentialConjunctions))
         .with_physical_optimizer_rule(Arc::new(crate::build_keys::BuildKeySets))
+        .with_physical_optimizer_rule(Arc::new(crate::grouping_sets::RollUpGroupingSets))
+        .with_physical_optimizer_rule(Arc::new(crate::window_gather::GatherWindowPartitions))
 }
 
 /// A store's tables: the source and sink of a single node's engine.
