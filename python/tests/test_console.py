@@ -12,6 +12,7 @@ saying why, except in CI (``CI=true``), where they fail.
 from __future__ import annotations
 
 import http.client
+import io
 import json
 import os
 import ssl
@@ -23,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 
 from console_helpers import Api, Reply, chromium, console_url, put_table
@@ -275,6 +277,131 @@ def test_the_console_speaks_tls_with_the_flight_certificate(
         plain.get("/api/session")
 
 
+def operators(node: dict[str, Any]) -> Iterator[dict[str, Any]]:
+    """Every operator of a plan tree, the root first."""
+    yield node
+    for child in node["children"]:
+        yield from operators(child)
+
+
+#: A query whose operators' rows are known: 700 rows pass the filter, three groups come out.
+GROUPED = "SELECT city, count(*) AS n FROM trips WHERE id < 700 GROUP BY city ORDER BY city"
+
+
+def test_explain_gives_the_operators_and_analyze_their_rows(
+    open_server: tuple[Server, Api],
+) -> None:
+    _, api = open_server
+    ran = api.post("/api/explain", {"sql": GROUPED, "analyze": True})
+    assert ran.status == 200, ran.body
+    assert ran.body["kind"] == "plan" and ran.body["analyze"] is True
+    tree = ran.body["plan"]
+    nodes = list(operators(tree))
+    names = [n["name"] for n in nodes]
+    assert "AggregateExec" in names and "FilterExec" in names
+    # Rows as they ran: three groups out of the root, 700 out of the filter, and every
+    # operator above the scan measured (quiver's scan keeps no metrics; its line says its rows).
+    assert tree["output_rows"] == 3
+    assert all(isinstance(n["output_rows"], int) for n in nodes if n["children"]), nodes
+    assert all(
+        isinstance(n["elapsed_compute_ns"], int) for n in nodes if n["name"] == "AggregateExec"
+    )
+    assert [n["output_rows"] for n in nodes if n["name"] == "FilterExec"] == [700]
+    assert [n["detail"] for n in nodes if not n["children"]] == [
+        "StoredScanExec: partitions=2, rows=10000"
+    ]
+    assert any(m["name"] == "output_rows" for m in tree["metrics"])
+    assert "output_rows" in json.dumps(ran.body["text"])
+    # EXPLAIN runs nothing: the same operators, no rows yet.
+    planned = api.post("/api/explain", {"sql": GROUPED})
+    assert planned.status == 200, planned.body
+    assert [n["name"] for n in operators(planned.body["plan"])] == names
+    assert all(n["output_rows"] is None for n in operators(planned.body["plan"]))
+    assert "physical_plan" in [t["type"] for t in planned.body["text"]]
+    # What /api/query answers is as before: EXPLAIN's text.
+    text = api.query(f"EXPLAIN ANALYZE {GROUPED}")
+    assert text.status == 200 and "output_rows" in json.dumps(text.body["columns"])
+    assert error_of(api.post("/api/explain", {"sql": "SELEC 1"}), 400)["kind"] == "INVALID_SQL"
+    assert error_of(api.post("/api/explain", {"sql": "  "}), 400)
+    assert error_of(api.post("/api/explain", {"sql": "SELECT 1", "analyse": True}), 400)
+    assert (
+        error_of(api.post("/api/explain", {"sql": "SELECT 1"}, csrf=False), 403)["kind"] == "CSRF"
+    )
+
+
+def test_explain_analyze_is_held_to_the_role(secure: tuple[Server, Api, dict[str, str]]) -> None:
+    _, api, _ = secure
+    reader = api.login("reader", PASSWORDS["reader"])
+    insert = "INSERT INTO trips SELECT * FROM trips"
+    body = error_of(reader.post("/api/explain", {"sql": insert, "analyze": True}), 403)
+    assert body["code"] == "PermissionDenied"
+    # A writer's EXPLAIN ANALYZE of a write is refused too: it would run the write.
+    writer = api.login("writer", PASSWORDS["writer"])
+    assert error_of(writer.post("/api/explain", {"sql": insert, "analyze": True}), 501)
+    # EXPLAIN runs nothing, so anyone sees a write's plan, as text: its tree would come
+    # from planning it as a query, which it is not.
+    for user in [reader, writer]:
+        shown = user.post("/api/explain", {"sql": insert})
+        assert shown.status == 200 and shown.body["plan"] is None and shown.body["text"]
+    assert reader.get("/api/tables/trips").body["rows"] == ROWS
+    plan = reader.post("/api/explain", {"sql": GROUPED, "analyze": True})
+    assert plan.status == 200 and plan.body["plan"]["output_rows"] == 3
+
+
+def test_downloads_are_the_whole_result_as_csv_parquet_and_arrow(
+    secure: tuple[Server, Api, dict[str, str]],
+) -> None:
+    _, api, _ = secure
+    reader = api.login("reader", PASSWORDS["reader"])
+    sql = "SELECT id, fare, city, note FROM trips ORDER BY id"
+    expected = trips().to_pydict()
+    kinds = {
+        "csv": ("text/csv; charset=utf-8", "result.csv"),
+        "parquet": ("application/vnd.apache.parquet", "result.parquet"),
+        "arrow": ("application/vnd.apache.arrow.stream", "result.arrows"),
+    }
+    read = {
+        "parquet": lambda raw: pq.read_table(io.BytesIO(raw)),
+        "arrow": lambda raw: pa.ipc.open_stream(raw).read_all(),
+    }
+    for format, (content_type, name) in kinds.items():
+        got = reader.post("/api/download", {"sql": sql, "format": format})
+        assert got.status == 200, got.body
+        assert got.headers["content-type"] == content_type
+        assert got.headers["content-disposition"] == f'attachment; filename="{name}"'
+        if format == "csv":
+            lines = got.raw.decode().splitlines()
+            assert len(lines) == ROWS + 1 and lines[:3] == [
+                "id,fare,city,note",
+                "0,0.0,oslo,",
+                "1,0.25,lima,n1",
+            ]
+            continue
+        table = read[format](got.raw)
+        assert table.num_rows == ROWS and table.to_pydict() == expected, format
+        assert table.schema.field("note").type == pa.string()
+    # A result of many partitions and batches: all its rows, whatever their order.
+    many = reader.post(
+        "/api/download", {"sql": "SELECT id FROM trips WHERE id % 2 = 0", "format": "arrow"}
+    )
+    ids = pa.ipc.open_stream(many.raw).read_all().column("id").to_pylist()
+    assert sorted(ids) == list(range(0, ROWS, 2))
+    empty = reader.post(
+        "/api/download", {"sql": "SELECT id FROM trips WHERE id < 0", "format": "parquet"}
+    )
+    assert empty.status == 200 and pq.read_table(io.BytesIO(empty.raw)).num_rows == 0
+    # Held to the role and the CSRF header as queries are; a format it does not know is refused.
+    body = error_of(
+        reader.post("/api/download", {"sql": "DROP TABLE trips", "format": "parquet"}), 403
+    )
+    assert body["code"] == "PermissionDenied"
+    assert error_of(reader.post("/api/download", {"sql": sql, "format": "arrow"}, csrf=False), 403)
+    assert error_of(Api(api.base).post("/api/download", {"sql": sql, "format": "arrow"}), 401)
+    assert error_of(reader.post("/api/download", {"sql": sql, "format": "xlsx"}), 400)
+    assert error_of(reader.post("/api/download", {"sql": "SELEC", "format": "parquet"}), 400)
+    assert reader.get("/api/tables/trips").body["rows"] == ROWS
+
+
 # -- in the browser -------------------------------------------------------------------------
 
 
@@ -333,6 +460,16 @@ def run_sql(driver: Any, sql: str) -> None:
     by_id(driver, "run").click()
 
 
+def drawn_rows(driver: Any) -> list[list[str]]:
+    """The result table's rows in the document (those in view and a margin), as text."""
+    return list(
+        driver.execute_script(
+            "return Array.from(document.querySelectorAll('#result-table tbody tr:not(.pad)'),"
+            " (tr) => Array.from(tr.cells, (td) => td.textContent))"
+        )
+    )
+
+
 def status_after_run(driver: Any) -> str:
     until(driver, lambda d: not by_id(d, "run").get_attribute("disabled"), "the query to end")
     return str(by_id(driver, "status").text)
@@ -382,6 +519,14 @@ def test_browser_login_browse_query_chart_and_live(
     assert "10,000 rows" in status_after_run(browser)
     assert browser.find_element(By.CSS_SELECTOR, "#result-table td.null").text == "null"
     shoot(browser, "sql")
+    # The page holds 100 rows; those in view are drawn, the rest when scrolled to.
+    assert by_id(browser, "result-table").get_attribute("data-rows") == "100"
+    assert len(drawn_rows(browser)) < 100
+    browser.execute_script(
+        "const b = document.getElementById('result-table-box'); b.scrollTop = b.scrollHeight"
+    )
+    until(browser, lambda d: drawn_rows(d)[-1][0] == "100", "the last row, scrolled to")
+    assert drawn_rows(browser)[-1] == ["100", "99", "n99"]
     by_id(browser, "next").click()
     until(browser, lambda d: "rows 101\u2013200" in by_id(d, "page-note").text, "the second page")
     browser.find_element(By.CSS_SELECTOR, "#nav [data-view=live]").click()
@@ -418,6 +563,35 @@ def test_browser_cancels_a_long_query_and_shows_bad_sql(
     assert "SELEC" in text and by_id(browser, "status").get_attribute("class") == "error"
     run_sql(browser, "SELECT count(*) FROM trips")
     assert "1 rows" in status_after_run(browser)
+
+
+def test_browser_draws_a_plan_as_a_tree(open_server: tuple[Server, Api], browser: Any) -> None:
+    from selenium.webdriver.common.by import By
+
+    _, api = open_server
+    browser.get(api.base + "/#sql")
+    until(browser, lambda d: by_id(d, "nav").is_displayed(), "the console (no login here)")
+    box = by_id(browser, "sql")
+    browser.execute_script("arguments[0].value = arguments[1];", box, GROUPED)
+    by_id(browser, "analyze").click()
+    assert "operators" in status_after_run(browser)
+    tree = until(browser, lambda d: d.find_elements(By.ID, "plan-tree"), "the plan's tree")[0]
+    root = tree.find_element(By.CSS_SELECTOR, ":scope > li")
+    assert root.get_attribute("data-rows") == "3" and "3 rows" in root.text
+    filtered = tree.find_elements(By.CSS_SELECTOR, "li[data-op=FilterExec]")
+    assert filtered and filtered[0].get_attribute("data-rows") == "700"
+    assert tree.find_elements(By.CSS_SELECTOR, "li[data-op=AggregateExec] li")
+    assert not by_id(browser, "result-rows").is_displayed()
+    shoot(browser, "explain")
+    # EXPLAIN written in the editor is drawn the same way, without rows: nothing ran.
+    run_sql(browser, f"explain {GROUPED}")
+    assert "planned" in status_after_run(browser)
+    root = by_id(browser, "plan-tree").find_element(By.CSS_SELECTOR, ":scope > li")
+    assert root.get_attribute("data-rows") == "" and not root.find_elements(
+        By.CLASS_NAME, "op-rows"
+    )
+    run_sql(browser, "SELECT count(*) FROM trips")
+    assert "1 rows" in status_after_run(browser) and not by_id(browser, "plan").is_displayed()
 
 
 def test_browser_refuses_a_reader_its_writes(
@@ -473,11 +647,25 @@ def test_browser_times_a_large_sample_and_result(
             browser, lambda d: by_id(d, "result-table").get_attribute("data-ms"), "the result", 120
         )
         total = by_id(browser, "result-table").get_attribute("data-total-ms")
-        rows = browser.execute_script(
-            "return document.querySelectorAll('#result-table tbody tr').length"
-        )
-        assert rows == int(page)
+        assert by_id(browser, "result-table").get_attribute("data-rows") == page
         timings[page] = (float(shown), float(total))
+    # Of 100,000 rows, those in view are drawn; scrolling draws the others, nulls as nulls.
+    drawn = drawn_rows(browser)
+    assert 0 < len(drawn) < 200 and drawn[0][0] == "1"
+    for row in [50_000, 100_000]:
+        browser.execute_script(
+            "const b = document.getElementById('result-table-box');"
+            "b.scrollTop = b.scrollHeight * arguments[0]",
+            (row - 1) / 100_000,
+        )
+        until(browser, lambda d, n=str(row): n in [r[0] for r in drawn_rows(d)], f"row {row}")
+    last = drawn_rows(browser)[-1]
+    assert last[0] == "100000" and len(last) == 5
+    nulls = browser.execute_script(
+        "return Array.from(document.querySelectorAll('#result-table tbody td.null'),"
+        " (td) => td.textContent)"
+    )
+    assert nulls and set(nulls) == {"null"}
     print(
         f"\nconsole: 1M-row table's sample shown in {sample_ms:.0f} ms; a 100k-row result: "
         f"its first page of 100 rows shown {timings['100'][0]:.0f} ms after it arrived "

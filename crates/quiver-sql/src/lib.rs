@@ -57,7 +57,7 @@ pub use engine::{
 };
 pub use error::{Result, SqlError};
 pub use params::{number_placeholders, row_values};
-pub use query::{BatchStream, Query};
+pub use query::{BatchStream, Operator, Query};
 pub use quiver_objects::{BucketSettings, CacheSettings, DEFAULT_CACHE_SIZE, ObjectStoreSettings};
 pub use settings::{SETTINGS_ROW, Setting};
 pub use stream::{INPUT_TABLE, InputStream};

@@ -9,7 +9,8 @@ use arrow::datatypes::SchemaRef;
 use arrow::record_batch::RecordBatch;
 use datafusion::datasource::memory::MemorySourceConfig;
 use datafusion::execution::{SendableRecordBatchStream, TaskContext};
-use datafusion::physical_plan::{ExecutionPlan, ExecutionPlanProperties};
+use datafusion::physical_plan::analyze::AnalyzeExec;
+use datafusion::physical_plan::{ExecutionPlan, ExecutionPlanProperties, displayable};
 use futures::StreamExt;
 use futures::future::BoxFuture;
 use futures::stream::{self, BoxStream};
@@ -32,6 +33,63 @@ pub struct Query {
     /// How to plan the statement again, if it may be (a query over a
     /// cluster's tables that loses a node).
     again: Option<Replan>,
+}
+
+/// One operator of a query's physical plan and what it measured while it
+/// ran: what `EXPLAIN ANALYZE` prints, as data (the web console draws it as
+/// a tree).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Operator {
+    /// Its name: `ProjectionExec`, `AggregateExec`...
+    pub name: String,
+    /// Its line of `EXPLAIN`: the name and what it does.
+    pub detail: String,
+    /// How many partitions it puts out.
+    pub partitions: usize,
+    /// Rows it put out over all its partitions; `None` before it ran.
+    pub output_rows: Option<usize>,
+    /// Its CPU time over all its partitions, in nanoseconds; `None` before
+    /// it ran.
+    pub elapsed_compute_ns: Option<usize>,
+    /// Every metric it keeps, summed over its partitions, as `EXPLAIN
+    /// ANALYZE` prints them (name, value), most useful first.
+    pub metrics: Vec<(String, String)>,
+    /// The operators it reads, in order.
+    pub children: Vec<Operator>,
+}
+
+impl Operator {
+    fn of(plan: &dyn ExecutionPlan) -> Self {
+        let metrics = plan.metrics().map(|m| m.aggregate_by_name());
+        Self {
+            name: plan.name().to_string(),
+            detail: displayable(plan)
+                .one_line()
+                .to_string()
+                .trim_end()
+                .to_string(),
+            partitions: plan.output_partitioning().partition_count(),
+            output_rows: metrics.as_ref().and_then(|m| m.output_rows()),
+            elapsed_compute_ns: metrics.as_ref().and_then(|m| m.elapsed_compute()),
+            metrics: metrics
+                .map(|m| {
+                    m.sorted_for_display()
+                        .timestamps_removed()
+                        .iter()
+                        .map(|metric| {
+                            let value = metric.value();
+                            (value.name().to_string(), value.to_string())
+                        })
+                        .collect()
+                })
+                .unwrap_or_default(),
+            children: plan
+                .children()
+                .into_iter()
+                .map(|child| Self::of(child.as_ref()))
+                .collect(),
+        }
+    }
 }
 
 /// A physical plan and the task context to run it in.
@@ -283,6 +341,20 @@ impl Query {
             Some((Err(failed), None))
         })
         .boxed())
+    }
+
+    /// The operators of the plan, from its root, with what they measured
+    /// so far; of an `EXPLAIN ANALYZE`, those of the statement analyzed
+    /// (measured once the query has run). A plain `EXPLAIN` is a plan of its
+    /// own, which only holds text: plan the statement itself instead.
+    pub fn operators(&self) -> Operator {
+        fn analyzed(plan: &Arc<dyn ExecutionPlan>) -> Option<&Arc<dyn ExecutionPlan>> {
+            match plan.downcast_ref::<AnalyzeExec>() {
+                Some(analyze) => Some(analyze.input()),
+                None => plan.children().into_iter().find_map(analyzed),
+            }
+        }
+        Operator::of(analyzed(&self.plan).unwrap_or(&self.plan).as_ref())
     }
 
     /// Cancels the query: running partitions end with [`SqlError::Cancelled`]

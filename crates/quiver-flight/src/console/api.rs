@@ -232,11 +232,150 @@ struct QueryRequest {
     limit: Option<usize>,
 }
 
+/// An EXPLAIN request's body.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ExplainRequest {
+    /// The statement to explain (without `EXPLAIN`).
+    sql: String,
+    /// The page's name for it, to cancel it by (an `analyze` runs it).
+    id: Option<String>,
+    /// Whether to run it and measure each operator (`EXPLAIN ANALYZE`).
+    #[serde(default)]
+    analyze: bool,
+}
+
 /// A download request's body.
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct DownloadRequest {
     sql: String,
+    #[serde(default)]
+    format: Format,
+}
+
+/// What a result downloads as.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+enum Format {
+    #[default]
+    Csv,
+    Parquet,
+    /// Arrow IPC, the streaming format.
+    Arrow,
+}
+
+impl Format {
+    fn content_type(self) -> &'static str {
+        match self {
+            Self::Csv => "text/csv; charset=utf-8",
+            Self::Parquet => "application/vnd.apache.parquet",
+            Self::Arrow => "application/vnd.apache.arrow.stream",
+        }
+    }
+
+    fn disposition(self) -> &'static str {
+        match self {
+            Self::Csv => "attachment; filename=\"result.csv\"",
+            Self::Parquet => "attachment; filename=\"result.parquet\"",
+            Self::Arrow => "attachment; filename=\"result.arrows\"",
+        }
+    }
+}
+
+/// Bytes a Parquet download holds in a row group before writing it out.
+const PARQUET_ROW_GROUP_BYTES: usize = 64 << 20;
+
+/// A result's batches encoded as they come: each step gives the bytes ready
+/// so far, none of the result is kept whole.
+enum Encoder {
+    Csv,
+    Parquet(Box<parquet::arrow::ArrowWriter<Vec<u8>>>),
+    Arrow(Box<arrow::ipc::writer::StreamWriter<Vec<u8>>>),
+}
+
+impl Encoder {
+    /// An encoder of batches of `schema` and the bytes that open the file;
+    /// an error if the format cannot hold the schema.
+    fn start(format: Format, schema: &SchemaRef) -> ApiResult<(Self, Bytes)> {
+        let unfit = |e: &dyn std::fmt::Display| {
+            ApiError::bad_request(format!(
+                "this result does not download as {format:?}: {e}; try another format"
+            ))
+        };
+        let mut encoder = match format {
+            Format::Csv => {
+                let mut writer = arrow::csv::WriterBuilder::new()
+                    .with_header(true)
+                    .build(Vec::new());
+                writer.write(&RecordBatch::new_empty(Arc::clone(schema)))?;
+                return Ok((Self::Csv, Bytes::from(writer.into_inner())));
+            }
+            Format::Parquet => {
+                let properties = parquet::file::properties::WriterProperties::builder()
+                    .set_compression(parquet::basic::Compression::ZSTD(
+                        parquet::basic::ZstdLevel::default(),
+                    ))
+                    .build();
+                let writer = parquet::arrow::ArrowWriter::try_new(
+                    Vec::new(),
+                    Arc::clone(schema),
+                    Some(properties),
+                )
+                .map_err(|e| unfit(&e))?;
+                Self::Parquet(Box::new(writer))
+            }
+            Format::Arrow => Self::Arrow(Box::new(
+                arrow::ipc::writer::StreamWriter::try_new(Vec::new(), schema)
+                    .map_err(|e| unfit(&e))?,
+            )),
+        };
+        let head = encoder.written();
+        Ok((encoder, head))
+    }
+
+    /// The bytes written since the last call.
+    fn written(&mut self) -> Bytes {
+        let buffer = match self {
+            Self::Csv => return Bytes::new(),
+            Self::Parquet(writer) => writer.inner_mut(),
+            Self::Arrow(writer) => writer.get_mut(),
+        };
+        Bytes::from(std::mem::take(buffer))
+    }
+
+    /// `batch`, encoded (for Parquet, what is ready of it).
+    fn batch(&mut self, batch: &RecordBatch) -> std::io::Result<Bytes> {
+        match self {
+            Self::Csv => {
+                let mut writer = arrow::csv::WriterBuilder::new()
+                    .with_header(false)
+                    .build(Vec::new());
+                writer.write(batch).map_err(std::io::Error::other)?;
+                return Ok(Bytes::from(writer.into_inner()));
+            }
+            Self::Parquet(writer) => {
+                writer.write(batch).map_err(std::io::Error::other)?;
+                if writer.in_progress_size() >= PARQUET_ROW_GROUP_BYTES {
+                    writer.flush().map_err(std::io::Error::other)?;
+                }
+            }
+            Self::Arrow(writer) => writer.write(batch).map_err(std::io::Error::other)?,
+        }
+        Ok(self.written())
+    }
+
+    /// The bytes that end the file.
+    fn finish(&mut self) -> std::io::Result<Bytes> {
+        match self {
+            Self::Csv => {}
+            Self::Parquet(writer) => {
+                writer.finish().map_err(std::io::Error::other)?;
+            }
+            Self::Arrow(writer) => writer.finish().map_err(std::io::Error::other)?,
+        }
+        Ok(self.written())
+    }
 }
 
 /// The console's state and handlers.
@@ -348,15 +487,19 @@ impl Api {
                 }
             }
             (&Method::GET, ["live"]) => self.live(&caller),
+            (&Method::POST, ["explain"]) => {
+                let body: ExplainRequest = read_json(request).await?;
+                self.explain(body, &caller).await
+            }
             (&Method::POST, ["download"]) => {
                 let body: DownloadRequest = read_json(request).await?;
-                self.download(&body.sql, &caller).await
+                self.download(&body.sql, body.format, &caller).await
             }
             (
                 _,
                 [
                     "session" | "login" | "tables" | "query" | "results" | "queries" | "live"
-                    | "download",
+                    | "explain" | "download",
                     ..,
                 ],
             ) => Err(ApiError::new(
@@ -636,13 +779,7 @@ impl Api {
         if request.sql.trim().is_empty() {
             return Err(ApiError::bad_request("no SQL to run"));
         }
-        let id = match request.id {
-            Some(id) => {
-                validate_id(&id)?;
-                id
-            }
-            None => uuid::Uuid::new_v4().simple().to_string(),
-        };
+        let id = query_id(request.id)?;
         let started = Instant::now();
         let running = self.queries.start(&id, caller, &request.sql)?;
         let text: String = request
@@ -669,13 +806,7 @@ impl Api {
         };
         running.planned(&query);
         let gathered = gather(&query, MAX_KEPT_ROWS, MAX_KEPT_BYTES).await;
-        let (schema, batches, truncated) = match gathered {
-            Ok(gathered) => gathered,
-            Err(_) if running.cancelled() => {
-                return Err(Error::Cancelled(format!("query {id} was cancelled")).into());
-            }
-            Err(e) => return Err(e.into()),
-        };
+        let (schema, batches, truncated) = unless_cancelled(gathered, &running, &id)?;
         drop(running);
         let rows = batches.iter().map(RecordBatch::num_rows).sum();
         let ms = started.elapsed().as_secs_f64() * 1e3;
@@ -699,6 +830,75 @@ impl Api {
             "total_rows": rows,
             "truncated": truncated,
             "ms": ms,
+        }))
+    }
+
+    /// `POST /api/explain`: a statement's plan as a tree of operators and
+    /// as `EXPLAIN`'s text; with `analyze`, run (`EXPLAIN ANALYZE`, held to
+    /// the caller's role as any statement) with each operator's rows and
+    /// time.
+    async fn explain(&self, request: ExplainRequest, caller: &Caller) -> ApiResult<Response> {
+        let sql = request.sql.trim();
+        if sql.is_empty() {
+            return Err(ApiError::bad_request("no SQL to explain"));
+        }
+        let id = query_id(request.id)?;
+        let started = Instant::now();
+        let statement = if request.analyze {
+            format!("EXPLAIN ANALYZE {sql}")
+        } else {
+            format!("EXPLAIN {sql}")
+        };
+        let running = self.queries.start(&id, caller, &statement)?;
+        let text: String = statement
+            .chars()
+            .take(crate::rpc_log::MAX_LOGGED_TEXT)
+            .collect();
+        tracing::info!(sql = %text, user = %caller.name, query = %id, "console: sql statement");
+        let outcome = self
+            .service
+            .sql_engine()
+            .run_allowed(&statement, None, caller.role.effect())
+            .await?;
+        let Outcome::Query(query) = outcome else {
+            return Err(ApiError::bad_request("EXPLAIN gave no plan"));
+        };
+        running.planned(&query);
+        let gathered = gather(&query, MAX_PAGE_ROWS, MAX_KEPT_BYTES).await;
+        let (schema, batches, _) = unless_cancelled(gathered, &running, &id)?;
+        drop(running);
+        let rows = batches.iter().map(RecordBatch::num_rows).sum();
+        let columns = json::columns(&schema, &batches, 0, rows)?;
+        let lines: Vec<Value> = match columns.as_array().map(Vec::as_slice) {
+            Some([Value::Array(kinds), Value::Array(plans)]) => kinds
+                .iter()
+                .zip(plans)
+                .map(|(kind, plan)| json!({"type": kind, "plan": plan}))
+                .collect(),
+            _ => Vec::new(),
+        };
+        let tree = if request.analyze {
+            Some(query.operators())
+        } else {
+            // EXPLAIN's own plan holds only text: the statement's operators
+            // come from planning it, which runs nothing.
+            match self
+                .service
+                .sql_engine()
+                .run_allowed(sql, None, caller.role.effect().min(Effect::Read))
+                .await
+            {
+                Ok(Outcome::Query(planned)) => Some(planned.operators()),
+                _ => None,
+            }
+        };
+        ok(&json!({
+            "id": id,
+            "kind": "plan",
+            "analyze": request.analyze,
+            "plan": tree.as_ref().map(json::operator),
+            "text": lines,
+            "ms": started.elapsed().as_secs_f64() * 1e3,
         }))
     }
 
@@ -732,9 +932,10 @@ impl Api {
         }))
     }
 
-    /// `POST /api/download`: a query's whole result as CSV, streamed as it
-    /// is computed (the query runs again; only queries are taken).
-    async fn download(&self, sql: &str, caller: &Caller) -> ApiResult<Response> {
+    /// `POST /api/download`: a query's whole result as CSV, Parquet or Arrow
+    /// IPC (a stream), sent as it is computed (the query runs again; only
+    /// queries are taken).
+    async fn download(&self, sql: &str, format: Format, caller: &Caller) -> ApiResult<Response> {
         let allowed = caller.role.effect().min(Effect::Read);
         let query = match self
             .service
@@ -750,35 +951,64 @@ impl Api {
         let streams = (0..query.partitions())
             .map(|p| query.execute(p))
             .collect::<quiver_sql::Result<Vec<_>>>()?;
-        let schema = query.schema();
-        let head = {
-            let mut writer = arrow::csv::WriterBuilder::new()
-                .with_header(true)
-                .build(Vec::new());
-            writer.write(&RecordBatch::new_empty(Arc::clone(&schema)))?;
-            Bytes::from(writer.into_inner())
+        let (encoder, head) = Encoder::start(format, &query.schema())?;
+        let encoder = Arc::new(std::sync::Mutex::new(encoder));
+        let batches = {
+            let encoder = Arc::clone(&encoder);
+            futures::stream::select_all(streams).map(move |batch| {
+                let batch = batch.map_err(|e| std::io::Error::other(e.to_string()))?;
+                let mut encoder = encoder
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner);
+                Ok::<_, std::io::Error>(hyper::body::Frame::data(encoder.batch(&batch)?))
+            })
         };
-        let body = futures::stream::select_all(streams).map(|batch| {
-            let batch = batch.map_err(|e| std::io::Error::other(e.to_string()))?;
-            let mut writer = arrow::csv::WriterBuilder::new()
-                .with_header(false)
-                .build(Vec::new());
-            writer.write(&batch).map_err(std::io::Error::other)?;
-            Ok::<_, std::io::Error>(hyper::body::Frame::data(Bytes::from(writer.into_inner())))
+        let tail = futures::stream::once(async move {
+            let mut encoder = encoder
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            Ok::<_, std::io::Error>(hyper::body::Frame::data(encoder.finish()?))
         });
         let head = futures::stream::once(std::future::ready(Ok(hyper::body::Frame::data(head))));
-        let body = StreamBody::new(head.chain(body));
+        let body = StreamBody::new(head.chain(batches).chain(tail));
         let mut response = http::Response::new(BodyExt::boxed_unsync(body));
         let headers = response.headers_mut();
         headers.insert(
             header::CONTENT_TYPE,
-            HeaderValue::from_static("text/csv; charset=utf-8"),
+            HeaderValue::from_static(format.content_type()),
         );
         headers.insert(
             header::CONTENT_DISPOSITION,
-            HeaderValue::from_static("attachment; filename=\"result.csv\""),
+            HeaderValue::from_static(format.disposition()),
         );
         Ok(response)
+    }
+}
+
+/// The id a page chose for a query, checked, or a new one.
+fn query_id(id: Option<String>) -> ApiResult<String> {
+    match id {
+        Some(id) => {
+            validate_id(&id)?;
+            Ok(id)
+        }
+        None => Ok(uuid::Uuid::new_v4().simple().to_string()),
+    }
+}
+
+/// What [`gather`] gave, or, if the query failed because it was cancelled,
+/// that it was.
+fn unless_cancelled<T>(
+    gathered: quiver_sql::Result<T>,
+    running: &super::queries::RunningGuard<'_>,
+    id: &str,
+) -> ApiResult<T> {
+    match gathered {
+        Ok(gathered) => Ok(gathered),
+        Err(_) if running.cancelled() => {
+            Err(Error::Cancelled(format!("query {id} was cancelled")).into())
+        }
+        Err(e) => Err(e.into()),
     }
 }
 

@@ -76,6 +76,25 @@ pub(crate) fn row(
     Ok(out)
 }
 
+/// A plan's operator and those it reads, nested: `{name, detail,
+/// partitions, output_rows, elapsed_compute_ns, metrics: [{name, value}],
+/// children}` (rows and time `null` before it ran).
+pub(crate) fn operator(node: &quiver_sql::Operator) -> Value {
+    json!({
+        "name": node.name,
+        "detail": node.detail,
+        "partitions": node.partitions,
+        "output_rows": node.output_rows,
+        "elapsed_compute_ns": node.elapsed_compute_ns,
+        "metrics": node
+            .metrics
+            .iter()
+            .map(|(name, value)| json!({"name": name, "value": value}))
+            .collect::<Vec<_>>(),
+        "children": node.children.iter().map(operator).collect::<Vec<_>>(),
+    })
+}
+
 /// The values of `array`, in order.
 fn values(array: &ArrayRef) -> Result<Vec<Value>, arrow::error::ArrowError> {
     let options = FormatOptions::default().with_null("");

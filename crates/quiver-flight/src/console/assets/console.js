@@ -8,6 +8,9 @@ const SVG = 'http://www.w3.org/2000/svg';
 const HISTORY_KEY = 'quiver.history';
 const HISTORY_MAX = 50;
 const CHART_POINTS = 5000;
+// The result table draws the rows in view and this many above and below.
+const ROW_MARGIN = 40;
+const DOWNLOADS = { csv: ['result.csv', 'CSV'], parquet: ['result.parquet', 'Parquet'], arrow: ['result.arrows', 'Arrow IPC'] };
 
 const state = {
   token: sessionStorage.getItem('quiver.token'),
@@ -17,6 +20,7 @@ const state = {
   liveTimer: null,
   running: null, // id of the query running
   result: null, // {id, schema, columns, offset, total_rows, truncated}
+  grid: null, // the result table as drawn: {columns, offset, rows, numeric, first, last, rowPx}
   lastSql: '',
 };
 
@@ -65,6 +69,13 @@ function bytes(n) {
 }
 const count = (n) => (n === null || n === undefined || n < 0 ? '' : Number(n).toLocaleString('en-US'));
 const ms = (n) => (n < 1000 ? `${Math.round(n)} ms` : `${(n / 1000).toFixed(2)} s`);
+function nanos(n) {
+  if (n === null || n === undefined) return '';
+  if (n < 1e3) return `${n} ns`;
+  if (n < 1e6) return `${(n / 1e3).toFixed(n < 1e4 ? 1 : 0)} µs`;
+  if (n < 1e9) return `${(n / 1e6).toFixed(n < 1e7 ? 2 : 1)} ms`;
+  return `${(n / 1e9).toFixed(2)} s`;
+}
 
 function el(tag, attrs, ...children) {
   const node = document.createElement(tag);
@@ -104,6 +115,104 @@ function renderColumns(table, schema, columns, rowOffset) {
   }
   body.append(fragment);
   table.replaceChildren(el('thead', {}, head), body);
+}
+
+// The result table: however many rows the page holds, only those in view
+// (and ROW_MARGIN above and below) are in the document, between two empty
+// rows as tall as the rows left out; scrolling draws the rows it brings in
+// view. Every row is one line high (a newline in a value shows as ↵), so a
+// row's height is the same for all and measured once drawn.
+function renderGrid(table, schema, columns, rowOffset) {
+  const head = el('tr', {}, el('th', { class: 'num' }, '#'));
+  for (const field of schema) head.append(el('th', {}, field.name, el('small', {}, field.type)));
+  const rows = columns.length ? columns[0].length : 0;
+  table.replaceChildren(el('thead', {}, head), document.createElement('tbody'));
+  table.dataset.rows = String(rows);
+  state.grid = {
+    table, columns, offset: rowOffset, rows, numeric: schema.map((f) => isNumeric(f.type)),
+    first: 0, last: 0, rowPx: state.grid ? state.grid.rowPx : 24,
+  };
+  $('result-table-box').scrollTop = 0;
+  drawGrid(true);
+}
+
+function gridRow(grid, r) {
+  const tr = document.createElement('tr');
+  const number = document.createElement('td');
+  number.className = 'num';
+  number.textContent = String(grid.offset + r + 1);
+  tr.append(number);
+  for (let c = 0; c < grid.columns.length; c += 1) {
+    const value = grid.columns[c][r];
+    const td = document.createElement('td');
+    if (value === null || value === undefined) {
+      td.className = 'null';
+      td.textContent = 'null';
+    } else {
+      const text = String(value);
+      if (grid.numeric[c]) td.className = 'num';
+      if (/[\r\n]/.test(text)) {
+        td.textContent = text.replace(/\r\n|\r|\n/g, '↵');
+        td.title = text;
+      } else {
+        td.textContent = text;
+      }
+    }
+    tr.append(td);
+  }
+  return tr;
+}
+
+function gridPad(grid, rows) {
+  const td = el('td', { colSpan: grid.columns.length + 1 });
+  td.style.height = `${rows * grid.rowPx}px`;
+  return el('tr', { class: 'pad' }, td);
+}
+
+// Draws the rows in view, unless they are drawn already (`force`: anyway).
+function drawGrid(force) {
+  const grid = state.grid;
+  if (!grid) return;
+  const box = $('result-table-box');
+  const body = grid.table.tBodies[0];
+  const headPx = grid.table.tHead ? grid.table.tHead.offsetHeight : 0;
+  const height = box.clientHeight || window.innerHeight;
+  const inView = Math.ceil(height / grid.rowPx) + 1;
+  const top = Math.min(grid.rows, Math.floor(Math.max(0, box.scrollTop - headPx) / grid.rowPx));
+  const bottom = Math.min(grid.rows, top + inView);
+  if (!force && top >= grid.first && bottom <= grid.last) return;
+  const first = Math.max(0, top - ROW_MARGIN);
+  const last = Math.min(grid.rows, bottom + ROW_MARGIN);
+  const drawn = [];
+  for (let r = first; r < last; r += 1) drawn.push(gridRow(grid, r));
+  const parts = [];
+  if (first > 0) parts.push(gridPad(grid, first));
+  parts.push(...drawn);
+  if (last < grid.rows) parts.push(gridPad(grid, grid.rows - last));
+  body.replaceChildren(...parts);
+  grid.first = first;
+  grid.last = last;
+  // The height of a row as drawn; the empty rows are sized with it.
+  if (drawn.length > 1) {
+    const pitch = (drawn[drawn.length - 1].offsetTop - drawn[0].offsetTop) / (drawn.length - 1);
+    if (pitch > 0 && Math.abs(pitch - grid.rowPx) > 0.01) {
+      grid.rowPx = pitch;
+      for (const pad of body.querySelectorAll('tr.pad')) pad.remove();
+      if (first > 0) body.prepend(gridPad(grid, first));
+      if (last < grid.rows) body.append(gridPad(grid, grid.rows - last));
+    }
+  }
+}
+
+// When the page has been painted with what was just put in it.
+const painted = () => new Promise((resolve) => {
+  requestAnimationFrame(() => setTimeout(() => resolve(performance.now()), 0));
+});
+
+let gridFrame = 0;
+function gridScrolled() {
+  if (gridFrame) return;
+  gridFrame = requestAnimationFrame(() => { gridFrame = 0; drawGrid(false); });
 }
 
 // ---- views --------------------------------------------------------------------
@@ -267,13 +376,20 @@ function queryId() {
   return Array.from(random, (b) => b.toString(16).padStart(2, '0')).join('');
 }
 
-async function run(prefix) {
-  const text = $('sql').value.trim();
+// EXPLAIN [ANALYZE] written in the editor: drawn as the buttons draw it.
+const EXPLAIN = /^explain\s+(analyze\s+)?(?!analyze\b|verbose\b|format\b)/i;
+
+async function run(kind) {
+  let text = $('sql').value.trim();
   if (!text) { setStatus('Write a statement first.', true); return; }
   if (state.running) return;
-  const sql = prefix ? `${prefix} ${text}` : text;
   remember(text);
-  state.lastSql = sql;
+  const written = EXPLAIN.exec(text);
+  if (written) {
+    kind = kind || (written[1] ? 'analyze' : 'explain');
+    text = text.slice(written[0].length);
+  }
+  state.lastSql = text;
   const id = queryId();
   state.running = id;
   $('cancel').disabled = false;
@@ -285,16 +401,23 @@ async function run(prefix) {
   setStatus('Running…');
   const tick = setInterval(() => setStatus(`Running… ${ms(performance.now() - started)}`), 250);
   try {
+    if (kind) {
+      const plan = await postJson('/api/explain', { sql: text, id, analyze: kind === 'analyze' });
+      showPlan(plan);
+      const operators = plan.plan ? countOperators(plan.plan) : 0;
+      setStatus(`${operators ? `${operators} operators · ` : ''}${plan.analyze ? 'ran' : 'planned'} in ${ms(plan.ms)}`);
+      return;
+    }
     const limit = Number($('page-size').value);
-    const response = await postJson('/api/query', { sql, id, limit });
+    const response = await postJson('/api/query', { sql: text, id, limit });
     const received = performance.now();
     if (response.kind === 'changed') {
       setStatus(`Done: ${count(response.changed)} rows changed in ${ms(response.ms)}.`);
       return;
     }
     state.result = response;
-    showResult(response, Boolean(prefix));
-    const shown = performance.now() - received;
+    showResult(response);
+    const shown = (await painted()) - received;
     resultTable.dataset.ms = shown.toFixed(1);
     resultTable.dataset.totalMs = (performance.now() - started).toFixed(1);
     setStatus(`${count(response.total_rows)} rows${response.truncated ? ' (cut: more were left out)' : ''} · ran in ${ms(response.ms)} · shown in ${ms(shown)}`);
@@ -318,19 +441,11 @@ async function cancel() {
   }
 }
 
-function showResult(result, isPlan) {
+function showResult(result) {
   $('result').hidden = false;
-  const plan = isPlan && result.schema.length === 2 && result.schema[1].name === 'plan';
-  if (plan) {
-    // EXPLAIN: the plan as indented text, one block per plan type.
-    const box = el('div', {});
-    for (let r = 0; r < result.columns[0].length; r += 1) {
-      box.append(el('h3', {}, result.columns[0][r]), el('pre', { class: 'plan' }, result.columns[1][r]));
-    }
-    $('result-table').replaceChildren(el('tbody', {}, el('tr', {}, el('td', {}, box))));
-  } else {
-    renderColumns($('result-table'), result.schema, result.columns, result.offset);
-  }
+  $('plan').hidden = true;
+  $('result-rows').hidden = false;
+  renderGrid($('result-table'), result.schema, result.columns, result.offset);
   const rows = result.columns.length ? result.columns[0].length : 0;
   $('page-note').textContent = rows
     ? `rows ${count(result.offset + 1)}–${count(result.offset + rows)} of ${count(result.total_rows)}`
@@ -341,6 +456,46 @@ function showResult(result, isPlan) {
   if (!$('chart-box').hidden) drawChart();
 }
 
+const countOperators = (node) => 1 + node.children.reduce((n, child) => n + countOperators(child), 0);
+const computeOf = (node) => (node.elapsed_compute_ns || 0) + node.children.reduce((n, child) => n + computeOf(child), 0);
+
+// EXPLAIN [ANALYZE]: the operators as a tree, each with its rows and CPU time
+// once run (a bar shows its share of the plan's time); the text below.
+function showPlan(response) {
+  $('result').hidden = false;
+  $('result-rows').hidden = true;
+  state.result = null;
+  state.grid = null;
+  const box = $('plan');
+  box.hidden = false;
+  const tree = response.plan
+    ? el('ul', { class: 'plan-tree', id: 'plan-tree' }, planNode(response.plan, computeOf(response.plan), response.analyze))
+    : el('p', { class: 'muted' }, 'This statement has no tree of operators to show: its plan as text is below.');
+  const text = el('details', { open: !response.plan }, el('summary', {}, 'The plan as text'));
+  for (const line of response.text) text.append(el('h4', {}, line.type), el('pre', { class: 'plan' }, line.plan));
+  box.replaceChildren(el('h3', {}, response.analyze ? 'Plan, as it ran' : 'Plan (not run: Explain analyze runs it)'), tree, text);
+}
+
+function planNode(node, total, analyze) {
+  const head = el('div', { class: 'op-head' }, el('b', {}, node.name));
+  if (analyze) {
+    head.append(el('span', { class: 'op-rows' }, node.output_rows === null ? '' : `${count(node.output_rows)} rows`),
+      el('span', { class: 'op-time' }, nanos(node.elapsed_compute_ns)));
+    const bar = el('span', { class: 'op-bar' });
+    bar.style.width = `${total ? Math.round((100 * (node.elapsed_compute_ns || 0)) / total) : 0}%`;
+    head.append(el('span', { class: 'op-share' }, bar));
+  }
+  head.append(el('small', {}, `${node.partitions} partition${node.partitions === 1 ? '' : 's'}`));
+  const detail = node.detail.startsWith(`${node.name}: `) ? node.detail.slice(node.name.length + 2) : node.detail;
+  const box = el('div', { class: 'op' }, head);
+  if (detail && detail !== node.name) box.append(el('div', { class: 'op-detail' }, detail));
+  const others = node.metrics.filter((m) => m.name !== 'output_rows' && m.name !== 'elapsed_compute');
+  if (analyze && others.length) box.append(el('div', { class: 'op-metrics' }, others.map((m) => `${m.name}=${m.value}`).join(', ')));
+  const item = el('li', { 'data-op': node.name, 'data-rows': node.output_rows === null ? '' : String(node.output_rows) }, box);
+  if (node.children.length) item.append(el('ul', {}, ...node.children.map((child) => planNode(child, total, analyze))));
+  return item;
+}
+
 async function page(direction) {
   const result = state.result;
   if (!result) return;
@@ -348,7 +503,7 @@ async function page(direction) {
   const offset = Math.max(0, result.offset + direction * limit);
   try {
     state.result = await getJson(`/api/results/${result.id}?offset=${offset}&limit=${limit}`);
-    showResult(state.result, false);
+    showResult(state.result);
   } catch (error) {
     setStatus(error.message, true);
   }
@@ -357,16 +512,19 @@ async function page(direction) {
 async function download() {
   const sql = $('sql').value.trim();
   if (!sql) { setStatus('Write a query first.', true); return; }
+  const format = $('download-format').value;
+  const [file, name] = DOWNLOADS[format] || DOWNLOADS.csv;
+  setStatus(`Downloading ${name}…`);
   try {
-    const response = await api('POST', '/api/download', { sql });
+    const response = await api('POST', '/api/download', { sql, format });
     const blob = await response.blob();
     const url = URL.createObjectURL(blob);
-    const a = el('a', { href: url, download: 'result.csv' });
+    const a = el('a', { href: url, download: file });
     document.body.append(a);
     a.click();
     a.remove();
     setTimeout(() => URL.revokeObjectURL(url), 10000);
-    setStatus(`Downloaded ${bytes(blob.size)} of CSV.`);
+    setStatus(`Downloaded ${bytes(blob.size)} of ${name}.`);
   } catch (error) {
     setStatus(error.message, true);
   }
@@ -380,6 +538,7 @@ function showTab(chart) {
   $('show-chart').classList.toggle('active', chart);
   $('show-table').classList.toggle('active', !chart);
   if (chart) drawChart();
+  else drawGrid(true);
 }
 
 // Chooses the chart from the result's types: a category and a number make
@@ -584,8 +743,10 @@ document.addEventListener('DOMContentLoaded', () => {
   for (const button of document.querySelectorAll('#nav button')) button.addEventListener('click', () => show(button.dataset.view));
   $('tables-refresh').addEventListener('click', loadTables);
   $('run').addEventListener('click', () => run(''));
-  $('explain').addEventListener('click', () => run('EXPLAIN'));
-  $('analyze').addEventListener('click', () => run('EXPLAIN ANALYZE'));
+  $('explain').addEventListener('click', () => run('explain'));
+  $('analyze').addEventListener('click', () => run('analyze'));
+  $('result-table-box').addEventListener('scroll', gridScrolled, { passive: true });
+  window.addEventListener('resize', gridScrolled);
   $('cancel').addEventListener('click', cancel);
   $('download').addEventListener('click', download);
   $('prev').addEventListener('click', () => page(-1));
