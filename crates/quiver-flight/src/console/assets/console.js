@@ -19,6 +19,7 @@ const state = {
   view: null,
   liveTimer: null,
   running: null, // id of the query running
+  cancelling: false, // Cancel clicked for it
   result: null, // {id, schema, columns, offset, total_rows, truncated}
   grid: null, // the result table as drawn: {columns, offset, rows, numeric, first, last, rowPx}
   lastSql: '',
@@ -399,7 +400,11 @@ async function run(kind) {
   resultTable.removeAttribute('data-ms');
   const started = performance.now();
   setStatus('Running…');
-  const tick = setInterval(() => setStatus(`Running… ${ms(performance.now() - started)}`), 250);
+  // Once Cancel is clicked, the status says so until the query ends (the tick would
+  // write over it, and a cancel answered after the query ended must not).
+  const tick = setInterval(() => {
+    setStatus(state.cancelling ? 'Cancelling…' : `Running… ${ms(performance.now() - started)}`);
+  }, 250);
   try {
     if (kind) {
       const plan = await postJson('/api/explain', { sql: text, id, analyze: kind === 'analyze' });
@@ -426,18 +431,22 @@ async function run(kind) {
   } finally {
     clearInterval(tick);
     state.running = null;
+    state.cancelling = false;
     $('cancel').disabled = true;
     $('run').disabled = false;
   }
 }
 
 async function cancel() {
-  if (!state.running) return;
+  const id = state.running;
+  if (!id || state.cancelling) return;
+  state.cancelling = true;
+  setStatus('Cancelling…');
   try {
-    await postJson(`/api/queries/${state.running}/cancel`);
-    setStatus('Cancelling…');
+    await postJson(`/api/queries/${id}/cancel`);
   } catch (error) {
-    setStatus(error.message, true);
+    // The query may have ended meanwhile: its own status stands then.
+    if (state.running === id) setStatus(error.message, true);
   }
 }
 
