@@ -6,7 +6,11 @@
 #   tmux      the terminal `quiver top` is tested in (python/tests/test_top.py);
 #   chromium, chromium-driver
 #             the headless browser and its WebDriver the web console is tested in
-#             (python/tests/test_console.py drives them with Selenium).
+#             (python/tests/test_console.py drives them with Selenium);
+#   libnss3-tools
+#             certutil and pk12util, which put a CA and a client certificate into
+#             Chromium's NSS database for the console on a secure cluster
+#             (python/tests/test_cluster_console.py).
 # Idempotent: it runs apt-get only when one of them is missing.
 #
 # Exit codes: 0 ready; 3 missing and it cannot be installed here (not root nor
@@ -23,8 +27,9 @@ fi
 command -v tmux >/dev/null || packages+=(tmux)
 [ -x /usr/bin/chromium ] || packages+=(chromium)
 [ -x /usr/bin/chromedriver ] || packages+=(chromium-driver)
+{ command -v certutil >/dev/null && command -v pk12util >/dev/null; } || packages+=(libnss3-tools)
 if [ ${#packages[@]} -eq 0 ]; then
-    say "systemd-analyze, systemd-sysusers, tmux, chromium and chromedriver already installed"
+    say "systemd-analyze, systemd-sysusers, tmux, chromium, chromedriver, certutil and pk12util already installed"
     exit 0
 fi
 
@@ -46,3 +51,4 @@ command -v systemd-analyze >/dev/null || die "installed systemd but found no sys
 command -v tmux >/dev/null || die "installed tmux but found no tmux"
 [ -x /usr/bin/chromium ] || die "installed chromium but found no /usr/bin/chromium"
 [ -x /usr/bin/chromedriver ] || die "installed chromium-driver but found no /usr/bin/chromedriver"
+command -v pk12util >/dev/null || die "installed libnss3-tools but found no pk12util"

@@ -234,7 +234,8 @@ step "pytest: the cluster tests again on a secure cluster (mTLS between nodes, T
 # QUIVER_TEST_SECURE_CLUSTER: python/tests/cluster_helpers.py's docstring says what changes.
 # shellcheck disable=SC2086
 QUIVER_TEST_SECURE_CLUSTER=1 "$venv/bin/python" -m pytest ${PYTEST_ARGS:-} \
-    python/tests/test_cluster.py python/tests/test_cluster_faults.py python/tests/test_cluster_sql.py
+    python/tests/test_cluster.py python/tests/test_cluster_faults.py python/tests/test_cluster_sql.py \
+    python/tests/test_cluster_console.py
 
 step "pytest: the client's tests again through pyarrow alone (QUIVER_CORE=0, the fallback)"
 # shellcheck disable=SC2086

@@ -6,8 +6,9 @@ stopped and started again on the same port and data. Nodes listen on 127.0.0.1, 
 and 127.0.0.3, each its own ``quiver serve --cluster`` process.
 
 ``QUIVER_TEST_SECURE_CLUSTER=1`` runs the cluster's tests (test_cluster.py,
-test_cluster_faults.py, test_cluster_sql.py; scripts/test.sh runs them so once more) on
-a secure cluster, with nothing else changed in what they check:
+test_cluster_faults.py, test_cluster_sql.py, test_cluster_console.py; scripts/test.sh
+runs them so once more) on a secure cluster, with nothing else changed in what they
+check:
 
 - etcd (the ``etcd`` fixture) over TLS with ``--client-cert-auth``, its authentication on,
   and the nodes its user ``quiver``, whose role reaches ``/quiver/`` only
@@ -22,7 +23,7 @@ a secure cluster, with nothing else changed in what they check:
 Tests get their clients from the cluster (:meth:`Cluster.client`,
 :meth:`Cluster.flight_client`, :meth:`Cluster.connection`), so one test body runs in
 both modes; a :class:`Cluster` a test makes itself is secure the same way, a node run as
-another user (``uid``) included. Every test of those three files runs in both modes: the
+another user (``uid``) included. Every test of those four files runs in both modes: the
 shared-memory reads and the network cut (iptables' owner match) too. The other files'
 cluster tests set up their own security and are not made to run with the variable.
 """

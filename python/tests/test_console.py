@@ -14,7 +14,6 @@ from __future__ import annotations
 import http.client
 import io
 import json
-import os
 import ssl
 import threading
 import time
@@ -27,7 +26,20 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from console_helpers import Api, Reply, chromium, console_url, put_table
+import quiver
+from console_helpers import (
+    Api,
+    Reply,
+    browser_login,
+    by_id,
+    chromium,
+    console_url,
+    put_table,
+    run_sql,
+    shoot,
+    status_after_run,
+    until,
+)
 from security_helpers import PASSWORDS, Certs, make_certs, make_users
 from server_process import Server, ServerFactory
 
@@ -243,6 +255,96 @@ def test_a_running_query_is_listed_and_cancelled(open_server: tuple[Server, Api]
     assert api.get("/api/queries").body["queries"] == []
 
 
+def test_flight_sql_clients_queries_are_listed_and_cancelled(
+    secure: tuple[Server, Api, dict[str, str]],
+) -> None:
+    """A query an ADBC client runs (planned by GetFlightInfo, run by DoGet) shows on Live
+    with its user, to that user and to an admin only, and either may cancel it there."""
+    import adbc_driver_flightsql.dbapi as flight_sql
+
+    server, api, _ = secure
+    admin = api.login("admin", PASSWORDS["admin"])
+    reader = api.login("reader", PASSWORDS["reader"])
+    writer = api.login("writer", PASSWORDS["writer"])
+    failure: list[BaseException] = []
+
+    def run() -> None:
+        kwargs = {"username": "reader", "password": PASSWORDS["reader"]}
+        try:
+            with (
+                flight_sql.connect(server.uri, db_kwargs=kwargs, autocommit=True) as conn,
+                conn.cursor() as cur,
+            ):
+                cur.execute(LONG_QUERY)
+                cur.fetchall()
+        except Exception as e:
+            failure.append(e)
+
+    thread = threading.Thread(target=run)
+    started = time.monotonic()
+    thread.start()
+
+    def flight_sql_queries(who: Api) -> list[dict[str, Any]]:
+        return [q for q in who.get("/api/live").body["queries"] if q["via"] == "Flight SQL"]
+
+    deadline = time.monotonic() + WAIT_S
+    while not flight_sql_queries(admin):
+        assert time.monotonic() < deadline, "the ADBC query never showed as running"
+        time.sleep(0.05)
+    [query] = flight_sql_queries(admin)
+    assert query["user"] == "reader" and "range(" in query["sql"], query
+    assert [q["id"] for q in flight_sql_queries(reader)] == [query["id"]]
+    assert flight_sql_queries(writer) == []
+    assert writer.post(f"/api/queries/{query['id']}/cancel").status == 404
+    time.sleep(0.5)
+    assert reader.post(f"/api/queries/{query['id']}/cancel").body == {"cancelled": True}
+    thread.join(WAIT_S)
+    assert not thread.is_alive(), "the cancelled ADBC query did not end"
+    assert failure and "cancel" in str(failure[0]).lower(), failure
+    assert time.monotonic() - started < WAIT_S
+    until_true(lambda: flight_sql_queries(admin) == [], "the query to leave the list")
+
+
+def until_true(condition: Callable[[], bool], what: str, timeout: float = WAIT_S) -> None:
+    """Wait, bounded, until ``condition()`` holds."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.05)
+
+
+def test_tables_show_when_they_were_last_written_across_a_restart(
+    start_quiver: ServerFactory, tmp_path: Path
+) -> None:
+    """A put, an append and a statement set a table's last write; a rename keeps it; a
+    durable server remembers it over a restart."""
+    data = tmp_path / "data"
+    flags = ("--http-listen", "127.0.0.1:0", "--data-dir", str(data))
+    server = start_quiver(*flags)
+    api = Api(console_url(server)).anyone()
+
+    def written(name: str) -> int:
+        [table] = [t for t in api.get("/api/tables").body["tables"] if t["name"] == name]
+        assert api.get(f"/api/tables/{name}").body["written_ms"] == table["written_ms"]
+        return int(table["written_ms"])
+
+    before = time.time() * 1000
+    put_table(server.uri, "trips", trips(100))
+    first = written("trips")
+    assert before - 1 <= first <= time.time() * 1000 + 1
+    time.sleep(0.05)
+    assert api.query("INSERT INTO trips SELECT * FROM trips LIMIT 1").status == 200
+    appended = written("trips")
+    assert appended > first
+    with quiver.connect(server.uri) as client:
+        client.rename("trips", "rides")
+    assert written("rides") == appended
+    server.stop()
+    server = start_quiver(*flags)
+    api = Api(console_url(server)).anyone()
+    assert written("rides") == appended
+
+
 def test_live_samples_only_while_polled_and_metrics_are_served(
     open_server: tuple[Server, Api],
 ) -> None:
@@ -405,59 +507,10 @@ def test_downloads_are_the_whole_result_as_csv_parquet_and_arrow(
 # -- in the browser -------------------------------------------------------------------------
 
 
-def shoot(driver: Any, name: str) -> None:
-    """Save a PNG of the page into $QUIVER_CONSOLE_SCREENSHOTS, when it is set."""
-    directory = os.environ.get("QUIVER_CONSOLE_SCREENSHOTS")
-    if not directory:
-        return
-    path = Path(directory) / f"{name}.png"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    driver.save_screenshot(str(path))
-    try:
-        from PIL import Image
-    except ImportError:
-        return
-    # A palette of 64 colours: a page of flat colours stays legible at a fraction of the size.
-    with Image.open(path) as image:
-        small = image.convert("RGB").quantize(colors=64)
-    small.save(path, optimize=True)
-
-
 @pytest.fixture
 def browser(tmp_path: Path) -> Iterator[Any]:
     with chromium(tmp_path / "chromium-profile") as driver:
         yield driver
-
-
-def until(driver: Any, condition: Callable[[Any], Any], what: str, timeout: float = WAIT_S) -> Any:
-    from selenium.webdriver.support.ui import WebDriverWait
-
-    return WebDriverWait(driver, timeout, poll_frequency=0.05).until(condition, what)
-
-
-def by_id(driver: Any, element: str) -> Any:
-    from selenium.webdriver.common.by import By
-
-    return driver.find_element(By.ID, element)
-
-
-def browser_login(driver: Any, base: str, user: str) -> None:
-    driver.get(base + "/")
-    until(driver, lambda d: by_id(d, "view-login").is_displayed(), "the login form")
-    by_id(driver, "login-user").send_keys(user)
-    by_id(driver, "login-password").send_keys(PASSWORDS[user])
-    by_id(driver, "login-submit").click()
-    until(driver, lambda d: by_id(d, "nav").is_displayed(), "the console after the login")
-
-
-def run_sql(driver: Any, sql: str) -> None:
-    from selenium.webdriver.common.by import By
-
-    driver.find_element(By.CSS_SELECTOR, "#nav [data-view=sql]").click()
-    box = by_id(driver, "sql")
-    driver.execute_script("arguments[0].value = arguments[1];", box, sql)
-    driver.execute_script("document.getElementById('result-table').removeAttribute('data-ms')")
-    by_id(driver, "run").click()
 
 
 def drawn_rows(driver: Any) -> list[list[str]]:
@@ -468,11 +521,6 @@ def drawn_rows(driver: Any) -> list[list[str]]:
             " (tr) => Array.from(tr.cells, (td) => td.textContent))"
         )
     )
-
-
-def status_after_run(driver: Any) -> str:
-    until(driver, lambda d: not by_id(d, "run").get_attribute("disabled"), "the query to end")
-    return str(by_id(driver, "status").text)
 
 
 def test_browser_login_browse_query_chart_and_live(

@@ -67,6 +67,16 @@ pub struct TableEntry {
     pub bytes: u64,
     /// The partitions, in row order.
     pub partitions: Vec<PartitionEntry>,
+    /// When its data was last written (a put or an append), in
+    /// milliseconds since the Unix epoch; 0 where not recorded (an entry
+    /// of before). A rename, a repair or a compaction keeps it.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub written_ms: u64,
+}
+
+#[allow(clippy::trivially_copy_pass_by_ref)] // serde passes a reference
+fn is_zero(value: &u64) -> bool {
+    *value == 0
 }
 
 /// One partition of a table: a table of that name on each replica.

@@ -3,7 +3,8 @@
 
 use std::sync::Arc;
 
-use quiver_flight::cluster::Topology;
+use futures::future::BoxFuture;
+use quiver_flight::cluster::{NodeOverview, PartitionCopies, Topology};
 use quiver_flight::tables::{LocalTables, Tables};
 
 use crate::node::ClusterNode;
@@ -28,5 +29,18 @@ impl Topology for ClusterNode {
 
     fn add_services(&self, routes: &mut tonic::service::RoutesBuilder) {
         self.sql.add_services(routes);
+    }
+
+    // Both from the catalog as last read (the watch keeps it current), so
+    // that a page polling them costs etcd nothing.
+    fn nodes_overview(&self) -> BoxFuture<'_, Option<Vec<NodeOverview>>> {
+        let status = crate::status::of(&self.cached(), self.options.replicas);
+        let rows = status.nodes_overview(&self.options.node_id, self.standing());
+        Box::pin(async move { Some(rows) })
+    }
+
+    fn placement<'a>(&'a self, name: &'a str) -> BoxFuture<'a, Option<Vec<PartitionCopies>>> {
+        let copies = crate::status::of(&self.cached(), self.options.replicas).placement(name);
+        Box::pin(async move { copies })
     }
 }

@@ -757,6 +757,9 @@ pub(crate) fn next_entry(
         rows,
         bytes,
         partitions: all,
+        written_ms: std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX)),
     })
 }
 

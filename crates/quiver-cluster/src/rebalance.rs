@@ -246,6 +246,7 @@ mod tests {
             rows: 0,
             bytes: partitions.iter().map(|p| p.bytes).sum(),
             partitions,
+            written_ms: 0,
         };
         (entry, 1)
     }

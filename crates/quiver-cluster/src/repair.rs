@@ -578,6 +578,7 @@ mod tests {
             rows: 6,
             bytes: 48,
             partitions: vec![part(read, "n1"), part(elsewhere, "n2")],
+            written_ms: 0,
         };
         node.hold_for_reader(&replaced);
         node.publish_reads_once().await;
@@ -631,6 +632,7 @@ mod tests {
             rows,
             bytes: rows * 8,
             partitions: Vec::new(),
+            written_ms: 0,
         };
         let key = format!("{}tables/t", testing::PREFIX);
         let kept = |version: u64| {
@@ -760,6 +762,7 @@ mod tests {
             rows: 6,
             bytes: 48,
             partitions: vec![part(kept), part(lost)],
+            written_ms: 0,
         };
         assert!(matches!(
             node.etcd

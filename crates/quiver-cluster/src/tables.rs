@@ -51,7 +51,7 @@ impl Tables for CatalogTables {
         };
         let nodes = self.replicas_of(&entry).await;
         self.node.hold_for_reader(&entry);
-        let mut info = flight(self.info(name, &entry, &nodes, descriptor))?;
+        let mut info = flight(self.info(name, &entry, &nodes, descriptor, Dead::Refuse))?;
         if let Some(shm) = shm {
             self.local.local_endpoints_over_shm(&mut info, shm)?;
         }
@@ -66,7 +66,7 @@ impl Tables for CatalogTables {
             .filter(|(name, _)| name.starts_with(prefix))
             .map(|(name, (entry, _))| {
                 let descriptor = FlightDescriptor::new_path(vec![name.clone()]);
-                self.info(name, entry, &snapshot.nodes, descriptor)
+                self.info(name, entry, &snapshot.nodes, descriptor, Dead::List)
             })
             .collect();
         let mut infos = flight(catalog)?;
@@ -90,7 +90,16 @@ impl Tables for CatalogTables {
         // A partition is this node's own: no catalog read on the path of
         // every endpoint.
         if is_reserved(name) {
-            return self.local.read(name, index, count).await;
+            return match self.local.read(name, index, count).await {
+                Err(quiver_flight::Error::Store(quiver_store::StoreError::NotFound { .. })) => {
+                    Err(quiver_flight::Error::Unavailable(format!(
+                        "partition {name} is not on this node ({}), and no live node held it \
+                         when the endpoint was given: ask GetFlightInfo again",
+                        self.node.options.node_id
+                    )))
+                }
+                read => read,
+            };
         }
         if count != 1 {
             // Refused before anything is read.
@@ -182,6 +191,18 @@ impl Tables for CatalogTables {
     }
 }
 
+/// What a FlightInfo does with a partition no live node holds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Dead {
+    /// Refuses the whole table (GetFlightInfo: a reader would miss rows).
+    Refuse,
+    /// Lists it, as an endpoint with no location, and counts it in the
+    /// `unavailable_partitions` of `app_metadata` (ListFlights: one table
+    /// short of copies does not hide the others). A reader of that endpoint
+    /// asks this node, which says the partition is unavailable.
+    List,
+}
+
 /// The catalog's side: reads of it, and the changes to its tables' entries.
 /// The changes answer `None` when the catalog has no table of that name
 /// (the local store's then is asked).
@@ -223,16 +244,19 @@ impl CatalogTables {
     }
 
     /// The FlightInfo of catalog table `name` at `entry`: one endpoint per
-    /// partition, its replicas' live locations among `nodes`.
+    /// partition, its replicas' live locations among `nodes`; a partition
+    /// no live node holds is refused or listed as `dead` says.
     fn info(
         &self,
         name: &str,
         entry: &TableEntry,
         nodes: &BTreeMap<String, NodeEntry>,
         descriptor: FlightDescriptor,
+        dead: Dead,
     ) -> Result<FlightInfo> {
         let schema = entry.schema()?;
         let mut endpoints = Vec::with_capacity(entry.partitions.len());
+        let mut unavailable = 0;
         for part in &entry.partitions {
             let mut locations: Vec<&str> = part
                 .replicas
@@ -242,7 +266,9 @@ impl CatalogTables {
             // Clients read the first location first: a node whose calls
             // failed lately goes last.
             locations.sort_by_key(|location| self.node.peers.is_suspect(location));
-            if locations.is_empty() {
+            if locations.is_empty() && dead == Dead::List {
+                unavailable += 1;
+            } else if locations.is_empty() {
                 return Err(ClusterError::Unreadable(format!(
                     "no live node holds partition {} of table '{name}' (replicas: {})",
                     part.name,
@@ -256,11 +282,15 @@ impl CatalogTables {
             }
             endpoints.push(endpoint);
         }
-        let metadata = json!({
+        let mut metadata = json!({
             "version": entry.version,
             "partitions": entry.partitions.len(),
+            "written_ms": entry.written_ms,
             "cluster": true,
         });
+        if unavailable > 0 {
+            metadata["unavailable_partitions"] = json!(unavailable);
+        }
         Ok(FlightInfo::new()
             .try_with_schema(&schema)?
             .with_descriptor(descriptor)

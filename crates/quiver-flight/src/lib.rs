@@ -33,6 +33,7 @@ mod put_options;
 mod request;
 mod requests;
 mod rpc_log;
+mod running;
 pub mod server;
 mod service;
 mod session;

@@ -128,6 +128,16 @@ impl QuiverService {
         &self.tables
     }
 
+    /// Where the tables live: this server alone, or a cluster.
+    pub(crate) fn topology(&self) -> &Arc<dyn crate::cluster::Topology> {
+        &self.options.topology
+    }
+
+    /// The SQL queries running, Flight SQL clients' and the console's.
+    pub(crate) fn running(&self) -> &Arc<crate::running::RunningQueries> {
+        self.sql.running()
+    }
+
     /// The function workers, with `--functions`.
     pub(crate) fn functions(&self) -> Option<&Arc<quiver_functions::FunctionPool>> {
         self.options.functions.as_ref()

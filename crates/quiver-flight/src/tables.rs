@@ -227,7 +227,11 @@ impl LocalTables {
                 .with_ticket(Ticket::new(ticket.encode()))
                 .with_location(self.location.clone())
         });
-        let metadata = json!({"version": table.version(), "partitions": partitions});
+        let metadata = json!({
+            "version": table.version(),
+            "partitions": partitions,
+            "written_ms": table.written_ms(),
+        });
         Ok(FlightInfo::new()
             .try_with_schema(table.schema())?
             .with_descriptor(descriptor)

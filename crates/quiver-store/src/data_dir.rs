@@ -79,6 +79,8 @@ pub(crate) struct RecoveredTable {
     pub(crate) schema: SchemaRef,
     /// (segment id, its batches), in row order.
     pub(crate) segments: Vec<(u64, Vec<RecordBatch>)>,
+    /// When its data was last written (ms since the epoch; 0: not known).
+    pub(crate) written_ms: u64,
 }
 
 /// What [`DataDir::open`] found.
@@ -428,6 +430,7 @@ fn recover_table(
         partitions: table.partitions,
         schema,
         segments,
+        written_ms: table.written_ms,
     })
 }
 

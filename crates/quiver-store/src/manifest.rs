@@ -25,6 +25,15 @@ pub(crate) struct ManifestTable {
     pub(crate) partitions: Option<usize>,
     /// Segment file ids, in row order. The first one's schema is the table's.
     pub(crate) segments: Vec<u64>,
+    /// When its data was last written, in milliseconds since the Unix
+    /// epoch; 0 (and left out) when not known (a manifest of before).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub(crate) written_ms: u64,
+}
+
+#[allow(clippy::trivially_copy_pass_by_ref)] // serde passes a reference
+fn is_zero(value: &u64) -> bool {
+    *value == 0
 }
 
 impl Manifest {
@@ -60,6 +69,7 @@ mod tests {
                 version: 3,
                 partitions: Some(4),
                 segments: vec![1, 7],
+                written_ms: 1_765_000_000_000,
             }],
         };
         assert_eq!(Manifest::from_bytes(&m.to_bytes()).unwrap(), m);

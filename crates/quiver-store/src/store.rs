@@ -136,7 +136,8 @@ impl TableStore {
                 table.schema,
                 segments,
                 table.partitions,
-            );
+            )
+            .written_at(table.written_ms);
             tables.insert(table.name, Arc::new(version));
         }
         let store = Self {
@@ -509,6 +510,7 @@ impl TableStore {
                     version: table.version(),
                     partitions: table.partitions(),
                     segments: table.segments().iter().filter_map(|s| s.file()).collect(),
+                    written_ms: table.written_ms(),
                 })
                 .collect(),
         };

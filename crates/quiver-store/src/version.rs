@@ -108,6 +108,13 @@ impl Segment {
     }
 }
 
+/// Now, in milliseconds since the Unix epoch.
+pub(crate) fn now_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+}
+
 /// One immutable version of a named table.
 ///
 /// Held through an `Arc`: a reader that took a version keeps it, unchanged, for
@@ -121,6 +128,8 @@ pub struct TableVersion {
     rows: u64,
     bytes: u64,
     partitions: Option<usize>,
+    /// When its data was written, in milliseconds since the Unix epoch.
+    written_ms: u64,
     /// What servers derived from this version and keep for as long as the
     /// version lives, one value of each type (the shared-memory export of
     /// `quiver-shm`, the statistics of `quiver-sql`).
@@ -145,8 +154,19 @@ impl TableVersion {
             rows,
             bytes,
             partitions,
+            written_ms: now_ms(),
             attachments: Mutex::new(Vec::new()),
         }
+    }
+
+    /// The same version, written at `ms` (since the Unix epoch) as a
+    /// manifest recorded it; 0 (not recorded) keeps now.
+    #[must_use]
+    pub(crate) fn written_at(mut self, ms: u64) -> Self {
+        if ms != 0 {
+            self.written_ms = ms;
+        }
+        self
     }
 
     /// The same data under another name and version number.
@@ -159,6 +179,7 @@ impl TableVersion {
             rows: self.rows,
             bytes: self.bytes,
             partitions: self.partitions,
+            written_ms: self.written_ms,
             attachments: Mutex::new(Vec::new()),
         }
     }
@@ -186,6 +207,12 @@ impl TableVersion {
     /// Total bytes of the table's buffers (see [`crate::batch_bytes`]).
     pub fn num_bytes(&self) -> u64 {
         self.bytes
+    }
+
+    /// When the table's data was last written (a put, an append, a
+    /// statement), in milliseconds since the Unix epoch; a rename keeps it.
+    pub fn written_ms(&self) -> u64 {
+        self.written_ms
     }
 
     /// The partition count chosen when the table was written, if any.

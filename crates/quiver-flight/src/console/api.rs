@@ -28,6 +28,7 @@ use crate::Error;
 use crate::QuiverService;
 use crate::auth::{Authenticator, Caller};
 use crate::metrics::Sources;
+use crate::running::{RunningGuard, RunningQueries, Via};
 
 /// Largest request body: 1 MiB (a SQL statement and its options).
 pub(crate) const MAX_BODY: usize = 1 << 20;
@@ -387,7 +388,10 @@ pub(crate) struct Api {
     /// What every state-changing request carries in [`CSRF_HEADER`]: random
     /// per process, given to a page once it logged in.
     csrf: String,
+    /// The results kept for paging.
     queries: Queries,
+    /// The queries running on the server, the console's and Flight SQL's.
+    running: Arc<RunningQueries>,
     live: Live,
 }
 
@@ -410,6 +414,7 @@ impl Api {
         let csrf = secret.iter().map(|b| format!("{b:02x}")).collect();
         Ok(Self {
             sources: service.metric_sources(),
+            running: Arc::clone(service.running()),
             service,
             auth,
             handle,
@@ -478,15 +483,15 @@ impl Api {
                 let (offset, limit) = paging(request.uri().query())?;
                 self.page(id, offset, limit, &caller)
             }
-            (&Method::GET, ["queries"]) => ok(&json!({"queries": self.queries.running(&caller)})),
+            (&Method::GET, ["queries"]) => ok(&json!({"queries": self.running.list(&caller)})),
             (&Method::POST, ["queries", id, "cancel"]) => {
-                if self.queries.cancel(id, &caller) {
+                if self.running.cancel(id, &caller) {
                     ok(&json!({"cancelled": true}))
                 } else {
                     Err(Error::NotFound(format!("no query {id} of yours is running")).into())
                 }
             }
-            (&Method::GET, ["live"]) => self.live(&caller),
+            (&Method::GET, ["live"]) => self.live(&caller).await,
             (&Method::POST, ["explain"]) => {
                 let body: ExplainRequest = read_json(request).await?;
                 self.explain(body, &caller).await
@@ -684,22 +689,38 @@ impl Api {
             table.schema
         };
         let quoted = quote(name);
-        let (sample_schema, sample, _) = self
+        let sample = self
             .collect(
                 &format!("SELECT * FROM {quoted} LIMIT {SAMPLE_ROWS}"),
                 caller,
                 SAMPLE_ROWS,
             )
-            .await?;
-        let stats = self.statistics(&quoted, &schema, caller).await;
+            .await;
         let mut body = info.unwrap_or_else(|| json!({}));
+        // What the catalog says is shown even when the data cannot be read
+        // (on a cluster, with every copy of a partition down): the sample
+        // and the statistics then say why instead.
+        if let Some(placement) = self.service.topology().placement(name).await {
+            body["placement"] = json!(placement);
+        }
         body["schema"] = json::schema(&schema);
-        body["statistics"] = stats.unwrap_or_else(|e| json!({"error": e.message}));
-        let rows: usize = sample.iter().map(RecordBatch::num_rows).sum();
-        body["sample"] = json!({
-            "rows": rows,
-            "columns": json::columns(&sample_schema, &sample, 0, rows)?,
-        });
+        (body["sample"], body["statistics"]) = match sample {
+            Ok((sample_schema, sample, _)) => {
+                let rows: usize = sample.iter().map(RecordBatch::num_rows).sum();
+                let stats = self.statistics(&quoted, &schema, caller).await;
+                (
+                    json!({
+                        "rows": rows,
+                        "columns": json::columns(&sample_schema, &sample, 0, rows)?,
+                    }),
+                    stats.unwrap_or_else(|e| json!({"error": e.message})),
+                )
+            }
+            Err(e) => {
+                let error = json!({"error": e.message});
+                (error.clone(), error)
+            }
+        };
         body["ms"] = json!(started.elapsed().as_secs_f64() * 1e3);
         ok(&body)
     }
@@ -781,7 +802,9 @@ impl Api {
         }
         let id = query_id(request.id)?;
         let started = Instant::now();
-        let running = self.queries.start(&id, caller, &request.sql)?;
+        let running = self
+            .running
+            .start(&id, caller, &request.sql, Via::Console)?;
         let text: String = request
             .sql
             .chars()
@@ -849,7 +872,7 @@ impl Api {
         } else {
             format!("EXPLAIN {sql}")
         };
-        let running = self.queries.start(&id, caller, &statement)?;
+        let running = self.running.start(&id, caller, &statement, Via::Console)?;
         let text: String = statement
             .chars()
             .take(crate::rpc_log::MAX_LOGGED_TEXT)
@@ -917,8 +940,8 @@ impl Api {
     }
 
     /// `GET /api/live`: the samples of the last minutes, the queries the
-    /// caller may see, the function workers.
-    fn live(&self, caller: &Caller) -> ApiResult<Response> {
+    /// caller may see, the function workers, and on a cluster its nodes.
+    async fn live(&self, caller: &Caller) -> ApiResult<Response> {
         let samples = self.live.samples(self.handle, &self.sources);
         let functions = self.service.functions().map(|pool| {
             let status = pool.status();
@@ -927,8 +950,9 @@ impl Api {
         ok(&json!({
             "every_ms": SAMPLE_EVERY.as_millis() as u64,
             "samples": samples,
-            "queries": self.queries.running(caller),
+            "queries": self.running.list(caller),
             "functions": functions,
+            "nodes": self.service.topology().nodes_overview().await,
         }))
     }
 
@@ -1000,7 +1024,7 @@ fn query_id(id: Option<String>) -> ApiResult<String> {
 /// that it was.
 fn unless_cancelled<T>(
     gathered: quiver_sql::Result<T>,
-    running: &super::queries::RunningGuard<'_>,
+    running: &RunningGuard,
     id: &str,
 ) -> ApiResult<T> {
     match gathered {
@@ -1052,6 +1076,7 @@ fn stored_table(info: &arrow_flight::FlightInfo) -> Option<Value> {
         "rows": info.total_records,
         "bytes": info.total_bytes,
         "version": metadata.get("version"),
+        "written_ms": metadata.get("written_ms").filter(|ms| ms.as_u64() != Some(0)),
         "partitions": metadata.get("partitions").cloned().unwrap_or(json!(info.endpoint.len())),
     }))
 }

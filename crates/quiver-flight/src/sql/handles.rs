@@ -2,13 +2,14 @@
 //! for their DoGets, and prepared statements.
 
 use std::collections::HashMap;
-use std::sync::{Mutex, PoisonError};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use arrow::record_batch::RecordBatch;
 use bytes::Bytes;
 use quiver_sql::{Prepared, Query};
 
+use crate::running::RunningGuard;
 use crate::{Error, Result};
 
 /// How long a planned result waits for its first DoGet before it is dropped.
@@ -29,13 +30,16 @@ pub(crate) struct Results {
 #[derive(Debug)]
 struct PendingResult {
     query: Query,
+    /// Its listing as a running query, held by the streams of its
+    /// partitions too.
+    running: Option<Arc<RunningGuard>>,
     fetched: Vec<bool>,
     created: Instant,
 }
 
 impl Results {
     /// Keeps `query` for its DoGets and returns its id.
-    pub(crate) fn insert(&self, query: Query) -> Result<u128> {
+    pub(crate) fn insert(&self, query: Query, running: Option<RunningGuard>) -> Result<u128> {
         let mut pending = self.pending.lock().unwrap_or_else(PoisonError::into_inner);
         pending.retain(|_, r| r.created.elapsed() < RESULT_TTL);
         if pending.len() >= MAX_RESULTS {
@@ -49,6 +53,7 @@ impl Results {
             id,
             PendingResult {
                 query,
+                running: running.map(Arc::new),
                 fetched,
                 created: Instant::now(),
             },
@@ -58,7 +63,11 @@ impl Results {
 
     /// Takes partition `partition` of result `id` to run it. A partition can
     /// be fetched once; the result is forgotten when all have been.
-    pub(crate) fn take(&self, id: u128, partition: usize) -> Result<Query> {
+    pub(crate) fn take(
+        &self,
+        id: u128,
+        partition: usize,
+    ) -> Result<(Query, Option<Arc<RunningGuard>>)> {
         let mut pending = self.pending.lock().unwrap_or_else(PoisonError::into_inner);
         let gone = || {
             Error::NotFound(
@@ -83,11 +92,11 @@ impl Results {
                 )));
             }
         }
-        let query = result.query.clone();
+        let taken = (result.query.clone(), result.running.clone());
         if result.fetched.iter().all(|f| *f) {
             pending.remove(&id);
         }
-        Ok(query)
+        Ok(taken)
     }
 
     /// Cancels result `id`: running partitions stop, the rest can no longer

@@ -44,6 +44,7 @@ use crate::body_watch::BodyOutcome;
 use crate::put_options::PutOptions;
 use crate::request::SqlAction;
 use crate::rpc_log::{MAX_LOGGED_TEXT, RpcLog, truncated};
+use crate::running::{RunningGuard, RunningQueries, Via};
 use crate::tables::Tables;
 use crate::wire::decode::PutDecoder;
 use crate::{Error, Result};
@@ -68,6 +69,8 @@ pub(crate) struct FlightSql {
     location: String,
     results: Results,
     statements: Statements,
+    /// The queries running on the server, these listed with the console's.
+    running: Arc<RunningQueries>,
 }
 
 /// The Flight SQL command `bytes` encode, if they encode one.
@@ -138,11 +141,24 @@ impl FlightSql {
             location,
             results: Results::default(),
             statements: Statements::default(),
+            running: Arc::default(),
         }
     }
 
     pub(crate) fn engine(&self) -> &Arc<SqlEngine> {
         &self.engine
+    }
+
+    /// The queries running on the server, Flight SQL's and the console's.
+    pub(crate) fn running(&self) -> &Arc<RunningQueries> {
+        &self.running
+    }
+
+    /// Registers a statement of `caller` as running until its result is
+    /// read or dropped.
+    fn register(&self, caller: &Caller, sql: &str) -> Result<RunningGuard> {
+        let id = format!("sql-{}", uuid::Uuid::new_v4().simple());
+        self.running.start(&id, caller, sql, Via::FlightSql)
     }
 
     /// GetFlightInfo of a Flight SQL command.
@@ -158,8 +174,9 @@ impl FlightSql {
             Command::CommandStatementQuery(query) => {
                 no_transactions(query.transaction_id.as_ref())?;
                 log.table(&query.query);
+                let running = self.register(caller, &query.query)?;
                 let outcome = self.run(&query.query, None, allowed).await?;
-                self.result_info(outcome, descriptor)
+                self.result_info(outcome, descriptor, Some(running))
             }
             Command::CommandPreparedStatementQuery(prepared) => {
                 let statement = self.statements.get(&prepared.prepared_statement_handle)?;
@@ -180,10 +197,11 @@ impl FlightSql {
                         )));
                     }
                 };
+                let running = self.register(caller, &statement.prepared.sql)?;
                 let outcome = self
                     .run(&statement.prepared.sql, parameters, allowed)
                     .await?;
-                self.result_info(outcome, descriptor)
+                self.result_info(outcome, descriptor, Some(running))
             }
             Command::CommandStatementSubstraitPlan(_) => Err(Error::Unimplemented(
                 "Substrait plans are not supported (SqlInfo FLIGHT_SQL_SERVER_SUBSTRAIT)".into(),
@@ -209,7 +227,7 @@ impl FlightSql {
         descriptor: FlightDescriptor,
     ) -> Result<FlightInfo> {
         let query = self.engine.scan_in_place(name).await?;
-        self.result_info(Outcome::Query(query), descriptor)
+        self.result_info(Outcome::Query(query), descriptor, None)
     }
 
     /// GetSchema of a Flight SQL command: what GetFlightInfo would answer,
@@ -278,15 +296,27 @@ impl FlightSql {
     }
 
     /// Keeps a planned result and describes its endpoints: one per partition,
-    /// each at this server's location (the tickets are this server's).
-    fn result_info(&self, outcome: Outcome, descriptor: FlightDescriptor) -> Result<FlightInfo> {
-        let query = match outcome {
-            Outcome::Query(query) => query,
-            Outcome::Changed(rows) => Query::from_batch(count_batch(rows)?)?,
+    /// each at this server's location (the tickets are this server's). A
+    /// query `running` stays listed until its partitions are read or the
+    /// result expires.
+    fn result_info(
+        &self,
+        outcome: Outcome,
+        descriptor: FlightDescriptor,
+        running: Option<RunningGuard>,
+    ) -> Result<FlightInfo> {
+        let (query, running) = match outcome {
+            Outcome::Query(query) => {
+                if let Some(running) = &running {
+                    running.planned(&query);
+                }
+                (query, running)
+            }
+            Outcome::Changed(rows) => (Query::from_batch(count_batch(rows)?)?, None),
         };
         let schema = query.schema();
         let partitions = query.partitions();
-        let id = self.results.insert(query)?;
+        let id = self.results.insert(query, running)?;
         let endpoints = (0..partitions).map(|partition| {
             let ticket = TicketStatementQuery {
                 statement_handle: statement_handle(id, partition),
@@ -311,8 +341,13 @@ impl FlightSql {
         let batch = match command {
             Command::TicketStatementQuery(ticket) => {
                 let (id, partition) = parse_statement_handle(&ticket.statement_handle)?;
-                let query = self.results.take(id, partition)?;
+                let (query, running) = self.results.take(id, partition)?;
                 let batches = query.execute(partition)?.map_err(Error::from);
+                // Listed as running while any partition's stream lasts.
+                let batches = batches.map(move |batch| {
+                    let _running = &running;
+                    batch
+                });
                 return Ok((query.schema(), batches.boxed()));
             }
             Command::CommandGetCatalogs(_) => metadata::catalogs()?,
@@ -350,7 +385,6 @@ impl FlightSql {
         caller: &Caller,
         log: &mut RpcLog,
     ) -> Result<PutResult> {
-        let allowed = caller.role.effect();
         let app_metadata = match command {
             Command::CommandStatementUpdate(update) => {
                 no_transactions(update.transaction_id.as_ref())?;
@@ -364,7 +398,7 @@ impl FlightSql {
                          statement",
                     ));
                 }
-                let rows = self.update(&update.query, None, allowed).await?;
+                let rows = self.update(&update.query, None, caller).await?;
                 log.add(rows, 0);
                 DoPutUpdateResult {
                     record_count: rows_i64(rows),
@@ -399,13 +433,13 @@ impl FlightSql {
                     _ => sent,
                 };
                 let rows = if bound.num_rows() == 0 {
-                    self.update(&statement.prepared.sql, None, allowed).await?
+                    self.update(&statement.prepared.sql, None, caller).await?
                 } else {
                     let mut rows = 0;
                     for row in 0..bound.num_rows() {
                         let values = row_values(&bound, row)?;
                         rows += self
-                            .update(&statement.prepared.sql, Some(values), allowed)
+                            .update(&statement.prepared.sql, Some(values), caller)
                             .await?;
                     }
                     rows
@@ -433,13 +467,15 @@ impl FlightSql {
         })
     }
 
+    /// Runs statement `sql` of `caller`, listed as running while it runs.
     async fn update(
         &self,
         sql: &str,
         parameters: Option<quiver_sql::ParamValues>,
-        allowed: quiver_sql::Effect,
+        caller: &Caller,
     ) -> Result<u64> {
-        match self.run(sql, parameters, allowed).await? {
+        let _running = self.register(caller, sql)?;
+        match self.run(sql, parameters, caller.role.effect()).await? {
             Outcome::Changed(rows) => Ok(rows),
             Outcome::Query(_) => Err(Error::invalid(
                 "the statement is a query: run it with CommandStatementQuery (executeQuery)",
@@ -630,7 +666,7 @@ mod tests {
             .await
             .unwrap();
         let info = sql
-            .result_info(outcome, FlightDescriptor::new_cmd(statement))
+            .result_info(outcome, FlightDescriptor::new_cmd(statement), None)
             .unwrap();
         assert!(!info.endpoint.is_empty());
         for endpoint in &info.endpoint {

@@ -303,14 +303,22 @@ async function loadTables() {
       const tr = el('tr', { 'data-name': t.name },
         el('td', {}, t.name), el('td', {}, t.kind),
         el('td', { class: 'num' }, count(t.rows)), el('td', { class: 'num' }, bytes(t.bytes)),
-        el('td', { class: 'num' }, t.partitions ?? ''), el('td', { class: 'num' }, t.version ?? ''));
+        el('td', { class: 'num' }, t.partitions ?? ''), el('td', { class: 'num' }, t.version ?? ''),
+        el('td', { class: 'when', title: t.written_ms ? new Date(t.written_ms).toISOString() : '' }, written(t.written_ms)));
       tr.addEventListener('click', () => openTable(t.name, tr));
       return tr;
     }));
-    if (!tables.length) body.append(el('tr', {}, el('td', { colSpan: 6, class: 'muted' }, 'No tables yet.')));
+    if (!tables.length) body.append(el('tr', {}, el('td', { colSpan: 7, class: 'muted' }, 'No tables yet.')));
   } catch (error) {
     $('tables-error').textContent = error.message;
   }
+}
+
+/** A time of last write, as the time of day if today, else the date. */
+function written(ms) {
+  if (!ms) return '';
+  const at = new Date(ms);
+  return at.toDateString() === new Date().toDateString() ? at.toLocaleTimeString() : at.toLocaleDateString();
 }
 
 async function openTable(name, row) {
@@ -325,6 +333,7 @@ async function openTable(name, row) {
     $('detail-name').textContent = t.name;
     const parts = [t.kind];
     if (t.rows !== undefined) parts.push(`${count(t.rows)} rows`, bytes(t.bytes), `${t.partitions} partitions`, `version ${t.version}`);
+    if (t.written_ms) parts.push(`written ${written(t.written_ms)}`);
     $('detail-summary').textContent = parts.join(' · ');
     const stats = Array.isArray(t.statistics) ? t.statistics : [];
     const byColumn = new Map(stats.map((s) => [s.column, s]));
@@ -334,10 +343,22 @@ async function openTable(name, row) {
         s ? cell(s.min) : el('td', {}), s ? cell(s.max) : el('td', {}),
         s ? el('td', { class: 'num' }, count(s.nulls)) : el('td', {}));
     }));
-    renderColumns($('sample-table'), t.schema, t.sample.columns, 0);
+    if (t.sample.error) {
+      $('sample-table').replaceChildren();
+      $('tables-error').textContent = `The rows cannot be read now: ${t.sample.error}`;
+    } else {
+      renderColumns($('sample-table'), t.schema, t.sample.columns, 0);
+    }
+    const placement = Array.isArray(t.placement) ? t.placement : null;
+    $('detail-placement').hidden = !placement;
+    if (placement) {
+      $('placement-table').tBodies[0].replaceChildren(...placement.map((p) => el('tr', {},
+        el('td', {}, p.name), el('td', { class: 'num' }, count(p.rows)), el('td', { class: 'num' }, bytes(p.bytes)),
+        el('td', {}, ...p.copies.map((c) => el('span', { class: c.live ? 'copy' : 'copy gone', title: c.live ? 'live' : 'node not registered' }, c.node))))));
+    }
     detail.hidden = false;
     const shown = performance.now() - started;
-    $('sample-note').textContent = `first ${t.sample.rows} rows · shown in ${ms(shown)} (server ${ms(t.ms)})`;
+    $('sample-note').textContent = t.sample.error ? '' : `first ${t.sample.rows} rows · shown in ${ms(shown)} (server ${ms(t.ms)})`;
     detail.dataset.ms = shown.toFixed(1);
     $('detail-query').onclick = () => {
       $('sql').value = `SELECT * FROM "${name.replaceAll('"', '""')}" LIMIT 100`;
@@ -739,9 +760,20 @@ function drawLive(live) {
     stop.addEventListener('click', async () => {
       try { await postJson(`/api/queries/${encodeURIComponent(q.id)}/cancel`); } catch (e) { $('live-note').textContent = e.message; }
     });
-    return el('tr', {}, el('td', {}, q.id), el('td', {}, q.user || '—'), el('td', {}, ms(q.seconds * 1000)), el('td', {}, q.sql), el('td', {}, stop));
+    return el('tr', { 'data-id': q.id }, el('td', {}, q.id), el('td', {}, q.user || '—'), el('td', {}, q.via), el('td', {}, ms(q.seconds * 1000)), el('td', {}, q.sql), el('td', {}, stop));
   }));
-  if (!live.queries.length) body.append(el('tr', {}, el('td', { colSpan: 5, class: 'muted' }, 'None.')));
+  if (!live.queries.length) body.append(el('tr', {}, el('td', { colSpan: 6, class: 'muted' }, 'None.')));
+  const nodes = Array.isArray(live.nodes) ? live.nodes : null;
+  $('live-cluster').hidden = !nodes;
+  if (nodes) {
+    const under = nodes.reduce((n, x) => n + x.under_replicated, 0);
+    $('live-cluster-note').textContent = `${nodes.filter((x) => x.lease === 'held').length} of ${nodes.length} holding a lease · this page is served by ${nodes.find((x) => x.this)?.id ?? '?'}`;
+    $('live-nodes').tBodies[0].replaceChildren(...nodes.map((x) => el('tr', { 'data-node': x.id, class: x.lease === 'held' ? '' : 'warn' },
+      el('td', {}, x.this ? `${x.id} (this node)` : x.id), el('td', {}, x.location || '—'), el('td', {}, x.lease),
+      el('td', { class: 'num' }, count(x.partitions)), el('td', { class: 'num' }, bytes(x.bytes)),
+      el('td', { class: 'num' }, count(x.under_replicated)))));
+    if (under) $('live-cluster-note').textContent += ' · some copies are missing: the nodes repair them';
+  }
 }
 
 // ---- wiring -------------------------------------------------------------------
