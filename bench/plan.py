@@ -176,7 +176,7 @@ class Plan:
         Rows of the table whose sample the ``console`` suite's page shows (issue 69: 1M;
         100k in smoke mode)...
     console_result_rows : int
-        ...and of the result it shows, ``SELECT * ... LIMIT`` this (100k; 10k in smoke
+        ...and of the result it shows, ``SELECT * ... WHERE id <`` this (100k; 10k in smoke
         mode), with 100 rows a page and with all in one: a page size the console offers
         (100, 1,000, 10,000 or 100,000). ``reps`` repetitions, each in a fresh browser.
     console_idle_seconds : float
