@@ -11,6 +11,7 @@ From the repository root, with the venv of ``bench/requirements.txt``::
     python -m bench --suite engines --engines-rows 2e6   # Spark, Dask, Ray on 2M rows
     python -m bench --only tpch --tpch-scale 1   # the 22 TPC-H queries against DuckDB
     python -m bench --only lake        # tables in S3 over a shaped link (root: a netns)
+    python -m bench --only console     # the web console in headless Chromium (issue 69)
     python -m bench --full --only nemesis   # 30 minutes of cluster faults (not by default)
     python -m bench --report-only      # redraw and rewrite from bench/out/
 """

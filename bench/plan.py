@@ -172,6 +172,16 @@ class Plan:
         Copies of that table's objects (under other keys) that make the table a server
         with a tenth of its size as ``--cache-size`` reads while its RSS is sampled: about
         3 GiB in full mode (10 GiB would take this 2-core machine's disk and minutes).
+    console_rows : int
+        Rows of the table whose sample the ``console`` suite's page shows (issue 69: 1M;
+        100k in smoke mode)...
+    console_result_rows : int
+        ...and of the result it shows, ``SELECT * ... WHERE id <`` this (100k; 10k in smoke
+        mode), with 100 rows a page and with all in one: a page size the console offers
+        (100, 1,000, 10,000 or 100,000). ``reps`` repetitions, each in a fresh browser.
+    console_idle_seconds : float
+        Each idle window of the ``console`` suite, no page open, over which the CPU of the
+        quiver serving the console and of one without it are read (``reps`` + 1 windows).
     """
 
     mode: str
@@ -229,6 +239,9 @@ class Plan:
     clients_reps: int = 1
     clients_warm_ups: int = 1
     clients_latency_calls: int = 50
+    console_rows: int = 1_000_000
+    console_result_rows: int = 100_000
+    console_idle_seconds: float = 5.0
 
     @property
     def headline_rows(self) -> int:
@@ -330,6 +343,9 @@ def plan_for(mode: str, ram_bytes: int) -> Plan:
             clients_bytes=4 * MI,
             clients_warm_ups=0,
             clients_latency_calls=10,
+            console_rows=100_000,
+            console_result_rows=10_000,
+            console_idle_seconds=1.0,
         )
     if mode == "quick":
         return Plan(

@@ -87,7 +87,7 @@ class Measurement:
     suite : str
         ``get``, ``put``, ``headline``, ``rust``, ``small``, ``bytes``, ``json``,
         ``memory``, ``ceilings``, ``sql``, ``soak``, ``shm``, ``functions``, ``engines``,
-        ``tpch``, ``lake``, ``cluster``, ``nemesis``, ``clients``.
+        ``tpch``, ``lake``, ``cluster``, ``nemesis``, ``clients``, ``console``.
     server : str
         ``quiver``, ``arrow-cpp``, ``json-socket``, ``postgresql``, ``duckdb``, empty for
         ceilings; for ``functions`` the peer (``in-process``, ``quiver-1-worker``...); for
@@ -169,6 +169,15 @@ class Measurement:
         same for ``SELECT c FROM t LIMIT 3`` through Flight SQL) and ``arrow_limit3:KIND``
         (the tight Arrow size of those 3 rows); ``rows_per_stream`` the rows,
         ``batch_rows`` the rows per batch put.
+        For ``console`` (:mod:`bench.suites.console`; ``server`` ``quiver-console``, the
+        quiver serving it, or ``quiver``, one without it): ``sample`` (``client``
+        ``chromium``: the page's ``data-ms`` of a table's sample in ``seconds``,
+        ``rows_per_stream`` the table's rows), ``shown:PAGE`` and ``run:PAGE`` (the
+        result's ``data-ms``, after it arrived, and ``data-total-ms``, after Run, with
+        ``PAGE`` = ``batch_rows`` rows a page; ``rows_per_stream`` the result's rows),
+        ``api_query`` (``client`` ``http``: ``POST /api/query`` from the harness,
+        ``wire_bytes`` the JSON) and ``idle_cpu`` (no page open: ``server_cpu_seconds``
+        over ``seconds``, ``rep`` the window, both servers in the same window).
     streams, rows_per_stream, batch_rows : int
         The shape: parallel streams, records per stream, rows per record batch; for
         ``engines``: ``streams`` the partitions the engine read or wrote, and

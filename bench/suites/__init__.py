@@ -14,6 +14,7 @@ from .bytes import SUITE as BYTES
 from .ceilings import SUITE as CEILINGS
 from .clients import SUITE as CLIENTS
 from .cluster import SUITE as CLUSTER
+from .console import SUITE as CONSOLE
 from .engines import SUITE as ENGINES
 from .functions import SUITE as FUNCTIONS
 from .get import SUITE as GET
@@ -48,6 +49,7 @@ SUITES: tuple[Suite, ...] = (
     LAKE,
     CLUSTER,
     CLIENTS,
+    CONSOLE,
     NEMESIS,
 )
 #: The suites ``--only`` can choose from, in the order they run.

@@ -77,6 +77,7 @@ from bench.results import (
 from bench.servers import REPO, quiver_bench_available, quiver_bin, start, start_arrow_cpp
 from bench.suites import DEFAULT_SUITE_NAMES, SUITE_NAMES, lake, throughput
 from bench.suites import bytes as bytes_suite
+from bench.suites import console as console_suite
 from bench.suites import engines as engines_suite
 from bench.suites import functions as functions_suite
 from bench.suites import nemesis as nemesis_suite
@@ -96,11 +97,11 @@ PLOTS = (
 )
 INSTALL_POSTGRES = REPO / "scripts" / "install-postgres.sh"
 SETUP_JAVA = REPO / "scripts" / "setup-java.sh"
-#: The suites of the main smoke run: all but the engines, tpch, lake, cluster, clients and
-#: nemesis suites, which have runs of their own (the clients suite's in test_bench_clients.py).
-MAIN_SUITES = ",".join(
-    s for s in SUITE_NAMES if s not in ("engines", "tpch", "lake", "cluster", "clients", "nemesis")
-)
+#: The suites of the main smoke run: all but the engines, tpch, lake, cluster, clients, console
+#: and nemesis suites, which have runs of their own (the clients suite's in
+#: test_bench_clients.py).
+OWN_RUNS = ("engines", "tpch", "lake", "cluster", "clients", "console", "nemesis")
+MAIN_SUITES = ",".join(s for s in SUITE_NAMES if s not in OWN_RUNS)
 
 
 def _postgres_missing() -> str | None:
@@ -1535,3 +1536,112 @@ def test_nemesis_windows_count_the_calls_in_flight_during_them():
     calm = lines["calm"]
     assert (calm["ops"], calm["failed"], calm["queries"]) == (2, 0, 0)
     assert lines["partition"]["ops"] == 0 and lines["partition"]["p99"] is None
+
+
+# --- the console suite (issue 69) -------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def console_run(tmp_path_factory: pytest.TempPathFactory) -> dict[str, object]:
+    """The console suite in smoke mode: a 100k-row table's sample and a 10k-row result in
+    headless Chromium, and the idle CPU of a quiver with the console and one without."""
+    if not quiver_bin().is_file():
+        pytest.fail(f"quiver binary not found at {quiver_bin()}", pytrace=False)
+    tmp = tmp_path_factory.mktemp("console")
+    result = run_smoke("console", tmp, timeout=300)
+    with (tmp / "out" / "results.csv").open(newline="") as f:
+        rows = [r for r in csv.DictReader(f) if r["suite"] == "console"]
+    notes = json.loads((tmp / "out" / "run.json").read_text())["notes"]
+    skipped = [n for n in notes if n.startswith("console suite skipped")]
+    if skipped and os.environ.get("CI") != "true":
+        pytest.skip(skipped[0])
+    return {"tmp": tmp, "result": result, "rows": rows, "notes": notes}
+
+
+def test_the_console_smoke_run_succeeds(console_run):
+    result = console_run["result"]
+    assert result.returncode == 0, result.stderr[-6000:]
+    notes = console_run["notes"]
+    assert not [n for n in notes if n.startswith(("FAILED", "console suite skipped"))], notes
+
+
+def test_the_console_suite_timed_the_pages_the_api_and_the_idle_servers(console_run):
+    rows = console_run["rows"]
+    plan = plan_for("smoke", GIB)
+
+    def of(op: str, server: str = console_suite.QUIVER_CONSOLE) -> list[dict[str, str]]:
+        return [r for r in rows if r["op"] == op and r["server"] == server]
+
+    sample = of(console_suite.SAMPLE)
+    assert len(sample) == plan.reps
+    assert all(int(r["rows_per_stream"]) == plan.console_rows for r in sample)
+    assert all(0 < float(r["seconds"]) < 60 for r in sample)
+    for page in (100, plan.console_result_rows):
+        shown = of(f"{console_suite.SHOWN}:{page}")
+        total = of(f"{console_suite.RUN_TO_SHOWN}:{page}")
+        assert len(shown) == len(total) == plan.reps, page
+        for after, whole in zip(shown, total, strict=True):
+            assert int(after["rows_per_stream"]) == plan.console_result_rows
+            assert 0 < float(after["seconds"]) <= float(whole["seconds"])
+    api = of(console_suite.API)
+    assert len(api) == plan.reps and all(int(r["wire_bytes"]) > 0 for r in api)
+    for server in (console_suite.QUIVER_CONSOLE, QUIVER):
+        idle = of(console_suite.IDLE, server)
+        assert sorted(int(r["rep"]) for r in idle) == list(range(plan.reps + 1)), server
+        assert all(float(r["seconds"]) >= plan.console_idle_seconds for r in idle)
+        assert all(float(r["server_cpu_seconds"]) >= 0 for r in idle)
+
+
+def test_the_console_suite_reaches_the_report_with_its_goals(console_run):
+    report_text = (console_run["tmp"] / "BENCHMARKS.md").read_text()
+    assert "(#console-issue-69)" in report_text
+    section = report_text.split("## Console (issue 69)", 1)[1].split("\n## ", 1)[0]
+    for goal in ("table's sample shown", "result shown after it arrived", "no page open"):
+        line = next(line for line in section.splitlines() if goal in line)
+        assert "n/a" not in line, line
+    assert "| ≤ 200 ms |" in section and "| ≤ 1 s |" in section
+    assert "quiver without the console" in section
+
+
+def test_console_goals_say_met_or_not_met_from_the_medians(tmp_path):
+    def goals(sample_s: float, shown_s: float, idle_s: float) -> list[report.Goal]:
+        run = {c: "x" for c in RUN_COLUMNS if c != "timestamp"}
+        results = ResultsFile(tmp_path / "results.csv", run)
+        for rep in range(3):
+            for m in (
+                Measurement("console", "quiver-console", "chromium", "sample",
+                            rows_per_stream=1_000_000, seconds=sample_s, rep=rep),
+                Measurement("console", "quiver-console", "chromium", "shown:100000",
+                            rows_per_stream=100_000, batch_rows=100_000, seconds=shown_s,
+                            rep=rep),
+                Measurement("console", "quiver-console", "", "idle_cpu", seconds=5.0, rep=rep,
+                            server_cpu_seconds=idle_s),
+                Measurement("console", "quiver", "", "idle_cpu", seconds=5.0, rep=rep,
+                            server_cpu_seconds=0.0),
+            ):  # fmt: skip
+                results.add(m)
+        return console_suite.console_goals(read_results(tmp_path / "results.csv"))
+
+    met = goals(0.05, 0.4, 0.01)
+    assert [g.verdict for g in met] == ["PASS"] * 3, [(g.text, g.shown) for g in met]
+    assert met[0].text.startswith("Console: a 1,000,000-row table's sample")
+    assert (
+        met[1].text.startswith("Console: a 100,000-row result")
+        and "100,000 rows a page" in met[1].text
+    )
+    assert met[0].shown == "50 ms (50–50, n=3)"
+    missed = goals(0.25, 1.5, 0.05)
+    assert [g.verdict for g in missed] == ["FAIL"] * 3, [(g.text, g.shown) for g in missed]
+    assert missed[2].shown == "+50 ms (windows: +50, +50, +50)"
+    assert console_suite.console_goals([]) == []
+
+
+def test_the_console_table_is_the_browser_tests():
+    table = console_suite.trips(15)
+    assert table.column_names == ["id", "fare", "city", "note"]
+    assert table["id"].to_pylist() == list(range(15))
+    assert table["fare"].to_pylist() == [i * 0.25 for i in range(15)]
+    assert table["city"].to_pylist()[:4] == ["oslo", "lima", "pune", "oslo"]
+    notes = table["note"].to_pylist()
+    assert notes[0] is None and notes[7] is None and notes[14] is None
+    assert notes[1] == "n1" and notes[13] == "n13"
