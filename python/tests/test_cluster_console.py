@@ -136,12 +136,12 @@ def test_live_lists_each_node_and_a_table_where_its_copies_live(
         assert [rows[n]["under_replicated"] for n in ("n1", "n2")] == [PARTITIONS] * 2
         assert copies(apis["n3"]) == [{"n1": False, "n2": False}] * PARTITIONS
         # ListFlights still lists the table, its partitions without a location, and a
-        # DoGet of one is UNAVAILABLE; GetFlightInfo refuses the table.
+        # DoGet of one at n3 is NOT_FOUND; GetFlightInfo refuses the table.
         client = cluster.flight_client("n3")
         [info] = [i for i in client.list_flights() if i.descriptor.path == [b"rides"]]
         assert json.loads(info.app_metadata)["unavailable_partitions"] == PARTITIONS
         assert [len(e.locations) for e in info.endpoints] == [0] * PARTITIONS
-        with pytest.raises(flight.FlightUnavailableError, match="not on this node"):
+        with pytest.raises(pa.ArrowKeyError):  # NOT_FOUND: n3 holds no copy
             client.do_get(info.endpoints[0].ticket).read_all()
         with pytest.raises(flight.FlightUnavailableError, match="no live node holds"):
             client.get_flight_info(flight.FlightDescriptor.for_path("rides"))

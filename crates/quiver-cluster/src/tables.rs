@@ -90,16 +90,7 @@ impl Tables for CatalogTables {
         // A partition is this node's own: no catalog read on the path of
         // every endpoint.
         if is_reserved(name) {
-            return match self.local.read(name, index, count).await {
-                Err(quiver_flight::Error::Store(quiver_store::StoreError::NotFound { .. })) => {
-                    Err(quiver_flight::Error::Unavailable(format!(
-                        "partition {name} is not on this node ({}), and no live node held it \
-                         when the endpoint was given: ask GetFlightInfo again",
-                        self.node.options.node_id
-                    )))
-                }
-                read => read,
-            };
+            return self.local.read(name, index, count).await;
         }
         if count != 1 {
             // Refused before anything is read.
@@ -199,7 +190,8 @@ enum Dead {
     /// Lists it, as an endpoint with no location, and counts it in the
     /// `unavailable_partitions` of `app_metadata` (ListFlights: one table
     /// short of copies does not hide the others). A reader of that endpoint
-    /// asks this node, which says the partition is unavailable.
+    /// asks this node, which answers NOT_FOUND (as any node not holding a
+    /// partition does).
     List,
 }
 
