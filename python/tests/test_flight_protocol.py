@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import time
 
 import pyarrow as pa
 import pyarrow.flight as flight
@@ -30,7 +31,10 @@ def test_many_types_round_trip_over_four_partitions(start_quiver: ServerFactory)
     assert info.total_bytes == result["bytes"]
     assert info.ordered
     assert len(info.endpoints) == 4
-    assert json.loads(info.app_metadata) == {"version": result["version"], "partitions": 4}
+    metadata = json.loads(info.app_metadata)
+    written = metadata.pop("written_ms")
+    assert metadata == {"version": result["version"], "partitions": 4}
+    assert abs(written / 1000 - time.time()) < 600, written
     for endpoint in info.endpoints:
         assert [loc.uri.decode() for loc in endpoint.locations] == [server.uri]
 
