@@ -332,7 +332,7 @@ async function openTable(name, row) {
     const t = await getJson(`/api/tables/${encodeURIComponent(name)}`);
     $('detail-name').textContent = t.name;
     const parts = [t.kind];
-    if (t.rows !== undefined) parts.push(`${count(t.rows)} rows`, bytes(t.bytes), `${t.partitions} partitions`, `version ${t.version}`);
+    if (t.rows !== undefined) parts.push(`${count(t.rows)} rows`, bytes(t.bytes), `${t.partitions} partition${t.partitions === 1 ? '' : 's'}`, `version ${t.version}`);
     if (t.written_ms) parts.push(`written ${written(t.written_ms)}`);
     $('detail-summary').textContent = parts.join(' · ');
     const stats = Array.isArray(t.statistics) ? t.statistics : [];
