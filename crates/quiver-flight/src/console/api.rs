@@ -28,7 +28,7 @@ use crate::Error;
 use crate::QuiverService;
 use crate::auth::{Authenticator, Caller};
 use crate::metrics::Sources;
-use crate::running::{RunningGuard, RunningQueries, Via};
+use crate::running::{RunningGuard, Via};
 
 /// Largest request body: 1 MiB (a SQL statement and its options).
 pub(crate) const MAX_BODY: usize = 1 << 20;
@@ -390,8 +390,6 @@ pub(crate) struct Api {
     csrf: String,
     /// The results kept for paging.
     queries: Queries,
-    /// The queries running on the server, the console's and Flight SQL's.
-    running: Arc<RunningQueries>,
     live: Live,
 }
 
@@ -414,7 +412,6 @@ impl Api {
         let csrf = secret.iter().map(|b| format!("{b:02x}")).collect();
         Ok(Self {
             sources: service.metric_sources(),
-            running: Arc::clone(service.running()),
             service,
             auth,
             handle,
@@ -483,9 +480,11 @@ impl Api {
                 let (offset, limit) = paging(request.uri().query())?;
                 self.page(id, offset, limit, &caller)
             }
-            (&Method::GET, ["queries"]) => ok(&json!({"queries": self.running.list(&caller)})),
+            (&Method::GET, ["queries"]) => {
+                ok(&json!({"queries": self.service.running().list(&caller)}))
+            }
             (&Method::POST, ["queries", id, "cancel"]) => {
-                if self.running.cancel(id, &caller) {
+                if self.service.running().cancel(id, &caller) {
                     ok(&json!({"cancelled": true}))
                 } else {
                     Err(Error::NotFound(format!("no query {id} of yours is running")).into())
@@ -803,7 +802,8 @@ impl Api {
         let id = query_id(request.id)?;
         let started = Instant::now();
         let running = self
-            .running
+            .service
+            .running()
             .start(&id, caller, &request.sql, Via::Console)?;
         let text: String = request
             .sql
@@ -872,7 +872,10 @@ impl Api {
         } else {
             format!("EXPLAIN {sql}")
         };
-        let running = self.running.start(&id, caller, &statement, Via::Console)?;
+        let running = self
+            .service
+            .running()
+            .start(&id, caller, &statement, Via::Console)?;
         let text: String = statement
             .chars()
             .take(crate::rpc_log::MAX_LOGGED_TEXT)
@@ -950,7 +953,7 @@ impl Api {
         ok(&json!({
             "every_ms": SAMPLE_EVERY.as_millis() as u64,
             "samples": samples,
-            "queries": self.running.list(caller),
+            "queries": self.service.running().list(caller),
             "functions": functions,
             "nodes": self.service.topology().nodes_overview().await,
         }))

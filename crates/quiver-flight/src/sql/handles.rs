@@ -41,7 +41,7 @@ impl Results {
     /// Keeps `query` for its DoGets and returns its id.
     pub(crate) fn insert(&self, query: Query, running: Option<RunningGuard>) -> Result<u128> {
         let mut pending = self.pending.lock().unwrap_or_else(PoisonError::into_inner);
-        pending.retain(|_, r| r.created.elapsed() < RESULT_TTL);
+        Self::drop_expired(&mut pending);
         if pending.len() >= MAX_RESULTS {
             return Err(Error::ResourceExhausted(format!(
                 "{MAX_RESULTS} query results are waiting to be fetched; fetch or cancel some"
@@ -59,6 +59,16 @@ impl Results {
             },
         );
         Ok(id)
+    }
+
+    /// Drops the results that waited past [`RESULT_TTL`] (and with them
+    /// their listing as running queries).
+    pub(crate) fn expire(&self) {
+        Self::drop_expired(&mut self.pending.lock().unwrap_or_else(PoisonError::into_inner));
+    }
+
+    fn drop_expired(pending: &mut HashMap<u128, PendingResult>) {
+        pending.retain(|_, r| r.created.elapsed() < RESULT_TTL);
     }
 
     /// Takes partition `partition` of result `id` to run it. A partition can

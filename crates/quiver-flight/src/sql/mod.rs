@@ -149,8 +149,10 @@ impl FlightSql {
         &self.engine
     }
 
-    /// The queries running on the server, Flight SQL's and the console's.
+    /// The queries running on the server, Flight SQL's and the console's,
+    /// less results that waited for their DoGets past their time.
     pub(crate) fn running(&self) -> &Arc<RunningQueries> {
+        self.results.expire();
         &self.running
     }
 
