@@ -33,7 +33,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import selectors
 import shutil
 import subprocess
 import tempfile
@@ -46,6 +45,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
+from quiver import testing
 
 from .. import flight_client, servers
 from ..report import Goal, _goal_rows, _size
@@ -138,34 +138,12 @@ def result_sql(rows: int) -> str:
     return f"SELECT * FROM {TABLE} WHERE id < {rows}"
 
 
-def _read_line(server: ServerProcess, timeout: float) -> str:
-    """One line of the server's stdout, read byte by byte for at most ``timeout`` seconds."""
-    process = server.process
-    assert process.stdout is not None
-    line = b""
-    deadline = time.monotonic() + timeout
-    with selectors.DefaultSelector() as selector:
-        selector.register(process.stdout, selectors.EVENT_READ)
-        while not line.endswith(b"\n"):
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                break
-            if selector.select(timeout=min(remaining, 0.5)):
-                chunk = os.read(process.stdout.fileno(), 1)
-                if not chunk:
-                    break
-                line += chunk
-            elif process.poll() is not None:
-                break
-    return line.decode(errors="replace").strip()
-
-
 def console_url(server: ServerProcess) -> str:
     """Return the console's URL, from the lines the server prints after its banner."""
     deadline = time.monotonic() + URL_TIMEOUT_S
     seen = []
     for _ in range(3):
-        line = _read_line(server, max(0.1, deadline - time.monotonic()))
+        line = testing.first_line(server.process, max(0.1, deadline - time.monotonic()))
         if line.startswith(CONSOLE_LINE):
             return line.removeprefix(CONSOLE_LINE).rstrip("/")
         seen.append(line)

@@ -236,7 +236,7 @@ def start(
             preexec_fn=preexec_fn,
         )
     server = ServerProcess(name, "", process, log_path, tuple(flags), stop_timeout)
-    text = _first_line(process, timeout)
+    text = first_line(process, timeout)
     if not text.startswith(banner):
         try:
             # A server that cannot start says why and exits: give it a moment, so
@@ -319,7 +319,7 @@ def start_quiver(
     )
 
 
-def _first_line(process: subprocess.Popen[bytes], timeout: float) -> str:
+def first_line(process: subprocess.Popen[bytes], timeout: float) -> str:
     """Read ``process``'s stdout up to its first newline, its exit or ``timeout`` seconds.
 
     Byte by byte: what follows the first line (``quiver serve`` prints its metrics
