@@ -46,6 +46,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 from quiver import testing
+from quiver.testing import CHROMEDRIVER, CHROMIUM, CHROMIUM_FLAGS
 
 from .. import flight_client, servers
 from ..report import Goal, _goal_rows, _size
@@ -71,21 +72,6 @@ IDLE = "idle_cpu"
 TABLE = "console_trips"
 #: What ``quiver serve --http-listen`` prints after its banner.
 CONSOLE_LINE = "quiver console on "
-CHROMIUM = Path("/usr/bin/chromium")
-CHROMEDRIVER = Path("/usr/bin/chromedriver")
-#: The flags Debian's Chromium runs with here (as root, in a container), as in the tests.
-CHROMIUM_FLAGS = (
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-quic",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-    "--disable-dev-shm-usage",
-    "--window-size=1280,860",
-)
 #: Issue 69's goals.
 SAMPLE_GOAL_S = 0.2
 RESULT_GOAL_S = 1.0

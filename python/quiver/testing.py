@@ -319,6 +319,25 @@ def start_quiver(
     )
 
 
+#: Debian's headless browser and its WebDriver, which the console's browser tests and the
+#: bench's console suite drive (python/tests/console_helpers.py, bench/suites/console.py).
+CHROMIUM = Path("/usr/bin/chromium")
+CHROMEDRIVER = Path("/usr/bin/chromedriver")
+#: The flags Chromium runs with in those: headless, as root, in a container.
+CHROMIUM_FLAGS = (
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--disable-dev-shm-usage",
+    "--window-size=1280,860",
+)
+
+
 def first_line(process: subprocess.Popen[bytes], timeout: float) -> str:
     """Read ``process``'s stdout up to its first newline, its exit or ``timeout`` seconds.
 

@@ -21,26 +21,12 @@ import pyarrow as pa
 import pyarrow.flight as flight
 import pytest
 
+from quiver.testing import CHROMEDRIVER, CHROMIUM, CHROMIUM_FLAGS
 from security_helpers import PASSWORDS
 from server_process import Server
 
 #: What ``quiver serve --http-listen`` prints after its banner (and the metrics line).
 CONSOLE = "quiver console on "
-CHROMIUM = Path("/usr/bin/chromium")
-CHROMEDRIVER = Path("/usr/bin/chromedriver")
-#: The flags Debian's Chromium runs with here, as root, in a container.
-CHROMIUM_FLAGS = (
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-quic",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-    "--disable-dev-shm-usage",
-    "--window-size=1280,860",
-)
 HTTP_TIMEOUT_S = 60.0
 
 #: The longest a browser test waits for the page to show something.
